@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Installs everything arclight needs on a fresh Debian 12 machine: Debian packages via apt,
+# npm packages via npm. Idempotent: a second run installs nothing and succeeds. Fails with a
+# message naming what is missing when something cannot be installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEBIAN_PACKAGES=(
+  build-essential cmake pkg-config git
+  clang libclang-rt-14-dev            # libFuzzer for the fuzz targets
+  librdkafka-dev libavro-dev avro-bin libjansson-dev libevent-dev libcurl4-openssl-dev
+  libssl-dev libopenblas-dev
+  kcat nginx wrk                      # benchmark references
+  python3-torch python3-numpy         # PyTorch reference for the model tests
+  nodejs npm                          # the openai npm client as a test agent
+)
+
+missing=()
+for p in "${DEBIAN_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! $SUDO apt-get update -q >/tmp/arclight-apt-update.log 2>&1; then
+    echo "setup: apt-get update failed (see /tmp/arclight-apt-update.log)" >&2
+    exit 1
+  fi
+  if ! $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/tmp/arclight-apt-install.log 2>&1; then
+    echo "setup: apt-get install failed (see /tmp/arclight-apt-install.log)" >&2
+  fi
+  still=()
+  for p in "${missing[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || still+=("$p")
+  done
+  if [ ${#still[@]} -gt 0 ]; then
+    echo "setup: these Debian packages are still missing: ${still[*]}" >&2
+    exit 1
+  fi
+else
+  echo "setup: Debian packages already installed"
+fi
+
+# npm packages used by tests (pinned in tests/node/package.json).
+if [ -f tests/node/package.json ]; then
+  if [ ! -d tests/node/node_modules ] || [ tests/node/package.json -nt tests/node/node_modules ]; then
+    echo "setup: installing npm packages for tests/node"
+    if ! (cd tests/node && npm install --no-audit --no-fund --silent >/tmp/arclight-npm.log 2>&1); then
+      echo "setup: npm install in tests/node failed (see /tmp/arclight-npm.log)" >&2
+      exit 1
+    fi
+    touch tests/node/node_modules
+  else
+    echo "setup: npm packages already installed"
+  fi
+fi
+
+for tool in cmake cc pkg-config kcat avrocat; do
+  command -v "$tool" >/dev/null 2>&1 || { echo "setup: '$tool' is not on PATH after install" >&2; exit 1; }
+done
+[ -f /usr/include/librdkafka/rdkafka_mock.h ] || { echo "setup: rdkafka_mock.h missing (librdkafka-dev)" >&2; exit 1; }
+echo "setup: ok"

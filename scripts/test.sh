@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds arclight twice (release with CUDA parts when nvcc is found; ASan+UBSan for the
+# tests) and runs every test through ctest. Ends with ctest's summary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/tmp/arclight-cmake-release.log 2>&1 \
+  || { cat /tmp/arclight-cmake-release.log; exit 1; }
+grep -E '^-- arclight:' /tmp/arclight-cmake-release.log || true
+cmake --build build -j"$jobs" 2>&1 | grep -E 'warning|error|Error' || true
+test "${PIPESTATUS[0]}" -eq 0 || { echo "release build failed"; exit 1; }
+
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DARCLIGHT_SANITIZE=ON -DARCLIGHT_CUDA=OFF \
+  >/tmp/arclight-cmake-asan.log 2>&1 || { cat /tmp/arclight-cmake-asan.log; exit 1; }
+cmake --build build-asan -j"$jobs" 2>&1 | grep -E 'warning|error|Error' || true
+test "${PIPESTATUS[0]}" -eq 0 || { echo "sanitizer build failed"; exit 1; }
+
+cd build-asan
+ctest --output-on-failure -j"$jobs" "$@"
