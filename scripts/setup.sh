@@ -12,8 +12,12 @@ DEBIAN_PACKAGES=(
   libssl-dev libopenblas-dev
   kcat nginx wrk                      # benchmark references
   python3-torch python3-numpy         # PyTorch reference for the model tests
-  nodejs npm                          # the openai npm client as a test agent
 )
+# Node.js and npm run the openai npm client as a test agent. Machines of this kind ship a
+# Node.js build that includes npm; install Debian's only where there is none.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  DEBIAN_PACKAGES+=(nodejs npm)
+fi
 
 missing=()
 for p in "${DEBIAN_PACKAGES[@]}"; do
@@ -59,7 +63,7 @@ if [ -f tests/node/package.json ]; then
   fi
 fi
 
-for tool in cmake cc pkg-config kcat avrocat; do
+for tool in cmake cc pkg-config kcat avrocat node npm; do
   command -v "$tool" >/dev/null 2>&1 || { echo "setup: '$tool' is not on PATH after install" >&2; exit 1; }
 done
 [ -f /usr/include/librdkafka/rdkafka_mock.h ] || { echo "setup: rdkafka_mock.h missing (librdkafka-dev)" >&2; exit 1; }

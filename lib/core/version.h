@@ -1,0 +1,4 @@
+#ifndef ARCLIGHT_VERSION_H
+#define ARCLIGHT_VERSION_H
+#define ARCLIGHT_VERSION "0.1.0"
+#endif
