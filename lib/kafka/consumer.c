@@ -1,0 +1,521 @@
+/*
+ * consumer.c: the consumer-group wrapper. It owns one al_part_state (offset tracker) per
+ * assigned partition, stores each partition's committable offset once the outputs of its
+ * inputs are acknowledged, flushes the linked producer and commits before partitions go, and
+ * stops with an error (never skips) when a committed offset is gone from the broker.
+ */
+#include "kafka/internal.h"
+
+#include "core/log.h"
+#include "core/util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct al_consumer {
+    rd_kafka_t *rk;
+    al_producer *linked;
+    al_rebalance_fn rb_fn;
+    void *rb_ctx;
+    al_part_state **parts; /* assigned partitions */
+    size_t nparts, capparts;
+    int start_at_end; /* partitions without a committed offset start at the end */
+    int failed;
+    char fail_reason[1024];
+    int64_t last_down_log_us;
+};
+
+/* ------------------------------------------------------------------------------------------
+ * Partition states and inputs
+ * ------------------------------------------------------------------------------------------ */
+
+static void ps_unref(al_part_state *ps)
+{
+    if (--ps->refs > 0) return;
+    al_offset_tracker_free(ps->tracker);
+    free(ps->topic);
+    free(ps);
+}
+
+static al_part_state *ps_find(al_consumer *c, const char *topic, int32_t partition)
+{
+    for (size_t i = 0; i < c->nparts; i++)
+        if (c->parts[i]->partition == partition && !strcmp(c->parts[i]->topic, topic))
+            return c->parts[i];
+    return NULL;
+}
+
+static al_part_state *ps_add(al_consumer *c, const char *topic, int32_t partition)
+{
+    al_part_state *ps = ps_find(c, topic, partition);
+    if (ps) return ps;
+    if (c->nparts == c->capparts) {
+        size_t cap = c->capparts ? c->capparts * 2 : 16;
+        al_part_state **np = realloc(c->parts, cap * sizeof *np);
+        if (!np) return NULL;
+        c->parts = np;
+        c->capparts = cap;
+    }
+    ps = calloc(1, sizeof *ps);
+    if (!ps) return NULL;
+    ps->topic = strdup(topic);
+    ps->tracker = al_offset_tracker_new();
+    if (!ps->topic || !ps->tracker) {
+        free(ps->topic);
+        al_offset_tracker_free(ps->tracker);
+        free(ps);
+        return NULL;
+    }
+    ps->consumer = c;
+    ps->partition = partition;
+    ps->stored = -1;
+    ps->refs = 1;
+    c->parts[c->nparts++] = ps;
+    return ps;
+}
+
+/* Detaches a partition from the consumer: its inputs become orphans. */
+static void ps_remove(al_consumer *c, const char *topic, int32_t partition)
+{
+    for (size_t i = 0; i < c->nparts; i++) {
+        al_part_state *ps = c->parts[i];
+        if (ps->partition != partition || strcmp(ps->topic, topic)) continue;
+        c->parts[i] = c->parts[--c->nparts];
+        if (al_offset_tracker_pending(ps->tracker))
+            al_log_info("kafka", "%s [%d] revoked with %zu inputs unfinished; the next owner "
+                                 "re-reads them from offset %lld",
+                        ps->topic, (int)ps->partition, al_offset_tracker_pending(ps->tracker),
+                        (long long)ps->stored);
+        ps->consumer = NULL;
+        ps_unref(ps);
+        return;
+    }
+}
+
+static void consumer_fail(al_consumer *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void consumer_fail(al_consumer *c, const char *fmt, ...)
+{
+    if (c->failed) return; /* the first reason is the one that matters */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->fail_reason, sizeof c->fail_reason, fmt, ap);
+    va_end(ap);
+    c->failed = 1;
+    al_log_error("kafka", "%s", c->fail_reason);
+}
+
+/* Hands every partition's advanced committable offset to librdkafka in one call; the
+ * auto-committer (and rebalance/close) commits them. */
+static void consumer_store_offsets(al_consumer *c)
+{
+    rd_kafka_topic_partition_list_t *l = NULL;
+    for (size_t i = 0; i < c->nparts; i++) {
+        al_part_state *ps = c->parts[i];
+        int64_t off = al_offset_tracker_committable(ps->tracker);
+        if (off < 0 || off <= ps->stored) continue;
+        if (!l) l = rd_kafka_topic_partition_list_new((int)c->nparts);
+        rd_kafka_topic_partition_list_add(l, ps->topic, ps->partition)->offset = off;
+        ps->stored = off;
+    }
+    if (!l) return;
+    rd_kafka_resp_err_t err = rd_kafka_offsets_store(c->rk, l);
+    if (err)
+        for (int i = 0; i < l->cnt; i++)
+            if (l->elems[i].err)
+                al_log_warn("kafka", "storing offset %lld of %s [%d]: %s",
+                            (long long)l->elems[i].offset, l->elems[i].topic,
+                            (int)l->elems[i].partition, rd_kafka_err2str(l->elems[i].err));
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+static void input_unref(al_input *in)
+{
+    if (--in->refs > 0) return;
+    if (in->ps) ps_unref(in->ps);
+    free(in);
+}
+
+al_input *al_consumer_input_begin(al_consumer *c, const rd_kafka_message_t *m)
+{
+    al_input *in = calloc(1, sizeof *in);
+    if (!in) return NULL;
+    in->offset = m->offset;
+    in->refs = 1;
+    const char *topic = rd_kafka_topic_name(m->rkt);
+    al_part_state *ps = ps_find(c, topic, m->partition);
+    if (!ps) {
+        /* A message of a partition we no longer own (revoked between fetch and delivery):
+         * its offset is not ours to store. */
+        al_log_debug("kafka", "%s [%d] offset %lld: partition not assigned; not tracked", topic,
+                     (int)m->partition, (long long)m->offset);
+        return in;
+    }
+    if (al_offset_tracker_add(ps->tracker, m->offset, 1) != 0) {
+        consumer_fail(c, "%s [%d]: offset %lld arrived out of order (tracking cannot continue)",
+                      topic, (int)m->partition, (long long)m->offset);
+        return in;
+    }
+    in->ps = ps;
+    ps->refs++;
+    return in;
+}
+
+/* One reference of `in` is finished (its hold or one acknowledged output). */
+static void input_finish_one(al_input *in)
+{
+    al_part_state *ps = in->ps;
+    if (ps) {
+        /* The store itself happens in the next al_consumer_poll (or commit, rebalance). */
+        al_offset_tracker_ack(ps->tracker, in->offset);
+    }
+    input_unref(in);
+}
+
+void al_input_end(al_input *in)
+{
+    if (in) input_finish_one(in);
+}
+
+void al_consumer_input_skip(al_consumer *c, const rd_kafka_message_t *m)
+{
+    al_input_end(al_consumer_input_begin(c, m));
+}
+
+int al_input__add_output(al_input *in)
+{
+    if (in->refs <= 0) return -1;
+    if (in->ps && al_offset_tracker_inc(in->ps->tracker, in->offset) != 0) return -1;
+    in->refs++;
+    return 0;
+}
+
+void al_input__drop_output(al_input *in)
+{
+    /* The output never left: count it as done without it (the hold keeps the input open). */
+    input_finish_one(in);
+}
+
+void al_input__delivered(al_input *in, rd_kafka_resp_err_t err, const char *reason)
+{
+    if (err) {
+        /* Never store past an input whose output was lost: keep it pending forever and stop
+         * the consumer, so that a restart re-reads the input. */
+        if (in->ps && in->ps->consumer)
+            consumer_fail(in->ps->consumer,
+                          "an output of %s [%d] offset %lld was not delivered: %s; stopping "
+                          "without storing that offset (it is re-processed after a restart)",
+                          in->ps->topic, (int)in->ps->partition, (long long)in->offset, reason);
+        input_unref(in);
+        return;
+    }
+    input_finish_one(in);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Rebalances
+ * ------------------------------------------------------------------------------------------ */
+
+/* Gives partitions without a committed offset an explicit start (librdkafka runs with
+ * auto.offset.reset=error, which would otherwise refuse them), and leaves the committed ones
+ * to librdkafka, so that a committed offset that is gone raises __AUTO_OFFSET_RESET. */
+static void assign_start_offsets(al_consumer *c, rd_kafka_topic_partition_list_t *parts)
+{
+    rd_kafka_topic_partition_list_t *committed = rd_kafka_topic_partition_list_copy(parts);
+    rd_kafka_resp_err_t err = rd_kafka_committed(c->rk, committed, 10000);
+    for (int i = 0; i < parts->cnt; i++) {
+        rd_kafka_topic_partition_t *p = &parts->elems[i];
+        int64_t off = RD_KAFKA_OFFSET_INVALID;
+        if (!err && !committed->elems[i].err) off = committed->elems[i].offset;
+        if (err || committed->elems[i].err) {
+            /* Unknown: let librdkafka fetch the committed offset itself; a missing one then
+             * surfaces as an error instead of silently starting somewhere. */
+            p->offset = RD_KAFKA_OFFSET_INVALID;
+        } else if (off < 0) {
+            p->offset = c->start_at_end ? RD_KAFKA_OFFSET_END : RD_KAFKA_OFFSET_BEGINNING;
+            al_log_info("kafka", "%s [%d]: no committed offset, starting at the %s", p->topic,
+                        (int)p->partition, c->start_at_end ? "end" : "beginning");
+        } else {
+            p->offset = off;
+            al_log_debug("kafka", "%s [%d]: resuming at committed offset %lld", p->topic,
+                         (int)p->partition, (long long)off);
+        }
+    }
+    if (err)
+        al_log_warn("kafka", "fetching committed offsets failed (%s); librdkafka retries",
+                    rd_kafka_err2str(err));
+    rd_kafka_topic_partition_list_destroy(committed);
+}
+
+static void consumer_flush_and_commit(al_consumer *c, const char *why)
+{
+    char err[512];
+    if (c->linked && al_producer_flush(c->linked, 30000, err, sizeof err) != 0)
+        al_log_warn("kafka", "%s: producer flush: %s", why, err);
+    consumer_store_offsets(c);
+    rd_kafka_resp_err_t e = rd_kafka_commit(c->rk, NULL, 0);
+    if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
+        al_log_warn("kafka", "%s: commit failed: %s", why, rd_kafka_err2str(e));
+}
+
+static void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                                  rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+    al_consumer *c = opaque;
+    int cooperative = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
+    rd_kafka_error_t *error = NULL;
+    rd_kafka_resp_err_t aerr = 0;
+
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        assign_start_offsets(c, parts);
+        for (int i = 0; i < parts->cnt; i++)
+            if (!ps_add(c, parts->elems[i].topic, parts->elems[i].partition))
+                consumer_fail(c, "out of memory tracking %s [%d]", parts->elems[i].topic,
+                              (int)parts->elems[i].partition);
+        if (cooperative)
+            error = rd_kafka_incremental_assign(rk, parts);
+        else
+            aerr = rd_kafka_assign(rk, parts);
+        al_log_info("kafka", "assigned %d partitions (%d now)", parts->cnt, (int)c->nparts);
+        if (c->rb_fn) c->rb_fn(c, AL_REBALANCE_ASSIGNED, parts, c->rb_ctx);
+    } else {
+        int lost = rd_kafka_assignment_lost(rk);
+        if (!lost) consumer_flush_and_commit(c, "rebalance");
+        for (int i = 0; i < parts->cnt; i++)
+            ps_remove(c, parts->elems[i].topic, parts->elems[i].partition);
+        al_log_info("kafka", "%s %d partitions (%d left)", lost ? "lost" : "revoked", parts->cnt,
+                    (int)c->nparts);
+        if (c->rb_fn)
+            c->rb_fn(c, lost ? AL_REBALANCE_LOST : AL_REBALANCE_REVOKED, parts, c->rb_ctx);
+        if (cooperative)
+            error = rd_kafka_incremental_unassign(rk, parts);
+        else
+            aerr = rd_kafka_assign(rk, NULL);
+    }
+    if (error) {
+        consumer_fail(c, "partition assignment failed: %s", rd_kafka_error_string(error));
+        rd_kafka_error_destroy(error);
+    } else if (aerr) {
+        consumer_fail(c, "partition assignment failed: %s", rd_kafka_err2str(aerr));
+    }
+}
+
+static void consumer_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    al_consumer *c = opaque;
+    al_kafka__error_common(rk, err, reason);
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char buf[400];
+        rd_kafka_resp_err_t ferr = rd_kafka_fatal_error(rk, buf, sizeof buf);
+        consumer_fail(c, "fatal consumer error (%s): %s", rd_kafka_err2name(ferr), buf);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Lifecycle
+ * ------------------------------------------------------------------------------------------ */
+
+/* Keys arclight reads itself (auto.offset.reset: start of a new group) or sets itself. */
+static const char *const consumer_skip[] = {"auto.offset.reset", "enable.auto.offset.store",
+                                            "group.id", NULL};
+
+al_consumer *al_consumer_new(const al_kafka_conf *conf, const char *group, al_producer *linked,
+                             char *errstr, size_t errlen)
+{
+    char err[512];
+    al_consumer *c = calloc(1, sizeof *c);
+    if (!c) {
+        al_err(errstr, errlen, "out of memory");
+        return NULL;
+    }
+    if (!group) group = al_kafka_conf_get(conf, "group.id");
+    if (!group || !*group) {
+        al_err(errstr, errlen, "consumer: no consumer group given (group.id)");
+        free(c);
+        return NULL;
+    }
+    const char *reset = al_kafka_conf_get(conf, "auto.offset.reset");
+    if (reset) {
+        if (!strcmp(reset, "latest") || !strcmp(reset, "largest") || !strcmp(reset, "end"))
+            c->start_at_end = 1;
+        else if (strcmp(reset, "earliest") && strcmp(reset, "smallest") &&
+                 strcmp(reset, "beginning") && strcmp(reset, "error")) {
+            al_err(errstr, errlen,
+                   "consumer: auto.offset.reset=%s: want earliest, latest or error (where a "
+                   "group without committed offsets starts; a lost offset always stops)",
+                   reset);
+            free(c);
+            return NULL;
+        }
+    }
+    rd_kafka_conf_t *rc = al_kafka__conf_build(conf, consumer_skip, errstr, errlen);
+    if (!rc) {
+        free(c);
+        return NULL;
+    }
+    if (rd_kafka_conf_set(rc, "group.id", group, err, sizeof err) ||
+        rd_kafka_conf_set(rc, "enable.auto.offset.store", "false", err, sizeof err) ||
+        rd_kafka_conf_set(rc, "auto.offset.reset", "error", err, sizeof err)) {
+        al_err(errstr, errlen, "consumer settings: %s", err);
+        rd_kafka_conf_destroy(rc);
+        free(c);
+        return NULL;
+    }
+    rd_kafka_conf_set_opaque(rc, c);
+    rd_kafka_conf_set_rebalance_cb(rc, consumer_rebalance_cb);
+    rd_kafka_conf_set_error_cb(rc, consumer_error_cb);
+    c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, rc, err, sizeof err);
+    if (!c->rk) {
+        al_err(errstr, errlen, "cannot create Kafka consumer: %s", err);
+        rd_kafka_conf_destroy(rc);
+        free(c);
+        return NULL;
+    }
+    rd_kafka_poll_set_consumer(c->rk);
+    c->linked = linked;
+    return c;
+}
+
+void al_consumer_free(al_consumer *c)
+{
+    if (!c) return;
+    /* Close runs the revoke callback: flush, store, commit. */
+    rd_kafka_resp_err_t err = rd_kafka_consumer_close(c->rk);
+    if (err) al_log_warn("kafka", "consumer close: %s", rd_kafka_err2str(err));
+    while (c->nparts) ps_remove(c, c->parts[0]->topic, c->parts[0]->partition);
+    al_kafka__reason_forget(c->rk);
+    rd_kafka_destroy(c->rk);
+    free(c->parts);
+    free(c);
+}
+
+int al_consumer_subscribe(al_consumer *c, const char *const *topics, size_t n, char *errstr,
+                          size_t errlen)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)n);
+    for (size_t i = 0; i < n; i++)
+        rd_kafka_topic_partition_list_add(l, topics[i], RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t err = rd_kafka_subscribe(c->rk, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    if (err) return al_err(errstr, errlen, "subscribe: %s", rd_kafka_err2str(err));
+    return 0;
+}
+
+void al_consumer_set_rebalance_cb(al_consumer *c, al_rebalance_fn fn, void *ctx)
+{
+    c->rb_fn = fn;
+    c->rb_ctx = ctx;
+}
+
+/* Builds the "offsets were lost" message for a partition whose committed offset is gone. */
+static void consumer_offset_gone(al_consumer *c, const rd_kafka_message_t *m)
+{
+    const char *topic = m->rkt ? rd_kafka_topic_name(m->rkt) : "?";
+    int32_t part = m->partition;
+    int64_t want = m->offset;
+    int64_t lo = -1, hi = -1;
+    if (want < 0 && m->rkt) {
+        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(l, topic, part);
+        if (!rd_kafka_committed(c->rk, l, 5000)) want = l->elems[0].offset;
+        rd_kafka_topic_partition_list_destroy(l);
+    }
+    rd_kafka_resp_err_t e =
+        m->rkt ? rd_kafka_query_watermark_offsets(c->rk, topic, part, &lo, &hi, 5000)
+               : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+    if (!e && want >= 0 && lo > want)
+        consumer_fail(c,
+                      "%s [%d]: committed offset %lld is gone from the broker (earliest is "
+                      "%lld): offsets %lld..%lld were lost before this consumer read them; "
+                      "refusing to skip them (%s)",
+                      topic, (int)part, (long long)want, (long long)lo, (long long)want,
+                      (long long)(lo - 1), rd_kafka_message_errstr(m));
+    else if (!e && want >= 0)
+        consumer_fail(c,
+                      "%s [%d]: offset %lld is not available on the broker (it holds %lld..%lld); "
+                      "refusing to skip (%s)",
+                      topic, (int)part, (long long)want, (long long)lo, (long long)(hi - 1),
+                      rd_kafka_message_errstr(m));
+    else
+        consumer_fail(c, "%s [%d]: committed offset %lld is not available on the broker; "
+                         "refusing to skip (%s)",
+                      topic, (int)part, (long long)want, rd_kafka_message_errstr(m));
+}
+
+int al_consumer_poll(al_consumer *c, int timeout_ms, rd_kafka_message_t **out, char *errstr,
+                     size_t errlen)
+{
+    int64_t deadline = al_mono_us() + (int64_t)timeout_ms * 1000;
+    *out = NULL;
+    for (;;) {
+        if (c->linked) {
+            char ferr[512];
+            rd_kafka_poll(al_producer_handle(c->linked), 0);
+            if (al_producer_fatal(c->linked, ferr, sizeof ferr)) consumer_fail(c, "%s", ferr);
+        }
+        consumer_store_offsets(c);
+        if (c->failed) return al_err(errstr, errlen, "%s", c->fail_reason);
+
+        int64_t left_ms = (deadline - al_mono_us()) / 1000;
+        if (left_ms < 0) left_ms = 0;
+        /* Come back often enough to serve the linked producer's delivery reports. */
+        int wait = (int)(c->linked && left_ms > 20 ? 20 : left_ms);
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, wait);
+        if (m && !m->err) {
+            *out = m;
+            return 1;
+        }
+        if (m) {
+            switch (m->err) {
+            case RD_KAFKA_RESP_ERR__PARTITION_EOF:
+                *out = m;
+                return 1;
+            case RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET:
+            case RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE:
+                consumer_offset_gone(c, m);
+                break;
+            default:
+                if (al_kafka_error_classify(m->err) == AL_KAFKA_ERRCLASS_FATAL) {
+                    consumer_fail(c, "consumer error: %s", rd_kafka_message_errstr(m));
+                } else if (m->err == RD_KAFKA_RESP_ERR__TRANSPORT ||
+                           m->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+                    int64_t now = al_mono_us();
+                    if (now - c->last_down_log_us > 10 * 1000000) {
+                        char msg[768];
+                        al_kafka__unreachable_message(c->rk, rd_kafka_message_errstr(m), msg,
+                                                      sizeof msg);
+                        al_log_warn("kafka", "%s; retrying", msg);
+                        c->last_down_log_us = now;
+                    }
+                } else {
+                    al_log_warn("kafka", "consumer: %s (%s, retrying)", rd_kafka_message_errstr(m),
+                                rd_kafka_err2name(m->err));
+                }
+            }
+            rd_kafka_message_destroy(m);
+            if (!c->failed && al_mono_us() >= deadline) return 0;
+            continue;
+        }
+        if (al_mono_us() >= deadline) return 0;
+    }
+}
+
+int al_consumer_commit(al_consumer *c, char *errstr, size_t errlen)
+{
+    consumer_store_offsets(c);
+    rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, NULL, 0);
+    if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+        return al_err(errstr, errlen, "commit: %s", rd_kafka_err2str(err));
+    return 0;
+}
+
+int al_consumer_check(al_consumer *c, int timeout_ms, char *errstr, size_t errlen)
+{
+    return al_kafka_check_reachable(c->rk, timeout_ms, errstr, errlen);
+}
+
+rd_kafka_t *al_consumer_handle(al_consumer *c)
+{
+    return c->rk;
+}
