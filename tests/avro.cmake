@@ -1,0 +1,16 @@
+# lib/avro: the schemas are compiled into arclight_avro (generated C file), and the
+# codec tests.
+file(GLOB AL_SCHEMA_FILES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/schemas/*.avsc
+     ${PROJECT_SOURCE_DIR}/schemas/history/*.avsc)
+set(AL_SCHEMAS_C ${PROJECT_BINARY_DIR}/generated/al_schemas_embedded.c)
+add_custom_command(
+  OUTPUT ${AL_SCHEMAS_C}
+  COMMAND ${CMAKE_COMMAND} -E make_directory ${PROJECT_BINARY_DIR}/generated
+  COMMAND ${CMAKE_COMMAND} -DSCHEMA_DIR=${PROJECT_SOURCE_DIR}/schemas -DOUT=${AL_SCHEMAS_C}
+          -P ${PROJECT_SOURCE_DIR}/lib/avro/embed_schemas.cmake
+  DEPENDS ${AL_SCHEMA_FILES} ${PROJECT_SOURCE_DIR}/lib/avro/embed_schemas.cmake
+  COMMENT "Embedding schemas/*.avsc")
+target_sources(arclight_avro PRIVATE ${AL_SCHEMAS_C})
+
+arclight_test(t0100_avro_schema SOURCES tests/t0100_avro_schema.c
+  LIBS arclight_avro PkgConfig::JANSSON TIMEOUT 60)
