@@ -1,0 +1,298 @@
+/*
+ * layers.c: the decoder's layers on the CPU. GEMMs go through al_gemm (OpenBLAS threads
+ * them); the element-wise and row-wise loops use OpenMP across rows when they are large
+ * enough to pay for the threads.
+ */
+#include "model/layers.h"
+
+#include "model/gemm.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Below this many floats a loop stays on one thread. */
+#define PAR_MIN 16384
+
+void al_embedding_forward(float *out, const int32_t *tokens, const float *wte, int T, int C)
+{
+#pragma omp parallel for schedule(static) if ((size_t)T * C > PAR_MIN)
+    for (int t = 0; t < T; t++)
+        memcpy(out + (size_t)t * C, wte + (size_t)tokens[t] * C, sizeof(float) * (size_t)C);
+}
+
+void al_embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int T, int C)
+{
+    /* Tokens repeat, so rows are summed in token order on one thread per column block;
+     * this keeps the result independent of the thread count. */
+#pragma omp parallel for schedule(static) if ((size_t)T * C > PAR_MIN)
+    for (int c0 = 0; c0 < C; c0 += 64) {
+        int c1 = c0 + 64 < C ? c0 + 64 : C;
+        for (int t = 0; t < T; t++) {
+            float *d = dwte + (size_t)tokens[t] * C;
+            const float *g = dout + (size_t)t * C;
+            for (int c = c0; c < c1; c++) d[c] += g[c];
+        }
+    }
+}
+
+void al_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C,
+                        float eps)
+{
+#pragma omp parallel for schedule(static) if ((size_t)N * C > PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        const float *xi = x + (size_t)i * C;
+        float *oi = out + (size_t)i * C;
+        double ss = 0.0;
+        for (int c = 0; c < C; c++) ss += (double)xi[c] * xi[c];
+        float r = 1.0f / sqrtf((float)(ss / C) + eps);
+        rstd[i] = r;
+        for (int c = 0; c < C; c++) oi[c] = w[c] * (xi[c] * r);
+    }
+}
+
+void al_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *w,
+                         const float *rstd, int N, int C)
+{
+    /* y = w * xhat, xhat = x r, r = (mean(x^2) + eps)^-1/2:
+     * dx = r (w dy - xhat mean(w dy xhat)), dw = sum over rows of dy xhat. */
+#pragma omp parallel for schedule(static) if ((size_t)N * C > PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        const float *xi = x + (size_t)i * C, *gi = dout + (size_t)i * C;
+        float *dxi = dx + (size_t)i * C;
+        float r = rstd[i];
+        double dot = 0.0;
+        for (int c = 0; c < C; c++) dot += (double)w[c] * gi[c] * (xi[c] * r);
+        float m = (float)(dot / C);
+        for (int c = 0; c < C; c++) dxi[c] += r * (w[c] * gi[c] - xi[c] * r * m);
+    }
+#pragma omp parallel for schedule(static) if ((size_t)N * C > PAR_MIN)
+    for (int c0 = 0; c0 < C; c0 += 16) {
+        int c1 = c0 + 16 < C ? c0 + 16 : C;
+        double acc[16] = {0};
+        for (int i = 0; i < N; i++) {
+            const float *xi = x + (size_t)i * C, *gi = dout + (size_t)i * C;
+            float r = rstd[i];
+            for (int c = c0; c < c1; c++) acc[c - c0] += (double)gi[c] * (xi[c] * r);
+        }
+        for (int c = c0; c < c1; c++) dw[c] += (float)acc[c - c0];
+    }
+}
+
+void al_linear_forward(float *out, const float *x, const float *w, const float *b, int T, int IC,
+                       int OC)
+{
+    al_gemm(0, 1, T, OC, IC, 1.0f, x, IC, w, IC, 0.0f, out, OC);
+    if (!b) return;
+#pragma omp parallel for schedule(static) if ((size_t)T * OC > PAR_MIN)
+    for (int t = 0; t < T; t++) {
+        float *o = out + (size_t)t * OC;
+        for (int j = 0; j < OC; j++) o[j] += b[j];
+    }
+}
+
+void al_linear_backward(float *dx, float *dw, float *db, const float *dout, const float *x,
+                        const float *w, int T, int IC, int OC)
+{
+    if (dx) al_gemm(0, 0, T, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dx, IC);
+    al_gemm(1, 0, OC, IC, T, 1.0f, dout, OC, x, IC, 1.0f, dw, IC);
+    if (!db) return;
+#pragma omp parallel for schedule(static) if ((size_t)T * OC > PAR_MIN)
+    for (int j0 = 0; j0 < OC; j0 += 64) {
+        int j1 = j0 + 64 < OC ? j0 + 64 : OC;
+        float acc[64] = {0};
+        for (int t = 0; t < T; t++) {
+            const float *g = dout + (size_t)t * OC;
+            for (int j = j0; j < j1; j++) acc[j - j0] += g[j];
+        }
+        for (int j = j0; j < j1; j++) db[j] += acc[j - j0];
+    }
+}
+
+void al_rope_tables(float *cos_t, float *sin_t, const int32_t *positions, int T, int HD,
+                    double theta)
+{
+    int half = HD / 2;
+    float inv[half > 0 ? half : 1];
+    for (int i = 0; i < half; i++)
+        inv[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)HD);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            float f = (float)positions[t] * inv[i];
+            cos_t[(size_t)t * half + i] = cosf(f);
+            sin_t[(size_t)t * half + i] = sinf(f);
+        }
+}
+
+static void rope_apply(float *x, const float *cos_t, const float *sin_t, int T, int H, int HD,
+                       float sign)
+{
+    int half = HD / 2;
+#pragma omp parallel for schedule(static) if ((size_t)T * H * HD > PAR_MIN)
+    for (int t = 0; t < T; t++) {
+        const float *c = cos_t + (size_t)t * half, *s = sin_t + (size_t)t * half;
+        for (int h = 0; h < H; h++) {
+            float *v = x + ((size_t)t * H + h) * HD;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half], si = sign * s[i];
+                v[i] = a * c[i] - b * si;
+                v[i + half] = b * c[i] + a * si;
+            }
+        }
+    }
+}
+
+void al_rope_forward(float *x, const float *cos_t, const float *sin_t, int T, int H, int HD)
+{
+    rope_apply(x, cos_t, sin_t, T, H, HD, 1.0f);
+}
+
+void al_rope_backward(float *dx, const float *cos_t, const float *sin_t, int T, int H, int HD)
+{
+    /* The rotation is orthogonal: its transpose is the rotation by the opposite angle. */
+    rope_apply(dx, cos_t, sin_t, T, H, HD, -1.0f);
+}
+
+size_t al_attention_probs_size(const int32_t *cu_seqlens, int nseq, int NH)
+{
+    size_t n = 0;
+    for (int s = 0; s < nseq; s++) {
+        size_t ts = (size_t)(cu_seqlens[s + 1] - cu_seqlens[s]);
+        n += (size_t)NH * ts * ts;
+    }
+    return n;
+}
+
+/* Row-wise causal softmax of NH*Ts rows of Ts scores in place: entries right of the
+ * diagonal become exactly 0. */
+static void causal_softmax(float *p, int NH, int ts)
+{
+#pragma omp parallel for schedule(static) if ((size_t)NH * ts * ts > PAR_MIN)
+    for (int r = 0; r < NH * ts; r++) {
+        int i = r % ts;
+        float *row = p + (size_t)r * ts;
+        float mx = row[0];
+        for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+        float sum = 0.0f;
+        for (int j = 0; j <= i; j++) {
+            row[j] = expf(row[j] - mx);
+            sum += row[j];
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j <= i; j++) row[j] *= inv;
+        for (int j = i + 1; j < ts; j++) row[j] = 0.0f;
+    }
+}
+
+void al_attention_forward(float *out, float *probs, const float *q, const float *k,
+                          const float *v, const int32_t *cu_seqlens, int nseq, int NH, int NKV,
+                          int HD)
+{
+    int rep = NH / NKV, qw = NH * HD, kw = NKV * HD;
+    float scale = 1.0f / sqrtf((float)HD);
+    float *p = probs;
+    for (int s = 0; s < nseq; s++) {
+        int t0 = cu_seqlens[s], ts = cu_seqlens[s + 1] - t0;
+        if (ts <= 0) continue;
+        for (int h = 0; h < NH; h++)
+            al_gemm(0, 1, ts, ts, HD, scale, q + (size_t)t0 * qw + (size_t)h * HD, qw,
+                    k + (size_t)t0 * kw + (size_t)(h / rep) * HD, kw, 0.0f,
+                    p + (size_t)h * ts * ts, ts);
+        causal_softmax(p, NH, ts);
+        for (int h = 0; h < NH; h++)
+            al_gemm(0, 0, ts, HD, ts, 1.0f, p + (size_t)h * ts * ts, ts,
+                    v + (size_t)t0 * kw + (size_t)(h / rep) * HD, kw, 0.0f,
+                    out + (size_t)t0 * qw + (size_t)h * HD, qw);
+        p += (size_t)NH * ts * ts;
+    }
+}
+
+void al_attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                           const float *probs, const float *q, const float *k, const float *v,
+                           const int32_t *cu_seqlens, int nseq, int NH, int NKV, int HD)
+{
+    int rep = NH / NKV, qw = NH * HD, kw = NKV * HD;
+    float scale = 1.0f / sqrtf((float)HD);
+    int T = cu_seqlens[nseq];
+    memset(dk, 0, sizeof(float) * (size_t)T * kw);
+    memset(dv, 0, sizeof(float) * (size_t)T * kw);
+    const float *p = probs;
+    for (int s = 0; s < nseq; s++) {
+        int t0 = cu_seqlens[s], ts = cu_seqlens[s + 1] - t0;
+        if (ts <= 0) continue;
+        for (int h = 0; h < NH; h++) {
+            const float *doh = dout + (size_t)t0 * qw + (size_t)h * HD;
+            size_t kvo = (size_t)t0 * kw + (size_t)(h / rep) * HD;
+            /* dP = dO V^T; dV += P^T dO */
+            al_gemm(0, 1, ts, ts, HD, 1.0f, doh, qw, v + kvo, kw, 0.0f, scratch + (size_t)h * ts * ts,
+                    ts);
+            al_gemm(1, 0, ts, HD, ts, 1.0f, p + (size_t)h * ts * ts, ts, doh, qw, 1.0f, dv + kvo, kw);
+        }
+        /* dS = P (dP - rowsum(P dP)) * scale, in place over dP; masked entries have P = 0. */
+#pragma omp parallel for schedule(static) if ((size_t)NH * ts * ts > PAR_MIN)
+        for (int r = 0; r < NH * ts; r++) {
+            int i = r % ts;
+            const float *pr = p + (size_t)r * ts;
+            float *dr = scratch + (size_t)r * ts;
+            float dot = 0.0f;
+            for (int j = 0; j <= i; j++) dot += pr[j] * dr[j];
+            for (int j = 0; j <= i; j++) dr[j] = pr[j] * (dr[j] - dot) * scale;
+            for (int j = i + 1; j < ts; j++) dr[j] = 0.0f;
+        }
+        for (int h = 0; h < NH; h++) {
+            const float *ds = scratch + (size_t)h * ts * ts;
+            size_t qo = (size_t)t0 * qw + (size_t)h * HD;
+            size_t kvo = (size_t)t0 * kw + (size_t)(h / rep) * HD;
+            /* dQ = dS K; dK += dS^T Q */
+            al_gemm(0, 0, ts, HD, ts, 1.0f, ds, ts, k + kvo, kw, 0.0f, dq + qo, qw);
+            al_gemm(1, 0, ts, HD, ts, 1.0f, ds, ts, q + qo, qw, 1.0f, dk + kvo, kw);
+        }
+        p += (size_t)NH * ts * ts;
+    }
+}
+
+void al_swiglu_forward(float *h, const float *gate, const float *up, size_t N)
+{
+#pragma omp parallel for schedule(static) if (N > PAR_MIN)
+    for (size_t i = 0; i < N; i++) {
+        float g = gate[i];
+        h[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void al_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
+                        const float *up, size_t N)
+{
+#pragma omp parallel for schedule(static) if (N > PAR_MIN)
+    for (size_t i = 0; i < N; i++) {
+        float g = gate[i], sg = 1.0f / (1.0f + expf(-g));
+        float silu = g * sg;
+        dup[i] = dh[i] * silu;
+        dgate[i] = dh[i] * up[i] * sg * (1.0f + g * (1.0f - sg));
+    }
+}
+
+void al_residual_forward(float *out, const float *a, const float *b, size_t N)
+{
+#pragma omp parallel for schedule(static) if (N > PAR_MIN)
+    for (size_t i = 0; i < N; i++) out[i] = a[i] + b[i];
+}
+
+void al_residual_backward(float *da, float *db, const float *dout, size_t N)
+{
+#pragma omp parallel for schedule(static) if (N > PAR_MIN)
+    for (size_t i = 0; i < N; i++) {
+        if (da) da[i] += dout[i];
+        if (db) db[i] += dout[i];
+    }
+}
+
+void al_lm_head_forward(float *logits, const float *x, const float *w, int T, int C, int V)
+{
+    al_linear_forward(logits, x, w, NULL, T, C, V);
+}
+
+void al_lm_head_backward(float *dx, float *dw, const float *dlogits, const float *x,
+                         const float *w, int T, int C, int V)
+{
+    al_linear_backward(dx, dw, NULL, dlogits, x, w, T, C, V);
+}

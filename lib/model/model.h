@@ -1,0 +1,110 @@
+/*
+ * model.h: a decoder of the Qwen2 / Qwen3 / Llama family on the CPU, llm.c style.
+ *
+ * Parameters are one float allocation with every tensor pointing into it; gradients are a
+ * second allocation with the same layout (grad[i] belongs to param[i]), so an optimizer
+ * works on two flat arrays of al_model_num_params() floats and keeps its own state (one
+ * allocation of the same length per moment). Per-layer tensors are stored stacked over
+ * layers, (L, ...), as llm.c does; al_model_tensors() maps every Hugging Face tensor name
+ * to its (offset, shape) in the flat arrays, which is what safetensors load/save, weight
+ * decay masks and checkpoints use.
+ *
+ * A forward pass runs one packed micro-batch: `nseq` sequences concatenated into T tokens,
+ * cu_seqlens[0..nseq] their boundaries (cu_seqlens[0] = 0, cu_seqlens[nseq] = T),
+ * positions restarting at 0 in each sequence (any non-negative values are accepted: they
+ * only feed RoPE). Attention is causal and never crosses a sequence boundary. Activations
+ * are kept for al_model_backward, which must follow the forward it belongs to; buffers
+ * grow to the largest T seen and stay.
+ *
+ * Not thread-safe: one model per thread (it uses OpenMP and BLAS threads inside).
+ */
+#ifndef ARCLIGHT_MODEL_MODEL_H
+#define ARCLIGHT_MODEL_MODEL_H
+
+#include "model/config.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The parameters, each a pointer into one allocation. Shapes in Hugging Face's layout:
+ * a Linear weight is (out, in). C hidden, V vocab, I intermediate, L layers, NH heads,
+ * NKV kv heads, HD head dim. Absent tensors (no bias, no qk norm, tied head) are NULL. */
+typedef struct al_model_weights {
+    float *embed;    /* (V, C)          model.embed_tokens.weight */
+    float *ln1;      /* (L, C)          model.layers.N.input_layernorm.weight */
+    float *wq;       /* (L, NH*HD, C)   ...self_attn.q_proj.weight */
+    float *bq;       /* (L, NH*HD)      ...self_attn.q_proj.bias      (qkv_bias) */
+    float *wk;       /* (L, NKV*HD, C)  ...self_attn.k_proj.weight */
+    float *bk;       /* (L, NKV*HD)     ...self_attn.k_proj.bias      (qkv_bias) */
+    float *wv;       /* (L, NKV*HD, C)  ...self_attn.v_proj.weight */
+    float *bv;       /* (L, NKV*HD)     ...self_attn.v_proj.bias      (qkv_bias) */
+    float *wo;       /* (L, C, NH*HD)   ...self_attn.o_proj.weight */
+    float *bo;       /* (L, C)          ...self_attn.o_proj.bias      (o_bias) */
+    float *q_norm;   /* (L, HD)         ...self_attn.q_norm.weight    (qk_norm) */
+    float *k_norm;   /* (L, HD)         ...self_attn.k_norm.weight    (qk_norm) */
+    float *ln2;      /* (L, C)          ...post_attention_layernorm.weight */
+    float *w_gate;   /* (L, I, C)       ...mlp.gate_proj.weight */
+    float *w_up;     /* (L, I, C)       ...mlp.up_proj.weight */
+    float *w_down;   /* (L, C, I)       ...mlp.down_proj.weight */
+    float *ln_f;     /* (C)             model.norm.weight */
+    float *lm_head;  /* (V, C)          lm_head.weight; == embed when tied */
+} al_model_weights;
+
+/* One Hugging Face tensor inside the flat parameter (and gradient) array. */
+typedef struct al_model_tensor {
+    char name[96];     /* e.g. "model.layers.3.self_attn.q_proj.weight" */
+    size_t offset;     /* in floats from al_model_params(m) */
+    size_t numel;
+    int ndim;          /* 1 or 2 */
+    int64_t shape[2];
+} al_model_tensor;
+
+typedef struct al_model al_model;
+
+/* A model of shape `cfg` (copied) with zeroed parameters and gradients. NULL with errstr
+ * on an invalid config or when out of memory. Free with al_model_free. */
+al_model *al_model_new(const al_model_config *cfg, char *errstr, size_t errlen);
+void al_model_free(al_model *m);
+
+const al_model_config *al_model_config_of(const al_model *m);
+
+/* Deterministic initialization from `seed` (the same on every machine and thread count):
+ * Linear weights and embeddings N(0, 0.02) as Hugging Face's initializer_range, biases 0,
+ * norm weights 1. */
+void al_model_init_random(al_model *m, uint64_t seed);
+
+/* The flat arrays (al_model_num_params() floats each), owned by the model. */
+size_t al_model_num_params(const al_model *m);
+float *al_model_params(al_model *m);
+float *al_model_grads(al_model *m);
+/* Typed views into them (pointers into the arrays above). */
+const al_model_weights *al_model_param_tensors(const al_model *m);
+const al_model_weights *al_model_grad_tensors(const al_model *m);
+
+/* The tensor table, in Hugging Face's order (embed, layers 0..L-1, norm, lm_head if untied). */
+size_t al_model_num_tensors(const al_model *m);
+const al_model_tensor *al_model_tensors(const al_model *m);
+/* By name, or NULL. */
+const al_model_tensor *al_model_tensor_find(const al_model *m, const char *name);
+
+/* Forward pass of a packed micro-batch (see the top of this file); writes logits (T, V),
+ * row t being the prediction for the token after tokens[t]. Returns 0, or -1 with the
+ * reason in al_model_error(m) (token id out of range, bad cu_seqlens, out of memory). */
+int al_model_forward(al_model *m, const int32_t *tokens, const int32_t *positions,
+                     const int32_t *cu_seqlens, int nseq, int T, float *logits);
+
+/* Backward pass of the last forward: dlogits (T, V) is dLoss/dlogits. Gradients are
+ * ACCUMULATED into al_model_grads (call al_model_zero_grad between steps), so several
+ * micro-batches of one step add up. dlogits is only read. 0, or -1 when there was no
+ * forward to go back through. */
+int al_model_backward(al_model *m, const float *dlogits);
+
+void al_model_zero_grad(al_model *m);
+
+/* The last error message ("" if none). */
+const char *al_model_error(const al_model *m);
+
+/* Bytes of activation memory currently held (grows with the largest T seen). */
+size_t al_model_activation_bytes(const al_model *m);
+
+#endif
