@@ -1,0 +1,463 @@
+/*
+ * arclight replay: publishes a recording (an Avro container of ai.arclight.Recording
+ * records, from `arclight record`) back into a cluster: keys, values and headers as they
+ * were; each message into its recorded partition when the target topic has that many
+ * partitions, else partitioned by key; at the recorded pace, at N messages/s, or as fast as
+ * the broker takes them. Exit status 1 when any message was not acknowledged.
+ */
+#include "core/cli.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "http/server.h"
+#include "kafka/kafka.h"
+
+#include <avro.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t replay_stop;
+
+static void replay_on_signal(int sig)
+{
+    replay_stop = 1;
+}
+
+static const char replay_usage[] =
+    "usage: arclight replay FILE [--topic-map OLD=NEW ...] [--rate recorded|N|max]\n"
+    "                       [--timestamps original|now]\n"
+    "\n"
+    "Publishes a recording made by 'arclight record' back into a cluster. Keys, values and\n"
+    "headers are kept; a message goes to its recorded partition when the target topic has\n"
+    "that many partitions, else it is partitioned by key.\n"
+    "\n"
+    "  --topic-map OLD=NEW  publish OLD's messages to NEW (repeatable; others keep their topic)\n"
+    "  --rate R             recorded: the recorded gaps between timestamps; N: N messages\n"
+    "                       per second; max: as fast as the broker takes them (default)\n"
+    "  --timestamps T       original: keep the recorded timestamps (default); now: let the\n"
+    "                       producer stamp them (mind retention.ms on old recordings)\n" AL_CLI_COMMON_HELP;
+
+typedef struct topic_map {
+    const char *from, *to;
+} topic_map;
+
+typedef struct target {
+    char *topic;
+    int partitions; /* 0: unknown (the topic does not exist yet) */
+    int warned;
+} target;
+
+typedef struct replay_state {
+    al_producer *producer;
+    target *targets;
+    size_t ntargets;
+    long long sent, acked, failed, produce_errors, total;
+    int tty;
+    al_counter *m_acked, *m_failed;
+} replay_state;
+
+static void on_delivery(const al_delivery *d, void *ctx)
+{
+    replay_state *s = ctx;
+    if (d->err) {
+        s->failed++;
+        al_counter_inc(s->m_failed);
+        if (s->failed <= 5)
+            al_log_error("replay", "delivery to %s failed: %s", d->topic ? d->topic : "?",
+                         d->reason && *d->reason ? d->reason : rd_kafka_err2str(d->err));
+    } else {
+        s->acked++;
+        al_counter_inc(s->m_acked);
+    }
+}
+
+/* The target topic's partition count, looked up once. NULL only when out of memory. */
+static target *target_get(replay_state *s, const char *topic)
+{
+    for (size_t i = 0; i < s->ntargets; i++)
+        if (strcmp(s->targets[i].topic, topic) == 0) return &s->targets[i];
+    target *nt = realloc(s->targets, (s->ntargets + 1) * sizeof *nt);
+    if (!nt) return NULL;
+    s->targets = nt;
+    target *t = &s->targets[s->ntargets];
+    memset(t, 0, sizeof *t);
+    t->topic = strdup(topic);
+    if (!t->topic) return NULL;
+    s->ntargets++;
+    rd_kafka_t *rk = al_producer_handle(s->producer);
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    if (rkt && rd_kafka_metadata(rk, 0, rkt, &md, 10000) == 0) {
+        if (md->topic_cnt == 1 && !md->topics[0].err) t->partitions = md->topics[0].partition_cnt;
+        rd_kafka_metadata_destroy(md);
+    }
+    if (rkt) rd_kafka_topic_destroy(rkt);
+    if (t->partitions == 0)
+        al_log_warn("replay", "topic '%s' does not exist (yet): its messages are partitioned by "
+                              "key", topic);
+    return t;
+}
+
+static void progress(replay_state *s, int final)
+{
+    if (s->tty) {
+        int width = 30, filled = 0;
+        double frac = s->total > 0 ? (double)s->acked / (double)s->total : 0;
+        if (frac > 1) frac = 1;
+        filled = (int)(frac * width);
+        char bar[64];
+        for (int i = 0; i < width; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
+        bar[width] = '\0';
+        fprintf(stderr, "\r[%s] %lld/%lld acked, %lld failed %3.0f%%%s", bar, s->acked, s->total,
+                s->failed, frac * 100, final ? "\n" : "");
+    } else {
+        al_log_info("replay", "%lld sent, %lld acked, %lld failed", s->sent, s->acked, s->failed);
+    }
+}
+
+/* Reads the fields of one Recording value; 0, or -1 with errstr naming the field. The
+ * pointers point into v. */
+typedef struct recorded {
+    const char *topic;
+    int32_t partition;
+    int64_t offset, timestamp;
+    const void *key, *value;
+    size_t key_len, value_len;
+} recorded;
+
+static int get_nullable_bytes(avro_value_t *u, const void **p, size_t *n)
+{
+    int disc;
+    avro_value_t b;
+    if (avro_value_get_discriminant(u, &disc) || avro_value_get_current_branch(u, &b)) return -1;
+    if (avro_value_get_type(&b) == AVRO_NULL) {
+        *p = NULL;
+        *n = 0;
+        return 0;
+    }
+    if (avro_value_get_type(&b) != AVRO_BYTES) return -1;
+    return avro_value_get_bytes(&b, p, n);
+}
+
+static int read_recorded(avro_value_t *v, recorded *r, char *errstr, size_t errlen)
+{
+    avro_value_t f;
+    size_t sl;
+    if (avro_value_get_by_name(v, "topic", &f, NULL) ||
+        avro_value_get_string(&f, &r->topic, &sl))
+        return al_err(errstr, errlen, "record has no string field 'topic'");
+    if (avro_value_get_by_name(v, "partition", &f, NULL) ||
+        avro_value_get_int(&f, &r->partition))
+        return al_err(errstr, errlen, "record has no int field 'partition'");
+    if (avro_value_get_by_name(v, "offset", &f, NULL) || avro_value_get_long(&f, &r->offset))
+        return al_err(errstr, errlen, "record has no long field 'offset'");
+    if (avro_value_get_by_name(v, "timestamp", &f, NULL) ||
+        avro_value_get_long(&f, &r->timestamp))
+        return al_err(errstr, errlen, "record has no long field 'timestamp'");
+    if (avro_value_get_by_name(v, "key", &f, NULL) ||
+        get_nullable_bytes(&f, &r->key, &r->key_len))
+        return al_err(errstr, errlen, "record has no nullable bytes field 'key'");
+    if (avro_value_get_by_name(v, "value", &f, NULL) ||
+        get_nullable_bytes(&f, &r->value, &r->value_len))
+        return al_err(errstr, errlen, "record has no nullable bytes field 'value'");
+    return 0;
+}
+
+/* The record's headers as librdkafka headers (the caller destroys them); NULL for none. */
+static rd_kafka_headers_t *read_headers(avro_value_t *v)
+{
+    avro_value_t arr, h, f;
+    size_t n = 0;
+    if (avro_value_get_by_name(v, "headers", &arr, NULL) || avro_value_get_size(&arr, &n) || !n)
+        return NULL;
+    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(n);
+    for (size_t i = 0; i < n; i++) {
+        const char *name;
+        size_t nl;
+        const void *val = NULL;
+        size_t vl = 0;
+        if (avro_value_get_by_index(&arr, i, &h, NULL)) continue;
+        if (avro_value_get_by_name(&h, "name", &f, NULL) || avro_value_get_string(&f, &name, &nl))
+            continue;
+        if (!avro_value_get_by_name(&h, "value", &f, NULL)) get_nullable_bytes(&f, &val, &vl);
+        rd_kafka_header_add(hdrs, name, -1, val, val ? (ssize_t)vl : 0);
+    }
+    return hdrs;
+}
+
+/* Opens the recording and checks it holds ai.arclight.Recording records. 0, or -1. */
+static int open_recording(const char *path, avro_file_reader_t *rd, avro_value_iface_t **iface,
+                          avro_value_t *v, char *errstr, size_t errlen)
+{
+    if (access(path, R_OK) != 0)
+        return al_err(errstr, errlen, "cannot open %s: %s", path, strerror(errno));
+    if (avro_file_reader(path, rd) != 0)
+        return al_err(errstr, errlen, "%s is not an Avro container file: %s", path,
+                      avro_strerror());
+    avro_schema_t ws = avro_file_reader_get_writer_schema(*rd);
+    const char *name = ws && is_avro_record(ws) ? avro_schema_name(ws) : NULL;
+    if (!name || strcmp(name, "Recording") != 0) {
+        avro_file_reader_close(*rd);
+        return al_err(errstr, errlen, "%s holds %s records, not arclight recordings "
+                                      "(ai.arclight.Recording)", path, name ? name : "non-record");
+    }
+    *iface = avro_generic_class_from_schema(ws);
+    if (!*iface || avro_generic_value_new(*iface, v) != 0) {
+        if (*iface) avro_value_iface_decref(*iface);
+        avro_file_reader_close(*rd);
+        return al_err(errstr, errlen, "cannot read %s: %s", path, avro_strerror());
+    }
+    return 0;
+}
+
+static void close_recording(avro_file_reader_t rd, avro_value_iface_t *iface, avro_value_t *v)
+{
+    avro_value_decref(v);
+    avro_value_iface_decref(iface);
+    avro_file_reader_close(rd);
+}
+
+/* Sleeps until the monotonic time `until_us`, serving delivery reports meanwhile. */
+static void wait_until(al_producer *p, int64_t until_us)
+{
+    for (;;) {
+        int64_t left = until_us - al_mono_us();
+        if (left <= 0 || replay_stop) return;
+        al_producer_poll(p, (int)(left > 100000 ? 100 : (left + 999) / 1000));
+    }
+}
+
+int cmd_replay(int argc, char **argv)
+{
+    enum { OPT_TOPIC_MAP = AL_CLI_OPT_USER, OPT_RATE, OPT_TIMESTAMPS, OPT_HELP };
+    static const struct option opts[] = {
+        {"topic-map", required_argument, 0, OPT_TOPIC_MAP},
+        {"rate", required_argument, 0, OPT_RATE},
+        {"timestamps", required_argument, 0, OPT_TIMESTAMPS},
+        {"help", no_argument, 0, OPT_HELP},
+        AL_CLI_COMMON_OPTIONS,
+        {0, 0, 0, 0},
+    };
+    al_cli_common common;
+    topic_map maps[64];
+    size_t nmaps = 0;
+    double rate = 0;       /* messages/s; 0: max */
+    int rate_recorded = 0; /* the recorded gaps */
+    int keep_timestamps = 1;
+    int opt;
+    char *end;
+
+    al_cli_common_init(&common);
+    optind = 1;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_TOPIC_MAP: {
+            const char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg || !eq[1] || strchr(eq + 1, '='))
+                return al_cli_usage_error("replay", "--topic-map wants OLD=NEW, got '%s'", optarg);
+            if (nmaps == sizeof maps / sizeof maps[0])
+                return al_cli_usage_error("replay", "too many --topic-map flags (at most 64)");
+            /* split in place: argv strings are ours to edit */
+            ((char *)eq)[0] = '\0';
+            maps[nmaps].from = optarg;
+            maps[nmaps].to = eq + 1;
+            nmaps++;
+            break;
+        }
+        case OPT_RATE:
+            if (strcmp(optarg, "recorded") == 0) {
+                rate_recorded = 1;
+                rate = 0;
+            } else if (strcmp(optarg, "max") == 0) {
+                rate_recorded = 0;
+                rate = 0;
+            } else {
+                rate = strtod(optarg, &end);
+                if (*end || end == optarg || !(rate > 0) || rate > 1e9)
+                    return al_cli_usage_error("replay", "--rate wants recorded, max or a number "
+                                              "of messages per second, got '%s'", optarg);
+                rate_recorded = 0;
+            }
+            break;
+        case OPT_TIMESTAMPS:
+            if (strcmp(optarg, "original") == 0)
+                keep_timestamps = 1;
+            else if (strcmp(optarg, "now") == 0)
+                keep_timestamps = 0;
+            else
+                return al_cli_usage_error("replay", "--timestamps wants original or now, got "
+                                          "'%s'", optarg);
+            break;
+        case 'h':
+        case OPT_HELP:
+            fputs(replay_usage, stdout);
+            return AL_EXIT_OK;
+        case ':':
+            return al_cli_usage_error("replay", "%s needs a value", argv[optind - 1]);
+        case '?':
+            return al_cli_usage_error("replay", "unknown option '%s'", argv[optind - 1]);
+        default: {
+            int r = al_cli_common_option(&common, opt, optarg);
+            if (r < 0) return AL_EXIT_USAGE;
+            if (r == 0)
+                return al_cli_usage_error("replay", "unknown option '%s'", argv[optind - 1]);
+        }
+        }
+    }
+    if (optind >= argc) return al_cli_usage_error("replay", "name the recording FILE");
+    if (argc - optind > 1)
+        return al_cli_usage_error("replay", "one FILE at a time (got '%s' too)", argv[optind + 1]);
+    const char *path = argv[optind];
+
+    char err[1024];
+    avro_file_reader_t rd;
+    avro_value_iface_t *iface;
+    avro_value_t v;
+    replay_state s = {.tty = isatty(STDERR_FILENO)};
+    if (open_recording(path, &rd, &iface, &v, err, sizeof err) != 0) {
+        al_log_error("replay", "%s", err);
+        return AL_EXIT_FAILURE;
+    }
+    if (s.tty) {
+        /* A first pass for the progress bar's total; a terminal user waits for it anyway. */
+        while (avro_file_reader_read_value(rd, &v) == 0) s.total++;
+        close_recording(rd, iface, &v);
+        if (open_recording(path, &rd, &iface, &v, err, sizeof err) != 0) {
+            al_log_error("replay", "%s", err);
+            return AL_EXIT_FAILURE;
+        }
+    }
+
+    int rc = AL_EXIT_OK;
+    al_http_server *srv = NULL;
+    al_metrics *metrics = al_metrics_new();
+    s.m_acked = al_metrics_counter(metrics, "arclight_replay_messages_total",
+                                   "Replayed messages by delivery result.", "result", "acked",
+                                   NULL);
+    s.m_failed = al_metrics_counter(metrics, "arclight_replay_messages_total",
+                                    "Replayed messages by delivery result.", "result", "failed",
+                                    NULL);
+    al_kafka_conf *kc = al_kafka_conf_from_cli(&common, err, sizeof err);
+    if (!kc) {
+        al_log_error("replay", "%s", err);
+        rc = AL_EXIT_FAILURE;
+        goto out;
+    }
+    if (common.metrics &&
+        !(srv = al_http_server_start(common.metrics, metrics, NULL, NULL, err, sizeof err))) {
+        al_log_error("replay", "%s", err);
+        rc = AL_EXIT_FAILURE;
+        goto out;
+    }
+    s.producer = al_producer_new(kc, err, sizeof err);
+    if (!s.producer || al_producer_check(s.producer, 10000, err, sizeof err) != 0) {
+        al_log_error("replay", "%s", err);
+        rc = AL_EXIT_FAILURE;
+        goto out;
+    }
+    al_producer_set_delivery_cb(s.producer, on_delivery, &s);
+
+    struct sigaction sa = {.sa_handler = replay_on_signal}, old_int, old_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+
+    int64_t t0 = al_mono_us(), ts0 = -1, last_progress = t0;
+    long long index = 0;
+    int rerr = 0;
+    while (!replay_stop && (rerr = avro_file_reader_read_value(rd, &v)) == 0) {
+        recorded r;
+        if (read_recorded(&v, &r, err, sizeof err) != 0) {
+            al_log_error("replay", "%s: record %lld: %s", path, index, err);
+            rc = AL_EXIT_FAILURE;
+            break;
+        }
+        const char *topic = r.topic;
+        for (size_t i = 0; i < nmaps; i++)
+            if (strcmp(maps[i].from, topic) == 0) topic = maps[i].to;
+        target *t = target_get(&s, topic);
+        if (!t) {
+            al_log_error("replay", "out of memory");
+            rc = AL_EXIT_FAILURE;
+            break;
+        }
+        int32_t partition = AL_KAFKA_PARTITION_ANY;
+        if (r.partition >= 0 && r.partition < t->partitions) {
+            partition = r.partition;
+        } else if (t->partitions > 0 && !t->warned) {
+            al_log_warn("replay", "topic '%s' has %d partitions, the recording names partition "
+                        "%d: such messages are partitioned by key", topic, t->partitions,
+                        (int)r.partition);
+            t->warned = 1;
+        }
+
+        if (rate_recorded && r.timestamp >= 0) {
+            if (ts0 < 0) ts0 = r.timestamp;
+            if (r.timestamp > ts0) wait_until(s.producer, t0 + (r.timestamp - ts0) * 1000);
+        } else if (rate > 0) {
+            wait_until(s.producer, t0 + (int64_t)((double)index * 1e6 / rate));
+        }
+        if (replay_stop) break;
+
+        rd_kafka_headers_t *hdrs = read_headers(&v);
+        al_kafka_out o = {
+            .topic = topic,
+            .partition = partition,
+            .key = r.key,
+            .keylen = r.key_len,
+            .value = r.value,
+            .len = r.value_len,
+            .headers = hdrs,
+            .timestamp_ms = keep_timestamps && r.timestamp > 0 ? r.timestamp : 0,
+        };
+        rd_kafka_resp_err_t perr = al_producer_produce(s.producer, &o);
+        if (hdrs) rd_kafka_headers_destroy(hdrs);
+        if (perr) {
+            s.produce_errors++;
+            if (s.produce_errors <= 5)
+                al_log_error("replay", "cannot publish %s [%d] offset %lld to %s: %s", r.topic,
+                             (int)r.partition, (long long)r.offset, topic, rd_kafka_err2str(perr));
+            if (al_kafka_error_classify(perr) == AL_KAFKA_ERRCLASS_FATAL) {
+                rc = AL_EXIT_FAILURE;
+                break;
+            }
+        } else {
+            s.sent++;
+        }
+        index++;
+        al_producer_poll(s.producer, 0);
+        int64_t now = al_mono_us();
+        if (now - last_progress >= (s.tty ? 200000 : 5000000)) {
+            progress(&s, 0);
+            last_progress = now;
+        }
+    }
+    if (!replay_stop && rc == AL_EXIT_OK && rerr != EOF && rerr != 0) {
+        al_log_error("replay", "%s: cannot read record %lld: %s", path, index, avro_strerror());
+        rc = AL_EXIT_FAILURE;
+    }
+    if (al_producer_flush(s.producer, 60000, err, sizeof err) != 0) {
+        al_log_error("replay", "%s", err);
+        rc = AL_EXIT_FAILURE;
+    }
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (s.total == 0) s.total = s.sent;
+    progress(&s, 1);
+    if (s.failed || s.produce_errors) rc = AL_EXIT_FAILURE;
+    fprintf(stderr, "replay: %lld of %lld messages from %s acknowledged, %lld failed%s\n", s.acked,
+            index, path, s.failed + s.produce_errors, replay_stop ? " (interrupted)" : "");
+out:
+    al_producer_free(s.producer);
+    for (size_t i = 0; i < s.ntargets; i++) free(s.targets[i].topic);
+    free(s.targets);
+    al_http_server_stop(srv);
+    al_metrics_free(metrics);
+    al_kafka_conf_free(kc);
+    close_recording(rd, iface, &v);
+    return rc;
+}

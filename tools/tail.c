@@ -1,0 +1,296 @@
+/*
+ * arclight tail: prints topics' messages as JSON lines, one object per message:
+ *
+ *   {"topic":"arclight.spans","partition":0,"offset":12,"timestamp":1764441000123,
+ *    "timestamp_type":"create","key":"task-7","headers":[{"name":"h","value":"v"}],
+ *    "value":{...decoded Avro...}}
+ *
+ * A value that does not decode gives {"...","error":"why","value_base64":"..."} instead of
+ * "value"; a tombstone gives "value":null. Keys and header values that are not UTF-8 come as
+ * "key_base64" / "value_base64". Reads with an assign-based consumer (topic_reader.h), so
+ * tailing never joins or commits for a consumer group.
+ */
+#include "avro/codec.h"
+#include "core/cli.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "http/server.h"
+#include "kafka/kafka.h"
+#include "topic_reader.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t tail_stop;
+
+static void tail_on_signal(int sig)
+{
+    tail_stop = 1;
+}
+
+static const char tail_usage[] =
+    "usage: arclight tail TOPIC... [--from-beginning] [--follow] [--max N] [--partition P]\n"
+    "\n"
+    "Prints each message of the topics as one JSON object per line: topic, partition,\n"
+    "offset, timestamp, key, headers and the decoded Avro value. A value that does not\n"
+    "decode prints {\"error\":...,\"value_base64\":...} instead. Never joins a consumer group.\n"
+    "\n"
+    "  --from-beginning   start at the oldest message (default: only new messages)\n"
+    "  -f, --follow       keep waiting for new messages (default: stop at the end of each\n"
+    "                     partition as it was when tail started)\n"
+    "  -n, --max N        stop after N messages\n"
+    "  -p, --partition P  read only partition P\n" AL_CLI_COMMON_HELP;
+
+/* Standard base64 of n bytes, malloc'd; NULL when out of memory. */
+static char *base64_encode(const unsigned char *p, size_t n)
+{
+    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *out = malloc((n + 2) / 3 * 4 + 1), *o = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)p[i] << 16;
+        if (i + 1 < n) v |= (unsigned)p[i + 1] << 8;
+        if (i + 2 < n) v |= p[i + 2];
+        *o++ = tbl[(v >> 18) & 63];
+        *o++ = tbl[(v >> 12) & 63];
+        *o++ = i + 1 < n ? tbl[(v >> 6) & 63] : '=';
+        *o++ = i + 2 < n ? tbl[v & 63] : '=';
+    }
+    *o = '\0';
+    return out;
+}
+
+/* Sets obj[name] to the bytes as a JSON string when they are UTF-8, else
+ * obj[name + "_base64"]; NULL bytes give null. */
+static void set_bytes(json_t *obj, const char *name, const void *p, size_t n)
+{
+    if (!p) {
+        json_object_set_new(obj, name, json_null());
+        return;
+    }
+    json_t *s = json_stringn((const char *)p, n);
+    if (s) {
+        json_object_set_new(obj, name, s);
+        return;
+    }
+    char key[64];
+    snprintf(key, sizeof key, "%s_base64", name);
+    char *b = base64_encode(p, n);
+    json_object_set_new(obj, key, b ? json_string(b) : json_null());
+    free(b);
+}
+
+/* One message as a JSON line (malloc'd, without the newline); NULL when out of memory.
+ * *decode_failed is set when the value did not decode. */
+static char *tail_format(const rd_kafka_message_t *m, int *decode_failed)
+{
+    json_t *o = json_object();
+    rd_kafka_timestamp_type_t tstype;
+    int64_t ts = rd_kafka_message_timestamp(m, &tstype);
+    *decode_failed = 0;
+    json_object_set_new(o, "topic", json_string(rd_kafka_topic_name(m->rkt)));
+    json_object_set_new(o, "partition", json_integer(m->partition));
+    json_object_set_new(o, "offset", json_integer(m->offset));
+    json_object_set_new(o, "timestamp", ts >= 0 ? json_integer(ts) : json_null());
+    json_object_set_new(o, "timestamp_type",
+                        json_string(tstype == RD_KAFKA_TIMESTAMP_CREATE_TIME      ? "create"
+                                    : tstype == RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME ? "log_append"
+                                                                                   : "none"));
+    set_bytes(o, "key", m->key, m->key_len);
+    json_t *hs = json_array();
+    rd_kafka_headers_t *hdrs = NULL;
+    if (rd_kafka_message_headers(m, &hdrs) == 0 && hdrs) {
+        const char *name;
+        const void *val;
+        size_t vlen;
+        for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &val, &vlen) == 0; i++) {
+            json_t *h = json_object();
+            json_object_set_new(h, "name", json_string(name));
+            set_bytes(h, "value", val, vlen);
+            json_array_append_new(hs, h);
+        }
+    }
+    json_object_set_new(o, "headers", hs);
+
+    char *value_json = NULL;
+    char err[512];
+    if (!m->payload) {
+        json_object_set_new(o, "value", json_null());
+    } else if (al_avro_to_json(m->payload, m->len, &value_json, err, sizeof err) != 0) {
+        *decode_failed = 1;
+        free(value_json);
+        value_json = NULL;
+        json_object_set_new(o, "error", json_string(err));
+        char *b = base64_encode(m->payload, m->len);
+        json_object_set_new(o, "value_base64", b ? json_string(b) : json_null());
+        free(b);
+    }
+    char *head = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    if (!head || !value_json) {
+        free(value_json);
+        return head;
+    }
+    /* Splice the decoder's JSON in as it is (no re-parse): {...} -> {...,"value":<json>} */
+    size_t hl = strlen(head), vl = strlen(value_json);
+    char *line = malloc(hl + vl + 16);
+    if (line) {
+        memcpy(line, head, hl - 1);
+        memcpy(line + hl - 1, ",\"value\":", 9);
+        memcpy(line + hl + 8, value_json, vl);
+        memcpy(line + hl + 8 + vl, "}", 2);
+    }
+    free(head);
+    free(value_json);
+    return line;
+}
+
+int cmd_tail(int argc, char **argv)
+{
+    enum { OPT_FROM_BEGINNING = AL_CLI_OPT_USER, OPT_HELP };
+    static const struct option opts[] = {
+        {"from-beginning", no_argument, 0, OPT_FROM_BEGINNING},
+        {"follow", no_argument, 0, 'f'},
+        {"max", required_argument, 0, 'n'},
+        {"partition", required_argument, 0, 'p'},
+        {"help", no_argument, 0, OPT_HELP},
+        AL_CLI_COMMON_OPTIONS,
+        {0, 0, 0, 0},
+    };
+    al_cli_common common;
+    al_topic_reader_opts ro = {.partition = -1, .end_offset = -1, .end_time_ms = -1};
+    long long max = -1;
+    int opt;
+    char *end;
+
+    al_cli_common_init(&common);
+    optind = 1;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, ":fn:p:h", opts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_FROM_BEGINNING:
+            ro.start = AL_TOPIC_START_BEGINNING;
+            break;
+        case 'f':
+            ro.follow = 1;
+            break;
+        case 'n':
+            max = strtoll(optarg, &end, 10);
+            if (*end || end == optarg || max < 1)
+                return al_cli_usage_error("tail", "--max wants a positive count, got '%s'",
+                                          optarg);
+            break;
+        case 'p': {
+            long p = strtol(optarg, &end, 10);
+            if (*end || end == optarg || p < 0 || p > INT32_MAX)
+                return al_cli_usage_error("tail", "--partition wants a partition number, got "
+                                          "'%s'", optarg);
+            ro.partition = (int32_t)p;
+            break;
+        }
+        case 'h':
+        case OPT_HELP:
+            fputs(tail_usage, stdout);
+            return AL_EXIT_OK;
+        case ':':
+            return al_cli_usage_error("tail", "%s needs a value", argv[optind - 1]);
+        case '?':
+            return al_cli_usage_error("tail", "unknown option '%s'", argv[optind - 1]);
+        default: {
+            int r = al_cli_common_option(&common, opt, optarg);
+            if (r < 0) return AL_EXIT_USAGE;
+            if (r == 0) return al_cli_usage_error("tail", "unknown option '%s'", argv[optind - 1]);
+        }
+        }
+    }
+    if (optind >= argc) return al_cli_usage_error("tail", "name at least one TOPIC");
+    ro.topics = (const char *const *)argv + optind;
+    ro.ntopics = (size_t)(argc - optind);
+
+    char err[1024];
+    al_kafka_conf *kc = al_kafka_conf_from_cli(&common, err, sizeof err);
+    if (!kc) {
+        al_log_error("tail", "%s", err);
+        return AL_EXIT_FAILURE;
+    }
+    al_metrics *metrics = al_metrics_new();
+    al_counter *printed = al_metrics_counter(metrics, "arclight_tail_messages_total",
+                                             "Messages printed.", NULL);
+    al_counter *undecodable = al_metrics_counter(
+        metrics, "arclight_tail_decode_errors_total", "Messages whose value did not decode.", NULL);
+    al_http_server *srv = NULL;
+    int rc = AL_EXIT_OK;
+    al_topic_reader *r = NULL;
+    if (common.metrics &&
+        !(srv = al_http_server_start(common.metrics, metrics, NULL, NULL, err, sizeof err))) {
+        al_log_error("tail", "%s", err);
+        rc = AL_EXIT_FAILURE;
+        goto out;
+    }
+    r = al_topic_reader_new(kc, &ro, err, sizeof err);
+    if (!r) {
+        al_log_error("tail", "%s", err);
+        rc = AL_EXIT_FAILURE;
+        goto out;
+    }
+
+    struct sigaction sa = {.sa_handler = tail_on_signal}, old_int, old_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    /* Followers usually sit behind a pipe (jq, grep): show each line as it comes. */
+    if (ro.follow) setvbuf(stdout, NULL, _IOLBF, 0);
+
+    long long count = 0;
+    while (!tail_stop && (max < 0 || count < max)) {
+        rd_kafka_message_t *m;
+        int n = al_topic_reader_next(r, 200, &m, err, sizeof err);
+        if (n < 0) {
+            al_log_error("tail", "%s", err);
+            rc = AL_EXIT_FAILURE;
+            break;
+        }
+        if (n == 2) break;
+        if (n == 0) continue;
+        int bad;
+        char *line = tail_format(m, &bad);
+        rd_kafka_message_destroy(m);
+        if (!line) {
+            al_log_error("tail", "out of memory formatting a message");
+            rc = AL_EXIT_FAILURE;
+            break;
+        }
+        size_t len = strlen(line);
+        line[len] = '\n';
+        size_t w = fwrite(line, 1, len + 1, stdout);
+        free(line);
+        if (w != len + 1) {
+            /* A reader that went away (head, a closed pipe) ends tail quietly. */
+            if (errno != EPIPE) {
+                al_log_error("tail", "cannot write to stdout: %s", strerror(errno));
+                rc = AL_EXIT_FAILURE;
+            }
+            break;
+        }
+        count++;
+        al_counter_inc(printed);
+        if (bad) al_counter_inc(undecodable);
+    }
+    if (fflush(stdout) != 0 && errno != EPIPE && rc == AL_EXIT_OK) {
+        al_log_error("tail", "cannot write to stdout: %s", strerror(errno));
+        rc = AL_EXIT_FAILURE;
+    }
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+out:
+    al_topic_reader_free(r);
+    al_http_server_stop(srv);
+    al_metrics_free(metrics);
+    al_kafka_conf_free(kc);
+    return rc;
+}
