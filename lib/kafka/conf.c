@@ -191,6 +191,26 @@ const char *al_kafka_conf_default_path(char *buf, size_t buflen)
     return buf;
 }
 
+const char *al_kafka_config_file_path(const char *name, char *buf, size_t buflen)
+{
+    const char *env = getenv("ARCLIGHT_BROKER_CONFIG");
+    struct stat st;
+    if (env && *env) {
+        if (stat(env, &st) == 0 && S_ISDIR(st.st_mode)) {
+            snprintf(buf, buflen, "%s/%s", env, name);
+        } else {
+            const char *slash = strrchr(env, '/');
+            if (slash)
+                snprintf(buf, buflen, "%.*s/%s", (int)(slash - env), env, name);
+            else
+                snprintf(buf, buflen, "%s", name);
+        }
+    } else {
+        snprintf(buf, buflen, "%s/%s", ARCLIGHT_BROKER_CONFIG_DIR, name);
+    }
+    return buf;
+}
+
 /* Settings arclight needs even without any file: the at-least-once contract. */
 static const char *const builtin_defaults[][2] = {
     {"enable.idempotence", "true"},

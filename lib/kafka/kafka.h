@@ -85,6 +85,11 @@ int al_kafka_conf_load_env(al_kafka_conf *c);
  * was built from. The file may not exist. */
 const char *al_kafka_conf_default_path(char *buf, size_t buflen);
 
+/* Path of another file of the broker-config directory (e.g. "topics.conf"): in
+ * $ARCLIGHT_BROKER_CONFIG when set (a directory, or a file whose directory is used), else in
+ * the source tree's broker-config/. */
+const char *al_kafka_config_file_path(const char *name, char *buf, size_t buflen);
+
 /* The full layering: built-in defaults, then the default client.conf (missing: fine), then
  * ARCLIGHT_KAFKA_* variables, then config_file (NULL: none; missing: error), then
  * bootstrap_flag (NULL: not given). When no layer sets bootstrap.servers it becomes
@@ -102,6 +107,23 @@ al_kafka_conf *al_kafka_conf_from_cli(const al_cli_common *c, char *errstr, size
  * offending property. The caller owns the result (rd_kafka_new takes it over). For tools
  * that need a raw handle (admin clients, tail without a group). */
 rd_kafka_conf_t *al_kafka_conf_build(const al_kafka_conf *c, char *errstr, size_t errlen);
+
+/* ------------------------------------------------------------------------------------------
+ * Topic definitions (broker-config/topics.conf): NAME PARTITIONS REPLICATION [key=value ...]
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct al_topic_spec {
+    char *name;
+    int partitions;
+    int replication;
+    al_kafka_conf *settings; /* topic-level settings, in file order */
+} al_topic_spec;
+
+/* Reads a topics file. 0 with *out (an array of *n, free with al_topics_free), or -1 with
+ * errstr naming the file and line (bad name, count or setting, duplicate topic). */
+int al_topics_load(const char *path, al_topic_spec **out, size_t *n, char *errstr,
+                   size_t errlen);
+void al_topics_free(al_topic_spec *t, size_t n);
 
 /* ------------------------------------------------------------------------------------------
  * Errors
