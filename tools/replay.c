@@ -192,14 +192,24 @@ static rd_kafka_headers_t *read_headers(avro_value_t *v)
 static int open_recording(const char *path, avro_file_reader_t *rd, avro_value_iface_t **iface,
                           avro_value_t *v, char *errstr, size_t errlen)
 {
-    if (access(path, R_OK) != 0)
-        return al_err(errstr, errlen, "cannot open %s: %s", path, strerror(errno));
+
+    /* Check the container magic first: avro-c 1.11 leaks a buffer when it rejects one. */
+    unsigned char magic[4] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return al_err(errstr, errlen, "cannot open %s: %s", path, strerror(errno));
+    size_t got = fread(magic, 1, sizeof magic, f);
+    fclose(f);
+    if (got != 4 || memcmp(magic, "Obj\x01", 4) != 0)
+        return al_err(errstr, errlen, "%s is not an Avro container file (no 'Obj\\x01' magic)",
+                      path);
     if (avro_file_reader(path, rd) != 0)
         return al_err(errstr, errlen, "%s is not an Avro container file: %s", path,
                       avro_strerror());
+    /* avro_file_reader_get_writer_schema hands out a new reference: ours to drop. */
     avro_schema_t ws = avro_file_reader_get_writer_schema(*rd);
     const char *name = ws && is_avro_record(ws) ? avro_schema_name(ws) : NULL;
     if (!name || strcmp(name, "Recording") != 0) {
+        avro_schema_decref(ws);
         avro_file_reader_close(*rd);
         return al_err(errstr, errlen, "%s holds %s records, not arclight recordings "
                                       "(ai.arclight.Recording)", path, name ? name : "non-record");
@@ -207,9 +217,11 @@ static int open_recording(const char *path, avro_file_reader_t *rd, avro_value_i
     *iface = avro_generic_class_from_schema(ws);
     if (!*iface || avro_generic_value_new(*iface, v) != 0) {
         if (*iface) avro_value_iface_decref(*iface);
+        avro_schema_decref(ws);
         avro_file_reader_close(*rd);
         return al_err(errstr, errlen, "cannot read %s: %s", path, avro_strerror());
     }
+    avro_schema_decref(ws); /* the value class holds its own reference */
     return 0;
 }
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define METADATA_TIMEOUT_MS 10000
 
@@ -105,7 +106,13 @@ static rd_kafka_t *reader_handle_new(const al_kafka_conf *conf, char *bootstrap,
             return NULL;
         }
     }
-    if (al_kafka_conf_set(c, "enable.auto.commit", "false") != 0 ||
+    /* librdkafka's assign() needs a group.id, but only subscribe() joins the group: a
+     * per-process name that no stage uses keeps even that name unshared. */
+    char group[96];
+    snprintf(group, sizeof group, "arclight-reader-%ld-%lld", (long)getpid(),
+             (long long)al_now_us());
+    if (al_kafka_conf_set(c, "group.id", group) != 0 ||
+        al_kafka_conf_set(c, "enable.auto.commit", "false") != 0 ||
         al_kafka_conf_set(c, "enable.auto.offset.store", "false") != 0 ||
         al_kafka_conf_set(c, "enable.partition.eof", "true") != 0) {
         al_kafka_conf_free(c);
