@@ -14,3 +14,5 @@ target_sources(arclight_avro PRIVATE ${AL_SCHEMAS_C})
 
 arclight_test(t0100_avro_schema SOURCES tests/t0100_avro_schema.c
   LIBS arclight_avro PkgConfig::JANSSON TIMEOUT 60)
+arclight_test(t0101_avro_roundtrip SOURCES tests/t0101_avro_roundtrip.c
+  LIBS arclight_avro PkgConfig::AVRO PkgConfig::JANSSON TIMEOUT 60)

@@ -268,6 +268,14 @@ static inline int al_wr_header(al_buf *b, uint64_t fp)
  * built on first use. Aborts if arclight's own embedded schema is missing, which only a
  * broken build can cause. */
 uint64_t al_codec_current_fp(const char *fullname);
+/* The same, looked up once per call site (the registry never changes a current version). */
+#define AL_CODEC_FP(fullname)                                                                    \
+    __extension__({                                                                              \
+        static _Atomic uint64_t al_fp_cache_;                                                    \
+        uint64_t al_fp_ = al_fp_cache_;                                                          \
+        if (!al_fp_) al_fp_cache_ = al_fp_ = al_codec_current_fp(fullname);                      \
+        al_fp_;                                                                                  \
+    })
 
 /* Checks the frame of a message for the schema `fullname` whose current fingerprint is
  * `fp`. Returns 0 with r positioned after the header when the message is written with the

@@ -11,7 +11,7 @@
 
 int al_deadletter_encode(const al_deadletter *d, al_buf *out, char *errstr, size_t errlen)
 {
-    uint64_t fp = al_codec_current_fp(DL_NAME);
+    uint64_t fp = AL_CODEC_FP(DL_NAME);
     if (d->n_headers && !d->headers)
         return al_err(errstr, errlen, "DeadLetter: n_headers is %zu but headers is NULL",
                       d->n_headers);
@@ -73,7 +73,7 @@ int al_deadletter_decode(const void *buf, size_t len, al_deadletter *d, char *er
     memset(d, 0, sizeof *d);
     d->arena = keep;
     al_arena_reset(&d->arena);
-    int rc = al_codec_open(buf, len, DL_NAME, al_codec_current_fp(DL_NAME), &r, &resolved,
+    int rc = al_codec_open(buf, len, DL_NAME, AL_CODEC_FP(DL_NAME), &r, &resolved,
                            errstr, errlen);
     if (rc == 1) {
         rc = al_deadletter_decode(resolved.data, resolved.len, d, errstr, errlen);
