@@ -259,8 +259,22 @@ int al_model_config_load(al_model_config *cfg, const char *path, char *errstr, s
     return 0;
 }
 
+/* The shortest decimal that reads back as x, always with a '.' or an exponent so that
+ * Python reads a float ("1e-06", "1000000.0"). */
+static void fmt_double(char *out, size_t n, double x)
+{
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(out, n, "%.*g", prec, x);
+        if (strtod(out, NULL) == x) break;
+    }
+    if (!strpbrk(out, ".eEn")) strncat(out, ".0", n - strlen(out) - 1);
+}
+
 char *al_model_config_to_json(const al_model_config *c, const char *dtype)
 {
+    char eps[40], theta[40];
+    fmt_double(eps, sizeof eps, c->rms_norm_eps);
+    fmt_double(theta, sizeof theta, c->rope_theta);
     al_json_buf b = {0};
     al_json_buf_printf(&b, "{\n  \"architectures\": [");
     al_json_buf_quote(&b, c->architecture, strlen(c->architecture));
@@ -271,12 +285,12 @@ char *al_model_config_to_json(const al_model_config *c, const char *dtype)
                        "  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
                        "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
                        "  \"head_dim\": %d,\n  \"hidden_act\": \"silu\",\n"
-                       "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.17g,\n"
-                       "  \"rope_theta\": %.17g,\n  \"rope_scaling\": null,\n"
+                       "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n"
+                       "  \"rope_theta\": %s,\n  \"rope_scaling\": null,\n"
                        "  \"tie_word_embeddings\": %s,\n",
                        c->vocab_size, c->hidden_size, c->intermediate_size, c->num_layers,
                        c->num_heads, c->num_kv_heads, c->head_dim, c->max_position_embeddings,
-                       c->rms_norm_eps, c->rope_theta, c->tie_word_embeddings ? "true" : "false");
+                       eps, theta, c->tie_word_embeddings ? "true" : "false");
     if (c->arch == AL_MODEL_ARCH_QWEN2)
         al_json_buf_printf(&b, "  \"use_sliding_window\": false,\n");
     else
