@@ -16,3 +16,5 @@ arclight_test(t0100_avro_schema SOURCES tests/t0100_avro_schema.c
   LIBS arclight_avro PkgConfig::JANSSON TIMEOUT 60)
 arclight_test(t0101_avro_roundtrip SOURCES tests/t0101_avro_roundtrip.c
   LIBS arclight_avro PkgConfig::AVRO PkgConfig::JANSSON TIMEOUT 60)
+arclight_test(t0102_avro_untrusted SOURCES tests/t0102_avro_untrusted.c
+  LIBS arclight_avro PkgConfig::JANSSON TIMEOUT 120)
