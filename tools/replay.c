@@ -87,14 +87,15 @@ static target *target_get(replay_state *s, const char *topic)
     t->topic = strdup(topic);
     if (!t->topic) return NULL;
     s->ntargets++;
+    /* All topics, not this one: naming it would make an auto-creating broker create it. */
     rd_kafka_t *rk = al_producer_handle(s->producer);
-    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
     const struct rd_kafka_metadata *md = NULL;
-    if (rkt && rd_kafka_metadata(rk, 0, rkt, &md, 10000) == 0) {
-        if (md->topic_cnt == 1 && !md->topics[0].err) t->partitions = md->topics[0].partition_cnt;
+    if (rd_kafka_metadata(rk, 1, NULL, &md, 10000) == 0) {
+        for (int i = 0; i < md->topic_cnt; i++)
+            if (strcmp(md->topics[i].topic, topic) == 0 && !md->topics[i].err)
+                t->partitions = md->topics[i].partition_cnt;
         rd_kafka_metadata_destroy(md);
     }
-    if (rkt) rd_kafka_topic_destroy(rkt);
     if (t->partitions == 0)
         al_log_warn("replay", "topic '%s' does not exist (yet): its messages are partitioned by "
                               "key", topic);

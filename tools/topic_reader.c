@@ -152,22 +152,25 @@ void al_topic_reader_free(al_topic_reader *r)
 static int reader_add_topic(al_topic_reader *r, const char *topic, const al_topic_reader_opts *o,
                             char *errstr, size_t errlen)
 {
+    /* Ask for every topic rather than this one: a metadata request naming a topic makes
+     * brokers with auto-creation on (the embedded one) create it, and a typo would then
+     * tail an empty new topic instead of failing. */
     const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_topic_t *rkt = rd_kafka_topic_new(r->rk, topic, NULL);
-    if (!rkt) return al_err(errstr, errlen, "invalid topic name '%s'", topic);
-    rd_kafka_resp_err_t err = rd_kafka_metadata(r->rk, 0, rkt, &md, METADATA_TIMEOUT_MS);
-    rd_kafka_topic_destroy(rkt);
+    rd_kafka_resp_err_t err = rd_kafka_metadata(r->rk, 1, NULL, &md, METADATA_TIMEOUT_MS);
     if (err)
         return al_err(errstr, errlen, "cannot reach Kafka at %s: %s", r->bootstrap,
                       rd_kafka_err2str(err));
-    if (md->topic_cnt < 1 || md->topics[0].err || md->topics[0].partition_cnt == 0) {
-        rd_kafka_resp_err_t terr = md->topic_cnt ? md->topics[0].err : 0;
-        rd_kafka_metadata_destroy(md);
+    int cnt = -1;
+    rd_kafka_resp_err_t terr = 0;
+    for (int i = 0; i < md->topic_cnt; i++)
+        if (strcmp(md->topics[i].topic, topic) == 0) {
+            cnt = md->topics[i].partition_cnt;
+            terr = md->topics[i].err;
+        }
+    rd_kafka_metadata_destroy(md);
+    if (cnt <= 0 || terr)
         return al_err(errstr, errlen, "topic '%s' does not exist on %s%s%s", topic, r->bootstrap,
                       terr ? ": " : "", terr ? rd_kafka_err2str(terr) : "");
-    }
-    int cnt = md->topics[0].partition_cnt;
-    rd_kafka_metadata_destroy(md);
     if (o->partition >= cnt)
         return al_err(errstr, errlen, "topic '%s' has %d partition%s; there is no partition %d",
                       topic, cnt, cnt == 1 ? "" : "s", (int)o->partition);
