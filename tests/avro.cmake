@@ -18,3 +18,5 @@ arclight_test(t0101_avro_roundtrip SOURCES tests/t0101_avro_roundtrip.c
   LIBS arclight_avro PkgConfig::AVRO PkgConfig::JANSSON TIMEOUT 60)
 arclight_test(t0102_avro_untrusted SOURCES tests/t0102_avro_untrusted.c
   LIBS arclight_avro PkgConfig::JANSSON TIMEOUT 120)
+arclight_test(t0103_avro_evolution SOURCES tests/t0103_avro_evolution.c
+  LIBS arclight_avro PkgConfig::AVRO PkgConfig::JANSSON TIMEOUT 60)

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define FX_FN static __attribute__((unused))
+
 /* An LLM call span with n_prompt/n_resp tokens and about json_bytes of request+response
  * JSON; the arrays and strings are owned by the fixture. */
 typedef struct fx_span {
@@ -21,7 +23,7 @@ typedef struct fx_span {
     char *req, *resp_json;
 } fx_span;
 
-static char *fx_json_text(const char *role, size_t bytes, unsigned seed)
+FX_FN char *fx_json_text(const char *role, size_t bytes, unsigned seed)
 {
     char *t = malloc(bytes + 128);
     size_t n = (size_t)snprintf(t, bytes + 128, "{\"model\":\"tiny\",\"messages\":[{\"role\":\"%s\",\"content\":\"", role);
@@ -34,7 +36,7 @@ static char *fx_json_text(const char *role, size_t bytes, unsigned seed)
     return t;
 }
 
-static void fx_span_llm(fx_span *f, size_t n_prompt, size_t n_resp, size_t json_bytes)
+FX_FN void fx_span_llm(fx_span *f, size_t n_prompt, size_t n_resp, size_t json_bytes)
 {
     memset(f, 0, sizeof *f);
     f->prompt = malloc((n_prompt + 1) * sizeof(int32_t));
@@ -84,7 +86,7 @@ static void fx_span_llm(fx_span *f, size_t n_prompt, size_t n_resp, size_t json_
     c->usage.cached_tokens = 64;
 }
 
-static void fx_span_free(fx_span *f)
+FX_FN void fx_span_free(fx_span *f)
 {
     free(f->prompt);
     free(f->resp);
@@ -94,7 +96,7 @@ static void fx_span_free(fx_span *f)
     memset(f, 0, sizeof *f);
 }
 
-static void fx_span_reward(al_span *s)
+FX_FN void fx_span_reward(al_span *s)
 {
     memset(s, 0, sizeof *s);
     s->trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -110,7 +112,7 @@ static void fx_span_reward(al_span *s)
     s->reward.after_sequence = 5;
 }
 
-static void fx_span_end(al_span *s)
+FX_FN void fx_span_end(al_span *s)
 {
     memset(s, 0, sizeof *s);
     s->trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -136,7 +138,7 @@ typedef struct fx_transition {
     float lp[9], adv[9];
 } fx_transition;
 
-static void fx_transition_fill(fx_transition *f)
+FX_FN void fx_transition_fill(fx_transition *f)
 {
     memset(f, 0, sizeof *f);
     for (int i = 0; i < 12; i++) f->prompt[i] = 1000 + i * 37;
@@ -188,7 +190,7 @@ typedef struct fx_batch {
     int64_t versions[2][3];
 } fx_batch;
 
-static void fx_batch_fill(fx_batch *f)
+FX_FN void fx_batch_fill(fx_batch *f)
 {
     memset(f, 0, sizeof *f);
     /* micro-batch 0: sequences of 4, 3, 3 tokens; micro-batch 1: 6 and 4 */
@@ -238,7 +240,7 @@ static void fx_batch_fill(fx_batch *f)
     c->n_micro_batches = 2;
 }
 
-static void fx_policy_fill(al_policy_version *p)
+FX_FN void fx_policy_fill(al_policy_version *p)
 {
     static const al_metric extra[3] = {{"lr", 1e-6}, {"reward_mean", 0.4375}, {"staleness", 1}};
     memset(p, 0, sizeof *p);
@@ -258,7 +260,7 @@ static void fx_policy_fill(al_policy_version *p)
     p->metrics.n_extra = 3;
 }
 
-static void fx_deadletter_fill(al_deadletter *d)
+FX_FN void fx_deadletter_fill(al_deadletter *d)
 {
     static const uint8_t key[] = {'t', 'a', 's', 'k', 0, 0xff};
     static const uint8_t value[] = {0xc3, 0x01, 1, 2, 3, 4, 5, 6, 7, 8, 0x09};
