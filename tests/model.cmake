@@ -1,3 +1,4 @@
 # The model engineer's tests of lib/model (tests 0600-0649): the transformer against PyTorch,
 # layer gradients, packing, safetensors. They link arclight_model only (model-only builds too).
 arclight_test(t0600_model_vs_pytorch SOURCES tests/t0600_model_vs_pytorch.c LIBS arclight_model TIMEOUT 120)
+arclight_test(t0601_model_layers SOURCES tests/t0601_model_layers.c LIBS arclight_model TIMEOUT 120)
