@@ -15,6 +15,7 @@
  * Control protocol (--control, loopback TCP, one command per line, one reply line each):
  *   down ID | up ID        take broker ID (1..N) down (connections closed and refused) / up
  *   rtt ID MS              add MS milliseconds of round-trip delay to broker ID
+ *   create NAME PARTITIONS [REPLICATION]   create a topic (the mock has no CreateTopics)
  *   brokers                "ok N"
  *   ping                   "ok"
  */
@@ -108,7 +109,8 @@ static void usage(FILE *f)
             "  --brokers N          number of brokers (default 1)\n"
             "  --topics FILE        topics to create (default broker-config/topics.conf)\n"
             "  --control HOST:PORT  loopback line protocol to take brokers down/up:\n"
-            "                       'down ID', 'up ID', 'rtt ID MS', 'brokers', 'ping'\n"
+            "                       'down ID', 'up ID', 'rtt ID MS', 'brokers', 'ping',\n"
+            "                       'create TOPIC PARTITIONS [REPLICATION]'\n"
             "  --log-level LEVEL    error, warn, info (default) or debug\n"
             "  --help               this text\n");
 }
@@ -117,12 +119,28 @@ static void usage(FILE *f)
 static void control_exec(rd_kafka_mock_cluster_t *mc, int nbrokers, char *line, char *reply,
                          size_t rlen)
 {
-    char cmd[32] = "";
+    char cmd[32] = "", name[256] = "";
     long id = 0, ms = 0;
     int n = sscanf(line, "%31s %ld %ld", cmd, &id, &ms);
     rd_kafka_resp_err_t err;
     if (n < 1) {
         snprintf(reply, rlen, "error empty command\n");
+        return;
+    }
+    if (!strcmp(cmd, "create")) {
+        long parts = 0, repl = 1;
+        int k = sscanf(line, "%31s %255s %ld %ld", cmd, name, &parts, &repl);
+        if (k < 3 || parts < 1 || parts > 10000 || repl < 1) {
+            snprintf(reply, rlen, "error create wants NAME PARTITIONS [REPLICATION]\n");
+            return;
+        }
+        if (repl > nbrokers) repl = nbrokers;
+        err = rd_kafka_mock_topic_create(mc, name, (int)parts, (int)repl);
+        if (err)
+            snprintf(reply, rlen, "error %s\n", rd_kafka_err2str(err));
+        else
+            snprintf(reply, rlen, "ok\n");
+        al_log_info("broker", "control: %s: %s", line, err ? rd_kafka_err2str(err) : "ok");
         return;
     }
     if (!strcmp(cmd, "ping")) {
@@ -135,7 +153,7 @@ static void control_exec(rd_kafka_mock_cluster_t *mc, int nbrokers, char *line, 
     }
     int is_down = !strcmp(cmd, "down"), is_up = !strcmp(cmd, "up"), is_rtt = !strcmp(cmd, "rtt");
     if (!is_down && !is_up && !is_rtt) {
-        snprintf(reply, rlen, "error unknown command '%s' (down ID, up ID, rtt ID MS, brokers, ping)\n",
+        snprintf(reply, rlen, "error unknown command '%s' (down ID, up ID, rtt ID MS, create, brokers, ping)\n",
                  cmd);
         return;
     }
@@ -335,6 +353,22 @@ int cmd_broker(int argc, char **argv)
                         strncmp(chost, "127.", 4) != 0))
         return al_cli_usage_error("broker", "--control wants a loopback 127.x.x.x:PORT, got '%s'",
                                   control_arg);
+
+    /* librdkafka aborts when a mock listener cannot bind: find a busy port first. */
+    for (int i = 0; port != 0 && i < nbrokers; i++) {
+        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr = addr,
+                                  .sin_port = htons((uint16_t)(port + i))};
+        int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&sin, sizeof sin) != 0) {
+            al_log_error("broker", "cannot listen on %s:%d: %s (port in use by another broker "
+                                   "or program? pick another with --listen)",
+                         host, port + i, strerror(errno));
+            if (fd >= 0) close(fd);
+            return AL_EXIT_FAILURE;
+        }
+        close(fd);
+    }
 
     /* The handle the mock cluster lives in; it never connects anywhere itself. */
     al_kafka_conf *kc = al_kafka_conf_new();

@@ -1,0 +1,217 @@
+/*
+ * broker_fixture.h: a real embedded broker for tests. Starts `$ARCLIGHT_BIN broker --listen
+ * 127.0.0.1:0 --control 127.0.0.1:0` as a child process (free ports), reads its bootstrap
+ * address (stdout line 1) and control address (line 2), and stops it at the end. Tests talk
+ * to it over TCP like any Kafka client.
+ *
+ *     al_test_broker b;
+ *     REQUIRE(al_test_broker_start(&b, NULL) == 0);      // or extra args: {"--brokers","3",NULL}
+ *     ... use b.bootstrap ...
+ *     al_test_broker_control(&b, "down 1", NULL, 0);     // broker 1 away; "up 1" brings it back
+ *     al_test_broker_stop(&b);                           // SIGTERM, reaps; returns exit status
+ *
+ * The child dies with the test process (PR_SET_PDEATHSIG), and an atexit hook stops brokers a
+ * failing test left running. Header-only: include it in one test file (static functions).
+ * ARCLIGHT_BIN is set by ctest; outside ctest it falls back to ./build/arclight.
+ */
+#ifndef ARCLIGHT_BROKER_FIXTURE_H
+#define ARCLIGHT_BROKER_FIXTURE_H
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+typedef struct al_test_broker {
+    pid_t pid;           /* 0 when not running */
+    char bootstrap[512]; /* "127.0.0.1:PORT[,127.0.0.1:PORT...]" */
+    char control[64];    /* "127.0.0.1:PORT" */
+} al_test_broker;
+
+#define AL_TEST_BROKER_MAX 8
+static pid_t al_test_broker_pids[AL_TEST_BROKER_MAX];
+
+static inline const char *al_test_bin(void)
+{
+    const char *b = getenv("ARCLIGHT_BIN");
+    return b && *b ? b : "./build/arclight";
+}
+
+static inline void al_test_broker_atexit(void)
+{
+    for (int i = 0; i < AL_TEST_BROKER_MAX; i++)
+        if (al_test_broker_pids[i] > 0) {
+            kill(al_test_broker_pids[i], SIGKILL);
+            waitpid(al_test_broker_pids[i], NULL, 0);
+            al_test_broker_pids[i] = 0;
+        }
+}
+
+static inline void al_test_broker_track(pid_t pid, int add)
+{
+    static int registered;
+    if (!registered) {
+        atexit(al_test_broker_atexit);
+        registered = 1;
+    }
+    for (int i = 0; i < AL_TEST_BROKER_MAX; i++) {
+        if (add && al_test_broker_pids[i] == 0) {
+            al_test_broker_pids[i] = pid;
+            return;
+        }
+        if (!add && al_test_broker_pids[i] == pid) {
+            al_test_broker_pids[i] = 0;
+            return;
+        }
+    }
+}
+
+/* Reads one line from fd within the deadline (ms since epoch-ish clock). 0 or -1. */
+static inline int al_test_broker_readline(int fd, char *buf, size_t buflen, int timeout_ms)
+{
+    size_t n = 0;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (n + 1 < buflen) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long el = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        if (el >= timeout_ms) return -1;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int r = poll(&pf, 1, (int)(timeout_ms - el));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        char c;
+        ssize_t got = read(fd, &c, 1);
+        if (got <= 0) return -1;
+        if (c == '\n') break;
+        buf[n++] = c;
+    }
+    buf[n] = '\0';
+    return 0;
+}
+
+/* Starts a broker with `--listen 127.0.0.1:0 --control 127.0.0.1:0 --log-level warn` plus
+ * extra (NULL-terminated, may be NULL; later flags override earlier ones). Waits up to 60 s
+ * for its addresses. 0, or -1 with the reason on stderr. */
+static inline int al_test_broker_start(al_test_broker *b, const char *const *extra)
+{
+    const char *argv[64];
+    int argc = 0, pfd[2];
+    memset(b, 0, sizeof *b);
+    argv[argc++] = al_test_bin();
+    argv[argc++] = "broker";
+    argv[argc++] = "--listen";
+    argv[argc++] = "127.0.0.1:0";
+    argv[argc++] = "--control";
+    argv[argc++] = "127.0.0.1:0";
+    argv[argc++] = "--log-level";
+    argv[argc++] = "warn";
+    for (int i = 0; extra && extra[i] && argc < 63; i++) argv[argc++] = extra[i];
+    argv[argc] = NULL;
+    if (pipe(pfd) != 0) {
+        perror("broker fixture: pipe");
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("broker fixture: fork");
+        close(pfd[0]);
+        close(pfd[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);
+        dup2(pfd[1], STDOUT_FILENO);
+        close(pfd[0]);
+        close(pfd[1]);
+        execv(argv[0], (char *const *)argv);
+        fprintf(stderr, "broker fixture: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(pfd[1]);
+    b->pid = pid;
+    al_test_broker_track(pid, 1);
+    char line[600];
+    if (al_test_broker_readline(pfd[0], b->bootstrap, sizeof b->bootstrap, 60000) != 0 ||
+        al_test_broker_readline(pfd[0], line, sizeof line, 10000) != 0 ||
+        strncmp(line, "control ", 8) != 0) {
+        fprintf(stderr, "broker fixture: %s broker printed no bootstrap/control address\n",
+                argv[0]);
+        close(pfd[0]);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        al_test_broker_track(pid, 0);
+        b->pid = 0;
+        return -1;
+    }
+    snprintf(b->control, sizeof b->control, "%s", line + 8);
+    close(pfd[0]);
+    return 0;
+}
+
+/* Sends one control line ("down 1", "up 1", "rtt 1 200", "ping") and reads the reply.
+ * Returns 0 when the broker answered "ok...", -1 otherwise (reply holds what it said). */
+static inline int al_test_broker_control(al_test_broker *b, const char *cmd, char *reply,
+                                         size_t rlen)
+{
+    char buf[256] = "";
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    const char *colon = strrchr(b->control, ':');
+    if (!colon) return -1;
+    sin.sin_port = htons((uint16_t)atoi(colon + 1));
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    int rc = -1;
+    if (connect(fd, (struct sockaddr *)&sin, sizeof sin) == 0) {
+        char line[256];
+        snprintf(line, sizeof line, "%s\n", cmd);
+        if (write(fd, line, strlen(line)) == (ssize_t)strlen(line) &&
+            al_test_broker_readline(fd, buf, sizeof buf, 10000) == 0)
+            rc = strncmp(buf, "ok", 2) == 0 ? 0 : -1;
+    }
+    close(fd);
+    if (reply && rlen) snprintf(reply, rlen, "%s", buf);
+    return rc;
+}
+
+/* Stops the broker: SIGTERM, up to 20 s to exit, then SIGKILL. Returns its exit status
+ * (0 for a clean stop), or -1 if it had to be killed or was not running. */
+static inline int al_test_broker_stop(al_test_broker *b)
+{
+    int status = 0;
+    if (b->pid <= 0) return -1;
+    kill(b->pid, SIGTERM);
+    for (int i = 0; i < 400; i++) {
+        pid_t r = waitpid(b->pid, &status, WNOHANG);
+        if (r == b->pid) {
+            al_test_broker_track(b->pid, 0);
+            b->pid = 0;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        }
+        usleep(50000);
+    }
+    kill(b->pid, SIGKILL);
+    waitpid(b->pid, NULL, 0);
+    al_test_broker_track(b->pid, 0);
+    b->pid = 0;
+    return -1;
+}
+
+#endif
