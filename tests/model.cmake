@@ -3,3 +3,4 @@
 arclight_test(t0600_model_vs_pytorch SOURCES tests/t0600_model_vs_pytorch.c LIBS arclight_model TIMEOUT 120)
 arclight_test(t0601_model_layers SOURCES tests/t0601_model_layers.c LIBS arclight_model TIMEOUT 120)
 arclight_test(t0602_model_packed SOURCES tests/t0602_model_packed.c LIBS arclight_model TIMEOUT 120)
+arclight_test(t0603_model_safetensors SOURCES tests/t0603_model_safetensors.c LIBS arclight_model TIMEOUT 120)
