@@ -210,10 +210,11 @@ static int open_recording(const char *path, avro_file_reader_t *rd, avro_value_i
     avro_schema_t ws = avro_file_reader_get_writer_schema(*rd);
     const char *name = ws && is_avro_record(ws) ? avro_schema_name(ws) : NULL;
     if (!name || strcmp(name, "Recording") != 0) {
+        al_err(errstr, errlen, "%s holds %s records, not arclight recordings "
+                               "(ai.arclight.Recording)", path, name ? name : "non-record");
         avro_schema_decref(ws);
         avro_file_reader_close(*rd);
-        return al_err(errstr, errlen, "%s holds %s records, not arclight recordings "
-                                      "(ai.arclight.Recording)", path, name ? name : "non-record");
+        return -1;
     }
     *iface = avro_generic_class_from_schema(ws);
     if (!*iface || avro_generic_value_new(*iface, v) != 0) {

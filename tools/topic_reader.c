@@ -198,16 +198,16 @@ static int reader_add_topic(al_topic_reader *r, const char *topic, const al_topi
             start = o->start_offset;
             break;
         case AL_TOPIC_START_TIME: {
-            /* Ask the broker's time index; a broker that cannot answer (the embedded
-             * one) gets a scan from the beginning, filtered by timestamp as we read. */
+            /* The broker's time index is used when it names a message; otherwise (no
+             * answer, or the end, which the embedded broker says for any time) the
+             * partition is scanned from its start. Either way messages are filtered by
+             * timestamp as they are read, so the index only saves reading. */
             rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
             rd_kafka_topic_partition_list_add(l, topic, p)->offset = o->start_time_ms;
             start = lo;
             if (rd_kafka_offsets_for_times(r->rk, l, METADATA_TIMEOUT_MS) == 0 &&
-                l->elems[0].err == 0) {
-                start = l->elems[0].offset >= 0 ? l->elems[0].offset : hi;
-                if (start < lo) start = lo;
-            }
+                l->elems[0].err == 0 && l->elems[0].offset > lo && l->elems[0].offset < hi)
+                start = l->elems[0].offset;
             rd_kafka_topic_partition_list_destroy(l);
             break;
         }
