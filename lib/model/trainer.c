@@ -1,0 +1,440 @@
+/*
+ * trainer.c: the training step (see trainer.h).
+ */
+#include "model/trainer.h"
+
+#include "model/logprob.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A stretch of the parameter vector with one weight decay. */
+typedef struct decay_seg {
+    size_t off, count;
+    float wd;
+} decay_seg;
+
+struct al_trainer {
+    al_trainer_config cfg;
+    al_model *policy;    /* borrowed */
+    al_model *reference; /* borrowed, NULL without KL */
+    al_adamw opt;
+    int V;
+    decay_seg *segs;
+    int nsegs;
+    /* scratch, grown to the largest chunk */
+    int cap_T;
+    float *logits; /* (cap_T, V), also dlogits in place */
+    float *logp, *entropy, *dlogp, *dentropy; /* (cap_T) each */
+};
+
+/* Per-chunk arrays of a step, shifted onto the logits rows (row t predicts token t+1). */
+typedef struct chunk_prep {
+    float *mem;
+    int32_t *targets, *positions; /* (T) */
+    float *mask, *adv, *rollout;  /* (T); adv NULL for sft without advantages, rollout NULL */
+    float *old, *ref;             /* (T) or NULL */
+} chunk_prep;
+
+static int tr_err(char *errstr, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int tr_err(char *errstr, size_t errlen, const char *fmt, ...)
+{
+    if (errstr && errlen) {
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        snprintf(errstr, errlen, "trainer: %s", msg);
+    }
+    return -1;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void al_trainer_config_default(al_trainer_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    al_loss_config_default(&cfg->loss);
+    al_optim_config_default(&cfg->optim);
+    cfg->ppo_epochs = 1;
+    cfg->mini_batches = 1;
+    cfg->temperature = 1.0f;
+    cfg->decay_1d = 0;
+}
+
+static int seg_cmp(const void *a, const void *b)
+{
+    const decay_seg *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Splits the parameter vector into stretches of equal weight decay: 1-D tensors (norm
+ * weights, biases) get none unless decay_1d; everything else, including anything the tensor
+ * table does not name, gets the configured decay. */
+static int build_decay_segments(al_trainer *tr)
+{
+    size_t n = al_model_num_params(tr->policy);
+    size_t nt = al_model_num_tensors(tr->policy);
+    const al_model_tensor *tt = al_model_tensors(tr->policy);
+    float wd = tr->cfg.optim.weight_decay;
+    decay_seg *t = calloc(nt ? nt : 1, sizeof *t);
+    tr->segs = calloc(2 * nt + 2, sizeof *tr->segs);
+    if (!t || !tr->segs) {
+        free(t);
+        return -1;
+    }
+    for (size_t i = 0; i < nt; i++) {
+        t[i].off = tt[i].offset;
+        t[i].count = tt[i].numel;
+        t[i].wd = (tt[i].ndim == 1 && !tr->cfg.decay_1d) ? 0.0f : wd;
+    }
+    qsort(t, nt, sizeof *t, seg_cmp);
+    size_t pos = 0;
+    int k = 0;
+    for (size_t i = 0; i < nt && pos < n; i++) {
+        size_t b = t[i].off, e = t[i].off + t[i].count;
+        if (e > n) e = n;
+        if (b < pos) b = pos; /* overlapping (shared) tensors: first one wins */
+        if (b >= e) continue;
+        if (b > pos) tr->segs[k++] = (decay_seg){pos, b - pos, wd};
+        if (k > 0 && tr->segs[k - 1].wd == t[i].wd && tr->segs[k - 1].off + tr->segs[k - 1].count == b)
+            tr->segs[k - 1].count += e - b;
+        else
+            tr->segs[k++] = (decay_seg){b, e - b, t[i].wd};
+        pos = e;
+    }
+    if (pos < n) tr->segs[k++] = (decay_seg){pos, n - pos, wd};
+    tr->nsegs = k;
+    free(t);
+    return 0;
+}
+
+al_trainer *al_trainer_new(al_model *policy, al_model *reference, const al_trainer_config *cfg,
+                           char *errstr, size_t errlen)
+{
+    if (!policy) {
+        tr_err(errstr, errlen, "no policy model");
+        return NULL;
+    }
+    if (al_loss_config_check(&cfg->loss, errstr, errlen) != 0) return NULL;
+    if (cfg->ppo_epochs < 1) {
+        tr_err(errstr, errlen, "ppo_epochs must be >= 1 (got %d)", cfg->ppo_epochs);
+        return NULL;
+    }
+    if (cfg->mini_batches < 1) {
+        tr_err(errstr, errlen, "mini_batches must be >= 1 (got %d)", cfg->mini_batches);
+        return NULL;
+    }
+    if (!(cfg->temperature > 0.0f) || !isfinite(cfg->temperature)) {
+        tr_err(errstr, errlen, "temperature must be > 0 (got %g)", (double)cfg->temperature);
+        return NULL;
+    }
+    const al_model_config *pc = al_model_config_of(policy);
+    if (cfg->loss.kl_beta > 0.0f) {
+        if (!reference) {
+            tr_err(errstr, errlen, "kl_beta > 0 needs a reference model");
+            return NULL;
+        }
+        const al_model_config *rc = al_model_config_of(reference);
+        if (al_model_num_params(reference) != al_model_num_params(policy) ||
+            rc->vocab_size != pc->vocab_size) {
+            tr_err(errstr, errlen, "the reference model's shape differs from the policy's");
+            return NULL;
+        }
+    }
+    al_trainer *tr = calloc(1, sizeof *tr);
+    if (!tr) {
+        tr_err(errstr, errlen, "out of memory");
+        return NULL;
+    }
+    tr->cfg = *cfg;
+    tr->policy = policy;
+    tr->reference = cfg->loss.kl_beta > 0.0f ? reference : NULL;
+    tr->V = pc->vocab_size;
+    if (al_adamw_init(&tr->opt, &cfg->optim, al_model_num_params(policy), errstr, errlen) != 0) {
+        free(tr);
+        return NULL;
+    }
+    if (build_decay_segments(tr) != 0) {
+        tr_err(errstr, errlen, "out of memory");
+        al_trainer_free(tr);
+        return NULL;
+    }
+    return tr;
+}
+
+void al_trainer_free(al_trainer *tr)
+{
+    if (!tr) return;
+    al_adamw_free(&tr->opt);
+    free(tr->segs);
+    free(tr->logits);
+    free(tr->logp);
+    free(tr->entropy);
+    free(tr->dlogp);
+    free(tr->dentropy);
+    free(tr);
+}
+
+al_model *al_trainer_clone_model(al_model *m, char *errstr, size_t errlen)
+{
+    al_model *c = al_model_new(al_model_config_of(m), errstr, errlen);
+    if (!c) return NULL;
+    memcpy(al_model_params(c), al_model_params(m), sizeof(float) * al_model_num_params(m));
+    return c;
+}
+
+al_model *al_trainer_policy(al_trainer *tr)
+{
+    return tr->policy;
+}
+
+al_adamw *al_trainer_optimizer(al_trainer *tr)
+{
+    return &tr->opt;
+}
+
+const al_trainer_config *al_trainer_config_of(const al_trainer *tr)
+{
+    return &tr->cfg;
+}
+
+static int ensure_scratch(al_trainer *tr, int T)
+{
+    if (T <= tr->cap_T) return 0;
+    float *l = realloc(tr->logits, sizeof(float) * (size_t)T * tr->V);
+    if (!l) return -1;
+    tr->logits = l;
+    float **bufs[4] = {&tr->logp, &tr->entropy, &tr->dlogp, &tr->dentropy};
+    for (int i = 0; i < 4; i++) {
+        float *b = realloc(*bufs[i], sizeof(float) * (size_t)T);
+        if (!b) return -1;
+        *bufs[i] = b;
+    }
+    tr->cap_T = T;
+    return 0;
+}
+
+/* Checks one chunk before anything runs, so that a bad chunk fails the step before any
+ * update. */
+static int chunk_check(const al_trainer *tr, const al_train_chunk *c, int i, char *errstr,
+                       size_t errlen)
+{
+    if (c->T <= 0 || c->nseq <= 0)
+        return tr_err(errstr, errlen, "chunk %d is empty (T=%d, nseq=%d)", i, c->T, c->nseq);
+    if (!c->tokens || !c->cu_seqlens || !c->mask)
+        return tr_err(errstr, errlen, "chunk %d lacks %s", i,
+                      !c->tokens ? "tokens" : !c->cu_seqlens ? "cu_seqlens" : "a mask");
+    if (!c->adv && tr->cfg.loss.kind != AL_LOSS_SFT)
+        return tr_err(errstr, errlen, "chunk %d lacks advantages (needed by the %s loss)", i,
+                      al_loss_kind_name(tr->cfg.loss.kind));
+    if (c->cu_seqlens[0] != 0 || c->cu_seqlens[c->nseq] != c->T)
+        return tr_err(errstr, errlen, "chunk %d: cu_seqlens must run from 0 to T=%d (got %d..%d)",
+                      i, c->T, (int)c->cu_seqlens[0], (int)c->cu_seqlens[c->nseq]);
+    for (int s = 0; s < c->nseq; s++)
+        if (c->cu_seqlens[s + 1] < c->cu_seqlens[s])
+            return tr_err(errstr, errlen, "chunk %d: cu_seqlens decreases at sequence %d", i, s);
+    for (int t = 0; t < c->T; t++) {
+        if (c->tokens[t] < 0 || c->tokens[t] >= tr->V)
+            return tr_err(errstr, errlen,
+                          "chunk %d: token %d at position %d is outside the vocabulary (%d)", i,
+                          (int)c->tokens[t], t, tr->V);
+        if (!isfinite(c->mask[t]) || (c->adv && !isfinite(c->adv[t])) ||
+            (c->rollout_logp && !isfinite(c->rollout_logp[t])))
+            return tr_err(errstr, errlen, "chunk %d: non-finite mask, advantage or logprob at %d",
+                          i, t);
+    }
+    return 0;
+}
+
+/* Builds the shifted per-row arrays of a chunk. */
+static int chunk_prepare(const al_trainer *tr, const al_train_chunk *c, chunk_prep *p,
+                         int need_old)
+{
+    int T = c->T;
+    int nf = 2 + (c->rollout_logp ? 1 : 0) + (need_old ? 1 : 0) + (tr->reference ? 1 : 0);
+    memset(p, 0, sizeof *p);
+    p->mem = malloc(sizeof(float) * (size_t)T * (size_t)(nf + 2));
+    if (!p->mem) return -1;
+    float *f = p->mem;
+    p->targets = (int32_t *)f, f += T;
+    p->positions = (int32_t *)f, f += T;
+    p->mask = f, f += T;
+    p->adv = f, f += T;
+    if (c->rollout_logp) p->rollout = f, f += T;
+    if (need_old) p->old = f, f += T;
+    if (tr->reference) p->ref = f, f += T;
+    for (int s = 0; s < c->nseq; s++) {
+        int b = c->cu_seqlens[s], e = c->cu_seqlens[s + 1];
+        for (int t = b; t < e; t++) {
+            int last = t + 1 >= e;
+            p->positions[t] = c->positions ? c->positions[t] : t - b;
+            p->targets[t] = last ? -1 : c->tokens[t + 1];
+            p->mask[t] = last ? 0.0f : c->mask[t + 1];
+            p->adv[t] = (last || !c->adv) ? 0.0f : c->adv[t + 1];
+            if (p->rollout) p->rollout[t] = last ? 0.0f : c->rollout_logp[t + 1];
+        }
+    }
+    return 0;
+}
+
+/* Logprobs of the targets under `m` for one chunk, into out (T). */
+static int chunk_logprobs(al_trainer *tr, al_model *m, const al_train_chunk *c,
+                          const chunk_prep *p, float *out, char *errstr, size_t errlen)
+{
+    if (al_model_forward(m, c->tokens, p->positions, c->cu_seqlens, c->nseq, c->T, tr->logits))
+        return tr_err(errstr, errlen, "%s", al_model_error(m));
+    return al_logprob_forward(tr->logits, p->targets, c->T, tr->V, tr->cfg.temperature, out, NULL,
+                              errstr, errlen);
+}
+
+static void update_params(al_trainer *tr, double lr)
+{
+    float *params = al_model_params(tr->policy);
+    const float *grads = al_model_grads(tr->policy);
+    for (int i = 0; i < tr->nsegs; i++)
+        al_adamw_update_range(&tr->opt, params, grads, lr, tr->segs[i].off, tr->segs[i].count,
+                              tr->segs[i].wd);
+    al_adamw_step_done(&tr->opt);
+}
+
+int al_trainer_step(al_trainer *tr, const al_train_chunk *chunks, int nchunks,
+                    al_train_stats *out, char *errstr, size_t errlen)
+{
+    const al_trainer_config *cfg = &tr->cfg;
+    memset(out, 0, sizeof *out);
+    if (nchunks <= 0 || !chunks) return tr_err(errstr, errlen, "a step needs at least one chunk");
+    int mb = cfg->mini_batches < nchunks ? cfg->mini_batches : nchunks;
+    int updates = cfg->ppo_epochs * mb;
+    int need_old = updates > 1;
+    int maxT = 0;
+    for (int i = 0; i < nchunks; i++) {
+        if (chunk_check(tr, &chunks[i], i, errstr, errlen)) return -1;
+        if (chunks[i].T > maxT) maxT = chunks[i].T;
+    }
+    double t0 = mono_s();
+    if (ensure_scratch(tr, maxT)) return tr_err(errstr, errlen, "out of memory for %d tokens", maxT);
+    chunk_prep *prep = calloc((size_t)nchunks, sizeof *prep);
+    if (!prep) return tr_err(errstr, errlen, "out of memory");
+    int rc = -1;
+    for (int i = 0; i < nchunks; i++)
+        if (chunk_prepare(tr, &chunks[i], &prep[i], need_old)) {
+            tr_err(errstr, errlen, "out of memory");
+            goto done;
+        }
+
+    /* Old and reference logprobs: once per step, before any update. */
+    for (int i = 0; i < nchunks; i++) {
+        if (need_old && chunk_logprobs(tr, tr->policy, &chunks[i], &prep[i], prep[i].old, errstr, errlen))
+            goto done;
+        if (tr->reference &&
+            chunk_logprobs(tr, tr->reference, &chunks[i], &prep[i], prep[i].ref, errstr, errlen))
+            goto done;
+    }
+
+    al_loss_stats st;
+    al_loss_stats_init(&st);
+    double loss_sum = 0.0, gn_sum = 0.0, gn_max = 0.0, lr = 0.0;
+    size_t np = al_model_num_params(tr->policy);
+    for (int ep = 0; ep < cfg->ppo_epochs; ep++) {
+        for (int g = 0; g < mb; g++) {
+            int cb = (int)((long)g * nchunks / mb), ce = (int)((long)(g + 1) * nchunks / mb);
+            double norm = 0.0;
+            al_loss_input in[1];
+            for (int i = cb; i < ce; i++) {
+                in->T = chunks[i].T;
+                in->nseq = chunks[i].nseq;
+                in->cu_seqlens = chunks[i].cu_seqlens;
+                in->mask = prep[i].mask;
+                norm += al_loss_local_norm(&cfg->loss, in);
+            }
+            al_model_zero_grad(tr->policy);
+            double update_loss = 0.0;
+            for (int i = cb; i < ce; i++) {
+                const al_train_chunk *c = &chunks[i];
+                chunk_prep *p = &prep[i];
+                if (al_model_forward(tr->policy, c->tokens, p->positions, c->cu_seqlens, c->nseq,
+                                     c->T, tr->logits)) {
+                    tr_err(errstr, errlen, "%s", al_model_error(tr->policy));
+                    goto done;
+                }
+                if (al_logprob_forward(tr->logits, p->targets, c->T, tr->V, cfg->temperature,
+                                       tr->logp, tr->entropy, errstr, errlen))
+                    goto done;
+                al_loss_input li = {.T = c->T,
+                                    .nseq = c->nseq,
+                                    .cu_seqlens = c->cu_seqlens,
+                                    .logp = tr->logp,
+                                    .old_logp = p->old,
+                                    .rollout_logp = p->rollout,
+                                    .ref_logp = p->ref,
+                                    .entropy = tr->entropy,
+                                    .adv = p->adv,
+                                    .mask = p->mask};
+                double l;
+                if (al_loss_compute(&cfg->loss, &li, norm, &l, tr->dlogp, tr->dentropy, &st,
+                                    errstr, errlen))
+                    goto done;
+                update_loss += l;
+                al_logprob_backward(tr->logits, p->targets, c->T, tr->V, cfg->temperature,
+                                    tr->dlogp, cfg->loss.entropy_coef != 0.0f ? tr->dentropy : NULL,
+                                    tr->logits);
+                if (al_model_backward(tr->policy, tr->logits)) {
+                    tr_err(errstr, errlen, "%s", al_model_error(tr->policy));
+                    goto done;
+                }
+            }
+            double gn = al_grad_clip(al_model_grads(tr->policy), np, cfg->optim.grad_clip);
+            if (!isfinite(update_loss) || !isfinite(gn)) {
+                tr_err(errstr, errlen,
+                       "non-finite %s at update %d of the step (loss %g, grad norm %g); no update "
+                       "applied",
+                       isfinite(update_loss) ? "gradient norm" : "loss", ep * mb + g, update_loss,
+                       gn);
+                goto done;
+            }
+            lr = al_lr_at(&tr->opt.cfg, tr->opt.step);
+            update_params(tr, lr);
+            loss_sum += update_loss;
+            gn_sum += gn;
+            if (gn > gn_max) gn_max = gn;
+        }
+    }
+    al_loss_stats_finish(&st);
+    out->step = tr->opt.step;
+    out->updates = updates;
+    out->loss = loss_sum / updates;
+    out->pg_loss = st.pg_loss;
+    out->kl = st.kl;
+    out->entropy = st.entropy;
+    out->clip_frac = st.clip_frac;
+    out->dual_clip_frac = st.dual_clip_frac;
+    out->ratio_mean = st.ratio_mean;
+    out->ratio_max = st.ratio_max;
+    out->tis_mean = st.tis_mean;
+    out->grad_norm = gn_sum / updates;
+    out->grad_norm_max = gn_max;
+    out->lr = lr;
+    out->tokens = st.tokens / cfg->ppo_epochs;
+    out->seqs = st.seqs / cfg->ppo_epochs;
+    for (int i = 0; i < nchunks; i++) out->step_tokens += chunks[i].T;
+    out->seconds = mono_s() - t0;
+    out->tokens_per_s =
+        out->seconds > 0 ? (double)out->step_tokens * cfg->ppo_epochs / out->seconds : 0.0;
+    rc = 0;
+done:
+    for (int i = 0; i < nchunks; i++) free(prep[i].mem);
+    free(prep);
+    return rc;
+}
