@@ -234,10 +234,11 @@ static int parse_entry(al_st_tensor *t, const char *name, const al_json *e, cons
     return 0;
 }
 
-int al_st_parse(al_st_file *f, uint8_t *bytes, size_t len, const char *what, char *errstr,
-                size_t errlen)
+/* al_st_parse for malloc'd (mapped = 0) or mmap'd (mapped = 1) bytes; on failure the bytes
+ * are released the way they were obtained. */
+static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const char *what,
+                    char *errstr, size_t errlen)
 {
-    int mapped = f->mapped;
     memset(f, 0, sizeof *f);
     f->bytes = bytes, f->len = len, f->mapped = mapped;
     if (len < 8) {
@@ -328,6 +329,12 @@ fail:
     return -1;
 }
 
+int al_st_parse(al_st_file *f, uint8_t *bytes, size_t len, const char *what, char *errstr,
+                size_t errlen)
+{
+    return st_parse(f, bytes, len, 0, what, errstr, errlen);
+}
+
 int al_st_open(al_st_file *f, const char *path, char *errstr, size_t errlen)
 {
     memset(f, 0, sizeof *f);
@@ -347,10 +354,9 @@ int al_st_open(al_st_file *f, const char *path, char *errstr, size_t errlen)
             return st_err(errstr, errlen, "%s: mmap: %s", path, strerror(errno));
         }
         bytes = p;
-        f->mapped = 1;
     }
     close(fd);
-    return al_st_parse(f, bytes, len, path, errstr, errlen);
+    return st_parse(f, bytes, len, len > 0, path, errstr, errlen);
 }
 
 const al_st_tensor *al_st_find(const al_st_file *f, const char *name)
