@@ -2,3 +2,4 @@
 # starts `arclight broker --listen 127.0.0.1:0` (tests/broker_fixture.h) and talks TCP to it.
 arclight_test(t0200_kafka_conf SOURCES tests/t0200_kafka_conf.c LIBS arclight_kafka TIMEOUT 60)
 arclight_test(t0201_broker SOURCES tests/t0201_broker.c LIBS arclight_kafka TIMEOUT 120)
+arclight_test(t0202_produce_consume SOURCES tests/t0202_produce_consume.c LIBS arclight_kafka TIMEOUT 120)

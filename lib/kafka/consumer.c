@@ -234,7 +234,7 @@ static void assign_start_offsets(al_consumer *c, rd_kafka_topic_partition_list_t
             p->offset = RD_KAFKA_OFFSET_INVALID;
         } else if (off < 0) {
             p->offset = c->start_at_end ? RD_KAFKA_OFFSET_END : RD_KAFKA_OFFSET_BEGINNING;
-            al_log_info("kafka", "%s [%d]: no committed offset, starting at the %s", p->topic,
+            al_log_debug("kafka", "%s [%d]: no committed offset, starting at the %s", p->topic,
                         (int)p->partition, c->start_at_end ? "end" : "beginning");
         } else {
             p->offset = off;

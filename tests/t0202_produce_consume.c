@@ -1,0 +1,260 @@
+/* t0202: producer delivery reports, the consumer's offset contract, and the errors a user
+ * sees when Kafka is away, against the embedded broker over TCP. */
+#include "testlib.h"
+
+#include "broker_fixture.h"
+#include "kafka/kafka.h"
+
+static al_test_broker broker;
+static int broker_ok;
+
+static void ensure_broker(void)
+{
+    if (!broker_ok) broker_ok = al_test_broker_start(&broker, NULL) == 0;
+}
+
+static al_kafka_conf *conf_for(const char *bootstrap)
+{
+    char errstr[512];
+    al_kafka_conf *c = al_kafka_conf_load(NULL, bootstrap, errstr, sizeof errstr);
+    if (!c) fprintf(stderr, "conf: %s\n", errstr);
+    return c;
+}
+
+typedef struct dr_log {
+    int n, failed;
+    int64_t offset[1000];
+    int32_t partition[1000];
+    char reason[512];
+} dr_log;
+
+static void on_delivery(const al_delivery *d, void *ctx)
+{
+    dr_log *l = ctx;
+    intptr_t i = (intptr_t)d->opaque;
+    l->n++;
+    if (d->err) {
+        l->failed++;
+        snprintf(l->reason, sizeof l->reason, "%s", d->reason);
+        return;
+    }
+    if (i >= 0 && i < 1000) {
+        l->offset[i] = d->offset;
+        l->partition[i] = d->partition;
+    }
+}
+
+/* Committed offset of topic[partition] for group, as the broker has it (-1001: none). */
+static int64_t committed_offset(const char *bootstrap, const char *group, const char *topic,
+                                int32_t partition)
+{
+    char errstr[512];
+    al_kafka_conf *c = conf_for(bootstrap);
+    al_kafka_conf_set(c, "group.id", group);
+    rd_kafka_conf_t *rc = al_kafka_conf_build(c, errstr, sizeof errstr);
+    al_kafka_conf_free(c);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, rc, errstr, sizeof errstr);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, partition);
+    int64_t off = -2;
+    if (!rd_kafka_committed(rk, l, 10000)) off = l->elems[0].offset;
+    rd_kafka_topic_partition_list_destroy(l);
+    rd_kafka_destroy(rk);
+    return off;
+}
+
+TEST(producer_delivery_reports_reach_each_opaque)
+{
+    char errstr[512];
+    ensure_broker();
+    REQUIRE(broker_ok);
+    al_kafka_conf *c = conf_for(broker.bootstrap);
+    al_producer *p = al_producer_new(c, errstr, sizeof errstr);
+    al_kafka_conf_free(c);
+    REQUIREF(p, "%s", errstr);
+    static dr_log log;
+    memset(&log, 0, sizeof log);
+    al_producer_set_delivery_cb(p, on_delivery, &log);
+    rd_kafka_headers_t *h = rd_kafka_headers_new(1);
+    rd_kafka_header_add(h, "trace", -1, "abc", 3);
+    for (int i = 0; i < 300; i++) {
+        char key[32], val[64];
+        snprintf(key, sizeof key, "task-%d", i % 7);
+        snprintf(val, sizeof val, "value-%d", i);
+        CHECK_EQ_INT(al_producer_send(p, "t0202.acks", key, strlen(key), val, strlen(val), h,
+                                      (void *)(intptr_t)i),
+                     0);
+    }
+    rd_kafka_headers_destroy(h);
+    CHECKF(al_producer_flush(p, 30000, errstr, sizeof errstr) == 0, "%s", errstr);
+    CHECK_EQ_INT(log.n, 300);
+    CHECK_EQ_INT(log.failed, 0);
+    /* Same key, same partition; offsets within a partition strictly increase in send order. */
+    int bad = 0;
+    for (int i = 7; i < 300; i++) {
+        if (log.partition[i] != log.partition[i - 7]) bad++;
+        if (log.offset[i] <= log.offset[i - 7]) bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(al_producer_outq_len(p), 0);
+    CHECK(al_producer_fatal(p, errstr, sizeof errstr) == 0);
+
+    /* Read them back through the consumer wrapper: every value, with its header. */
+    c = conf_for(broker.bootstrap);
+    al_consumer *cons = al_consumer_new(c, "t0202-readback", NULL, errstr, sizeof errstr);
+    al_kafka_conf_free(c);
+    REQUIREF(cons, "%s", errstr);
+    const char *topics[] = {"t0202.acks"};
+    REQUIRE(al_consumer_subscribe(cons, topics, 1, errstr, sizeof errstr) == 0);
+    static char seen[300];
+    memset(seen, 0, sizeof seen);
+    int got = 0, with_header = 0;
+    double t0 = testlib_now();
+    while (got < 300 && testlib_now() - t0 < 30) {
+        rd_kafka_message_t *m;
+        int r = al_consumer_poll(cons, 200, &m, errstr, sizeof errstr);
+        REQUIREF(r >= 0, "poll: %s", errstr);
+        if (r == 0) continue;
+        int i;
+        if (m->len < 64 && sscanf((const char *)m->payload, "value-%d", &i) == 1 && i >= 0 &&
+            i < 300 && !seen[i]) {
+            seen[i] = 1;
+            got++;
+        }
+        rd_kafka_headers_t *mh;
+        const void *hv;
+        size_t hl;
+        if (!rd_kafka_message_headers(m, &mh) &&
+            !rd_kafka_header_get_last(mh, "trace", &hv, &hl) && hl == 3 && !memcmp(hv, "abc", 3))
+            with_header++;
+        al_consumer_input_skip(cons, m);
+        rd_kafka_message_destroy(m);
+    }
+    CHECK_EQ_INT(got, 300);
+    CHECK_EQ_INT(with_header, 300);
+    al_consumer_free(cons);
+    al_producer_free(p);
+}
+
+TEST(stored_offset_waits_for_acknowledged_outputs)
+{
+    char errstr[512], reply[128];
+    ensure_broker();
+    REQUIRE(broker_ok);
+    REQUIRE(al_test_broker_control(&broker, "create t0202.in 1", reply, sizeof reply) == 0);
+    al_kafka_conf *c = conf_for(broker.bootstrap);
+    al_producer *p = al_producer_new(c, errstr, sizeof errstr);
+    REQUIREF(p, "%s", errstr);
+    for (int i = 0; i < 20; i++) al_producer_send(p, "t0202.in", "k", 1, "in", 2, NULL, NULL);
+    REQUIRE(al_producer_flush(p, 20000, errstr, sizeof errstr) == 0);
+
+    al_consumer *cons = al_consumer_new(c, "t0202-contract", p, errstr, sizeof errstr);
+    al_kafka_conf_free(c);
+    REQUIREF(cons, "%s", errstr);
+    const char *topics[] = {"t0202.in"};
+    REQUIRE(al_consumer_subscribe(cons, topics, 1, errstr, sizeof errstr) == 0);
+
+    /* Consume the 20 inputs; each produces 2 outputs; input 12 stays open (a stage still
+     * waiting for the rest of its rollout). Delivery reports are not served yet: the
+     * consumer is not polled again until the check below. */
+    al_input *held = NULL;
+    int got = 0;
+    double t0 = testlib_now();
+    rd_kafka_message_t *ms[20];
+    while (got < 20 && testlib_now() - t0 < 30) {
+        rd_kafka_message_t *m;
+        int r = al_consumer_poll(cons, 200, &m, errstr, sizeof errstr);
+        REQUIREF(r >= 0, "poll: %s", errstr);
+        if (r == 1) ms[got++] = m;
+    }
+    REQUIRE(got == 20);
+    for (int i = 0; i < 20; i++) {
+        al_input *in = al_consumer_input_begin(cons, ms[i]);
+        REQUIRE(in);
+        for (int k = 0; k < 2; k++) {
+            al_kafka_out o = {.topic = "t0202.out", .partition = AL_KAFKA_PARTITION_ANY,
+                              .key = "k", .keylen = 1, .value = "out", .len = 3, .input = in};
+            CHECK_EQ_INT(al_producer_produce(p, &o), 0);
+        }
+        if (ms[i]->offset == 12)
+            held = in;
+        else
+            al_input_end(in);
+        rd_kafka_message_destroy(ms[i]);
+    }
+    REQUIRE(held);
+    /* Nothing acknowledged yet as far as the stage knows: the committed offset stays at the
+     * first input (a restart re-reads all 20). */
+    CHECK(al_consumer_commit(cons, errstr, sizeof errstr) == 0);
+    CHECK_EQ_INT(committed_offset(broker.bootstrap, "t0202-contract", "t0202.in", 0), 0);
+    /* Serve the delivery reports: the stored offset moves up to the held input (12). */
+    REQUIRE(al_producer_flush(p, 20000, errstr, sizeof errstr) == 0);
+    CHECK(al_consumer_commit(cons, errstr, sizeof errstr) == 0);
+    CHECK_EQ_INT(committed_offset(broker.bootstrap, "t0202-contract", "t0202.in", 0), 12);
+    /* The held input finishes: everything is committed. */
+    al_input_end(held);
+    CHECK(al_consumer_commit(cons, errstr, sizeof errstr) == 0);
+    CHECK_EQ_INT(committed_offset(broker.bootstrap, "t0202-contract", "t0202.in", 0), 20);
+    al_consumer_free(cons);
+    al_producer_free(p);
+}
+
+TEST(unreachable_broker_errors_name_the_servers_and_the_reason)
+{
+    char errstr[512];
+    /* A port nothing listens on. */
+    al_kafka_conf *c = conf_for("127.0.0.1:1");
+    al_kafka_conf_set(c, "message.timeout.ms", "1500");
+    al_producer *p = al_producer_new(c, errstr, sizeof errstr);
+    REQUIREF(p, "%s", errstr);
+    CHECK(al_producer_check(p, 2000, errstr, sizeof errstr) == -1);
+    CHECKF(strstr(errstr, "cannot reach Kafka at 127.0.0.1:1: Connection refused (all brokers down)"),
+           "check: %s", errstr);
+    static dr_log log;
+    memset(&log, 0, sizeof log);
+    al_producer_set_delivery_cb(p, on_delivery, &log);
+    CHECK_EQ_INT(al_producer_send(p, "t0202.x", "k", 1, "v", 1, NULL, (void *)1), 0);
+    al_producer_flush(p, 5000, errstr, sizeof errstr);
+    CHECK_EQ_INT(log.failed, 1);
+    CHECKF(strstr(log.reason, "Message timed out") && strstr(log.reason, "127.0.0.1:1") &&
+               strstr(log.reason, "Connection refused"),
+           "delivery reason: %s", log.reason);
+    al_producer_free(p);
+
+    al_consumer *cons = al_consumer_new(c, "t0202-nobody", NULL, errstr, sizeof errstr);
+    REQUIREF(cons, "%s", errstr);
+    CHECK(al_consumer_check(cons, 1500, errstr, sizeof errstr) == -1);
+    CHECKF(strstr(errstr, "cannot reach Kafka at 127.0.0.1:1: Connection refused"), "check: %s",
+           errstr);
+    al_consumer_free(cons);
+    al_kafka_conf_free(c);
+
+    /* A name that does not resolve. */
+    c = conf_for("no-such-host.invalid:9092");
+    p = al_producer_new(c, errstr, sizeof errstr);
+    REQUIREF(p, "%s", errstr);
+    CHECK(al_producer_check(p, 2000, errstr, sizeof errstr) == -1);
+    CHECKF(strstr(errstr, "cannot reach Kafka at no-such-host.invalid:9092: ") != NULL,
+           "check: %s", errstr);
+    al_producer_free(p);
+    al_kafka_conf_free(c);
+}
+
+TEST(error_classes)
+{
+    CHECK_EQ_INT(al_kafka_error_classify(RD_KAFKA_RESP_ERR_NO_ERROR), AL_KAFKA_ERRCLASS_NONE);
+    CHECK_EQ_INT(al_kafka_error_classify(RD_KAFKA_RESP_ERR__QUEUE_FULL),
+                 AL_KAFKA_ERRCLASS_RETRIABLE);
+    CHECK_EQ_INT(al_kafka_error_classify(RD_KAFKA_RESP_ERR__MSG_TIMED_OUT),
+                 AL_KAFKA_ERRCLASS_RETRIABLE);
+    CHECK_EQ_INT(al_kafka_error_classify(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE),
+                 AL_KAFKA_ERRCLASS_ABORTABLE);
+    CHECK_EQ_INT(al_kafka_error_classify(RD_KAFKA_RESP_ERR__FATAL), AL_KAFKA_ERRCLASS_FATAL);
+    CHECK_EQ_INT(al_kafka_error_classify(RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET),
+                 AL_KAFKA_ERRCLASS_FATAL);
+}
+
+TEST(zz_stop_broker)
+{
+    if (broker_ok) CHECK_EQ_INT(al_test_broker_stop(&broker), 0);
+}
