@@ -4,3 +4,8 @@ arclight_test(t0600_model_vs_pytorch SOURCES tests/t0600_model_vs_pytorch.c LIBS
 arclight_test(t0601_model_layers SOURCES tests/t0601_model_layers.c LIBS arclight_model TIMEOUT 120)
 arclight_test(t0602_model_packed SOURCES tests/t0602_model_packed.c LIBS arclight_model TIMEOUT 120)
 arclight_test(t0603_model_safetensors SOURCES tests/t0603_model_safetensors.c LIBS arclight_model TIMEOUT 120)
+arclight_test(t0604_model_config SOURCES tests/t0604_model_config.c LIBS arclight_model TIMEOUT 60)
+if(NOT ARCLIGHT_MODEL_ONLY)
+  # runs the arclight binary ($ARCLIGHT_BIN), which model-only builds do not have
+  arclight_test(t0605_model_cli SOURCES tests/t0605_model_cli.c LIBS arclight_model TIMEOUT 60)
+endif()
