@@ -1,0 +1,120 @@
+/*
+ * t0749_tokenizer_util.h: helpers shared by the tokenizer tests (0700-0748): fixture
+ * paths, file reading, and a compact JSON writer for al_json trees.
+ */
+#ifndef ARCLIGHT_T0749_TOKENIZER_UTIL_H
+#define ARCLIGHT_T0749_TOKENIZER_UTIL_H
+
+#include "model/json.h"
+#include "model/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* $ARCLIGHT_SOURCE_DIR/rel (the repo root is the working directory otherwise). */
+static inline char *tok_source_path(const char *rel)
+{
+    const char *root = getenv("ARCLIGHT_SOURCE_DIR");
+    if (!root) root = ".";
+    size_t n = strlen(root) + strlen(rel) + 2;
+    char *p = malloc(n);
+    snprintf(p, n, "%s/%s", root, rel);
+    return p;
+}
+
+/* Where tests/model_tokenizer.cmake unpacked tests/tokenizer/qwen3.tar.xz. */
+static inline char *tok_qwen3_dir(void)
+{
+    const char *build = getenv("ARCLIGHT_BUILD_DIR");
+    if (!build) build = "build";
+    size_t n = strlen(build) + 32;
+    char *p = malloc(n);
+    snprintf(p, n, "%s/tokenizer/qwen3", build);
+    return p;
+}
+
+static inline char *tok_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = 0;
+        if (len) *len = (size_t)n;
+    }
+    return buf;
+}
+
+/* Parses a fixture under the source tree; NULL (with a message) when it is missing. */
+static inline al_json *tok_load_fixture(const char *rel)
+{
+    char *path = tok_source_path(rel);
+    size_t len = 0;
+    char *text = tok_read_file(path, &len);
+    if (!text) {
+        fprintf(stderr, "cannot read %s\n", path);
+        free(path);
+        return NULL;
+    }
+    char err[200];
+    al_json *j = al_json_parse(text, len, err, sizeof err);
+    if (!j) fprintf(stderr, "%s: %s\n", path, err);
+    free(text);
+    free(path);
+    return j;
+}
+
+/* Writes v as compact JSON (what an OpenAI client sends). */
+static inline void tok_json_write(al_json_buf *b, const al_json *v)
+{
+    switch (v->type) {
+    case AL_JSON_NULL: al_json_buf_append(b, "null", 4); break;
+    case AL_JSON_TRUE: al_json_buf_append(b, "true", 4); break;
+    case AL_JSON_FALSE: al_json_buf_append(b, "false", 5); break;
+    case AL_JSON_NUMBER:
+        if (v->is_integer)
+            al_json_buf_printf(b, "%lld", (long long)v->integer);
+        else
+            al_json_buf_printf(b, "%.17g", v->number);
+        break;
+    case AL_JSON_STRING: al_json_buf_quote(b, v->string, v->string_len); break;
+    case AL_JSON_ARRAY:
+        al_json_buf_append(b, "[", 1);
+        for (size_t i = 0; i < v->count; i++) {
+            if (i) al_json_buf_append(b, ",", 1);
+            tok_json_write(b, v->items[i]);
+        }
+        al_json_buf_append(b, "]", 1);
+        break;
+    case AL_JSON_OBJECT:
+        al_json_buf_append(b, "{", 1);
+        for (size_t i = 0; i < v->count; i++) {
+            if (i) al_json_buf_append(b, ",", 1);
+            al_json_buf_quote(b, v->keys[i], v->key_lens[i]);
+            al_json_buf_append(b, ":", 1);
+            tok_json_write(b, v->items[i]);
+        }
+        al_json_buf_append(b, "}", 1);
+        break;
+    }
+}
+
+/* Index of the first difference of two byte strings (or the shorter length). */
+static inline size_t tok_first_diff(const char *a, size_t alen, const char *b, size_t blen)
+{
+    size_t i = 0;
+    while (i < alen && i < blen && a[i] == b[i])
+        i++;
+    return i;
+}
+
+#endif
