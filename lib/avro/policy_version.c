@@ -10,6 +10,31 @@
 
 #define PV_NAME "ai.arclight.PolicyVersion"
 
+static int cmp_name(const void *a, const void *b)
+{
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    return strcmp(x ? x : "", y ? y : "");
+}
+
+/* An Avro map has unique keys: 1 with *which set when a name appears twice, 0 when none
+ * does, -1 when out of memory. O(n log n), so a crafted map cannot make it slow. */
+static int duplicate_name(const al_metric *m, size_t n, const char **which)
+{
+    if (n < 2) return 0;
+    const char **names = malloc(n * sizeof *names);
+    if (!names) return -1;
+    for (size_t i = 0; i < n; i++) names[i] = m[i].name ? m[i].name : "";
+    qsort(names, n, sizeof *names, cmp_name);
+    int found = 0;
+    for (size_t i = 1; i < n && !found; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            *which = names[i];
+            found = 1;
+        }
+    free(names);
+    return found;
+}
+
 int al_policy_version_encode(const al_policy_version *p, al_buf *out, char *errstr,
                              size_t errlen)
 {
@@ -17,12 +42,10 @@ int al_policy_version_encode(const al_policy_version *p, al_buf *out, char *errs
     const al_train_metrics *m = &p->metrics;
     if (m->n_extra && !m->extra)
         return al_err(errstr, errlen, "PolicyVersion: n_extra is %zu but extra is NULL", m->n_extra);
-    for (size_t i = 0; i < m->n_extra; i++)
-        for (size_t k = 0; k < i; k++)
-            if (strcmp(m->extra[i].name ? m->extra[i].name : "",
-                       m->extra[k].name ? m->extra[k].name : "") == 0)
-                return al_err(errstr, errlen, "PolicyVersion: metric %s appears twice in extra",
-                              m->extra[i].name ? m->extra[i].name : "");
+    const char *dup = NULL;
+    int rc = duplicate_name(m->extra, m->n_extra, &dup);
+    if (rc < 0) return al_codec_oom(errstr, errlen, "encoding a PolicyVersion");
+    if (rc) return al_err(errstr, errlen, "PolicyVersion: metric %s appears twice in extra", dup);
     int bad = al_wr_header(out, fp) || al_wr_string(out, p->model) ||
               al_wr_long(out, p->version) || al_wr_long(out, p->step) ||
               al_wr_string(out, p->checkpoint_uri) || al_wr_string(out, p->sha256) ||
@@ -70,6 +93,12 @@ static int decode_body(al_rd *r, al_policy_version *p)
     }
     m->extra = extra;
     m->n_extra = n;
+    const char *dup = NULL;
+    int rc = duplicate_name(extra, n, &dup);
+    if (rc < 0) return al_codec_oom(r->errstr, r->errlen, "decoding");
+    if (rc)
+        return al_err(r->errstr, r->errlen, "bad map: field metrics.extra has the key \"%s\" twice",
+                      dup);
     return al_codec_finish(r, "PolicyVersion");
 }
 
