@@ -19,6 +19,15 @@
 #define AL_AVRO_BIG_ENDIAN 1
 #endif
 
+/* Writes the error and returns -1 from the calling reader. Spelled out (rather than
+ * `return al_err(...)`) so that the compiler sees that outputs are set whenever 0 is
+ * returned. */
+#define AL_FAIL(...)                                                                               \
+    do {                                                                                           \
+        al_err(__VA_ARGS__);                                                                       \
+        return -1;                                                                                 \
+    } while (0)
+
 typedef struct al_rd {
     const uint8_t *base; /* start of the message: offsets in errors count from here */
     const uint8_t *p;
@@ -43,11 +52,11 @@ static inline int al_rd_long(al_rd *r, const char *field, int64_t *v)
     uint64_t u = 0;
     for (unsigned shift = 0;; shift += 7) {
         if (p >= r->end)
-            return al_err(r->errstr, r->errlen,
+            AL_FAIL(r->errstr, r->errlen,
                           "truncated: field %s ends inside a varint at offset %zu", field,
                           al_rd_off(r));
         if (shift > 63)
-            return al_err(r->errstr, r->errlen,
+            AL_FAIL(r->errstr, r->errlen,
                           "bad varint: field %s has a varint longer than 10 bytes at offset %zu",
                           field, al_rd_off(r));
         uint8_t b = *p++;
@@ -65,7 +74,7 @@ static inline int al_rd_int(al_rd *r, const char *field, int32_t *v)
     int64_t x;
     if (al_rd_long(r, field, &x)) return -1;
     if (x < INT32_MIN || x > INT32_MAX)
-        return al_err(r->errstr, r->errlen,
+        AL_FAIL(r->errstr, r->errlen,
                       "bad int: field %s holds %lld, out of the int range, at offset %zu", field,
                       (long long)x, off);
     *v = (int32_t)x;
@@ -80,10 +89,10 @@ static inline int al_rd_len(al_rd *r, const char *field, size_t *n)
     int64_t x;
     if (al_rd_long(r, field, &x)) return -1;
     if (x < 0)
-        return al_err(r->errstr, r->errlen, "bad length: field %s has negative length %lld at offset %zu",
+        AL_FAIL(r->errstr, r->errlen, "bad length: field %s has negative length %lld at offset %zu",
                       field, (long long)x, off);
     if ((uint64_t)x > al_rd_left(r))
-        return al_err(r->errstr, r->errlen,
+        AL_FAIL(r->errstr, r->errlen,
                       "truncated: field %s needs %lld bytes, %zu left at offset %zu", field,
                       (long long)x, al_rd_left(r), al_rd_off(r));
     *n = (size_t)x;
@@ -93,7 +102,7 @@ static inline int al_rd_len(al_rd *r, const char *field, size_t *n)
 static inline int al_rd_fixed(al_rd *r, const char *field, size_t n, const uint8_t **out)
 {
     if (n > al_rd_left(r))
-        return al_err(r->errstr, r->errlen,
+        AL_FAIL(r->errstr, r->errlen,
                       "truncated: field %s needs %zu bytes, %zu left at offset %zu", field, n,
                       al_rd_left(r), al_rd_off(r));
     *out = r->p;
@@ -126,7 +135,7 @@ static inline int al_rd_bool(al_rd *r, const char *field, int *v)
     size_t off = al_rd_off(r);
     if (al_rd_fixed(r, field, 1, &p)) return -1;
     if (*p > 1)
-        return al_err(r->errstr, r->errlen, "bad boolean: field %s holds byte %u at offset %zu",
+        AL_FAIL(r->errstr, r->errlen, "bad boolean: field %s holds byte %u at offset %zu",
                       field, *p, off);
     *v = *p;
     return 0;
@@ -139,7 +148,7 @@ static inline int al_rd_index(al_rd *r, const char *field, const char *what, int
     size_t off = al_rd_off(r);
     if (al_rd_long(r, field, idx)) return -1;
     if (*idx < 0 || *idx >= count)
-        return al_err(r->errstr, r->errlen,
+        AL_FAIL(r->errstr, r->errlen,
                       "bad %s index %lld for field %s at offset %zu (valid: 0..%lld)", what,
                       (long long)*idx, field, off, (long long)count - 1);
     return 0;
@@ -157,17 +166,17 @@ static inline int al_rd_block(al_rd *r, const char *field, size_t min_item_bytes
     if (c < 0) {
         size_t bytes;
         if (c == INT64_MIN)
-            return al_err(r->errstr, r->errlen, "bad block count for field %s at offset %zu",
+            AL_FAIL(r->errstr, r->errlen, "bad block count for field %s at offset %zu",
                           field, off);
         c = -c;
         if (al_rd_len(r, field, &bytes)) return -1;
     }
     if (min_item_bytes && (uint64_t)c > al_rd_left(r) / min_item_bytes)
-        return al_err(r->errstr, r->errlen,
+        AL_FAIL(r->errstr, r->errlen,
                       "truncated: field %s claims %lld items, only %zu bytes left at offset %zu",
                       field, (long long)c, al_rd_left(r), off);
     if (!min_item_bytes && c > (int64_t)1 << 32)
-        return al_err(r->errstr, r->errlen, "bad block count %lld for field %s at offset %zu",
+        AL_FAIL(r->errstr, r->errlen, "bad block count %lld for field %s at offset %zu",
                       (long long)c, field, off);
     *count = (size_t)c;
     return 0;
