@@ -235,16 +235,17 @@ int al_unicode_nfc(const char *text, size_t len, char **out, size_t *out_len)
 {
     const uint8_t *s = (const uint8_t *)text;
     size_t i = 0;
-    for (; i < len;) {
+    int unsafe = 0;
+    while (i < len && !unsafe) {
         uint32_t cp;
         if (s[i] < 0x80) {
             i++;
             continue;
         }
         i += al_utf8_decode(s + i, len - i, &cp);
-        if (nfc_unsafe(cp)) break;
+        unsafe = nfc_unsafe(cp);
     }
-    if (i >= len) return 0;
+    if (!unsafe) return 0;
 
     cpvec d = {0};
     for (i = 0; i < len;) {

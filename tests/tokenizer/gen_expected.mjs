@@ -87,6 +87,8 @@ const texts = [
   " \n \r\n\t\n  x\n\n y \u00A0\n\u3000z",
   "'s at start, word's end, quote' 'quoted' ''double'' \u2019s curly",
   "A1B2C3 a-b_c 1.2.3 v1.0-rc2 x86_64 12345678901234567890",
+  "ends with a combining mark: cafe\u0301",
+  "\u0301 starts with one, then o\u0308\u0304 and \u1E0B\u0323",
 ];
 
 function encodeAll(tokJson, tokCfg) {
