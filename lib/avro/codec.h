@@ -307,10 +307,13 @@ void al_deadletter_clear(al_deadletter *d);
 const al_schema_info *al_avro_peek(const void *buf, size_t len, char *errstr, size_t errlen);
 
 /* Decodes any arclight message (any registered writer version) into a JSON object string
- * (malloc'd, the caller frees *json_out): the record's fields by name, unions as the
- * branch's value (null or the value itself, a record for the Span payload with a
- * "_type" member naming the branch), bytes as an array of byte values, and packed
- * token/logprob fields as JSON arrays of numbers. 0, or -1 with errstr. */
+ * (malloc'd, the caller frees *json_out): the record's fields by name in schema order,
+ * unions as the branch's value (null or the value itself; a record branch of a union of
+ * more than two, like the Span payload, gets a first member "_type" naming it), enums as
+ * their symbol, packed token/logprob/mask fields as JSON arrays of numbers, other bytes as
+ * a string whose code points are the byte values (Avro's JSON encoding; a 0 byte is
+ * \u0000, so parse with JSON_ALLOW_NUL in jansson), NaN and infinities as the strings
+ * "NaN", "Infinity", "-Infinity". The output is one line of ASCII. 0, or -1 with errstr. */
 int al_avro_to_json(const void *buf, size_t len, char **json_out, char *errstr, size_t errlen);
 
 /* Re-encodes a message of any registered writer version under reader_schema_json (a
