@@ -12,3 +12,4 @@ set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_qwen3_archive}
 arclight_test(t0700_tokenizer_ids SOURCES tests/t0700_tokenizer_ids.c LIBS arclight_model TIMEOUT 120)
 arclight_test(t0703_tokenizer_chat SOURCES tests/t0703_tokenizer_chat.c LIBS arclight_model TIMEOUT 60)
 arclight_test(t0701_tokenizer_unicode SOURCES tests/t0701_tokenizer_unicode.c LIBS arclight_model TIMEOUT 60)
+arclight_test(t0702_tokenizer_input SOURCES tests/t0702_tokenizer_input.c LIBS arclight_model TIMEOUT 60)
