@@ -42,7 +42,7 @@ if((ARCLIGHT_SANITIZE OR ARCLIGHT_FUZZ) AND AL_CLANG)
   add_custom_target(fuzz_decode_target ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_decode)
   # New inputs go to the first (scratch) directory; the committed corpus stays as it is.
   add_test(NAME t0105_avro_fuzz
-    COMMAND sh -c "rm -rf fuzz-scratch && mkdir -p fuzz-scratch && ./fuzz_decode -runs=20000 -max_len=4096 -timeout=10 fuzz-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus"
+    COMMAND sh -c "rm -rf fuzz-scratch && mkdir -p fuzz-scratch && ./fuzz_decode -runs=50000 -max_len=4096 -timeout=10 fuzz-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/corpus"
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
   set_tests_properties(t0105_avro_fuzz PROPERTIES TIMEOUT 180)
 elseif(ARCLIGHT_SANITIZE)

@@ -273,6 +273,8 @@ TEST(batch_chunk_round_trips)
         for (size_t s = 0; s < mb->n_sequences; s++) {
             CHECK_EQ_STR(mb->transition_ids[s], f.ids[m][s]);
             CHECK_EQ_INT(mb->policy_versions[s], f.versions[m][s]);
+            REQUIRE(mb->n_rewards == mb->n_sequences);
+            CHECK_NEAR(mb->rewards[s], f.rewards[m][s], 0);
         }
     }
     CHECK_EQ_INT(d.micro_batches[0].position_ids[4], 0); /* restarts per sequence */

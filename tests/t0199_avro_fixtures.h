@@ -188,6 +188,7 @@ typedef struct fx_batch {
     float lp[2][10], adv[2][10];
     const char *ids[2][3];
     int64_t versions[2][3];
+    float rewards[2][3];
 } fx_batch;
 
 FX_FN void fx_batch_fill(fx_batch *f)
@@ -212,6 +213,7 @@ FX_FN void fx_batch_fill(fx_batch *f)
         for (int s = 0; s < nseq; s++) {
             f->ids[m][s] = m == 0 ? ids0[s] : ids1[s];
             f->versions[m][s] = 10 + s + m;
+            f->rewards[m][s] = 0.25f * (float)(s + 2 * m);
         }
         al_micro_batch *mb = &f->mb[m];
         mb->index = 4 + m;
@@ -225,6 +227,8 @@ FX_FN void fx_batch_fill(fx_batch *f)
         mb->cu_seqlens = f->cu[m];
         mb->transition_ids = f->ids[m];
         mb->policy_versions = f->versions[m];
+        mb->rewards = f->rewards[m];
+        mb->n_rewards = (size_t)nseq;
     }
     al_batch_chunk *c = &f->c;
     c->model = "Qwen/Qwen3-0.6B";

@@ -37,6 +37,9 @@ int al_batch_chunk_encode(const al_batch_chunk *c, al_buf *out, char *errstr, si
                             !m->rollout_logprobs || !m->advantages))
             return al_err(errstr, errlen, "BatchChunk: micro-batch %zu has %zu tokens but a per-token array is NULL",
                           i, m->n_tokens);
+        if ((m->n_rewards && m->n_rewards != m->n_sequences) || (m->n_rewards && !m->rewards))
+            return al_err(errstr, errlen, "BatchChunk: micro-batch %zu has %zu rewards for %zu sequences (give 0 or one per sequence)",
+                          i, m->n_rewards, m->n_sequences);
         if (m->n_sequences && (!m->cu_seqlens || !m->transition_ids || !m->policy_versions))
             return al_err(errstr, errlen, "BatchChunk: micro-batch %zu has %zu sequences but cu_seqlens, transition_ids or policy_versions is NULL",
                           i, m->n_sequences);
@@ -73,7 +76,7 @@ int al_batch_chunk_encode(const al_batch_chunk *c, al_buf *out, char *errstr, si
             for (size_t k = 0; !bad && k < m->n_sequences; k++)
                 bad = al_wr_long(out, m->policy_versions[k]);
         }
-        bad = bad || al_wr_long(out, 0);
+        bad = bad || al_wr_long(out, 0) || al_wr_packed32(out, m->rewards, m->n_rewards);
     }
     if (bad || al_wr_long(out, 0)) return al_codec_oom(errstr, errlen, "encoding a BatchChunk");
     return 0;
@@ -153,6 +156,13 @@ static int decode_micro_batch(al_rd *r, al_arena *a, al_micro_batch *m)
                       "bad length: field micro_batches.policy_versions has %zu entries for %zu sequences at offset %zu",
                       n, m->n_sequences, off);
     m->policy_versions = versions;
+    off = al_rd_off(r);
+    if (al_rd_packed_a(r, a, "micro_batches.rewards", 4, &p, &m->n_rewards)) return -1;
+    m->rewards = p;
+    if (m->n_rewards && m->n_rewards != m->n_sequences)
+        return al_err(r->errstr, r->errlen,
+                      "bad length: field micro_batches.rewards has %zu entries for %zu sequences at offset %zu",
+                      m->n_rewards, m->n_sequences, off);
     return 0;
 }
 
@@ -171,8 +181,8 @@ static int decode_body(al_rd *r, al_batch_chunk *c)
     al_micro_batch *mbs = NULL;
     size_t n = 0, block;
     for (;;) {
-        /* a micro-batch takes at least 9 bytes (index, six lengths, two array ends) */
-        if (al_rd_block(r, "micro_batches", 9, &block)) return -1;
+        /* a micro-batch takes at least 10 bytes (index, seven lengths, two array ends) */
+        if (al_rd_block(r, "micro_batches", 10, &block)) return -1;
         if (!block) break;
         al_micro_batch *grown = al_arena_alloc(a, (n + block) * sizeof *grown);
         if (!grown) return al_codec_oom(r->errstr, r->errlen, "decoding");

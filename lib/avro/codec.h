@@ -212,6 +212,8 @@ typedef struct al_micro_batch {
     const int32_t *cu_seqlens;          /* n_sequences + 1: 0, len0, len0+len1, ..., n_tokens */
     const char *const *transition_ids;  /* n_sequences */
     const int64_t *policy_versions;     /* n_sequences */
+    const float *rewards;               /* n_rewards: 0 or n_sequences */
+    size_t n_rewards;
 } al_micro_batch;
 
 typedef struct al_batch_chunk {
