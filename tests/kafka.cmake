@@ -6,3 +6,4 @@ arclight_test(t0202_produce_consume SOURCES tests/t0202_produce_consume.c LIBS a
 arclight_test(t0203_kill9_restart SOURCES tests/t0203_kill9_restart.c LIBS arclight_kafka TIMEOUT 240)
 arclight_test(t0204_rebalance SOURCES tests/t0204_rebalance.c LIBS arclight_kafka TIMEOUT 180)
 arclight_test(t0205_offset_gone SOURCES tests/t0205_offset_gone.c LIBS arclight_kafka TIMEOUT 120)
+arclight_test(t0206_deadletter SOURCES tests/t0206_deadletter.c LIBS arclight_kafka arclight_avro TIMEOUT 120)

@@ -314,13 +314,14 @@ rd_kafka_t *al_consumer_handle(al_consumer *c);
  * key: the value is the Avro DeadLetter record (lib/avro/codec.h) holding the original bytes,
  * source topic/partition/offset, reason and stage; the original headers are kept. `in` (may be
  * NULL) counts the dead letter as one of its outputs, so the input's offset is stored only
- * once the dead letter is acknowledged. Returns 0 or the produce error (errstr says why). */
+ * once the dead letter is acknowledged. 0, or -1 with errstr (encoding or produce error). */
 int al_deadletter_publish(al_producer *p, const char *src_topic, int32_t partition,
                           int64_t offset, const void *key, size_t keylen, const void *value,
                           size_t vlen, const rd_kafka_headers_t *headers, const char *reason,
                           const char *stage, al_input *in, void *opaque, char *errstr,
                           size_t errlen);
-/* Shorthand: dead-letters a consumed message m as an output of input `in` (may be NULL). */
+/* Shorthand: dead-letters a consumed message m (its topic, partition, offset, timestamp,
+ * key, value, headers) as an output of input `in` (may be NULL). 0 or -1 with errstr. */
 int al_deadletter_message(al_producer *p, const rd_kafka_message_t *m, const char *reason,
                           const char *stage, al_input *in, char *errstr, size_t errlen);
 
