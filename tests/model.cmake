@@ -9,3 +9,4 @@ if(NOT ARCLIGHT_MODEL_ONLY)
   # runs the arclight binary ($ARCLIGHT_BIN), which model-only builds do not have
   arclight_test(t0605_model_cli SOURCES tests/t0605_model_cli.c LIBS arclight_model TIMEOUT 60)
 endif()
+arclight_test(t0606_model_kv SOURCES tests/t0606_model_kv.c LIBS arclight_model TIMEOUT 60)

@@ -20,7 +20,8 @@ void al_embedding_forward(float *out, const int32_t *tokens, const float *wte, i
 /* dwte[tokens[t]] += dout[t]. */
 void al_embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int T, int C);
 
-/* RMSNorm over rows of C (as Hugging Face, in f32): out = w * x / sqrt(mean(x^2) + eps);
+/* RMSNorm over rows of C (as Hugging Face, in f32): out = w * x / sqrt(mean(x^2) + eps)
+ * (out may be x itself);
  * rstd (N) keeps 1/sqrt(mean(x^2) + eps) for backward. Also serves Qwen3's per-head q/k
  * norms with N = T*heads and C = head_dim. */
 void al_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C,

@@ -3,6 +3,7 @@
  */
 #include "model/model.h"
 
+#include "model/gemm.h"
 #include "model/layers.h"
 
 #include <math.h>
@@ -487,5 +488,162 @@ int al_model_backward(al_model *m, const float *dlogits)
                             a->ln1_rstd + (size_t)l * T, T, C);
     }
     al_embedding_backward(g->embed, a->dres, m->tokens, T, C);
+    return 0;
+}
+
+/* ---- inference with a KV cache ---- */
+
+struct al_model_kv {
+    int L, max, len, kvw;
+    float *k, *v;         /* (L, max, NKV*HD) rotated keys and values of positions 0..len-1 */
+    float *scratch;       /* for cap_n new tokens, see kv_ensure */
+    int cap_n;
+    float *scores;        /* (NH, n, len + n) */
+    size_t scores_cap;
+    float *x, *ln, *tmp, *q, *knew, *atty, *gate, *up, *rstd, *hrstd, *cos_t, *sin_t;
+    int32_t *pos;         /* (cap_n) */
+};
+
+al_model_kv *al_model_kv_new(const al_model *m, int max_tokens, char *errstr, size_t errlen)
+{
+    const al_model_config *c = &m->cfg;
+    al_model_kv *kv = calloc(1, sizeof *kv);
+    if (max_tokens <= 0 || !kv) {
+        if (errstr && errlen)
+            snprintf(errstr, errlen, max_tokens <= 0 ? "kv cache: max_tokens must be positive"
+                                                     : "kv cache: out of memory");
+        free(kv);
+        return NULL;
+    }
+    kv->L = c->num_layers, kv->max = max_tokens, kv->kvw = c->num_kv_heads * c->head_dim;
+    size_t n = (size_t)kv->L * max_tokens * kv->kvw;
+    kv->k = malloc(sizeof(float) * n);
+    kv->v = malloc(sizeof(float) * n);
+    if (!kv->k || !kv->v) {
+        if (errstr && errlen)
+            snprintf(errstr, errlen, "kv cache: out of memory for %d tokens (%zu MiB)", max_tokens,
+                     2 * n * sizeof(float) >> 20);
+        al_model_kv_free(kv);
+        return NULL;
+    }
+    return kv;
+}
+
+void al_model_kv_free(al_model_kv *kv)
+{
+    if (!kv) return;
+    free(kv->k);
+    free(kv->v);
+    free(kv->scratch);
+    free(kv->scores);
+    free(kv->pos);
+    free(kv);
+}
+
+void al_model_kv_reset(al_model_kv *kv) { kv->len = 0; }
+int al_model_kv_len(const al_model_kv *kv) { return kv->len; }
+void al_model_kv_truncate(al_model_kv *kv, int len)
+{
+    if (len >= 0 && len < kv->len) kv->len = len;
+}
+
+/* Scratch for n new tokens (grows, never shrinks). */
+static int kv_ensure(const al_model_config *c, al_model_kv *kv, int n)
+{
+    if (n <= kv->cap_n) return 0;
+    size_t C = c->hidden_size, I = c->intermediate_size, Q = (size_t)c->num_heads * c->head_dim;
+    size_t KV = kv->kvw, t = (size_t)n, half = c->head_dim / 2, NH = c->num_heads;
+    size_t sizes[] = {t * C, t * C, t * C, t * Q, t * KV, t * Q, t * I, t * I, t, t * NH, t * half, t * half};
+    float **fields[] = {&kv->x, &kv->ln, &kv->tmp, &kv->q, &kv->knew, &kv->atty, &kv->gate,
+                        &kv->up, &kv->rstd, &kv->hrstd, &kv->cos_t, &kv->sin_t};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += sizes[i];
+    float *mem = malloc(sizeof(float) * total);
+    int32_t *pos = malloc(sizeof(int32_t) * t);
+    if (!mem || !pos) {
+        free(mem);
+        free(pos);
+        return -1;
+    }
+    free(kv->scratch);
+    free(kv->pos);
+    kv->scratch = mem;
+    kv->pos = pos;
+    for (size_t i = 0, off = 0; i < sizeof sizes / sizeof sizes[0]; off += sizes[i], i++)
+        *fields[i] = mem + off;
+    kv->cap_n = n;
+    return 0;
+}
+
+int al_model_kv_forward(al_model *m, al_model_kv *kv, const int32_t *tokens, int n,
+                        float *logits, int last_only)
+{
+    const al_model_config *c = &m->cfg;
+    m->err[0] = 0;
+    if (n <= 0) return model_err(m, "kv forward: no tokens");
+    if (n > kv->max - kv->len)
+        return model_err(m, "kv forward: %d more tokens do not fit the cache (%d of %d used)", n,
+                         kv->len, kv->max);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
+            return model_err(m, "kv forward: token %d is outside the vocabulary (%d)", tokens[t],
+                             c->vocab_size);
+    int p0 = kv->len, total = p0 + n;
+    size_t need = (size_t)c->num_heads * n * total;
+    if (kv_ensure(c, kv, n) || ensure_floats(&kv->scores, &kv->scores_cap, need))
+        return model_err(m, "kv forward: out of memory");
+
+    int C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads, NKV = c->num_kv_heads;
+    int HD = c->head_dim, Q = NH * HD, KV = kv->kvw, rep = NH / NKV;
+    float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)HD);
+    const al_model_weights *p = &m->p;
+    for (int t = 0; t < n; t++) kv->pos[t] = p0 + t;
+    al_rope_tables(kv->cos_t, kv->sin_t, kv->pos, n, HD, c->rope_theta);
+    al_embedding_forward(kv->x, tokens, p->embed, n, C);
+    for (int l = 0; l < c->num_layers; l++) {
+        float *kc = kv->k + (size_t)l * kv->max * KV, *vc = kv->v + (size_t)l * kv->max * KV;
+        float *knew = kc + (size_t)p0 * KV, *vnew = vc + (size_t)p0 * KV;
+        al_rmsnorm_forward(kv->ln, kv->rstd, kv->x, p->ln1 + (size_t)l * C, n, C, eps);
+        al_linear_forward(kv->q, kv->ln, p->wq + (size_t)l * Q * C, p->bq ? p->bq + (size_t)l * Q : NULL, n, C, Q);
+        al_linear_forward(c->qk_norm ? kv->knew : knew, kv->ln, p->wk + (size_t)l * KV * C,
+                          p->bk ? p->bk + (size_t)l * KV : NULL, n, C, KV);
+        al_linear_forward(vnew, kv->ln, p->wv + (size_t)l * KV * C, p->bv ? p->bv + (size_t)l * KV : NULL, n, C, KV);
+        if (c->qk_norm) {
+            /* in place is fine: each row is read whole before it is written */
+            al_rmsnorm_forward(kv->q, kv->hrstd, kv->q, p->q_norm + (size_t)l * HD, n * NH, HD, eps);
+            al_rmsnorm_forward(knew, kv->hrstd, kv->knew, p->k_norm + (size_t)l * HD, n * NKV, HD, eps);
+        }
+        al_rope_forward(kv->q, kv->cos_t, kv->sin_t, n, NH, HD);
+        al_rope_forward(knew, kv->cos_t, kv->sin_t, n, NKV, HD);
+        for (int h = 0; h < NH; h++)
+            al_gemm(0, 1, n, total, HD, scale, kv->q + (size_t)h * HD, Q, kc + (size_t)(h / rep) * HD,
+                    KV, 0.0f, kv->scores + (size_t)h * n * total, total);
+#pragma omp parallel for schedule(static) if ((size_t)NH * n * total > 16384)
+        for (int r = 0; r < NH * n; r++) {
+            int last = p0 + r % n; /* query at position p0 + i sees keys 0..p0 + i */
+            float *row = kv->scores + (size_t)r * total, mx = row[0], sum = 0.0f;
+            for (int j = 1; j <= last; j++) mx = row[j] > mx ? row[j] : mx;
+            for (int j = 0; j <= last; j++) sum += (row[j] = expf(row[j] - mx));
+            for (int j = 0; j <= last; j++) row[j] /= sum;
+            for (int j = last + 1; j < total; j++) row[j] = 0.0f;
+        }
+        for (int h = 0; h < NH; h++)
+            al_gemm(0, 0, n, HD, total, 1.0f, kv->scores + (size_t)h * n * total, total,
+                    vc + (size_t)(h / rep) * HD, KV, 0.0f, kv->atty + (size_t)h * HD, Q);
+        al_linear_forward(kv->tmp, kv->atty, p->wo + (size_t)l * C * Q, p->bo ? p->bo + (size_t)l * C : NULL, n, Q, C);
+        al_residual_forward(kv->x, kv->x, kv->tmp, (size_t)n * C);
+        al_rmsnorm_forward(kv->ln, kv->rstd, kv->x, p->ln2 + (size_t)l * C, n, C, eps);
+        al_linear_forward(kv->gate, kv->ln, p->w_gate + (size_t)l * I * C, NULL, n, C, I);
+        al_linear_forward(kv->up, kv->ln, p->w_up + (size_t)l * I * C, NULL, n, C, I);
+        al_swiglu_forward(kv->gate, kv->gate, kv->up, (size_t)n * I);
+        al_linear_forward(kv->tmp, kv->gate, p->w_down + (size_t)l * C * I, NULL, n, I, C);
+        al_residual_forward(kv->x, kv->x, kv->tmp, (size_t)n * C);
+    }
+    const float *rows = kv->x;
+    int nrows = n;
+    if (last_only) rows = kv->x + (size_t)(n - 1) * C, nrows = 1;
+    al_rmsnorm_forward(kv->ln, kv->rstd, rows, p->ln_f, nrows, C, eps);
+    al_lm_head_forward(logits, kv->ln, p->lm_head, nrows, C, c->vocab_size);
+    kv->len = total;
     return 0;
 }

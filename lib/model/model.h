@@ -107,4 +107,29 @@ const char *al_model_error(const al_model *m);
 /* Bytes of activation memory currently held (grows with the largest T seen). */
 size_t al_model_activation_bytes(const al_model *m);
 
+/* ---- Inference with a KV cache (serving, sampling) ----
+ * One al_model_kv holds the keys and values of one sequence, (L, max_tokens, NKV*HD) each,
+ * and its own scratch, so decoding never touches the training activations (a forward/
+ * backward pair in between is fine). Results equal al_model_forward on the whole sequence
+ * (up to float rounding). */
+typedef struct al_model_kv al_model_kv;
+
+/* A cache for up to max_tokens tokens of one sequence (positions 0..max_tokens-1). NULL
+ * with errstr when out of memory or max_tokens <= 0. Free with al_model_kv_free. The cache
+ * is tied to m's shape, not its weights: after a weight update, reset it. */
+al_model_kv *al_model_kv_new(const al_model *m, int max_tokens, char *errstr, size_t errlen);
+void al_model_kv_free(al_model_kv *kv);
+/* Forgets the sequence (length 0); keeps the memory. */
+void al_model_kv_reset(al_model_kv *kv);
+/* Tokens cached so far (the position of the next token). */
+int al_model_kv_len(const al_model_kv *kv);
+/* Drops cached tokens past `len` (e.g. to reuse a shared prompt prefix). len <= kv_len. */
+void al_model_kv_truncate(al_model_kv *kv, int len);
+
+/* Appends n tokens to the sequence (a prompt chunk, or one sampled token) and writes the
+ * logits of each of them: logits (n, V), or only the last token's (V) when last_only.
+ * Returns 0, or -1 with al_model_error(m) (cache full, token out of range). */
+int al_model_kv_forward(al_model *m, al_model_kv *kv, const int32_t *tokens, int n,
+                        float *logits, int last_only);
+
 #endif
