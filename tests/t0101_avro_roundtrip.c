@@ -393,3 +393,37 @@ TEST(peek_names_the_schema_of_any_message)
     al_span_clear(&s);
     al_buf_free(&b);
 }
+
+#include <pthread.h>
+
+/* Codecs are re-entrant: threads encode and decode at once (a consumer with several
+ * handler threads), each with its own structs and buffers. */
+static void *codec_thread(void *arg)
+{
+    long *failures = arg;
+    char e[256];
+    fx_transition f;
+    fx_transition_fill(&f);
+    al_transition d = {0};
+    al_buf b = {0};
+    for (int i = 0; i < 300; i++) {
+        f.t.policy_version = i;
+        if (al_transition_encode(&f.t, &b, e, sizeof e) ||
+            al_transition_decode(b.data, b.len, &d, e, sizeof e) || d.policy_version != i)
+            (*failures)++;
+    }
+    al_transition_clear(&d);
+    al_buf_free(&b);
+    return NULL;
+}
+
+TEST(codecs_run_in_several_threads_at_once)
+{
+    pthread_t th[4];
+    long failures[4] = {0};
+    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, codec_thread, &failures[i]);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_EQ_INT(failures[i], 0);
+    }
+}
