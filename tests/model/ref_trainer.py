@@ -21,6 +21,9 @@ chunks, the configuration, the loss and statistics of every step, and the final 
 few tensors.
 
     /usr/bin/python3 tests/model/ref_trainer.py [--out tests/model/ref_trainer.bin]
+
+The dump depends on tests/model/ref-qwen2's weights: regenerate it whenever ref_model.py
+rewrites them.
 """
 import argparse
 import os
