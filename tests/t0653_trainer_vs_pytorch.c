@@ -80,7 +80,7 @@ TEST(three_steps_match_pytorch)
         int no = 0;
         for (int k = 0; k < nch; k++) {
             char key[128];
-            int64_t T, ncu;
+            int64_t T = 0, ncu = 0;
 #define GET(type, field, nout)                                                                     \
     (snprintf(key, sizeof key, "step/%d/chunk/%d/" field, s, k), owned[no++] = model_dump_##type(&d, key, nout))
             ch[k].tokens = GET(i32, "tokens", &T);
