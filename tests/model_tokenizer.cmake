@@ -1,15 +1,43 @@
 # Tokenizer tests (0700-0749): lib/model/tokenizer*.c, unicode*.c.
 # The real Qwen3 tokenizer (11 MB of JSON) is committed compressed as
-# tests/tokenizer/qwen3.tar.xz and unpacked here, at configure time, into the build tree.
+# tests/tokenizer/qwen3.tar.xz and unpacked here, at configure time, into the build tree
+# (again whenever the archive is newer than the stamp).
 set(ARCLIGHT_QWEN3_TOKENIZER_DIR ${CMAKE_BINARY_DIR}/tokenizer/qwen3)
 set(_qwen3_archive ${PROJECT_SOURCE_DIR}/tests/tokenizer/qwen3.tar.xz)
-if(NOT EXISTS ${ARCLIGHT_QWEN3_TOKENIZER_DIR}/tokenizer.json OR
-   ${_qwen3_archive} IS_NEWER_THAN ${ARCLIGHT_QWEN3_TOKENIZER_DIR}/tokenizer.json)
-  file(ARCHIVE_EXTRACT INPUT ${_qwen3_archive} DESTINATION ${ARCLIGHT_QWEN3_TOKENIZER_DIR} TOUCH)
+set(_qwen3_stamp ${ARCLIGHT_QWEN3_TOKENIZER_DIR}/.unpacked)
+if(NOT EXISTS ${_qwen3_stamp} OR NOT EXISTS ${ARCLIGHT_QWEN3_TOKENIZER_DIR}/tokenizer.json OR
+   ${_qwen3_archive} IS_NEWER_THAN ${_qwen3_stamp})
+  file(ARCHIVE_EXTRACT INPUT ${_qwen3_archive} DESTINATION ${ARCLIGHT_QWEN3_TOKENIZER_DIR})
+  file(WRITE ${_qwen3_stamp} "unpacked from ${_qwen3_archive}\n")
 endif()
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_qwen3_archive})
 
 arclight_test(t0700_tokenizer_ids SOURCES tests/t0700_tokenizer_ids.c LIBS arclight_model TIMEOUT 120)
-arclight_test(t0703_tokenizer_chat SOURCES tests/t0703_tokenizer_chat.c LIBS arclight_model TIMEOUT 60)
 arclight_test(t0701_tokenizer_unicode SOURCES tests/t0701_tokenizer_unicode.c LIBS arclight_model TIMEOUT 60)
 arclight_test(t0702_tokenizer_input SOURCES tests/t0702_tokenizer_input.c LIBS arclight_model TIMEOUT 60)
+arclight_test(t0703_tokenizer_chat SOURCES tests/t0703_tokenizer_chat.c LIBS arclight_model TIMEOUT 60)
+
+# libFuzzer target over untrusted text: tokenizer.json loading, encode/decode of arbitrary
+# bytes, tool-call parsing of model output. Built with clang from the same sources in the
+# sanitizer build (or with -DARCLIGHT_FUZZ=ON), like the Avro fuzz target.
+find_program(AL_TOK_CLANG NAMES clang-14 clang)
+if((ARCLIGHT_SANITIZE OR ARCLIGHT_FUZZ) AND AL_TOK_CLANG)
+  set(AL_TOK_FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_tokenizer.c
+      ${PROJECT_SOURCE_DIR}/lib/model/tokenizer.c ${PROJECT_SOURCE_DIR}/lib/model/tokenizer_chat.c
+      ${PROJECT_SOURCE_DIR}/lib/model/unicode.c ${PROJECT_SOURCE_DIR}/lib/model/unicode_tables.c
+      ${PROJECT_SOURCE_DIR}/lib/model/json.c)
+  add_custom_command(
+    OUTPUT ${PROJECT_BINARY_DIR}/fuzz_tokenizer
+    COMMAND ${AL_TOK_CLANG} -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined
+            -fno-sanitize-recover=undefined -I${PROJECT_SOURCE_DIR}/lib ${AL_TOK_FUZZ_SOURCES}
+            -o ${PROJECT_BINARY_DIR}/fuzz_tokenizer -lpthread -lm
+    DEPENDS ${AL_TOK_FUZZ_SOURCES} ${PROJECT_SOURCE_DIR}/lib/model/tokenizer.h
+            ${PROJECT_SOURCE_DIR}/lib/model/unicode.h ${PROJECT_SOURCE_DIR}/lib/model/json.h
+    COMMENT "Building the fuzz target fuzz_tokenizer with ${AL_TOK_CLANG}")
+  add_custom_target(fuzz_tokenizer_target ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_tokenizer)
+  add_test(NAME t0704_tokenizer_fuzz
+    COMMAND sh -c "rm -rf fuzz-tok-scratch && mkdir -p fuzz-tok-scratch && ./fuzz_tokenizer -runs=20000 -max_len=4096 -timeout=10 fuzz-tok-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/tokenizer_corpus"
+    WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+  set_tests_properties(t0704_tokenizer_fuzz PROPERTIES TIMEOUT 120
+    ENVIRONMENT "ARCLIGHT_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endif()

@@ -1190,8 +1190,8 @@ static int bpe_word(const al_tokenizer *t, bpe_work *w, const uint8_t *s, size_t
         sym *r = &w->syms[l->next];
         if (r->id != it.right_id) continue;
         uint32_t rank;
-        int32_t result;
-        merge_find(t, l->id, r->id, &rank, &result);
+        int32_t result = -1;
+        if (!merge_find(t, l->id, r->id, &rank, &result)) continue; /* cannot happen: it was pushed */
         l->id = result;
         r->alive = 0;
         l->next = r->next;

