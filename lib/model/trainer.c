@@ -3,10 +3,13 @@
  */
 #include "model/trainer.h"
 
+#include "model/json.h"
 #include "model/logprob.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +74,133 @@ void al_trainer_config_default(al_trainer_config *cfg)
     cfg->mini_batches = 1;
     cfg->temperature = 1.0f;
     cfg->decay_1d = 0;
+}
+
+static int parse_float(const char *key, const char *v, float *out, char *errstr, size_t errlen)
+{
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (end == v || *end != '\0' || errno == ERANGE || !isfinite(d))
+        return tr_err(errstr, errlen, "%s: '%s' is not a number", key, v);
+    *out = (float)d;
+    return 0;
+}
+
+static int parse_int(const char *key, const char *v, int64_t *out, char *errstr, size_t errlen)
+{
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (end == v || *end != '\0' || errno == ERANGE) {
+        /* 1e3 or 10.0 from a JSON number: accept an integral value. */
+        double d = strtod(v, &end);
+        if (end == v || *end != '\0' || d != floor(d) || fabs(d) > 9e15)
+            return tr_err(errstr, errlen, "%s: '%s' is not an integer", key, v);
+        n = (long long)d;
+    }
+    *out = n;
+    return 0;
+}
+
+int al_trainer_config_set(al_trainer_config *cfg, const char *key, const char *value,
+                          char *errstr, size_t errlen)
+{
+    static const struct {
+        const char *key;
+        size_t off;
+    } floats[] = {
+        {"eps_low", offsetof(al_trainer_config, loss.eps_low)},
+        {"eps_high", offsetof(al_trainer_config, loss.eps_high)},
+        {"dual_clip", offsetof(al_trainer_config, loss.dual_clip)},
+        {"tis_cap", offsetof(al_trainer_config, loss.tis_cap)},
+        {"kl_beta", offsetof(al_trainer_config, loss.kl_beta)},
+        {"entropy_coef", offsetof(al_trainer_config, loss.entropy_coef)},
+        {"temperature", offsetof(al_trainer_config, temperature)},
+        {"lr", offsetof(al_trainer_config, optim.lr)},
+        {"beta1", offsetof(al_trainer_config, optim.beta1)},
+        {"beta2", offsetof(al_trainer_config, optim.beta2)},
+        {"adam_eps", offsetof(al_trainer_config, optim.eps)},
+        {"weight_decay", offsetof(al_trainer_config, optim.weight_decay)},
+        {"grad_clip", offsetof(al_trainer_config, optim.grad_clip)},
+        {"min_lr_ratio", offsetof(al_trainer_config, optim.min_lr_ratio)},
+    };
+    if (!key || !value) return tr_err(errstr, errlen, "setting without a name or value");
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
+        if (strcmp(key, floats[i].key) == 0)
+            return parse_float(key, value, (float *)((char *)cfg + floats[i].off), errstr, errlen);
+    int64_t n;
+    if (strcmp(key, "ppo_epochs") == 0 || strcmp(key, "mini_batches") == 0) {
+        if (parse_int(key, value, &n, errstr, errlen)) return -1;
+        if (n < 1 || n > 1000000)
+            return tr_err(errstr, errlen, "%s must be between 1 and 1000000 (got %s)", key, value);
+        *(key[0] == 'p' ? &cfg->ppo_epochs : &cfg->mini_batches) = (int)n;
+        return 0;
+    }
+    if (strcmp(key, "warmup_steps") == 0) return parse_int(key, value, &cfg->optim.warmup_steps, errstr, errlen);
+    if (strcmp(key, "total_steps") == 0) return parse_int(key, value, &cfg->optim.total_steps, errstr, errlen);
+    if (strcmp(key, "decay_1d") == 0) {
+        if (!strcmp(value, "1") || !strcmp(value, "true")) cfg->decay_1d = 1;
+        else if (!strcmp(value, "0") || !strcmp(value, "false")) cfg->decay_1d = 0;
+        else return tr_err(errstr, errlen, "decay_1d: '%s' is not 0, 1, true or false", value);
+        return 0;
+    }
+    char sub[256];
+    int rc = -2;
+    if (strcmp(key, "loss") == 0) rc = al_loss_kind_parse(value, &cfg->loss.kind, sub, sizeof sub);
+    else if (strcmp(key, "loss_agg") == 0) rc = al_loss_agg_parse(value, &cfg->loss.agg, sub, sizeof sub);
+    else if (strcmp(key, "kl") == 0) rc = al_kl_kind_parse(value, &cfg->loss.kl, sub, sizeof sub);
+    else if (strcmp(key, "lr_schedule") == 0)
+        rc = al_lr_schedule_parse(value, &cfg->optim.schedule, sub, sizeof sub);
+    if (rc == -1) return tr_err(errstr, errlen, "%s: %s", key, sub);
+    if (rc == 0) return 0;
+    return tr_err(errstr, errlen,
+                  "unknown setting '%s' (known: loss, loss_agg, eps_low, eps_high, dual_clip, "
+                  "tis_cap, kl, kl_beta, entropy_coef, ppo_epochs, mini_batches, temperature, "
+                  "decay_1d, lr, beta1, beta2, adam_eps, weight_decay, grad_clip, lr_schedule, "
+                  "warmup_steps, total_steps, min_lr_ratio)",
+                  key);
+}
+
+int al_trainer_config_from_json(al_trainer_config *cfg, const char *text, size_t len,
+                                int ignore_unknown, char *errstr, size_t errlen)
+{
+    char perr[256];
+    al_json *root = al_json_parse(text, len, perr, sizeof perr);
+    if (!root) return tr_err(errstr, errlen, "config: %s", perr);
+    int rc = 0;
+    if (root->type != AL_JSON_OBJECT) {
+        rc = tr_err(errstr, errlen, "config: expected a JSON object");
+        goto out;
+    }
+    for (size_t i = 0; i < root->count && rc == 0; i++) {
+        const al_json *v = root->items[i];
+        const char *key = root->keys[i];
+        char buf[64];
+        const char *text_v;
+        switch (v->type) {
+        case AL_JSON_STRING: text_v = v->string; break;
+        case AL_JSON_TRUE: text_v = "true"; break;
+        case AL_JSON_FALSE: text_v = "false"; break;
+        case AL_JSON_NUMBER:
+            if (v->is_integer) snprintf(buf, sizeof buf, "%lld", (long long)v->integer);
+            else snprintf(buf, sizeof buf, "%.17g", v->number);
+            text_v = buf;
+            break;
+        default:
+            if (ignore_unknown) continue;
+            rc = tr_err(errstr, errlen, "config: \"%s\" must be a string, number or boolean", key);
+            continue;
+        }
+        char sub[512];
+        if (al_trainer_config_set(cfg, key, text_v, sub, sizeof sub) != 0) {
+            if (ignore_unknown && strstr(sub, "unknown setting")) continue;
+            rc = tr_err(errstr, errlen, "config: %s", sub + (strncmp(sub, "trainer: ", 9) ? 0 : 9));
+        }
+    }
+out:
+    al_json_free(root);
+    return rc;
 }
 
 static int seg_cmp(const void *a, const void *b)

@@ -45,6 +45,24 @@ typedef struct al_trainer_config {
  * 1 epoch, 1 mini-batch, temperature 1, no decay on 1-D tensors. */
 void al_trainer_config_default(al_trainer_config *cfg);
 
+/* Sets one setting by name from its text, the way a command line or config file gives it.
+ * Names (values):
+ *   loss (ppo|gspo|cispo|sft)  loss_agg (token-mean|seq-mean-token-sum|seq-mean-token-mean)
+ *   eps_low, eps_high, dual_clip, tis_cap, kl (k1|k2|k3), kl_beta, entropy_coef
+ *   ppo_epochs, mini_batches, temperature, decay_1d (0|1|true|false)
+ *   lr, beta1, beta2, adam_eps, weight_decay, grad_clip, lr_schedule (constant|cosine),
+ *   warmup_steps, total_steps, min_lr_ratio
+ * Ranges are checked by al_trainer_new, not here. 0, or -1 with errstr naming the key and
+ * the problem (unknown key, not a number, unknown choice). */
+int al_trainer_config_set(al_trainer_config *cfg, const char *key, const char *value,
+                          char *errstr, size_t errlen);
+
+/* Applies every member of a JSON object (text of len bytes) with al_trainer_config_set;
+ * values may be strings, numbers or booleans. Members not in the list above are an error
+ * unless `ignore_unknown` (so that one config file can hold other stages' settings). */
+int al_trainer_config_from_json(al_trainer_config *cfg, const char *text, size_t len,
+                                int ignore_unknown, char *errstr, size_t errlen);
+
 /* One packed micro-batch. Arrays are read during al_trainer_step only (not kept). */
 typedef struct al_train_chunk {
     int T;                     /* tokens */
