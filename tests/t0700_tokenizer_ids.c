@@ -108,6 +108,31 @@ TEST(tiny_llama3_ids_match_reference)
     al_tokenizer_free(tok);
 }
 
+TEST(tiny_prefix_space_ids_match_reference)
+{
+    char *path = tok_source_path("tests/tokenizer/tiny_prefix/tokenizer.json");
+    char err[300];
+    al_tokenizer *tok = al_tokenizer_load(path, NULL, err, sizeof err);
+    free(path);
+    REQUIREF(tok, "%s", err);
+    /* decode gives the text with the added prefix spaces, so only the ids are compared */
+    al_json *fx = tok_load_fixture("tests/tokenizer/expected_tiny_prefix.json");
+    REQUIRE(fx);
+    const al_json *cases = al_json_get(fx, "cases");
+    for (size_t i = 0; cases && i < cases->count; i++) {
+        const al_json *text = al_json_get(cases->items[i], "text"), *ids = al_json_get(cases->items[i], "ids");
+        al_token_ids got = {0};
+        CHECK(al_tokenizer_encode(tok, text->string, text->string_len, AL_TOKENIZER_ALLOW_SPECIAL, &got) == 0);
+        int same = got.len == ids->count;
+        for (size_t k = 0; same && k < got.len; k++)
+            same = got.ids[k] == (int32_t)ids->items[k]->integer;
+        CHECKF(same, "case %zu \"%.60s\": ids differ from the reference", i, text->string);
+        al_token_ids_free(&got);
+    }
+    al_json_free(fx);
+    al_tokenizer_free(tok);
+}
+
 TEST(qwen3_vocabulary_and_config)
 {
     al_tokenizer *tok = load_qwen3();
@@ -247,6 +272,106 @@ TEST(random_bytes_roundtrip)
             al_token_ids_free(&ids);
         }
     }
+    al_tokenizer_free(tok);
+}
+
+#include <pthread.h>
+
+typedef struct worker {
+    al_tokenizer *tok;
+    const char *text;
+    size_t len;
+    const al_token_ids *want;
+    int mismatches;
+} worker;
+
+static void *encode_worker(void *arg)
+{
+    worker *w = arg;
+    for (int r = 0; r < 20; r++) {
+        al_token_ids ids = {0};
+        if (al_tokenizer_encode(w->tok, w->text, w->len, AL_TOKENIZER_ALLOW_SPECIAL, &ids) != 0 ||
+            ids.len != w->want->len || memcmp(ids.ids, w->want->ids, ids.len * sizeof(int32_t)) != 0)
+            w->mismatches++;
+        al_token_ids_free(&ids);
+    }
+    return NULL;
+}
+
+TEST(concurrent_encode_shares_the_cache)
+{
+    al_tokenizer *tok = load_qwen3();
+    REQUIRE(tok);
+    /* a few KB of mixed text, encoded by 4 threads at once against a single-thread result */
+    al_json *fx = tok_load_fixture("tests/tokenizer/expected_qwen3.json");
+    REQUIRE(fx);
+    al_json_buf text = {0};
+    const al_json *cases = al_json_get(fx, "cases");
+    for (size_t i = 0; i < cases->count; i++)
+        al_json_buf_append(&text, al_json_get(cases->items[i], "text")->string,
+                           al_json_get(cases->items[i], "text")->string_len);
+    al_json_free(fx);
+    al_tokenizer *fresh = NULL;
+    char *dir = tok_qwen3_dir();
+    char err[300];
+    fresh = al_tokenizer_load_dir(dir, err, sizeof err); /* empty cache: the threads race to fill it */
+    free(dir);
+    REQUIRE(fresh);
+    al_token_ids want = {0};
+    REQUIRE(al_tokenizer_encode(tok, text.data, text.len, AL_TOKENIZER_ALLOW_SPECIAL, &want) == 0);
+    pthread_t th[4];
+    worker w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (worker){fresh, text.data, text.len, &want, 0};
+        pthread_create(&th[i], NULL, encode_worker, &w[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_EQ_INT(w[i].mismatches, 0);
+    }
+    al_token_ids_free(&want);
+    free(text.data);
+    al_tokenizer_free(fresh);
+}
+
+TEST(cache_eviction)
+{
+    /* more distinct words than the cache holds (65536): it is emptied and refilled, and
+     * the ids stay those of an uncached encode */
+    al_tokenizer *tok = load_rel("tests/tokenizer/tiny");
+    REQUIRE(tok);
+    al_json_buf text = {0};
+    for (int w = 0; w < 70000; w++) {
+        char word[8];
+        int n = 0, x = w;
+        do {
+            word[n++] = (char)('a' + x % 26);
+            x /= 26;
+        } while (x);
+        al_json_buf_append(&text, " ", 1);
+        al_json_buf_append(&text, word, (size_t)n);
+    }
+    al_token_ids all = {0};
+    REQUIRE(al_tokenizer_encode(tok, text.data, text.len, 0, &all) == 0);
+    /* the same words again one at a time, now partly from the refilled cache */
+    size_t at = 0;
+    int bad = 0;
+    const char *p = text.data;
+    for (size_t i = 0; i < text.len && !bad;) {
+        size_t j = i + 1;
+        while (j < text.len && p[j] != ' ')
+            j++;
+        al_token_ids one = {0};
+        REQUIRE(al_tokenizer_encode(tok, p + i, j - i, 0, &one) == 0);
+        if (at + one.len > all.len || memcmp(all.ids + at, one.ids, one.len * sizeof(int32_t)) != 0) bad = 1;
+        at += one.len;
+        al_token_ids_free(&one);
+        i = j;
+    }
+    CHECK(!bad);
+    CHECK_EQ_INT(at, all.len);
+    al_token_ids_free(&all);
+    free(text.data);
     al_tokenizer_free(tok);
 }
 

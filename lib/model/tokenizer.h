@@ -55,7 +55,7 @@ const char *al_tokenizer_id_to_token(const al_tokenizer *tok, int32_t id);
 const char *al_tokenizer_id_bytes(const al_tokenizer *tok, int32_t id, size_t *len);
 /* 1 when the id is an added token marked special (e.g. <|im_end|>). */
 int al_tokenizer_id_is_special(const al_tokenizer *tok, int32_t id);
-/* From tokenizer_config.json (or the added tokens' names when absent); -1 when unset. */
+/* From tokenizer_config.json (a string or {"content": ...}); -1 when unset or no config. */
 int32_t al_tokenizer_bos_id(const al_tokenizer *tok);
 int32_t al_tokenizer_eos_id(const al_tokenizer *tok);
 int32_t al_tokenizer_pad_id(const al_tokenizer *tok);

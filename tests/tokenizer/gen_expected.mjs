@@ -154,6 +154,15 @@ llama.pre_tokenizer = {
 llama.model.ignore_merges = true;
 fs.mkdirSync(path.join(here, "tiny_llama3"), { recursive: true });
 fs.writeFileSync(path.join(here, "tiny_llama3", "tokenizer.json"), JSON.stringify(llama, null, 1) + "\n");
+const prefixed = structuredClone(tinyJson);
+prefixed.pre_tokenizer.add_prefix_space = true;
+fs.mkdirSync(path.join(here, "tiny_prefix"), { recursive: true });
+fs.writeFileSync(path.join(here, "tiny_prefix", "tokenizer.json"), JSON.stringify(prefixed, null, 1) + "\n");
+write("expected_tiny_prefix.json", {
+  reference: reference(),
+  tokenizer: "tests/tokenizer/tiny_prefix/tokenizer.json",
+  cases: await encodeAll(prefixed, tinyCfg, path.join(here, "tiny_prefix", "tokenizer.json")),
+});
 write("expected_tiny_llama3.json", {
   reference: reference(),
   tokenizer: "tests/tokenizer/tiny_llama3/tokenizer.json",
