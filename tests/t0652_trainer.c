@@ -428,6 +428,27 @@ TEST(checkpoint_of_another_shape_is_refused)
     CHECK(al_checkpoint_latest(root, latest, sizeof latest, &ls, err, sizeof err) == 1 && ls == 1);
     snprintf(p, sizeof p, "%s/none", root);
     CHECK(al_checkpoint_latest(p, latest, sizeof latest, &ls, err, sizeof err) == 0);
+
+    /* Retention: keep the newest two of steps 1-4; a crashed save's leftovers go too. */
+    for (int s = 2; s <= 4; s++)
+        REQUIREF(al_checkpoint_save(t, root, s, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    snprintf(p, sizeof p, "%s/step-9.tmp-1", root);
+    REQUIRE(mkdir(p, 0755) == 0);
+    snprintf(p, sizeof p, "%s/step-9.tmp-1/config.json", root);
+    FILE *f = fopen(p, "w");
+    REQUIRE(f != NULL);
+    fclose(f);
+    CHECK_EQ_INT(al_checkpoint_prune(root, 2, err, sizeof err), 2);
+    int present[5] = {0};
+    for (int s = 1; s <= 4; s++) {
+        snprintf(p, sizeof p, "%s/step-%d", root, s);
+        present[s] = stat(p, &sb) == 0;
+    }
+    CHECK(!present[1] && !present[2] && present[3] && present[4]);
+    snprintf(p, sizeof p, "%s/step-9.tmp-1", root);
+    CHECK(stat(p, &sb) != 0);
+    CHECK(al_checkpoint_latest(root, latest, sizeof latest, &ls, err, sizeof err) == 1 && ls == 4);
+    CHECK(al_checkpoint_prune(root, 0, err, sizeof err) == -1);
     al_trainer_free(t2);
     al_model_free(m2);
     al_trainer_free(t);

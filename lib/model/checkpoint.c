@@ -305,3 +305,67 @@ int al_checkpoint_latest(const char *root, char *out, size_t outlen, int64_t *st
     if (step) *step = best;
     return 1;
 }
+
+static int cmp_i64_desc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x > y ? -1 : x < y;
+}
+
+int al_checkpoint_prune(const char *root, int keep, char *errstr, size_t errlen)
+{
+    if (keep < 1) return ck_err(errstr, errlen, "prune must keep at least 1 checkpoint (got %d)", keep);
+    DIR *d = opendir(root);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        return ck_err(errstr, errlen, "cannot read %s: %s", root, strerror(errno));
+    }
+    int64_t *steps = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    char p[1200];
+    while ((e = readdir(d)) != NULL) {
+        const char *name = e->d_name;
+        if (strncmp(name, "step-", 5) != 0) continue;
+        char *end;
+        errno = 0;
+        long long v = strtoll(name + 5, &end, 10);
+        if (errno || end == name + 5 || v < 0) continue;
+        if (strncmp(end, ".tmp-", 5) == 0) {
+            /* A save that never finished; its PID may be alive only if it is this process. */
+            long pid = strtol(end + 5, NULL, 10);
+            if (pid != (long)getpid()) {
+                snprintf(p, sizeof p, "%s/%s", root, name);
+                remove_ckpt_dir(p);
+            }
+            continue;
+        }
+        if (*end != '\0') continue;
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s/trainer_state.json", root, name);
+        if (stat(p, &sb) != 0) continue;
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 16;
+            int64_t *ns = realloc(steps, nc * sizeof *ns);
+            if (!ns) {
+                closedir(d);
+                free(steps);
+                return ck_err(errstr, errlen, "out of memory");
+            }
+            steps = ns, cap = nc;
+        }
+        steps[n++] = v;
+    }
+    closedir(d);
+    int removed = 0;
+    if (n > (size_t)keep) {
+        qsort(steps, n, sizeof *steps, cmp_i64_desc);
+        for (size_t i = (size_t)keep; i < n; i++) {
+            snprintf(p, sizeof p, "%s/step-%" PRId64, root, steps[i]);
+            remove_ckpt_dir(p);
+            removed++;
+        }
+    }
+    free(steps);
+    return removed;
+}

@@ -53,4 +53,10 @@ int al_checkpoint_load(al_trainer *tr, const char *dir, al_checkpoint_info *info
 int al_checkpoint_latest(const char *root, char *out, size_t outlen, int64_t *step, char *errstr,
                          size_t errlen);
 
+/* Removes all but the newest `keep` complete checkpoints under ROOT (keep >= 1), and any
+ * step-N.tmp-PID left by a crashed save. Only the files a checkpoint writes are deleted; a
+ * directory holding anything else is left in place. Returns the number of checkpoints
+ * removed, or -1 with errstr when ROOT cannot be read. */
+int al_checkpoint_prune(const char *root, int keep, char *errstr, size_t errlen);
+
 #endif
