@@ -216,7 +216,8 @@ TEST(special_tokens)
     t = al_tokenizer_from_json(s2, strlen(s2), NULL, 0, err, sizeof err);
     REQUIREF(t, "%s", err);
     al_token_ids a = {0}, b = {0};
-    REQUIRE(al_tokenizer_encode(t, "x  \n<|endoftext|> \t y", 21, AL_TOKENIZER_ALLOW_SPECIAL, &a) == 0);
+    const char *spaced = "x \xE3\x80\x80\n<|endoftext|> \t\xC2\xA0y"; /* ideographic space, NBSP */
+    REQUIRE(al_tokenizer_encode(t, spaced, strlen(spaced), AL_TOKENIZER_ALLOW_SPECIAL, &a) == 0);
     REQUIRE(al_tokenizer_encode(t, "x", 1, 0, &b) == 0);
     REQUIRE(al_tokenizer_encode(t, "<|endoftext|>", 13, AL_TOKENIZER_ALLOW_SPECIAL, &b) == 0);
     REQUIRE(al_tokenizer_encode(t, "y", 1, 0, &b) == 0);

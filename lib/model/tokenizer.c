@@ -1353,7 +1353,27 @@ static const added_token *added_at(const al_tokenizer *t, const char *text, size
     return NULL;
 }
 
-static int is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+/* Length of the White_Space character that ends at text[end] (exclusive), or 0. */
+static size_t space_before(const char *text, size_t start, size_t end)
+{
+    size_t i = end;
+    while (i > start && end - i < 4) {
+        i--;
+        if (((uint8_t)text[i] & 0xC0) != 0x80) break; /* found the lead byte */
+    }
+    if (i == end) return 0;
+    uint32_t cp;
+    size_t n = al_utf8_decode((const uint8_t *)text + i, end - i, &cp);
+    return (i + n == end && (al_unicode_class(cp) & AL_UNICODE_SPACE)) ? n : 0;
+}
+
+/* Length of the White_Space character that starts at text[i], or 0. */
+static size_t space_after(const char *text, size_t len, size_t i)
+{
+    uint32_t cp;
+    size_t n = al_utf8_decode((const uint8_t *)text + i, len - i, &cp);
+    return (al_unicode_class(cp) & AL_UNICODE_SPACE) ? n : 0;
+}
 
 int al_tokenizer_encode(const al_tokenizer *t, const char *text, size_t len, unsigned flags, al_token_ids *out)
 {
@@ -1367,16 +1387,16 @@ int al_tokenizer_encode(const al_tokenizer *t, const char *text, size_t len, uns
             i++;
             continue;
         }
-        size_t end = i;
+        size_t end = i, k;
         if (a->lstrip)
-            while (end > seg && is_ascii_space(text[end - 1]))
-                end--;
+            while ((k = space_before(text, seg, end)) > 0)
+                end -= k;
         rc = encode_text(t, &c, text + seg, end - seg, out);
         if (rc == 0) rc = ids_push(out, a->id);
         i += a->len;
         if (a->rstrip)
-            while (i < len && is_ascii_space(text[i]))
-                i++;
+            while (i < len && (k = space_after(text, len, i)) > 0)
+                i += k;
         seg = i;
     }
     if (rc == 0) rc = encode_text(t, &c, text + seg, len - seg, out);

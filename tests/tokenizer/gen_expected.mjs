@@ -92,6 +92,7 @@ const texts = [
   "'s at start, word's end, quote' 'quoted' ''double'' \u2019s curly",
   "A1B2C3 a-b_c 1.2.3 v1.0-rc2 x86_64 12345678901234567890",
   "ends with a combining mark: cafe\u0301",
+  "a  \n<|endoftext|> \t b\u3000<|endoftext|>\u00A0c <|im_end|> d",
   "\u0301 starts with one, then o\u0308\u0304 and \u1E0B\u0323",
 ];
 
@@ -162,6 +163,16 @@ write("expected_tiny_prefix.json", {
   reference: reference(),
   tokenizer: "tests/tokenizer/tiny_prefix/tokenizer.json",
   cases: await encodeAll(prefixed, tinyCfg, path.join(here, "tiny_prefix", "tokenizer.json")),
+});
+const stripped = structuredClone(tinyJson);
+stripped.added_tokens[0].lstrip = true; // <|endoftext|>
+stripped.added_tokens[0].rstrip = true;
+fs.mkdirSync(path.join(here, "tiny_strip"), { recursive: true });
+fs.writeFileSync(path.join(here, "tiny_strip", "tokenizer.json"), JSON.stringify(stripped, null, 1) + "\n");
+write("expected_tiny_strip.json", {
+  reference: reference(),
+  tokenizer: "tests/tokenizer/tiny_strip/tokenizer.json",
+  cases: await encodeAll(stripped, tinyCfg, path.join(here, "tiny_strip", "tokenizer.json")),
 });
 write("expected_tiny_llama3.json", {
   reference: reference(),
