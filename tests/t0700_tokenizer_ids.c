@@ -140,6 +140,11 @@ TEST(tiny_prefix_space_ids_match_reference)
     check_ids_only("tests/tokenizer/tiny_prefix/tokenizer.json", "tests/tokenizer/expected_tiny_prefix.json");
 }
 
+TEST(tiny_string_merges_ids_match_reference)
+{
+    check_ids_only("tests/tokenizer/tiny_strmerges/tokenizer.json", "tests/tokenizer/expected_tiny_strmerges.json");
+}
+
 TEST(tiny_lstrip_rstrip_ids_match_reference)
 {
     check_ids_only("tests/tokenizer/tiny_strip/tokenizer.json", "tests/tokenizer/expected_tiny_strip.json");

@@ -164,6 +164,16 @@ write("expected_tiny_prefix.json", {
   tokenizer: "tests/tokenizer/tiny_prefix/tokenizer.json",
   cases: await encodeAll(prefixed, tinyCfg, path.join(here, "tiny_prefix", "tokenizer.json")),
 });
+// The older merges format: "left right" strings instead of pairs.
+const strMerges = structuredClone(tinyJson);
+strMerges.model.merges = strMerges.model.merges.map(([a, b]) => `${a} ${b}`);
+fs.mkdirSync(path.join(here, "tiny_strmerges"), { recursive: true });
+fs.writeFileSync(path.join(here, "tiny_strmerges", "tokenizer.json"), JSON.stringify(strMerges, null, 1) + "\n");
+write("expected_tiny_strmerges.json", {
+  reference: reference(),
+  tokenizer: "tests/tokenizer/tiny_strmerges/tokenizer.json",
+  cases: await encodeAll(strMerges, tinyCfg, path.join(here, "tiny_strmerges", "tokenizer.json")),
+});
 const stripped = structuredClone(tinyJson);
 stripped.added_tokens[0].lstrip = true; // <|endoftext|>
 stripped.added_tokens[0].rstrip = true;
