@@ -73,7 +73,10 @@ int al_codec_open(const void *buf, size_t len, const char *fullname, uint64_t fp
         return al_err(errstr, errlen, "wrong schema: the message is a %s, expected a %s",
                       in->name, fullname);
     const al_schema_info *cur = al_schema_by_name(fullname);
-    if (al_avro_resolve(buf, len, cur->json, resolved, errstr, errlen)) return -1;
+    if (al_avro_resolve(buf, len, cur->json, resolved, errstr, errlen)) {
+        al_buf_free(resolved);
+        return -1;
+    }
     return 1;
 }
 
