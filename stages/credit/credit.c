@@ -1,0 +1,1042 @@
+/*
+ * credit.c: rollout assembly, LightningRL decomposition, credit, GRPO groups and advantages
+ * (see credit.h). No Kafka here: the unit tests drive it with hand-built spans.
+ *
+ * Data layout of a part:
+ *   rollouts   hash (rollout id, attempt) -> open rollout; every tracked rollout (open, or
+ *              ended and waiting in a group) is also on `by_first`, in the order of its first
+ *              span's offset (creation order), which gives the safe offset's lower bound
+ *   open list  open rollouts by last activity (event clock at their latest span): the idle
+ *              timeout pops from its head
+ *   groups     hash group key -> open group; also a FIFO by opening time for group timeouts
+ *   intervals  sorted, disjoint [lo, hi] offset ranges of emitted groups' first spans that
+ *              the safe offset must not fall into
+ * Outputs never depend on hash order: groups emit their members in end order and each
+ * rollout its calls in sequence order.
+ */
+#include "credit.h"
+
+#include "core/util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------
+ * Configuration and estimators
+ * ------------------------------------------------------------------------------------------ */
+
+static const char *const estimator_names[] = {"grpo", "dr_grpo", "rloo", "reinforce", "none"};
+
+void al_credit_config_init(al_credit_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->estimator = AL_CREDIT_ESTIMATOR_GRPO;
+    c->reward_mode = AL_CREDIT_REWARD_LAST;
+    c->assign = AL_CREDIT_ASSIGN_IDENTICAL;
+    c->gamma = 1.0;
+    c->group_size = 8;
+    c->idle_timeout_us = 600LL * 1000000;
+    c->group_timeout_us = 1800LL * 1000000;
+    c->timeout_policy = AL_CREDIT_POLICY_DROP;
+    c->failed_policy = AL_CREDIT_POLICY_DROP;
+    c->eps = 1e-6;
+    c->reinforce_alpha = 0.1;
+}
+
+const char *al_credit_estimator_name(al_credit_estimator e)
+{
+    return (unsigned)e < AL_ARRAY_LEN(estimator_names) ? estimator_names[e] : "unknown";
+}
+
+int al_credit_estimator_parse(const char *name)
+{
+    for (size_t i = 0; name && i < AL_ARRAY_LEN(estimator_names); i++)
+        if (!strcmp(name, estimator_names[i])) return (int)i;
+    return -1;
+}
+
+double al_credit_advantage(al_credit_estimator e, const double *scores, size_t n, size_t i,
+                           double g, double eps)
+{
+    double sum = 0, mean, var = 0;
+    if (e == AL_CREDIT_ESTIMATOR_NONE) return g;
+    if (n <= 1) return 0.0; /* no group to compare with */
+    for (size_t k = 0; k < n; k++) sum += scores[k];
+    mean = sum / (double)n;
+    switch (e) {
+    case AL_CREDIT_ESTIMATOR_GRPO:
+        for (size_t k = 0; k < n; k++) var += (scores[k] - mean) * (scores[k] - mean);
+        return (g - mean) / (sqrt(var / (double)n) + eps);
+    case AL_CREDIT_ESTIMATOR_DR_GRPO:
+        return g - mean;
+    case AL_CREDIT_ESTIMATOR_RLOO:
+        return g - (sum - scores[i]) / (double)(n - 1);
+    default:
+        return g - mean; /* reinforce is handled by the part; this is its first group */
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * State
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct cr_call {
+    int64_t seq;
+    int32_t *prompt, *resp;
+    size_t np, nr;
+    float *lp; /* NULL or nr entries */
+    int64_t policy_version;
+    char *model;
+} cr_call;
+
+typedef struct cr_reward {
+    int64_t seq;
+    char *name;
+    double value;
+    int64_t after;
+} cr_reward;
+
+typedef struct cr_rollout cr_rollout;
+struct cr_rollout {
+    char *key; /* rollout id \x1f attempt: the hash key */
+    char *rollout_id, *task_id, *group_key;
+    int32_t attempt;
+    int64_t first_offset;
+    int64_t last_activity; /* event clock at its latest span */
+    int64_t max_ts;
+    int seen_seq0;
+    cr_call *calls;
+    size_t ncalls, capcalls;
+    cr_reward *rewards;
+    size_t nrewards, caprewards;
+    int64_t *other_seqs; /* sequences of end spans (duplicate detection) */
+    size_t nother, capother;
+    int ended;
+    al_rollout_status status;
+    int32_t group_size_hint;
+    int kept;
+    int use_default; /* no counted reward: default_reward at the last call */
+    double default_reward;
+    double score; /* G_0: the rollout's (discounted) reward */
+    cr_rollout *hnext;                /* hash chain */
+    cr_rollout *open_prev, *open_next; /* open list (while not ended) */
+    cr_rollout *first_prev, *first_next; /* by_first list (until emitted) */
+};
+
+typedef struct cr_group cr_group;
+struct cr_group {
+    char *key;
+    int32_t target;
+    int target_set;
+    cr_rollout **members; /* in end order */
+    size_t nmembers, capmembers;
+    int64_t opened; /* clock at its first member's end */
+    cr_group *hnext;
+    cr_group *fifo_prev, *fifo_next;
+};
+
+typedef struct cr_baseline {
+    char *key;
+    double value;
+    struct cr_baseline *hnext;
+} cr_baseline;
+
+typedef struct cr_interval {
+    int64_t lo, hi;
+} cr_interval;
+
+struct al_credit_part {
+    al_credit_config cfg;
+    char *reward_name;
+    al_credit_sink sink;
+    al_credit_stats stats;
+    int64_t clock;
+    int64_t next_offset; /* one past the last span added; -1 before any */
+    int64_t safe;        /* last safe offset returned (never decreases) */
+    cr_rollout **rtab;
+    size_t rcap, rcount;
+    cr_group **gtab;
+    size_t gcap, gcount;
+    cr_baseline **btab;
+    size_t bcap, bcount;
+    cr_rollout *open_head, *open_tail;
+    cr_rollout *first_head, *first_tail;
+    cr_group *fifo_head, *fifo_tail;
+    cr_interval *iv;
+    size_t niv, capiv;
+    /* scratch buffers for building transitions, reused */
+    int32_t *s_resp;
+    uint8_t *s_mask;
+    float *s_lp;
+    int32_t *s_idx;
+    size_t s_cap, s_idxcap;
+};
+
+static uint64_t str_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+    return h;
+}
+
+static int grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    size_t nc = *cap ? *cap * 2 : 8;
+    while (nc < need) nc *= 2;
+    void *n = realloc(*arr, nc * elem);
+    if (!n) return -1;
+    *arr = n;
+    *cap = nc;
+    return 0;
+}
+
+/* Generic chained hash tables of structs whose first members are `char *key` and whose
+ * chain pointer is given by offset; kept at load <= 1. */
+#define TAB_FIND(tab, cap, type, k)                                                              \
+    ({                                                                                             \
+        type *_e = (cap) ? (tab)[str_hash(k) & ((cap)-1)] : NULL;                                  \
+        while (_e && strcmp(_e->key, (k))) _e = _e->hnext;                                         \
+        _e;                                                                                        \
+    })
+
+#define TAB_INSERT(tab, cap, count, type, e)                                                       \
+    ({                                                                                             \
+        int _rc = 0;                                                                               \
+        if ((count) + 1 > (cap)) {                                                                 \
+            size_t _nc = (cap) ? (cap)*2 : 64;                                                     \
+            type **_nt = calloc(_nc, sizeof *_nt);                                                 \
+            if (!_nt) _rc = -1;                                                                    \
+            else {                                                                                 \
+                for (size_t _i = 0; _i < (cap); _i++)                                              \
+                    for (type *_x = (tab)[_i], *_nx; _x; _x = _nx) {                               \
+                        _nx = _x->hnext;                                                           \
+                        size_t _b = str_hash(_x->key) & (_nc - 1);                                 \
+                        _x->hnext = _nt[_b];                                                       \
+                        _nt[_b] = _x;                                                              \
+                    }                                                                              \
+                free(tab);                                                                         \
+                (tab) = _nt;                                                                       \
+                (cap) = _nc;                                                                       \
+            }                                                                                      \
+        }                                                                                          \
+        if (!_rc) {                                                                                \
+            size_t _b = str_hash((e)->key) & ((cap)-1);                                            \
+            (e)->hnext = (tab)[_b];                                                                \
+            (tab)[_b] = (e);                                                                       \
+            (count)++;                                                                             \
+        }                                                                                          \
+        _rc;                                                                                       \
+    })
+
+#define TAB_REMOVE(tab, cap, count, type, e)                                                       \
+    do {                                                                                           \
+        type **_pp = &(tab)[str_hash((e)->key) & ((cap)-1)];                                       \
+        while (*_pp && *_pp != (e)) _pp = &(*_pp)->hnext;                                          \
+        if (*_pp) {                                                                                \
+            *_pp = (e)->hnext;                                                                     \
+            (count)--;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+static void rollout_free(cr_rollout *r)
+{
+    if (!r) return;
+    for (size_t i = 0; i < r->ncalls; i++) {
+        free(r->calls[i].prompt);
+        free(r->calls[i].resp);
+        free(r->calls[i].lp);
+        free(r->calls[i].model);
+    }
+    for (size_t i = 0; i < r->nrewards; i++) free(r->rewards[i].name);
+    free(r->calls);
+    free(r->rewards);
+    free(r->other_seqs);
+    free(r->key);
+    free(r->rollout_id);
+    free(r->task_id);
+    free(r->group_key);
+    free(r);
+}
+
+static void group_free(cr_group *g)
+{
+    if (!g) return;
+    for (size_t i = 0; i < g->nmembers; i++) rollout_free(g->members[i]);
+    free(g->members);
+    free(g->key);
+    free(g);
+}
+
+al_credit_part *al_credit_part_new(const al_credit_config *cfg, const al_credit_sink *sink,
+                                   char *errstr, size_t errlen)
+{
+    if (!sink || !sink->transition) {
+        al_err(errstr, errlen, "credit: no transition sink");
+        return NULL;
+    }
+    if (cfg->group_size < 1) {
+        al_err(errstr, errlen, "credit: group size must be at least 1 (got %d)", cfg->group_size);
+        return NULL;
+    }
+    if (!(cfg->gamma >= 0 && cfg->gamma <= 1)) {
+        al_err(errstr, errlen, "credit: gamma must be within [0, 1] (got %g)", cfg->gamma);
+        return NULL;
+    }
+    if (cfg->reward_mode == AL_CREDIT_REWARD_NAMED && (!cfg->reward_name || !*cfg->reward_name)) {
+        al_err(errstr, errlen, "credit: reward mode 'named' needs a reward name");
+        return NULL;
+    }
+    if ((unsigned)cfg->estimator > AL_CREDIT_ESTIMATOR_NONE || cfg->idle_timeout_us < 0 ||
+        cfg->group_timeout_us < 0 || !(cfg->eps >= 0) ||
+        !(cfg->reinforce_alpha > 0 && cfg->reinforce_alpha <= 1)) {
+        al_err(errstr, errlen,
+               "credit: bad configuration (estimator, timeouts >= 0, eps >= 0, alpha in (0, 1])");
+        return NULL;
+    }
+    al_credit_part *p = calloc(1, sizeof *p);
+    if (!p) {
+        al_err(errstr, errlen, "out of memory");
+        return NULL;
+    }
+    p->cfg = *cfg;
+    if (cfg->reward_name && !(p->reward_name = strdup(cfg->reward_name))) {
+        free(p);
+        al_err(errstr, errlen, "out of memory");
+        return NULL;
+    }
+    p->cfg.reward_name = p->reward_name;
+    p->sink = *sink;
+    p->next_offset = -1;
+    p->safe = -1;
+    return p;
+}
+
+void al_credit_part_free(al_credit_part *p)
+{
+    if (!p) return;
+    /* Every tracked rollout is on by_first (open ones and group members). */
+    for (cr_rollout *r = p->first_head, *n; r; r = n) {
+        n = r->first_next;
+        rollout_free(r);
+    }
+    for (size_t i = 0; i < p->gcap; i++)
+        for (cr_group *g = p->gtab[i], *n; g; g = n) {
+            n = g->hnext;
+            g->nmembers = 0; /* freed above */
+            group_free(g);
+        }
+    for (size_t i = 0; i < p->bcap; i++)
+        for (cr_baseline *b = p->btab[i], *n; b; b = n) {
+            n = b->hnext;
+            free(b->key);
+            free(b);
+        }
+    free(p->rtab);
+    free(p->gtab);
+    free(p->btab);
+    free(p->iv);
+    free(p->s_resp);
+    free(p->s_mask);
+    free(p->s_lp);
+    free(p->s_idx);
+    free(p->reward_name);
+    free(p);
+}
+
+int64_t al_credit_part_clock(const al_credit_part *p)
+{
+    return p->clock;
+}
+
+const al_credit_stats *al_credit_part_stats(const al_credit_part *p)
+{
+    return &p->stats;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Lists
+ * ------------------------------------------------------------------------------------------ */
+
+static void open_unlink(al_credit_part *p, cr_rollout *r)
+{
+    if (r->open_prev) r->open_prev->open_next = r->open_next;
+    else p->open_head = r->open_next;
+    if (r->open_next) r->open_next->open_prev = r->open_prev;
+    else p->open_tail = r->open_prev;
+    r->open_prev = r->open_next = NULL;
+}
+
+static void open_append(al_credit_part *p, cr_rollout *r)
+{
+    r->open_prev = p->open_tail;
+    r->open_next = NULL;
+    if (p->open_tail) p->open_tail->open_next = r;
+    else p->open_head = r;
+    p->open_tail = r;
+}
+
+static void first_unlink(al_credit_part *p, cr_rollout *r)
+{
+    if (r->first_prev) r->first_prev->first_next = r->first_next;
+    else p->first_head = r->first_next;
+    if (r->first_next) r->first_next->first_prev = r->first_prev;
+    else p->first_tail = r->first_prev;
+    r->first_prev = r->first_next = NULL;
+}
+
+static void fifo_unlink(al_credit_part *p, cr_group *g)
+{
+    if (g->fifo_prev) g->fifo_prev->fifo_next = g->fifo_next;
+    else p->fifo_head = g->fifo_next;
+    if (g->fifo_next) g->fifo_next->fifo_prev = g->fifo_prev;
+    else p->fifo_tail = g->fifo_prev;
+    g->fifo_prev = g->fifo_next = NULL;
+}
+
+/* Adds [lo, hi] to the sorted, disjoint interval list, merging overlapping or touching
+ * neighbours. 0, or -1 out of memory. */
+static int interval_add(al_credit_part *p, int64_t lo, int64_t hi)
+{
+    size_t i = 0;
+    while (i < p->niv && p->iv[i].hi < lo) i++;
+    size_t j = i;
+    while (j < p->niv && p->iv[j].lo <= hi) {
+        if (p->iv[j].lo < lo) lo = p->iv[j].lo;
+        if (p->iv[j].hi > hi) hi = p->iv[j].hi;
+        j++;
+    }
+    if (j > i) { /* replace iv[i..j) by one */
+        p->iv[i].lo = lo;
+        p->iv[i].hi = hi;
+        memmove(&p->iv[i + 1], &p->iv[j], (p->niv - j) * sizeof *p->iv);
+        p->niv -= j - i - 1;
+        return 0;
+    }
+    if (grow((void **)&p->iv, &p->capiv, p->niv + 1, sizeof *p->iv)) return -1;
+    memmove(&p->iv[i + 1], &p->iv[i], (p->niv - i) * sizeof *p->iv);
+    p->iv[i].lo = lo;
+    p->iv[i].hi = hi;
+    p->niv++;
+    return 0;
+}
+
+int64_t al_credit_part_safe_offset(al_credit_part *p)
+{
+    if (p->next_offset < 0) return -1;
+    int64_t s = p->first_head ? p->first_head->first_offset : p->next_offset;
+    /* Drop intervals wholly below s; then step down to the start of the one s falls in. */
+    size_t k = 0;
+    while (k < p->niv && p->iv[k].hi < s) k++;
+    if (k) {
+        memmove(p->iv, p->iv + k, (p->niv - k) * sizeof *p->iv);
+        p->niv -= k;
+    }
+    if (p->niv && p->iv[0].lo < s && s <= p->iv[0].hi) s = p->iv[0].lo;
+    if (s < p->safe) s = p->safe; /* cannot happen (see credit.h); keep the promise anyway */
+    p->safe = s;
+    return s;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Credit and emission
+ * ------------------------------------------------------------------------------------------ */
+
+/* Whether reward w counts for this configuration (named mode: only that name). */
+static int reward_counts(const al_credit_part *p, const cr_reward *w)
+{
+    return p->cfg.reward_mode != AL_CREDIT_REWARD_NAMED || !strcmp(w->name, p->reward_name);
+}
+
+/* The rollout's reward R in identical mode; *found says whether any reward applied. */
+static double rollout_reward(const al_credit_part *p, const cr_rollout *r, int *found)
+{
+    double v = 0;
+    *found = 0;
+    for (size_t i = 0; i < r->nrewards; i++) { /* rewards are in sequence order */
+        if (!reward_counts(p, &r->rewards[i])) continue;
+        if (p->cfg.reward_mode == AL_CREDIT_REWARD_SUM) v += r->rewards[i].value;
+        else v = r->rewards[i].value;
+        *found = 1;
+    }
+    return v;
+}
+
+/* Per-call immediate rewards r[k] (k over the rollout's calls) for discounted assignment:
+ * each counted reward goes to the last call at or before its after_sequence (the first call
+ * when none). *found says whether any reward applied. */
+static void call_rewards(const al_credit_part *p, const cr_rollout *r, double *rk, int *found)
+{
+    *found = 0;
+    for (size_t k = 0; k < r->ncalls; k++) rk[k] = 0;
+    if (!r->ncalls) return;
+    for (size_t i = 0; i < r->nrewards; i++) {
+        const cr_reward *w = &r->rewards[i];
+        if (!reward_counts(p, w)) continue;
+        size_t at = 0;
+        for (size_t k = 0; k < r->ncalls; k++)
+            if (r->calls[k].seq <= w->after) at = k;
+        rk[at] += w->value;
+        *found = 1;
+    }
+}
+
+/* Returns G[k] for every call from immediate rewards: G[k] = r[k] + gamma * G[k+1]. */
+static void discounted_returns(const double *rk, size_t n, double gamma, double *g)
+{
+    double acc = 0;
+    for (size_t k = n; k-- > 0;) {
+        acc = rk[k] + gamma * acc;
+        g[k] = acc;
+    }
+}
+
+/* Decides whether an ended rollout trains and its score (G_0). Fills r->kept, r->score. */
+static void rollout_settle(al_credit_part *p, cr_rollout *r)
+{
+    al_credit_policy pol = AL_CREDIT_POLICY_KEEP;
+    double dflt = 0;
+    if (r->status == AL_ROLLOUT_STATUS_FAILED || r->status == AL_ROLLOUT_STATUS_ABORTED) {
+        pol = p->cfg.failed_policy;
+        dflt = p->cfg.failed_reward;
+    } else if (r->status == AL_ROLLOUT_STATUS_TIMEOUT) {
+        pol = p->cfg.timeout_policy;
+        dflt = p->cfg.timeout_reward;
+    }
+    r->kept = pol == AL_CREDIT_POLICY_KEEP;
+    if (!r->kept) {
+        p->stats.rollouts_dropped++;
+        return;
+    }
+    int found = 0;
+    if (p->cfg.assign == AL_CREDIT_ASSIGN_IDENTICAL || !r->ncalls) {
+        r->score = rollout_reward(p, r, &found);
+    } else {
+        double *rk = malloc(2 * r->ncalls * sizeof *rk);
+        if (rk) {
+            call_rewards(p, r, rk, &found);
+            discounted_returns(rk, r->ncalls, p->cfg.gamma, rk + r->ncalls);
+            r->score = rk[r->ncalls];
+            free(rk);
+        }
+    }
+    if (!found) {
+        /* A succeeded rollout without a reward trains with 0; a kept failed or timed-out one
+         * with the configured default (given to its last call under discounting). */
+        p->stats.rollouts_no_reward++;
+        r->use_default = 1;
+        r->default_reward = dflt;
+        r->score = p->cfg.assign == AL_CREDIT_ASSIGN_DISCOUNTED && r->ncalls
+                       ? dflt * pow(p->cfg.gamma, (double)(r->ncalls - 1))
+                       : dflt;
+    }
+    if (p->sink.rollout) p->sink.rollout(p->sink.ud, r->score);
+}
+
+static int ensure_scratch(al_credit_part *p, size_t n, size_t nidx)
+{
+    if (n > p->s_cap) {
+        size_t c = n * 2;
+        int32_t *a = realloc(p->s_resp, c * sizeof *a);
+        if (a) p->s_resp = a;
+        uint8_t *b = realloc(p->s_mask, c);
+        if (b) p->s_mask = b;
+        float *f = realloc(p->s_lp, c * sizeof *f);
+        if (f) p->s_lp = f;
+        if (!a || !b || !f) return -1;
+        p->s_cap = c;
+    }
+    if (nidx > p->s_idxcap) {
+        int32_t *a = realloc(p->s_idx, nidx * 2 * sizeof *a);
+        if (!a) return -1;
+        p->s_idx = a;
+        p->s_idxcap = nidx * 2;
+    }
+    return 0;
+}
+
+/* Whether call b's prompt begins exactly with call a's prompt followed by its response. */
+static int extends(const cr_call *a, const cr_call *b)
+{
+    if (b->np < a->np + a->nr) return 0;
+    return !memcmp(b->prompt, a->prompt, a->np * sizeof(int32_t)) &&
+           !memcmp(b->prompt + a->np, a->resp, a->nr * sizeof(int32_t));
+}
+
+/* Emits the transitions of one kept rollout of group g (member index mi among the kept
+ * ones, scores of the kept members in sc[0..n)). 0, or -1 (errstr). */
+static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *r, size_t mi,
+                        const double *sc, size_t n, double baseline, int64_t anchor,
+                        const char *group_id, int32_t gsize, int64_t ts, char *errstr,
+                        size_t errlen)
+{
+    if (!r->ncalls) return 0;
+    double *rk = malloc(2 * r->ncalls * sizeof *rk);
+    if (!rk) return al_err(errstr, errlen, "out of memory");
+    double *gk = rk + r->ncalls;
+    if (p->cfg.assign == AL_CREDIT_ASSIGN_DISCOUNTED) {
+        int found;
+        call_rewards(p, r, rk, &found);
+        if (r->use_default) rk[r->ncalls - 1] = r->default_reward;
+        discounted_returns(rk, r->ncalls, p->cfg.gamma, gk);
+    } else {
+        for (size_t k = 0; k < r->ncalls; k++) rk[k] = gk[k] = r->score;
+    }
+    int rc = 0;
+    for (size_t k = 0; k < r->ncalls && !rc;) {
+        /* calls k..e-1 form one sequence */
+        size_t e = k + 1;
+        if (p->cfg.merge)
+            while (e < r->ncalls && extends(&r->calls[e - 1], &r->calls[e])) e++;
+        const cr_call *c0 = &r->calls[k];
+        const cr_call *cl = &r->calls[e - 1];
+        size_t ntok = e - k == 1 ? c0->nr : cl->np + cl->nr - c0->np;
+        int have_lp = 1;
+        int64_t pv = -1;
+        double reward = 0;
+        for (size_t j = k; j < e; j++) {
+            const cr_call *c = &r->calls[j];
+            if (!c->lp) have_lp = 0;
+            if (c->policy_version >= 0 && (pv < 0 || c->policy_version < pv)) pv = c->policy_version;
+            reward += rk[j];
+        }
+        if (ensure_scratch(p, ntok, e - k)) {
+            rc = al_err(errstr, errlen, "out of memory");
+            break;
+        }
+        size_t at = 0;
+        int masked = 0;
+        for (size_t j = k; j < e; j++) {
+            const cr_call *c = &r->calls[j];
+            if (j > k) { /* the tokens the agent added between two calls */
+                size_t from = r->calls[j - 1].np + r->calls[j - 1].nr;
+                size_t add = c->np - from;
+                memcpy(p->s_resp + at, c->prompt + from, add * sizeof(int32_t));
+                memset(p->s_mask + at, 0, add);
+                for (size_t t = 0; t < add; t++) p->s_lp[at + t] = 0;
+                if (add) masked = 1;
+                at += add;
+            }
+            memcpy(p->s_resp + at, c->resp, c->nr * sizeof(int32_t));
+            memset(p->s_mask + at, 1, c->nr);
+            if (c->lp) memcpy(p->s_lp + at, c->lp, c->nr * sizeof(float));
+            at += c->nr;
+            p->s_idx[j - k] = (int32_t)c->seq;
+        }
+        double adv;
+        if (p->cfg.estimator == AL_CREDIT_ESTIMATOR_REINFORCE) adv = gk[k] - baseline;
+        else adv = al_credit_advantage(p->cfg.estimator, sc, n, mi, gk[k], p->cfg.eps);
+        char id[512];
+        al_transition_id(id, sizeof id, r->rollout_id, r->attempt, (int32_t)c0->seq);
+        al_transition t = {
+            .id = id,
+            .group_key = g->key,
+            .group_id = group_id,
+            .group_size = gsize,
+            .task_id = r->task_id,
+            .rollout_id = r->rollout_id,
+            .attempt = r->attempt,
+            .call_indices = p->s_idx,
+            .n_call_indices = e - k,
+            .prompt_token_ids = c0->prompt,
+            .n_prompt_tokens = c0->np,
+            .response_token_ids = p->s_resp,
+            .n_response_tokens = at,
+            .loss_mask = masked ? p->s_mask : NULL,
+            .n_loss_mask = masked ? at : 0,
+            .rollout_logprobs = have_lp ? p->s_lp : NULL,
+            .n_rollout_logprobs = have_lp ? at : 0,
+            .reward = reward,
+            .return_value = gk[k],
+            .advantage = adv,
+            .estimator = al_credit_estimator_name(p->cfg.estimator),
+            .policy_version = pv,
+            .model = c0->model,
+            .timestamp_us = ts,
+        };
+        if (p->sink.transition(p->sink.ud, &t, anchor) != 0) {
+            rc = al_err(errstr, errlen, "transition %s was not accepted by the sink", id);
+            break;
+        }
+        p->stats.transitions++;
+        k = e;
+    }
+    free(rk);
+    return rc;
+}
+
+static cr_baseline *baseline_get(al_credit_part *p, const char *key, int *created)
+{
+    cr_baseline *b = TAB_FIND(p->btab, p->bcap, cr_baseline, key);
+    *created = 0;
+    if (b) return b;
+    b = calloc(1, sizeof *b);
+    if (!b || !(b->key = strdup(key)) ||
+        TAB_INSERT(p->btab, p->bcap, p->bcount, cr_baseline, b)) {
+        if (b) free(b->key);
+        free(b);
+        return NULL;
+    }
+    *created = 1;
+    return b;
+}
+
+/* Completes group g: computes advantages over its kept members and emits their transitions
+ * (or drops the group), records its offset range, frees it. 0, or -1 (errstr). */
+static int group_emit(al_credit_part *p, cr_group *g, int timed_out, char *errstr, size_t errlen)
+{
+    int rc = 0;
+    TAB_REMOVE(p->gtab, p->gcap, p->gcount, cr_group, g);
+    fifo_unlink(p, g);
+    p->stats.open_groups--;
+    if (timed_out) p->stats.groups_timed_out++;
+
+    int64_t lo = INT64_MAX, hi = -1, ts = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < g->nmembers; i++) {
+        cr_rollout *r = g->members[i];
+        if (r->first_offset < lo) lo = r->first_offset;
+        if (r->first_offset > hi) hi = r->first_offset;
+        if (r->max_ts > ts) ts = r->max_ts;
+        if (r->kept) n++;
+    }
+    double *sc = calloc(n ? n : 1, sizeof *sc);
+    if (!sc) rc = al_err(errstr, errlen, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; sc && i < g->nmembers; i++)
+        if (g->members[i]->kept) sc[k++] = g->members[i]->score;
+    int all_equal = 1;
+    for (size_t i = 1; i < n; i++)
+        if (sc[i] != sc[0]) all_equal = 0;
+
+    if (!rc && n == 0) {
+        p->stats.groups_dropped_empty++;
+    } else if (!rc && p->cfg.drop_equal_groups && all_equal) {
+        p->stats.groups_dropped_equal++;
+    } else if (!rc) {
+        double baseline = 0;
+        cr_baseline *b = NULL;
+        if (p->cfg.estimator == AL_CREDIT_ESTIMATOR_REINFORCE) {
+            double mean = 0;
+            int created;
+            for (size_t i = 0; i < n; i++) mean += sc[i];
+            mean /= (double)n;
+            if (!(b = baseline_get(p, g->key, &created)))
+                rc = al_err(errstr, errlen, "out of memory");
+            else {
+                if (created) b->value = mean; /* first group: its own mean */
+                baseline = b->value;
+                b->value += p->cfg.reinforce_alpha * (mean - b->value);
+            }
+        }
+        /* The group id: the group key and the first member (in end order) to end. */
+        const cr_rollout *f = g->members[0];
+        char gid[1024];
+        snprintf(gid, sizeof gid, "%s/%s:%d", g->key, f->rollout_id, f->attempt);
+        k = 0;
+        for (size_t i = 0; !rc && i < g->nmembers; i++) {
+            if (!g->members[i]->kept) continue;
+            rc = emit_rollout(p, g, g->members[i], k, sc, n, baseline, lo, gid, (int32_t)n, ts,
+                              errstr, errlen);
+            k++;
+        }
+        if (!rc) p->stats.groups_completed++;
+    }
+    free(sc);
+    if (hi >= 0 && interval_add(p, lo, hi) != 0 && !rc)
+        rc = al_err(errstr, errlen, "out of memory");
+    for (size_t i = 0; i < g->nmembers; i++) first_unlink(p, g->members[i]);
+    group_free(g);
+    return rc;
+}
+
+/* Ends rollout r (end span or idle timeout): takes it out of the open state, then either
+ * skips it (a remnant without its sequence-0 span) or settles it and adds it to its group,
+ * which may complete. 0, or -1 (errstr). */
+static int rollout_end(al_credit_part *p, cr_rollout *r, char *errstr, size_t errlen)
+{
+    TAB_REMOVE(p->rtab, p->rcap, p->rcount, cr_rollout, r);
+    open_unlink(p, r);
+    p->stats.open_rollouts--;
+    r->ended = 1;
+    if (!r->seen_seq0) {
+        p->stats.rollouts_skipped++;
+        first_unlink(p, r);
+        rollout_free(r);
+        return 0;
+    }
+    rollout_settle(p, r);
+    cr_group *g = TAB_FIND(p->gtab, p->gcap, cr_group, r->group_key);
+    if (!g) {
+        g = calloc(1, sizeof *g);
+        if (!g || !(g->key = strdup(r->group_key)) ||
+            TAB_INSERT(p->gtab, p->gcap, p->gcount, cr_group, g)) {
+            if (g) free(g->key);
+            free(g);
+            first_unlink(p, r);
+            rollout_free(r);
+            return al_err(errstr, errlen, "out of memory");
+        }
+        /* No task id: the rollout is its own group. */
+        g->target = r->task_id[0] ? p->cfg.group_size : 1;
+        g->opened = p->clock;
+        g->fifo_prev = p->fifo_tail;
+        if (p->fifo_tail) p->fifo_tail->fifo_next = g;
+        else p->fifo_head = g;
+        p->fifo_tail = g;
+        p->stats.open_groups++;
+    }
+    if (!g->target_set && r->group_size_hint > 0 && r->task_id[0]) {
+        g->target = r->group_size_hint; /* the first end that knows the size sets it */
+        g->target_set = 1;
+    }
+    if (grow((void **)&g->members, &g->capmembers, g->nmembers + 1, sizeof *g->members)) {
+        first_unlink(p, r);
+        rollout_free(r);
+        return al_err(errstr, errlen, "out of memory");
+    }
+    g->members[g->nmembers++] = r;
+    if ((int32_t)g->nmembers >= g->target) return group_emit(p, g, 0, errstr, errlen);
+    return 0;
+}
+
+/* Fires idle timeouts (head of the open list) and group timeouts (head of the FIFO). */
+static int fire_timeouts(al_credit_part *p, char *errstr, size_t errlen)
+{
+    if (p->cfg.idle_timeout_us > 0)
+        while (p->open_head && p->open_head->last_activity + p->cfg.idle_timeout_us < p->clock) {
+            cr_rollout *r = p->open_head;
+            r->status = AL_ROLLOUT_STATUS_TIMEOUT;
+            p->stats.rollouts_timed_out++;
+            if (rollout_end(p, r, errstr, errlen)) return -1;
+        }
+    if (p->cfg.group_timeout_us > 0)
+        while (p->fifo_head && p->fifo_head->opened + p->cfg.group_timeout_us < p->clock)
+            if (group_emit(p, p->fifo_head, 1, errstr, errlen)) return -1;
+    return 0;
+}
+
+int al_credit_part_advance(al_credit_part *p, int64_t clock_us, char *errstr, size_t errlen)
+{
+    if (clock_us > p->clock) p->clock = clock_us;
+    return fire_timeouts(p, errstr, errlen);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Adding spans
+ * ------------------------------------------------------------------------------------------ */
+
+static int reject(const char **code, const char *c, char *reason, size_t reasonlen,
+                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static int reject(const char **code, const char *c, char *reason, size_t reasonlen,
+                  const char *fmt, ...)
+{
+    va_list ap;
+    *code = c;
+    va_start(ap, fmt);
+    if (reason && reasonlen) vsnprintf(reason, reasonlen, fmt, ap);
+    va_end(ap);
+    return 1;
+}
+
+static int seq_seen(const cr_rollout *r, int64_t seq)
+{
+    for (size_t i = 0; i < r->ncalls; i++)
+        if (r->calls[i].seq == seq) return 1;
+    for (size_t i = 0; i < r->nrewards; i++)
+        if (r->rewards[i].seq == seq) return 1;
+    for (size_t i = 0; i < r->nother; i++)
+        if (r->other_seqs[i] == seq) return 1;
+    return 0;
+}
+
+static void *dup_mem(const void *src, size_t n)
+{
+    void *d = malloc(n ? n : 1);
+    if (d && n) memcpy(d, src, n);
+    return d;
+}
+
+/* Inserts call c into r->calls keeping sequence order (spans normally come in order). */
+static int add_call(cr_rollout *r, const al_span *s)
+{
+    const al_llm_call *lc = &s->llm_call;
+    cr_call c = {.seq = s->sequence,
+                 .np = lc->n_prompt_tokens,
+                 .nr = lc->n_response_tokens,
+                 .policy_version = lc->policy_version};
+    c.prompt = dup_mem(lc->prompt_token_ids, c.np * sizeof(int32_t));
+    c.resp = dup_mem(lc->response_token_ids, c.nr * sizeof(int32_t));
+    c.lp = lc->n_response_logprobs ? dup_mem(lc->response_logprobs, c.nr * sizeof(float)) : NULL;
+    c.model = strdup(lc->model ? lc->model : "");
+    if (!c.prompt || !c.resp || (lc->n_response_logprobs && !c.lp) || !c.model ||
+        grow((void **)&r->calls, &r->capcalls, r->ncalls + 1, sizeof c)) {
+        free(c.prompt);
+        free(c.resp);
+        free(c.lp);
+        free(c.model);
+        return -1;
+    }
+    size_t i = r->ncalls;
+    while (i > 0 && r->calls[i - 1].seq > c.seq) {
+        r->calls[i] = r->calls[i - 1];
+        i--;
+    }
+    r->calls[i] = c;
+    r->ncalls++;
+    return 0;
+}
+
+static int add_reward(cr_rollout *r, const al_span *s)
+{
+    cr_reward w = {.seq = s->sequence,
+                   .name = strdup(s->reward.name ? s->reward.name : ""),
+                   .value = s->reward.value,
+                   .after = s->reward.after_sequence};
+    if (!w.name || grow((void **)&r->rewards, &r->caprewards, r->nrewards + 1, sizeof w)) {
+        free(w.name);
+        return -1;
+    }
+    size_t i = r->nrewards;
+    while (i > 0 && r->rewards[i - 1].seq > w.seq) {
+        r->rewards[i] = r->rewards[i - 1];
+        i--;
+    }
+    r->rewards[i] = w;
+    r->nrewards++;
+    return 0;
+}
+
+static cr_rollout *rollout_new(al_credit_part *p, const al_span *s, const char *key,
+                               int64_t offset)
+{
+    cr_rollout *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    const char *task = s->task_id ? s->task_id : "";
+    r->key = strdup(key);
+    r->rollout_id = strdup(s->rollout_id);
+    r->task_id = strdup(task);
+    r->group_key = strdup(task[0] ? task : s->rollout_id);
+    r->attempt = s->attempt;
+    r->first_offset = offset;
+    r->status = AL_ROLLOUT_STATUS_UNKNOWN;
+    if (!r->key || !r->rollout_id || !r->task_id || !r->group_key ||
+        TAB_INSERT(p->rtab, p->rcap, p->rcount, cr_rollout, r)) {
+        rollout_free(r);
+        return NULL;
+    }
+    r->first_prev = p->first_tail;
+    if (p->first_tail) p->first_tail->first_next = r;
+    else p->first_head = r;
+    p->first_tail = r;
+    r->last_activity = p->clock;
+    open_append(p, r);
+    p->stats.open_rollouts++;
+    return r;
+}
+
+void al_credit_part_note_offset(al_credit_part *p, int64_t offset)
+{
+    if (offset >= p->next_offset) p->next_offset = offset + 1;
+}
+
+/* Checks of a call's content; 1 (rejected, with reason) or 0. */
+static int check_call(const al_span *s, const char **reason_code, char *reason,
+                      size_t reasonlen)
+{
+    const al_llm_call *lc = &s->llm_call;
+    if (!lc->n_prompt_tokens || !lc->n_response_tokens)
+        return reject(reason_code, "no_token_ids", reason, reasonlen,
+                      "LLM call %lld of rollout %s has no %s token ids (the upstream did not "
+                      "return them%s%s)",
+                      (long long)s->sequence, s->rollout_id,
+                      !lc->n_prompt_tokens ? "prompt" : "response", lc->error ? "; error: " : "",
+                      lc->error ? lc->error : "");
+    if (lc->n_response_logprobs && lc->n_response_logprobs != lc->n_response_tokens)
+        return reject(reason_code, "logprobs_mismatch", reason, reasonlen,
+                      "LLM call %lld of rollout %s has %zu logprobs for %zu response tokens",
+                      (long long)s->sequence, s->rollout_id, lc->n_response_logprobs,
+                      lc->n_response_tokens);
+    return 0;
+}
+
+int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
+                       const char **reason_code, char *reason, size_t reasonlen, char *errstr,
+                       size_t errlen)
+{
+    static const char *dummy;
+    if (!reason_code) reason_code = &dummy;
+    *reason_code = NULL;
+    al_credit_part_note_offset(p, offset);
+    p->stats.spans++;
+
+    /* Spans that cannot be placed in a rollout at all. */
+    if (!s->rollout_id || !*s->rollout_id)
+        return reject(reason_code, "bad_span", reason, reasonlen,
+                      "span %s has no rollout_id", s->span_id ? s->span_id : "?");
+    if (strlen(s->rollout_id) > 400 || (s->task_id && strlen(s->task_id) > 400))
+        return reject(reason_code, "bad_span", reason, reasonlen,
+                      "span %s: rollout or task id longer than 400 bytes",
+                      s->span_id ? s->span_id : "?");
+    if (s->sequence < 0 || s->sequence > INT32_MAX || s->attempt < 0)
+        return reject(reason_code, "bad_span", reason, reasonlen,
+                      "span of rollout %s has sequence %lld or attempt %d out of range",
+                      s->rollout_id, (long long)s->sequence, s->attempt);
+    if (s->kind == AL_SPAN_KIND_REWARD && !isfinite(s->reward.value))
+        return reject(reason_code, "bad_span", reason, reasonlen,
+                      "reward %s of rollout %s is not a finite number",
+                      s->reward.name ? s->reward.name : "", s->rollout_id);
+    if (s->kind != AL_SPAN_KIND_LLM_CALL && s->kind != AL_SPAN_KIND_REWARD &&
+        s->kind != AL_SPAN_KIND_ROLLOUT_END)
+        return reject(reason_code, "bad_span", reason, reasonlen,
+                      "span of rollout %s has kind %d", s->rollout_id, (int)s->kind);
+
+    /* The event clock moves first, so that what this span's time makes due fires before it. */
+    if (s->timestamp_us > p->clock) p->clock = s->timestamp_us;
+    if (fire_timeouts(p, errstr, errlen)) return -1;
+
+    char key[600];
+    snprintf(key, sizeof key, "%s\x1f%d", s->rollout_id, s->attempt);
+    cr_rollout *r = TAB_FIND(p->rtab, p->rcap, cr_rollout, key);
+    if (r && seq_seen(r, s->sequence))
+        return reject(reason_code, "duplicate_sequence", reason, reasonlen,
+                      "rollout %s attempt %d has sequence %lld twice", s->rollout_id, s->attempt,
+                      (long long)s->sequence);
+    /* A rejected call still belongs to its rollout: it marks sequence 0 as seen and keeps the
+     * rollout alive, so that the rest of the rollout trains. */
+    if (!r && !(r = rollout_new(p, s, key, offset))) return al_err(errstr, errlen, "out of memory");
+    if (s->sequence == 0) r->seen_seq0 = 1;
+    if (s->timestamp_us > r->max_ts) r->max_ts = s->timestamp_us;
+    r->last_activity = p->clock;
+    open_unlink(p, r);
+    open_append(p, r);
+
+    int oom = 0, rej = 0;
+    switch (s->kind) {
+    case AL_SPAN_KIND_LLM_CALL:
+        rej = check_call(s, reason_code, reason, reasonlen);
+        if (!rej) oom = add_call(r, s);
+        break;
+    case AL_SPAN_KIND_REWARD:
+        oom = add_reward(r, s);
+        break;
+    default:
+        break;
+    }
+    if (!oom && (rej || s->kind == AL_SPAN_KIND_ROLLOUT_END)) {
+        oom = grow((void **)&r->other_seqs, &r->capother, r->nother + 1, sizeof(int64_t));
+        if (!oom) r->other_seqs[r->nother++] = s->sequence;
+    }
+    if (oom) return al_err(errstr, errlen, "out of memory");
+    if (rej) return 1;
+    if (s->kind == AL_SPAN_KIND_ROLLOUT_END) {
+        r->status = s->rollout_end.status;
+        r->group_size_hint = s->rollout_end.group_size;
+        p->stats.rollouts_completed++;
+        return rollout_end(p, r, errstr, errlen) ? -1 : 0;
+    }
+    return 0;
+}

@@ -1,0 +1,155 @@
+/*
+ * credit.h: credit assignment as pure logic (no Kafka): rollouts in, transitions out.
+ *
+ * One al_credit_part per consumed partition. The Kafka layer (credit_main.c) feeds it the
+ * decoded spans of that partition in offset order; the part assembles rollouts, decomposes
+ * them into per-call transitions (LightningRL, optionally merged into multi-turn sequences),
+ * assigns credit, completes GRPO groups and hands every transition to the sink.
+ *
+ * Time is event time: the part's clock is the largest span timestamp it has seen (never a
+ * wall clock), so idle and group timeouts fire at the same place in the stream however it is
+ * split into polls or workers. The Kafka layer may advance the clock explicitly
+ * (al_credit_part_advance) when a partition has been quiet for a while; that is the one
+ * place wall-clock time enters, and only for partitions with no traffic.
+ *
+ * Offsets: al_credit_part_safe_offset says below which offset every span is finished with:
+ * it never passes the first span of a rollout that is open or waits in an open group, and
+ * never falls inside the offset range of an emitted group (so that a restart re-reads either
+ * all or none of a group's rollouts and re-forms the same groups). A restarted part skips the
+ * remnants of rollouts whose sequence-0 span it did not see: their transitions were emitted
+ * before the restart.
+ */
+#ifndef ARCLIGHT_CREDIT_H
+#define ARCLIGHT_CREDIT_H
+
+#include "avro/codec.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum al_credit_estimator {
+    AL_CREDIT_ESTIMATOR_GRPO = 0,    /* (G - mean) / (std + eps), population std */
+    AL_CREDIT_ESTIMATOR_DR_GRPO = 1, /* G - mean */
+    AL_CREDIT_ESTIMATOR_RLOO = 2,    /* G - mean of the other rollouts' scores */
+    AL_CREDIT_ESTIMATOR_REINFORCE = 3, /* G - running baseline of the task */
+    AL_CREDIT_ESTIMATOR_NONE = 4,    /* G */
+} al_credit_estimator;
+
+typedef enum al_credit_reward_mode {
+    AL_CREDIT_REWARD_LAST = 0,  /* the rollout's last reward span */
+    AL_CREDIT_REWARD_NAMED = 1, /* the last reward span with the configured name */
+    AL_CREDIT_REWARD_SUM = 2,   /* the sum of all reward spans */
+} al_credit_reward_mode;
+
+typedef enum al_credit_assign {
+    AL_CREDIT_ASSIGN_IDENTICAL = 0,  /* every call gets the rollout's reward R (LightningRL) */
+    AL_CREDIT_ASSIGN_DISCOUNTED = 1, /* each reward belongs to the call it followed; returns */
+} al_credit_assign;
+
+typedef enum al_credit_policy {
+    AL_CREDIT_POLICY_DROP = 0, /* the rollout counts towards its group's size, trains nothing */
+    AL_CREDIT_POLICY_KEEP = 1, /* trains with its own reward, else the configured default */
+} al_credit_policy;
+
+typedef struct al_credit_config {
+    al_credit_estimator estimator;
+    al_credit_reward_mode reward_mode;
+    const char *reward_name; /* for AL_CREDIT_REWARD_NAMED (the part copies it) */
+    al_credit_assign assign;
+    double gamma; /* discount of AL_CREDIT_ASSIGN_DISCOUNTED */
+    int merge;    /* merge consecutive calls whose prompts extend each other */
+    int32_t group_size;        /* when no end span of the group carries one */
+    int64_t idle_timeout_us;   /* a rollout silent this long (event time) times out; 0: never */
+    int64_t group_timeout_us;  /* a group waits this long after its first end; 0: forever */
+    al_credit_policy timeout_policy;
+    double timeout_reward;
+    al_credit_policy failed_policy; /* failed and aborted rollouts */
+    double failed_reward;
+    int drop_equal_groups; /* drop groups whose scores are all equal (no signal) */
+    double eps;            /* grpo's std epsilon */
+    double reinforce_alpha; /* the baseline moves by alpha * (group mean - baseline) */
+} al_credit_config;
+
+/* Defaults: grpo, last reward, identical assignment, gamma 1, no merge, group size 8,
+ * idle timeout 600 s, group timeout 1800 s, timed-out and failed rollouts dropped (reward 0
+ * when kept), all-equal groups kept, eps 1e-6, alpha 0.1. */
+void al_credit_config_init(al_credit_config *c);
+
+/* "grpo", "dr_grpo", "rloo", "reinforce", "none"; parse returns -1 for anything else. */
+const char *al_credit_estimator_name(al_credit_estimator e);
+int al_credit_estimator_parse(const char *name);
+
+/* The advantage of a transition with return g in a group whose rollouts scored
+ * scores[0..n) (i: the index of its rollout), for estimators other than reinforce (whose
+ * baseline lives in the part). n == 1 gives 0 for grpo, dr_grpo and rloo. */
+double al_credit_advantage(al_credit_estimator e, const double *scores, size_t n, size_t i,
+                           double g, double eps);
+
+/* Counters a part keeps (monotonic, except open_rollouts/open_groups). */
+typedef struct al_credit_stats {
+    uint64_t spans;
+    uint64_t rollouts_completed; /* ended with an end span (any status) */
+    uint64_t rollouts_timed_out; /* idle timeout */
+    uint64_t rollouts_dropped;   /* by the failed/timeout policy */
+    uint64_t rollouts_skipped;   /* remnants without their sequence-0 span (resumed/late) */
+    uint64_t rollouts_no_reward; /* kept, but no reward span: reward 0 (or the default) */
+    uint64_t groups_completed;   /* emitted */
+    uint64_t groups_timed_out;   /* emitted (or dropped) at the group timeout */
+    uint64_t groups_dropped_equal;
+    uint64_t groups_dropped_empty; /* every rollout of the group dropped */
+    uint64_t transitions;
+    uint64_t open_rollouts;
+    uint64_t open_groups;
+} al_credit_stats;
+
+/* Where a part's results go. Both are called from inside al_credit_part_add/advance.
+ *   transition: one transition (valid during the call only; the sink copies or encodes
+ *     it); anchor_offset is the offset of the earliest span of its group, whose input must
+ *     stay unfinished until the transition is acknowledged. Returns 0, or -1 to stop: the
+ *     part then returns -1 from add/advance (its state for that group is gone; the caller
+ *     is expected to stop without storing offsets).
+ *   rollout: a kept rollout's score, for reward windows (may be NULL). */
+typedef struct al_credit_sink {
+    int (*transition)(void *ud, const al_transition *t, int64_t anchor_offset);
+    void (*rollout)(void *ud, double score);
+    void *ud;
+} al_credit_sink;
+
+typedef struct al_credit_part al_credit_part;
+
+/* A new part with a copy of cfg (and of its strings). NULL with errstr on a bad config or
+ * out of memory. sink is copied. */
+al_credit_part *al_credit_part_new(const al_credit_config *cfg, const al_credit_sink *sink,
+                                   char *errstr, size_t errlen);
+/* Frees the part and every rollout still open in it (nothing is emitted). NULL-safe. */
+void al_credit_part_free(al_credit_part *p);
+
+/* Feeds one span read at `offset` (offsets increase from call to call). Returns
+ *   0  accepted (the span now belongs to a rollout, or completed one),
+ *   1  rejected: *reason_code is a short metric label ("no_token_ids", "bad_span",
+ *      "duplicate_sequence", "logprobs_mismatch") and reason a sentence naming the span;
+ *      the caller dead-letters it. A rejected call of a known rollout still counts as one
+ *      of its spans (its offset may be the group's anchor), so the caller keeps holding
+ *      its input like any other until the safe offset passes it.
+ *  -1  the sink refused a transition (errstr says why).
+ * The span is read only; the part copies what it keeps. */
+int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
+                       const char **reason_code, char *reason, size_t reasonlen, char *errstr,
+                       size_t errlen);
+
+/* Tells the part that `offset` was consumed but not handed to add (an undecodable message),
+ * so that the safe offset can move past it. */
+void al_credit_part_note_offset(al_credit_part *p, int64_t offset);
+
+/* Moves the event-time clock forward to clock_us (never back) and fires idle and group
+ * timeouts that are due. 0, or -1 as for add. */
+int al_credit_part_advance(al_credit_part *p, int64_t clock_us, char *errstr, size_t errlen);
+
+/* Every span below this offset is finished with (see the top of this file); -1 before the
+ * first span. Never decreases. */
+int64_t al_credit_part_safe_offset(al_credit_part *p);
+/* The event-time clock: the largest timestamp seen or advanced to; 0 before any. */
+int64_t al_credit_part_clock(const al_credit_part *p);
+const al_credit_stats *al_credit_part_stats(const al_credit_part *p);
+
+#endif

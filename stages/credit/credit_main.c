@@ -1,0 +1,725 @@
+/*
+ * arclight credit: the Kafka loop around credit.c. Consumes arclight.spans in a consumer
+ * group, feeds each partition's spans to its own al_credit_part, produces the transitions
+ * to arclight.transitions (key: group key) and what cannot be used to arclight.deadletter.
+ *
+ * Offsets: every consumed message's input (al_consumer_input_begin) is held here until the
+ * part's safe offset passes it; a group's transitions are outputs of the input of the
+ * group's earliest span. So the stored offset never passes the first span of an open
+ * rollout or group, nor a group whose transitions are not all acknowledged, and a restart
+ * rebuilds open rollouts from the spans after it.
+ *
+ * Time: a part's clock is event time (span timestamps). The one wall-clock input: a
+ * partition that has received nothing for --quiet-flush seconds has its clock moved on by
+ * the wall time that passed since its last span, so that a stream that simply stops still
+ * times out its last rollouts. Replays at full speed never hit it mid-stream.
+ */
+#include "credit.h"
+
+#include "avro/codec.h"
+#include "core/cli.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "http/metrics.h"
+#include "http/server.h"
+#include "kafka/kafka.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static volatile sig_atomic_t credit_stop;
+
+static void credit_on_signal(int sig)
+{
+    (void)sig;
+    credit_stop = 1;
+}
+
+static const char credit_usage[] =
+    "usage: arclight credit [options]\n"
+    "\n"
+    "Turns rollouts (spans on arclight.spans) into transitions with advantages on\n"
+    "arclight.transitions. Scale out by running more workers with the same --group.\n"
+    "\n"
+    "  --group NAME            consumer group (default arclight-credit)\n"
+    "  --input TOPIC           spans topic (default arclight.spans)\n"
+    "  --output TOPIC          transitions topic (default arclight.transitions)\n"
+    "  --estimator E           grpo (default), dr_grpo, rloo, reinforce, none\n"
+    "  --reward MODE           last (default): the rollout's last reward; sum: their sum\n"
+    "  --reward-name NAME      use the last reward called NAME\n"
+    "  --credit MODE           identical (default): every call gets the rollout's reward;\n"
+    "                          discounted: each reward belongs to the call it followed,\n"
+    "                          and a call's return is sum_k gamma^(k-t) r_k\n"
+    "  --gamma G               discount for --credit discounted (default 1)\n"
+    "  --merge                 merge consecutive calls whose prompt extends the previous\n"
+    "                          prompt + response into one sequence (agent tokens masked)\n"
+    "  --group-size N          rollouts per task group when end spans do not say (default 8)\n"
+    "  --idle-timeout S        a rollout silent for S seconds of span time times out\n"
+    "                          (default 600; 0: never)\n"
+    "  --group-timeout S       a group waits S seconds after its first end (default 1800; 0:\n"
+    "                          never)\n"
+    "  --on-timeout drop|keep  timed-out rollouts (default drop)\n"
+    "  --timeout-reward X      reward of a kept timed-out rollout without one (default 0)\n"
+    "  --on-failed drop|keep   failed and aborted rollouts (default drop)\n"
+    "  --failed-reward X       reward of a kept failed rollout without one (default 0)\n"
+    "  --drop-equal-groups     drop groups whose rewards are all equal (no signal)\n"
+    "  --eps X                 grpo's std epsilon (default 1e-6)\n"
+    "  --reinforce-alpha A     step of the per-task running baseline (default 0.1)\n"
+    "  --quiet-flush S         move a partition's clock by wall time after S quiet seconds\n"
+    "                          (default: the idle timeout; 0: never)\n"
+    "  --reward-window N       rollouts in the reward mean/std metrics (default 256)\n"
+    "  --max-spans N           stop after N consumed messages (benchmarks)\n"
+    "  --exit-idle S           stop after S seconds without a message (tests, benchmarks)\n" AL_CLI_COMMON_HELP;
+
+enum {
+    OPT_GROUP = AL_CLI_OPT_USER,
+    OPT_INPUT,
+    OPT_OUTPUT,
+    OPT_ESTIMATOR,
+    OPT_REWARD,
+    OPT_REWARD_NAME,
+    OPT_CREDIT,
+    OPT_GAMMA,
+    OPT_MERGE,
+    OPT_GROUP_SIZE,
+    OPT_IDLE_TIMEOUT,
+    OPT_GROUP_TIMEOUT,
+    OPT_ON_TIMEOUT,
+    OPT_TIMEOUT_REWARD,
+    OPT_ON_FAILED,
+    OPT_FAILED_REWARD,
+    OPT_DROP_EQUAL,
+    OPT_EPS,
+    OPT_ALPHA,
+    OPT_QUIET,
+    OPT_WINDOW,
+    OPT_MAX_SPANS,
+    OPT_EXIT_IDLE,
+    OPT_HELP,
+};
+
+/* One held input: a consumed message whose offset the part still needs. */
+typedef struct hold {
+    int64_t offset;
+    al_input *in;
+} hold;
+
+typedef struct cpart {
+    char *topic;
+    int32_t partition;
+    al_credit_part *part;
+    al_credit_stats seen; /* stats already added to the metrics */
+    hold *holds;          /* ring buffer, in offset order */
+    size_t hhead, hcount, hcap;
+    int64_t last_msg_mono;
+    int64_t clock_at_last_msg;
+} cpart;
+
+typedef struct credit_metrics {
+    al_counter *spans, *transitions, *bytes_out;
+    al_counter *r_completed, *r_timed_out, *r_dropped, *r_skipped, *r_no_reward;
+    al_counter *g_completed, *g_timed_out, *g_equal, *g_empty;
+    al_gauge *open_rollouts, *open_groups, *reward_mean, *reward_std;
+} credit_metrics;
+
+typedef struct credit_ctx {
+    al_credit_config cfg;
+    const char *output;
+    al_consumer *consumer;
+    al_producer *producer;
+    al_metrics *metrics;
+    credit_metrics m;
+    cpart **parts;
+    size_t nparts, capparts;
+    al_buf buf;
+    cpart *cur; /* the part whose sink is running */
+    int failed;
+    char fail_reason[512];
+    double *window;
+    size_t wcap, wn, wpos;
+} credit_ctx;
+
+/* ------------------------------------------------------------------------------------------
+ * Holds
+ * ------------------------------------------------------------------------------------------ */
+
+static int hold_push(cpart *cp, int64_t offset, al_input *in)
+{
+    if (cp->hcount == cp->hcap) {
+        size_t nc = cp->hcap ? cp->hcap * 2 : 256;
+        hold *nh = malloc(nc * sizeof *nh);
+        if (!nh) return -1;
+        for (size_t i = 0; i < cp->hcount; i++) nh[i] = cp->holds[(cp->hhead + i) % cp->hcap];
+        free(cp->holds);
+        cp->holds = nh;
+        cp->hcap = nc;
+        cp->hhead = 0;
+    }
+    cp->holds[(cp->hhead + cp->hcount) % cp->hcap] = (hold){offset, in};
+    cp->hcount++;
+    return 0;
+}
+
+/* The held input of `offset`, or of the first held offset after it; NULL when none. */
+static al_input *hold_find(cpart *cp, int64_t offset)
+{
+    size_t lo = 0, hi = cp->hcount;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp->holds[(cp->hhead + mid) % cp->hcap].offset < offset) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < cp->hcount ? cp->holds[(cp->hhead + lo) % cp->hcap].in : NULL;
+}
+
+/* Ends the holds below the part's safe offset (all of them when `all`). */
+static void hold_release(cpart *cp, int all)
+{
+    int64_t safe = all ? INT64_MAX : al_credit_part_safe_offset(cp->part);
+    while (cp->hcount && cp->holds[cp->hhead].offset < safe) {
+        al_input_end(cp->holds[cp->hhead].in);
+        cp->hhead = (cp->hhead + 1) % cp->hcap;
+        cp->hcount--;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Metrics
+ * ------------------------------------------------------------------------------------------ */
+
+static void metrics_init(credit_ctx *x)
+{
+    al_metrics *r = x->metrics;
+    credit_metrics *m = &x->m;
+    const char *rh = "Rollouts finished, by outcome";
+    const char *gh = "Groups finished, by outcome";
+    m->spans = al_metrics_counter(r, "arclight_credit_spans_total", "Span messages consumed", NULL);
+    m->transitions = al_metrics_counter(r, "arclight_credit_transitions_total",
+                                        "Transitions produced", NULL);
+    m->bytes_out = al_metrics_counter(r, "arclight_credit_transition_bytes_total",
+                                      "Bytes of transitions produced", NULL);
+    m->r_completed = al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome",
+                                        "completed", NULL);
+    m->r_timed_out = al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome",
+                                        "timed_out", NULL);
+    m->r_dropped = al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome",
+                                      "dropped", NULL);
+    m->r_skipped = al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome",
+                                      "skipped_resumed", NULL);
+    m->r_no_reward = al_metrics_counter(r, "arclight_credit_rollouts_no_reward_total",
+                                        "Kept rollouts without a reward span", NULL);
+    m->g_completed = al_metrics_counter(r, "arclight_credit_groups_total", gh, "outcome",
+                                        "completed", NULL);
+    m->g_timed_out = al_metrics_counter(r, "arclight_credit_groups_total", gh, "outcome",
+                                        "timed_out", NULL);
+    m->g_equal = al_metrics_counter(r, "arclight_credit_groups_total", gh, "outcome",
+                                    "dropped_equal", NULL);
+    m->g_empty = al_metrics_counter(r, "arclight_credit_groups_total", gh, "outcome",
+                                    "dropped_empty", NULL);
+    m->open_rollouts = al_metrics_gauge(r, "arclight_credit_open_rollouts",
+                                        "Rollouts not ended yet", NULL);
+    m->open_groups = al_metrics_gauge(r, "arclight_credit_open_groups",
+                                      "Groups waiting for more rollouts", NULL);
+    m->reward_mean = al_metrics_gauge(r, "arclight_credit_reward_mean",
+                                      "Mean reward of the last --reward-window rollouts", NULL);
+    m->reward_std = al_metrics_gauge(r, "arclight_credit_reward_std",
+                                     "Std of the reward of the last --reward-window rollouts",
+                                     NULL);
+    al_metrics_add_process_metrics(r);
+}
+
+static void deadletter_count(credit_ctx *x, const char *reason)
+{
+    al_counter_inc(al_metrics_counter(x->metrics, "arclight_credit_deadletter_total",
+                                      "Spans sent to the dead-letter topic, by reason", "reason",
+                                      reason, NULL));
+}
+
+/* Adds what the part counted since the last call to the process-wide metrics. */
+static void metrics_sync(credit_ctx *x, cpart *cp)
+{
+    const al_credit_stats *s = al_credit_part_stats(cp->part);
+    credit_metrics *m = &x->m;
+#define DELTA(field, ctr) al_counter_add(m->ctr, (double)(s->field - cp->seen.field))
+    DELTA(rollouts_completed, r_completed);
+    DELTA(rollouts_timed_out, r_timed_out);
+    DELTA(rollouts_dropped, r_dropped);
+    DELTA(rollouts_skipped, r_skipped);
+    DELTA(rollouts_no_reward, r_no_reward);
+    DELTA(groups_completed, g_completed);
+    DELTA(groups_timed_out, g_timed_out);
+    DELTA(groups_dropped_equal, g_equal);
+    DELTA(groups_dropped_empty, g_empty);
+#undef DELTA
+    al_gauge_add(m->open_rollouts, (double)s->open_rollouts - (double)cp->seen.open_rollouts);
+    al_gauge_add(m->open_groups, (double)s->open_groups - (double)cp->seen.open_groups);
+    cp->seen = *s;
+}
+
+static void on_rollout(void *ud, double score)
+{
+    credit_ctx *x = ud;
+    if (!x->wcap) return;
+    x->window[x->wpos] = score;
+    x->wpos = (x->wpos + 1) % x->wcap;
+    if (x->wn < x->wcap) x->wn++;
+    double sum = 0, var = 0;
+    for (size_t i = 0; i < x->wn; i++) sum += x->window[i];
+    double mean = sum / (double)x->wn;
+    for (size_t i = 0; i < x->wn; i++) var += (x->window[i] - mean) * (x->window[i] - mean);
+    al_gauge_set(x->m.reward_mean, mean);
+    al_gauge_set(x->m.reward_std, sqrt(var / (double)x->wn));
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Partitions
+ * ------------------------------------------------------------------------------------------ */
+
+static int on_transition(void *ud, const al_transition *t, int64_t anchor);
+
+static cpart *cpart_get(credit_ctx *x, const char *topic, int32_t partition, int create)
+{
+    for (size_t i = 0; i < x->nparts; i++)
+        if (x->parts[i]->partition == partition && !strcmp(x->parts[i]->topic, topic))
+            return x->parts[i];
+    if (!create) return NULL;
+    char err[256];
+    cpart *cp = calloc(1, sizeof *cp);
+    if (!cp) return NULL;
+    al_credit_sink sink = {.transition = on_transition, .rollout = on_rollout, .ud = x};
+    cp->topic = strdup(topic);
+    cp->partition = partition;
+    cp->part = al_credit_part_new(&x->cfg, &sink, err, sizeof err);
+    if (x->nparts == x->capparts) {
+        size_t nc = x->capparts ? x->capparts * 2 : 16;
+        cpart **np = realloc(x->parts, nc * sizeof *np);
+        if (np) {
+            x->parts = np;
+            x->capparts = nc;
+        }
+    }
+    if (!cp->topic || !cp->part || x->nparts == x->capparts) {
+        al_credit_part_free(cp->part);
+        free(cp->topic);
+        free(cp);
+        return NULL;
+    }
+    x->parts[x->nparts++] = cp;
+    return cp;
+}
+
+/* Forgets a partition: its open rollouts are dropped (the next owner rebuilds them from the
+ * uncommitted spans) and its holds ended (their inputs are orphans by now, or the process
+ * is stopping: nothing is stored for them). */
+static void cpart_drop(credit_ctx *x, cpart *cp)
+{
+    for (size_t i = 0; i < x->nparts; i++)
+        if (x->parts[i] == cp) {
+            x->parts[i] = x->parts[--x->nparts];
+            break;
+        }
+    /* Open rollouts leave the gauges. */
+    al_gauge_add(x->m.open_rollouts, -(double)cp->seen.open_rollouts);
+    al_gauge_add(x->m.open_groups, -(double)cp->seen.open_groups);
+    hold_release(cp, 1);
+    al_credit_part_free(cp->part);
+    free(cp->holds);
+    free(cp->topic);
+    free(cp);
+}
+
+static void on_rebalance(al_consumer *c, al_rebalance_event ev,
+                         const rd_kafka_topic_partition_list_t *parts, void *ud)
+{
+    credit_ctx *x = ud;
+    if (ev == AL_REBALANCE_ASSIGNED) return; /* parts are created on their first message */
+    for (int i = 0; i < parts->cnt; i++) {
+        cpart *cp = cpart_get(x, parts->elems[i].topic, parts->elems[i].partition, 0);
+        if (!cp) continue;
+        al_log_info("credit", "%s [%d] %s: dropping %llu open rollouts (their spans are "
+                              "re-read by the next owner)",
+                    cp->topic, (int)cp->partition, ev == AL_REBALANCE_LOST ? "lost" : "revoked",
+                    (unsigned long long)al_credit_part_stats(cp->part)->open_rollouts);
+        cpart_drop(x, cp);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Messages
+ * ------------------------------------------------------------------------------------------ */
+
+static void credit_fail(credit_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void credit_fail(credit_ctx *x, const char *fmt, ...)
+{
+    if (x->failed) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->fail_reason, sizeof x->fail_reason, fmt, ap);
+    va_end(ap);
+    x->failed = 1;
+}
+
+/* The sink: encodes and produces one transition as an output of its group's anchor input. */
+static int on_transition(void *ud, const al_transition *t, int64_t anchor)
+{
+    credit_ctx *x = ud;
+    char err[512];
+    if (al_transition_encode(t, &x->buf, err, sizeof err) != 0) {
+        credit_fail(x, "encoding transition %s: %s", t->id, err);
+        return -1;
+    }
+    al_input *in = x->cur ? hold_find(x->cur, anchor) : NULL;
+    al_kafka_out o = {.topic = x->output,
+                      .partition = AL_KAFKA_PARTITION_ANY,
+                      .key = t->group_key,
+                      .keylen = strlen(t->group_key),
+                      .value = x->buf.data,
+                      .len = x->buf.len,
+                      .timestamp_ms = t->timestamp_us / 1000,
+                      .input = in};
+    rd_kafka_resp_err_t e = al_producer_produce(x->producer, &o);
+    if (e) {
+        credit_fail(x, "producing transition %s to %s: %s", t->id, x->output, rd_kafka_err2str(e));
+        return -1;
+    }
+    al_counter_inc(x->m.transitions);
+    al_counter_add(x->m.bytes_out, (double)x->buf.len);
+    return 0;
+}
+
+static void dead_letter(credit_ctx *x, const rd_kafka_message_t *m, al_input *in,
+                        const char *code, const char *reason)
+{
+    char err[512];
+    deadletter_count(x, code);
+    al_log_debug("credit", "dead letter (%s): %s", code, reason);
+    if (al_deadletter_message(x->producer, m, reason, "credit", in, err, sizeof err) != 0)
+        credit_fail(x, "dead-lettering %s [%d] offset %lld: %s", rd_kafka_topic_name(m->rkt),
+                    (int)m->partition, (long long)m->offset, err);
+}
+
+/* One consumed message: held, decoded, fed to its partition's part; outputs produced. */
+static void handle_message(credit_ctx *x, const rd_kafka_message_t *m, al_span *span)
+{
+    char err[512], reason[768];
+    const char *topic = rd_kafka_topic_name(m->rkt);
+    cpart *cp = cpart_get(x, topic, m->partition, 1);
+    if (!cp) {
+        credit_fail(x, "out of memory for %s [%d]", topic, (int)m->partition);
+        return;
+    }
+    al_input *in = al_consumer_input_begin(x->consumer, m);
+    if (!in || hold_push(cp, m->offset, in) != 0) {
+        if (in) al_input_end(in);
+        credit_fail(x, "out of memory holding %s [%d] offset %lld", topic, (int)m->partition,
+                    (long long)m->offset);
+        return;
+    }
+    al_counter_inc(x->m.spans);
+    cp->last_msg_mono = al_mono_us();
+    x->cur = cp;
+    if (!m->payload || al_span_decode(m->payload, m->len, span, err, sizeof err) != 0) {
+        snprintf(reason, sizeof reason, "undecodable span: %s",
+                 m->payload ? err : "empty value (tombstone)");
+        al_credit_part_note_offset(cp->part, m->offset);
+        dead_letter(x, m, in, "undecodable", reason);
+    } else {
+        const char *code = NULL;
+        int r = al_credit_part_add(cp->part, m->offset, span, &code, reason, sizeof reason, err,
+                                   sizeof err);
+        if (r == 1) dead_letter(x, m, in, code, reason);
+        else if (r < 0) credit_fail(x, "%s [%d] offset %lld: %s", topic, (int)m->partition,
+                                    (long long)m->offset, err);
+    }
+    cp->clock_at_last_msg = al_credit_part_clock(cp->part);
+    x->cur = NULL;
+    hold_release(cp, 0);
+    metrics_sync(x, cp);
+}
+
+/* Moves the clock of partitions quiet for longer than quiet_us by the wall time since
+ * their last message. */
+static void quiet_flush(credit_ctx *x, int64_t quiet_us)
+{
+    int64_t now = al_mono_us();
+    char err[512];
+    for (size_t i = 0; i < x->nparts; i++) {
+        cpart *cp = x->parts[i];
+        int64_t quiet = now - cp->last_msg_mono;
+        if (quiet < quiet_us || cp->clock_at_last_msg <= 0) continue;
+        x->cur = cp;
+        if (al_credit_part_advance(cp->part, cp->clock_at_last_msg + quiet, err, sizeof err))
+            credit_fail(x, "%s [%d]: %s", cp->topic, (int)cp->partition, err);
+        x->cur = NULL;
+        hold_release(cp, 0);
+        metrics_sync(x, cp);
+    }
+}
+
+static int credit_health(void *ud, char *reason, size_t len)
+{
+    credit_ctx *x = ud;
+    if (!x->failed) return 0;
+    snprintf(reason, len, "%s", x->fail_reason);
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Command
+ * ------------------------------------------------------------------------------------------ */
+
+static int parse_double(const char *cmd, const char *flag, const char *arg, double lo, double hi,
+                        double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end);
+    if (errno || end == arg || *end || !(v >= lo && v <= hi))
+        return al_cli_usage_error(cmd, "%s %s: want a number in [%g, %g]", flag, arg, lo, hi);
+    *out = v;
+    return 0;
+}
+
+static int parse_policy(const char *cmd, const char *flag, const char *arg, al_credit_policy *out)
+{
+    if (!strcmp(arg, "drop")) *out = AL_CREDIT_POLICY_DROP;
+    else if (!strcmp(arg, "keep")) *out = AL_CREDIT_POLICY_KEEP;
+    else return al_cli_usage_error(cmd, "%s %s: want drop or keep", flag, arg);
+    return 0;
+}
+
+int cmd_credit(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        AL_CLI_COMMON_OPTIONS,
+        {"group", required_argument, 0, OPT_GROUP},
+        {"input", required_argument, 0, OPT_INPUT},
+        {"output", required_argument, 0, OPT_OUTPUT},
+        {"estimator", required_argument, 0, OPT_ESTIMATOR},
+        {"reward", required_argument, 0, OPT_REWARD},
+        {"reward-name", required_argument, 0, OPT_REWARD_NAME},
+        {"credit", required_argument, 0, OPT_CREDIT},
+        {"gamma", required_argument, 0, OPT_GAMMA},
+        {"merge", no_argument, 0, OPT_MERGE},
+        {"group-size", required_argument, 0, OPT_GROUP_SIZE},
+        {"idle-timeout", required_argument, 0, OPT_IDLE_TIMEOUT},
+        {"group-timeout", required_argument, 0, OPT_GROUP_TIMEOUT},
+        {"on-timeout", required_argument, 0, OPT_ON_TIMEOUT},
+        {"timeout-reward", required_argument, 0, OPT_TIMEOUT_REWARD},
+        {"on-failed", required_argument, 0, OPT_ON_FAILED},
+        {"failed-reward", required_argument, 0, OPT_FAILED_REWARD},
+        {"drop-equal-groups", no_argument, 0, OPT_DROP_EQUAL},
+        {"eps", required_argument, 0, OPT_EPS},
+        {"reinforce-alpha", required_argument, 0, OPT_ALPHA},
+        {"quiet-flush", required_argument, 0, OPT_QUIET},
+        {"reward-window", required_argument, 0, OPT_WINDOW},
+        {"max-spans", required_argument, 0, OPT_MAX_SPANS},
+        {"exit-idle", required_argument, 0, OPT_EXIT_IDLE},
+        {"help", no_argument, 0, OPT_HELP},
+        {0, 0, 0, 0},
+    };
+    const char *cmd = "credit";
+    al_cli_common common;
+    al_cli_common_init(&common);
+    credit_ctx x;
+    memset(&x, 0, sizeof x);
+    al_credit_config_init(&x.cfg);
+    const char *group = "arclight-credit", *input = AL_TOPIC_SPANS;
+    x.output = AL_TOPIC_TRANSITIONS;
+    double d, quiet_s = -1, exit_idle_s = 0, max_spans = 0, window = 256;
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_HELP:
+        case 'h':
+            fputs(credit_usage, stdout);
+            return AL_EXIT_OK;
+        case OPT_GROUP: group = optarg; break;
+        case OPT_INPUT: input = optarg; break;
+        case OPT_OUTPUT: x.output = optarg; break;
+        case OPT_ESTIMATOR: {
+            int e = al_credit_estimator_parse(optarg);
+            if (e < 0)
+                return al_cli_usage_error(cmd, "--estimator %s: want grpo, dr_grpo, rloo, "
+                                               "reinforce or none", optarg);
+            x.cfg.estimator = (al_credit_estimator)e;
+            break;
+        }
+        case OPT_REWARD:
+            if (!strcmp(optarg, "last")) x.cfg.reward_mode = AL_CREDIT_REWARD_LAST;
+            else if (!strcmp(optarg, "sum")) x.cfg.reward_mode = AL_CREDIT_REWARD_SUM;
+            else return al_cli_usage_error(cmd, "--reward %s: want last or sum (or --reward-name "
+                                                "NAME)", optarg);
+            break;
+        case OPT_REWARD_NAME:
+            if (!*optarg) return al_cli_usage_error(cmd, "--reward-name: empty name");
+            x.cfg.reward_mode = AL_CREDIT_REWARD_NAMED;
+            x.cfg.reward_name = optarg;
+            break;
+        case OPT_CREDIT:
+            if (!strcmp(optarg, "identical")) x.cfg.assign = AL_CREDIT_ASSIGN_IDENTICAL;
+            else if (!strcmp(optarg, "discounted")) x.cfg.assign = AL_CREDIT_ASSIGN_DISCOUNTED;
+            else return al_cli_usage_error(cmd, "--credit %s: want identical or discounted", optarg);
+            break;
+        case OPT_GAMMA:
+            if (parse_double(cmd, "--gamma", optarg, 0, 1, &x.cfg.gamma)) return AL_EXIT_USAGE;
+            break;
+        case OPT_MERGE: x.cfg.merge = 1; break;
+        case OPT_GROUP_SIZE:
+            if (parse_double(cmd, "--group-size", optarg, 1, 1000000, &d) || d != floor(d))
+                return al_cli_usage_error(cmd, "--group-size %s: want a whole number >= 1", optarg);
+            x.cfg.group_size = (int32_t)d;
+            break;
+        case OPT_IDLE_TIMEOUT:
+            if (parse_double(cmd, "--idle-timeout", optarg, 0, 1e9, &d)) return AL_EXIT_USAGE;
+            x.cfg.idle_timeout_us = (int64_t)(d * 1e6);
+            break;
+        case OPT_GROUP_TIMEOUT:
+            if (parse_double(cmd, "--group-timeout", optarg, 0, 1e9, &d)) return AL_EXIT_USAGE;
+            x.cfg.group_timeout_us = (int64_t)(d * 1e6);
+            break;
+        case OPT_ON_TIMEOUT:
+            if (parse_policy(cmd, "--on-timeout", optarg, &x.cfg.timeout_policy)) return AL_EXIT_USAGE;
+            break;
+        case OPT_TIMEOUT_REWARD:
+            if (parse_double(cmd, "--timeout-reward", optarg, -1e300, 1e300, &x.cfg.timeout_reward))
+                return AL_EXIT_USAGE;
+            break;
+        case OPT_ON_FAILED:
+            if (parse_policy(cmd, "--on-failed", optarg, &x.cfg.failed_policy)) return AL_EXIT_USAGE;
+            break;
+        case OPT_FAILED_REWARD:
+            if (parse_double(cmd, "--failed-reward", optarg, -1e300, 1e300, &x.cfg.failed_reward))
+                return AL_EXIT_USAGE;
+            break;
+        case OPT_DROP_EQUAL: x.cfg.drop_equal_groups = 1; break;
+        case OPT_EPS:
+            if (parse_double(cmd, "--eps", optarg, 0, 1, &x.cfg.eps)) return AL_EXIT_USAGE;
+            break;
+        case OPT_ALPHA:
+            if (parse_double(cmd, "--reinforce-alpha", optarg, 1e-9, 1, &x.cfg.reinforce_alpha))
+                return AL_EXIT_USAGE;
+            break;
+        case OPT_QUIET:
+            if (parse_double(cmd, "--quiet-flush", optarg, 0, 1e9, &quiet_s)) return AL_EXIT_USAGE;
+            break;
+        case OPT_WINDOW:
+            if (parse_double(cmd, "--reward-window", optarg, 0, 1e7, &window)) return AL_EXIT_USAGE;
+            break;
+        case OPT_MAX_SPANS:
+            if (parse_double(cmd, "--max-spans", optarg, 1, 1e15, &max_spans)) return AL_EXIT_USAGE;
+            break;
+        case OPT_EXIT_IDLE:
+            if (parse_double(cmd, "--exit-idle", optarg, 0.001, 1e9, &exit_idle_s))
+                return AL_EXIT_USAGE;
+            break;
+        default: {
+            int r = al_cli_common_option(&common, opt, optarg);
+            if (r < 0) return AL_EXIT_USAGE;
+            if (r == 0) return al_cli_usage_error(cmd, "unknown option");
+        }
+        }
+    }
+    if (optind < argc) return al_cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+    if (quiet_s < 0) quiet_s = (double)x.cfg.idle_timeout_us / 1e6;
+
+    char err[1024];
+    /* Validate the configuration before touching Kafka. */
+    al_credit_sink probe = {.transition = on_transition, .ud = &x};
+    al_credit_part *check = al_credit_part_new(&x.cfg, &probe, err, sizeof err);
+    if (!check) return al_cli_usage_error(cmd, "%s", err);
+    al_credit_part_free(check);
+
+    int rc = AL_EXIT_FAILURE;
+    al_kafka_conf *kc = NULL;
+    al_http_server *srv = NULL;
+    al_span span;
+    memset(&span, 0, sizeof span);
+    x.wcap = (size_t)window;
+    if (x.wcap && !(x.window = calloc(x.wcap, sizeof *x.window))) goto out;
+    if (!(x.metrics = al_metrics_new())) goto out;
+    metrics_init(&x);
+    if (!(kc = al_kafka_conf_from_cli(&common, err, sizeof err))) {
+        al_log_error(cmd, "%s", err);
+        goto out;
+    }
+    if (!(x.producer = al_producer_new(kc, err, sizeof err)) ||
+        !(x.consumer = al_consumer_new(kc, group, x.producer, err, sizeof err))) {
+        al_log_error(cmd, "%s", err);
+        goto out;
+    }
+    al_consumer_set_rebalance_cb(x.consumer, on_rebalance, &x);
+    if (common.metrics && !(srv = al_http_server_start(common.metrics, x.metrics, credit_health,
+                                                        &x, err, sizeof err))) {
+        al_log_error(cmd, "%s", err);
+        goto out;
+    }
+    const char *topics[] = {input};
+    if (al_consumer_subscribe(x.consumer, topics, 1, err, sizeof err) != 0) {
+        al_log_error(cmd, "%s", err);
+        goto out;
+    }
+    signal(SIGINT, credit_on_signal);
+    signal(SIGTERM, credit_on_signal);
+    al_log_info(cmd, "consuming %s as group %s -> %s (estimator %s)", input, group, x.output,
+                al_credit_estimator_name(x.cfg.estimator));
+
+    uint64_t consumed = 0;
+    int64_t last_msg = al_mono_us(), last_quiet_check = 0;
+    while (!credit_stop && !x.failed) {
+        rd_kafka_message_t *m;
+        int r = al_consumer_poll(x.consumer, 100, &m, err, sizeof err);
+        if (r < 0) {
+            credit_fail(&x, "%s", err);
+            break;
+        }
+        int64_t now = al_mono_us();
+        if (r == 1 && m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            rd_kafka_message_destroy(m);
+            r = 0;
+        }
+        if (r == 1) {
+            handle_message(&x, m, &span);
+            rd_kafka_message_destroy(m);
+            consumed++;
+            last_msg = now;
+            if (max_spans > 0 && (double)consumed >= max_spans) break;
+        }
+        if (quiet_s > 0 && now - last_quiet_check > 100000) {
+            quiet_flush(&x, (int64_t)(quiet_s * 1e6));
+            last_quiet_check = now;
+        }
+        if (exit_idle_s > 0 && now - last_msg > (int64_t)(exit_idle_s * 1e6)) break;
+    }
+    if (x.failed) {
+        al_log_error(cmd, "stopping: %s", x.fail_reason);
+    } else {
+        if (al_producer_flush(x.producer, 30000, err, sizeof err) != 0)
+            al_log_error(cmd, "%s", err);
+        else if (al_consumer_commit(x.consumer, err, sizeof err) != 0)
+            al_log_warn(cmd, "%s", err);
+        else
+            rc = AL_EXIT_OK;
+        al_log_info(cmd, "stopped after %llu messages", (unsigned long long)consumed);
+    }
+out:
+    al_http_server_stop(srv);
+    /* The consumer's close revokes every partition (our callback drops their state). A
+     * failed run must not commit what it has: holds are ended only after the close. */
+    al_consumer_free(x.consumer);
+    while (x.nparts) cpart_drop(&x, x.parts[0]);
+    al_producer_free(x.producer);
+    al_kafka_conf_free(kc);
+    al_span_clear(&span);
+    al_buf_free(&x.buf);
+    free(x.parts);
+    free(x.window);
+    al_metrics_free(x.metrics);
+    return rc;
+}

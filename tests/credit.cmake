@@ -1,0 +1,8 @@
+# Credit assignment (stages/credit): tests 0800-0849. The pure logic is a library of its own
+# so that unit tests call it directly; the Kafka tests run `arclight credit` against the
+# embedded broker over TCP.
+add_library(arclight_credit STATIC stages/credit/credit.c)
+target_include_directories(arclight_credit PUBLIC ${PROJECT_SOURCE_DIR}/stages/credit ${PROJECT_SOURCE_DIR}/lib)
+target_link_libraries(arclight_credit PUBLIC arclight_avro arclight_core m)
+
+arclight_test(t0800_credit_logic SOURCES tests/t0800_credit_logic.c LIBS arclight_credit TIMEOUT 60)

@@ -1,0 +1,696 @@
+/* t0800: credit assignment's pure logic (stages/credit/credit.c) against hand-computed
+ * values: every estimator, identical vs discounted credit, merge and its masks, idle and
+ * group timeouts, failed/timeout policies, dropped groups, rejected spans, the safe offset
+ * rule and the skipping of resumed remnants, and split-independence. */
+#include "testlib.h"
+
+#include "credit.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- spans ------------------------------------------------------------------------------ */
+
+static al_span mk_call(const char *task, const char *rollout, int64_t seq, int64_t ts,
+                       const int32_t *prompt, size_t np, const int32_t *resp, size_t nr,
+                       const float *lp)
+{
+    al_span s;
+    memset(&s, 0, sizeof s);
+    s.trace_id = "0123456789abcdef0123456789abcdef";
+    s.span_id = "0123456789abcdef";
+    s.task_id = task;
+    s.rollout_id = rollout;
+    s.sequence = seq;
+    s.timestamp_us = ts;
+    s.kind = AL_SPAN_KIND_LLM_CALL;
+    s.llm_call.model = "m";
+    s.llm_call.policy_version = 3;
+    s.llm_call.prompt_token_ids = prompt;
+    s.llm_call.n_prompt_tokens = np;
+    s.llm_call.response_token_ids = resp;
+    s.llm_call.n_response_tokens = nr;
+    s.llm_call.response_logprobs = lp;
+    s.llm_call.n_response_logprobs = lp ? nr : 0;
+    s.llm_call.http_status = 200;
+    return s;
+}
+
+static const int32_t P1[] = {1, 2}, R1[] = {3, 4};
+static const float L1[] = {-0.5f, -0.25f};
+
+static al_span mk_simple(const char *task, const char *rollout, int64_t seq, int64_t ts)
+{
+    return mk_call(task, rollout, seq, ts, P1, 2, R1, 2, L1);
+}
+
+static al_span mk_reward(const char *task, const char *rollout, int64_t seq, int64_t ts,
+                         const char *name, double v, int64_t after)
+{
+    al_span s = mk_simple(task, rollout, seq, ts);
+    s.kind = AL_SPAN_KIND_REWARD;
+    s.reward.name = name;
+    s.reward.value = v;
+    s.reward.after_sequence = after;
+    return s;
+}
+
+static al_span mk_end(const char *task, const char *rollout, int64_t seq, int64_t ts,
+                      al_rollout_status st, int32_t group_size)
+{
+    al_span s = mk_simple(task, rollout, seq, ts);
+    s.kind = AL_SPAN_KIND_ROLLOUT_END;
+    s.rollout_end.status = st;
+    s.rollout_end.group_size = group_size;
+    return s;
+}
+
+/* ---- a sink that keeps every transition's bytes ------------------------------------------ */
+
+typedef struct sink_t {
+    al_buf bytes[256];
+    int64_t anchor[256];
+    int n;
+    al_transition t; /* scratch decode */
+} sink_t;
+
+static int sink_fn(void *ud, const al_transition *t, int64_t anchor)
+{
+    sink_t *s = ud;
+    char err[256];
+    if (s->n >= 256) return -1;
+    al_buf_init(&s->bytes[s->n]);
+    if (al_transition_encode(t, &s->bytes[s->n], err, sizeof err) != 0) {
+        fprintf(stderr, "encode: %s\n", err);
+        return -1;
+    }
+    s->anchor[s->n++] = anchor;
+    return 0;
+}
+
+static void sink_free(sink_t *s)
+{
+    for (int i = 0; i < s->n; i++) al_buf_free(&s->bytes[i]);
+    al_transition_clear(&s->t);
+    s->n = 0;
+}
+
+/* The i-th transition, decoded (valid until the next call). */
+static const al_transition *tr(sink_t *s, int i)
+{
+    char err[256];
+    if (i >= s->n || al_transition_decode(s->bytes[i].data, s->bytes[i].len, &s->t, err,
+                                          sizeof err) != 0)
+        return NULL;
+    return &s->t;
+}
+
+/* The transition with this id, or NULL. */
+static const al_transition *tr_id(sink_t *s, const char *id)
+{
+    for (int i = 0; i < s->n; i++) {
+        const al_transition *t = tr(s, i);
+        if (t && !strcmp(t->id, id)) return t;
+    }
+    return NULL;
+}
+
+static al_credit_part *mk_part(const al_credit_config *c, sink_t *s)
+{
+    al_credit_sink k = {.transition = sink_fn, .ud = s};
+    char err[256];
+    memset(s, 0, sizeof *s);
+    al_credit_part *p = al_credit_part_new(c, &k, err, sizeof err);
+    if (!p) fprintf(stderr, "part: %s\n", err);
+    return p;
+}
+
+static int64_t off_counter;
+
+/* Adds a span at the next offset; returns add's result. */
+static int feed(al_credit_part *p, al_span s)
+{
+    char reason[256], err[256];
+    const char *code;
+    int r = al_credit_part_add(p, off_counter++, &s, &code, reason, sizeof reason, err, sizeof err);
+    if (r < 0) fprintf(stderr, "add: %s\n", err);
+    return r;
+}
+
+/* One-call rollout of task `task` with reward v: call, reward, end (3 offsets). */
+static void feed_rollout(al_credit_part *p, const char *task, const char *rid, double v,
+                         int64_t ts)
+{
+    feed(p, mk_simple(task, rid, 0, ts));
+    feed(p, mk_reward(task, rid, 1, ts, "final", v, 0));
+    feed(p, mk_end(task, rid, 2, ts, AL_ROLLOUT_STATUS_SUCCEEDED, 0));
+}
+
+/* Advantages of the four one-call rollouts r0..r3 with rewards 1, 2, 3, 6. */
+static void run_estimator(al_credit_estimator e, double *adv)
+{
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.estimator = e;
+    c.group_size = 4;
+    sink_t s;
+    al_credit_part *p = mk_part(&c, &s);
+    static const double rw[] = {1, 2, 3, 6};
+    char rid[8];
+    for (int i = 0; i < 4; i++) {
+        snprintf(rid, sizeof rid, "r%d", i);
+        feed_rollout(p, "T", rid, rw[i], 1000 + i);
+    }
+    for (int i = 0; i < 4; i++) adv[i] = NAN;
+    for (int i = 0; i < s.n && i < 4; i++) {
+        const al_transition *t = tr(&s, i);
+        if (t) adv[t->rollout_id[1] - '0'] = t->advantage;
+    }
+    CHECK_EQ_INT(s.n, 4);
+    al_credit_part_free(p);
+    sink_free(&s);
+}
+
+TEST(estimators_match_hand_computed_values)
+{
+    double a[4];
+    /* mean 3, population variance (4 + 1 + 0 + 9) / 4 = 3.5, std 1.8708287 */
+    run_estimator(AL_CREDIT_ESTIMATOR_GRPO, a);
+    CHECK_NEAR(a[0], -2 / (1.8708287 + 1e-6), 1e-6);
+    CHECK_NEAR(a[3], 3 / (1.8708287 + 1e-6), 1e-6);
+    CHECK_NEAR(a[2], 0, 1e-12);
+    run_estimator(AL_CREDIT_ESTIMATOR_DR_GRPO, a);
+    CHECK_NEAR(a[0], -2, 1e-12);
+    CHECK_NEAR(a[1], -1, 1e-12);
+    CHECK_NEAR(a[3], 3, 1e-12);
+    /* leave-one-out: 1 - 11/3, 2 - 10/3, 3 - 9/3, 6 - 6/3 */
+    run_estimator(AL_CREDIT_ESTIMATOR_RLOO, a);
+    CHECK_NEAR(a[0], 1 - 11.0 / 3, 1e-12);
+    CHECK_NEAR(a[1], 2 - 10.0 / 3, 1e-12);
+    CHECK_NEAR(a[2], 0, 1e-12);
+    CHECK_NEAR(a[3], 4, 1e-12);
+    run_estimator(AL_CREDIT_ESTIMATOR_NONE, a);
+    CHECK_NEAR(a[0], 1, 1e-12);
+    CHECK_NEAR(a[3], 6, 1e-12);
+}
+
+TEST(transition_fields_of_a_group)
+{
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.group_size = 2;
+    sink_t s;
+    al_credit_part *p = mk_part(&c, &s);
+    off_counter = 100;
+    feed_rollout(p, "task-a", "ra", 1, 5000);
+    CHECK_EQ_INT(s.n, 0); /* the group waits for its second rollout */
+    feed_rollout(p, "task-a", "rb", 0, 7000);
+    REQUIRE(s.n == 2);
+    const al_transition *t = tr(&s, 0);
+    REQUIRE(t != NULL);
+    CHECK_EQ_STR(t->id, "ra:0:0");
+    CHECK_EQ_STR(t->group_key, "task-a");
+    CHECK_EQ_STR(t->group_id, "task-a/ra:0");
+    CHECK_EQ_INT(t->group_size, 2);
+    CHECK_EQ_STR(t->task_id, "task-a");
+    CHECK_EQ_STR(t->estimator, "grpo");
+    CHECK_EQ_STR(t->model, "m");
+    CHECK_EQ_INT((int)t->policy_version, 3);
+    CHECK_EQ_INT((int)t->timestamp_us, 7000); /* event time: the group's latest span */
+    CHECK_EQ_INT((int)t->n_prompt_tokens, 2);
+    CHECK_EQ_INT((int)t->n_response_tokens, 2);
+    CHECK_EQ_INT((int)t->n_loss_mask, 0); /* all ones */
+    CHECK_EQ_INT((int)t->n_rollout_logprobs, 2);
+    CHECK_NEAR(t->rollout_logprobs[1], -0.25, 1e-7);
+    CHECK_NEAR(t->reward, 1, 0);
+    CHECK_NEAR(t->advantage, 0.5 / (0.5 + 1e-6), 1e-9); /* (1 - 0.5) / (0.5 + eps) */
+    CHECK_EQ_INT((int)s.anchor[0], 100); /* the group's earliest span */
+    const al_credit_stats *st = al_credit_part_stats(p);
+    CHECK_EQ_INT((int)st->groups_completed, 1);
+    CHECK_EQ_INT((int)st->transitions, 2);
+    CHECK_EQ_INT((int)st->open_rollouts, 0);
+    CHECK_EQ_INT((int)st->open_groups, 0);
+    al_credit_part_free(p);
+    sink_free(&s);
+}
+
+TEST(reinforce_running_baseline_per_task)
+{
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.estimator = AL_CREDIT_ESTIMATOR_REINFORCE;
+    c.group_size = 2;
+    c.reinforce_alpha = 0.5;
+    sink_t s;
+    al_credit_part *p = mk_part(&c, &s);
+    /* group 1 of T: rewards 1, 3: the baseline starts at their mean 2 -> advantages -1, 1;
+     * then b = 2 + 0.5 (2 - 2) = 2 */
+    feed_rollout(p, "T", "a", 1, 1);
+    feed_rollout(p, "T", "b", 3, 2);
+    /* group of U: its own baseline (mean 10) */
+    feed_rollout(p, "U", "u1", 10, 3);
+    feed_rollout(p, "U", "u2", 10, 4);
+    /* group 2 of T: rewards 6, 6: advantages 6 - 2 = 4; then b = 2 + 0.5 (6 - 2) = 4 */
+    feed_rollout(p, "T", "c", 6, 5);
+    feed_rollout(p, "T", "d", 6, 6);
+    /* group 3 of T: rewards 0, 2: advantages -4, -2 */
+    feed_rollout(p, "T", "e", 0, 7);
+    feed_rollout(p, "T", "f", 2, 8);
+    REQUIRE(s.n == 8);
+    const double want[] = {-1, 1, 0, 0, 4, 4, -4, -2};
+    for (int i = 0; i < 8; i++) {
+        const al_transition *t = tr(&s, i);
+        REQUIRE(t != NULL);
+        CHECKF(fabs(t->advantage - want[i]) < 1e-12, "transition %d (%s): advantage %g, want %g",
+               i, t->id, t->advantage, want[i]);
+        CHECK_EQ_STR(t->estimator, "reinforce");
+    }
+    al_credit_part_free(p);
+    sink_free(&s);
+}
+
+/* A three-call rollout without task: call 0, reward 1 after it, call 1, call 2, reward 2
+ * after call 2, end. */
+static void feed_three_calls(al_credit_part *p)
+{
+    feed(p, mk_simple("", "r", 0, 1));
+    feed(p, mk_reward("", "r", 1, 2, "step", 1, 0));
+    feed(p, mk_simple("", "r", 2, 3));
+    feed(p, mk_simple("", "r", 3, 4));
+    feed(p, mk_reward("", "r", 4, 5, "final", 2, 3));
+    feed(p, mk_end("", "r", 5, 6, AL_ROLLOUT_STATUS_SUCCEEDED, 0));
+}
+
+TEST(identical_assignment_against_discounted_returns)
+{
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.estimator = AL_CREDIT_ESTIMATOR_NONE;
+    sink_t s;
+    /* identical, last reward: every call gets R = 2 */
+    al_credit_part *p = mk_part(&c, &s);
+    feed_three_calls(p);
+    REQUIRE(s.n == 3);
+    for (int i = 0; i < 3; i++) {
+        const al_transition *t = tr(&s, i);
+        REQUIRE(t != NULL);
+        CHECK_NEAR(t->reward, 2, 0);
+        CHECK_NEAR(t->return_value, 2, 0);
+        CHECK_NEAR(t->advantage, 2, 0);
+        CHECK_EQ_INT(t->group_size, 1); /* no task: a group of its own */
+        CHECK_EQ_STR(t->group_key, "r");
+    }
+    al_credit_part_free(p);
+    sink_free(&s);
+    /* identical, sum: R = 3; named "step": R = 1 */
+    c.reward_mode = AL_CREDIT_REWARD_SUM;
+    p = mk_part(&c, &s);
+    feed_three_calls(p);
+    REQUIRE(s.n == 3);
+    CHECK_NEAR(tr(&s, 2)->reward, 3, 0);
+    al_credit_part_free(p);
+    sink_free(&s);
+    c.reward_mode = AL_CREDIT_REWARD_NAMED;
+    c.reward_name = "step";
+    p = mk_part(&c, &s);
+    feed_three_calls(p);
+    REQUIRE(s.n == 3);
+    CHECK_NEAR(tr(&s, 1)->reward, 1, 0);
+    al_credit_part_free(p);
+    sink_free(&s);
+    /* discounted, gamma 0.5: r = [1, 0, 2], G = [1 + 0.5 * (0 + 0.5 * 2), 0 + 0.5 * 2, 2] */
+    c.reward_mode = AL_CREDIT_REWARD_LAST;
+    c.assign = AL_CREDIT_ASSIGN_DISCOUNTED;
+    c.gamma = 0.5;
+    p = mk_part(&c, &s);
+    feed_three_calls(p);
+    REQUIRE(s.n == 3);
+    const double r[] = {1, 0, 2}, g[] = {1.5, 1, 2};
+    for (int i = 0; i < 3; i++) {
+        const al_transition *t = tr(&s, i);
+        REQUIRE(t != NULL);
+        CHECKF(t->reward == r[i] && t->return_value == g[i] && t->advantage == g[i],
+               "call %d: reward %g return %g advantage %g; want %g %g %g", i, t->reward,
+               t->return_value, t->advantage, r[i], g[i], g[i]);
+    }
+    al_credit_part_free(p);
+    sink_free(&s);
+    /* gamma 1 gives every call the sum of the rewards after it: [3, 2, 2] */
+    c.gamma = 1;
+    p = mk_part(&c, &s);
+    feed_three_calls(p);
+    REQUIRE(s.n == 3);
+    CHECK_NEAR(tr(&s, 0)->return_value, 3, 0);
+    CHECK_NEAR(tr(&s, 1)->return_value, 2, 0);
+    al_credit_part_free(p);
+    sink_free(&s);
+}
+
+TEST(merge_builds_multi_turn_sequences_with_masks)
+{
+    static const int32_t p0[] = {1, 2}, r0[] = {3, 4};
+    static const int32_t p1[] = {1, 2, 3, 4, 5, 6}, r1[] = {7};
+    static const int32_t p2[] = {9}, r2[] = {10, 11};
+    static const float l0[] = {-0.1f, -0.2f}, l1[] = {-0.3f}, l2[] = {-1, -2};
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.estimator = AL_CREDIT_ESTIMATOR_NONE;
+    c.merge = 1;
+    sink_t s;
+    al_credit_part *p = mk_part(&c, &s);
+    feed(p, mk_call("", "m", 0, 1, p0, 2, r0, 2, l0));
+    feed(p, mk_call("", "m", 1, 2, p1, 6, r1, 1, l1));
+    feed(p, mk_call("", "m", 2, 3, p2, 1, r2, 2, l2)); /* a new context: not merged */
+    feed(p, mk_reward("", "m", 3, 4, "final", 1, 2));
+    feed(p, mk_end("", "m", 4, 5, AL_ROLLOUT_STATUS_SUCCEEDED, 0));
+    REQUIRE(s.n == 2);
+    const al_transition *t = tr(&s, 0);
+    REQUIRE(t != NULL);
+    CHECK_EQ_STR(t->id, "m:0:0");
+    REQUIRE(t->n_call_indices == 2);
+    CHECK(t->call_indices[0] == 0 && t->call_indices[1] == 1);
+    REQUIRE(t->n_prompt_tokens == 2);
+    CHECK(t->prompt_token_ids[0] == 1 && t->prompt_token_ids[1] == 2);
+    static const int32_t want_resp[] = {3, 4, 5, 6, 7};
+    static const uint8_t want_mask[] = {1, 1, 0, 0, 1};
+    static const float want_lp[] = {-0.1f, -0.2f, 0, 0, -0.3f};
+    REQUIRE(t->n_response_tokens == 5 && t->n_loss_mask == 5 && t->n_rollout_logprobs == 5);
+    for (int i = 0; i < 5; i++) {
+        CHECKF(t->response_token_ids[i] == want_resp[i], "token %d: %d", i, t->response_token_ids[i]);
+        CHECKF(t->loss_mask[i] == want_mask[i], "mask %d: %d", i, t->loss_mask[i]);
+        CHECKF(t->rollout_logprobs[i] == want_lp[i], "logprob %d: %g", i, t->rollout_logprobs[i]);
+    }
+    t = tr(&s, 1);
+    REQUIRE(t != NULL);
+    CHECK_EQ_STR(t->id, "m:0:2");
+    CHECK_EQ_INT((int)t->n_call_indices, 1);
+    CHECK_EQ_INT((int)t->n_loss_mask, 0);
+    CHECK_EQ_INT((int)t->n_response_tokens, 2);
+    al_credit_part_free(p);
+    sink_free(&s);
+
+    /* without --merge: three transitions; with a call lacking logprobs: none in the merge */
+    c.merge = 0;
+    p = mk_part(&c, &s);
+    feed(p, mk_call("", "m", 0, 1, p0, 2, r0, 2, l0));
+    feed(p, mk_call("", "m", 1, 2, p1, 6, r1, 1, l1));
+    feed(p, mk_call("", "m", 2, 3, p2, 1, r2, 2, l2));
+    feed(p, mk_end("", "m", 3, 5, AL_ROLLOUT_STATUS_SUCCEEDED, 0));
+    CHECK_EQ_INT(s.n, 3);
+    CHECK(tr_id(&s, "m:0:1") != NULL);
+    al_credit_part_free(p);
+    sink_free(&s);
+    c.merge = 1;
+    p = mk_part(&c, &s);
+    feed(p, mk_call("", "m", 0, 1, p0, 2, r0, 2, l0));
+    feed(p, mk_call("", "m", 1, 2, p1, 6, r1, 1, NULL));
+    feed(p, mk_end("", "m", 2, 5, AL_ROLLOUT_STATUS_SUCCEEDED, 0));
+    REQUIRE(s.n == 1);
+    CHECK_EQ_INT((int)tr(&s, 0)->n_rollout_logprobs, 0);
+    CHECK_EQ_INT((int)tr(&s, 0)->n_loss_mask, 5);
+    al_credit_part_free(p);
+    sink_free(&s);
+}
+
+TEST(idle_timeout_by_event_time_with_drop_and_keep)
+{
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.group_size = 2;
+    c.idle_timeout_us = 10;
+    c.eps = 0;
+    sink_t s;
+    for (int keep = 0; keep < 2; keep++) {
+        c.timeout_policy = keep ? AL_CREDIT_POLICY_KEEP : AL_CREDIT_POLICY_DROP;
+        c.timeout_reward = -1;
+        al_credit_part *p = mk_part(&c, &s);
+        feed(p, mk_simple("T", "a", 0, 0)); /* never ends */
+        feed(p, mk_simple("T", "b", 0, 5));
+        feed(p, mk_reward("T", "b", 1, 9, "final", 1, 0));
+        CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_timed_out, 0);
+        feed(p, mk_simple("X", "x", 0, 11)); /* 11 > 0 + 10: a times out */
+        CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_timed_out, 1);
+        CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_dropped, keep ? 0 : 1);
+        feed(p, mk_end("T", "b", 2, 12, AL_ROLLOUT_STATUS_SUCCEEDED, 0));
+        if (!keep) {
+            /* the group is {a (dropped), b}: b alone trains, advantage 0 */
+            REQUIRE(s.n == 1);
+            CHECK_EQ_STR(tr(&s, 0)->id, "b:0:0");
+            CHECK_EQ_INT(tr(&s, 0)->group_size, 1);
+            CHECK_NEAR(tr(&s, 0)->advantage, 0, 0);
+        } else {
+            /* a keeps reward -1, b has 1: mean 0, std 1 */
+            REQUIRE(s.n == 2);
+            CHECK_NEAR(tr_id(&s, "a:0:0")->advantage, -1, 0);
+            CHECK_NEAR(tr_id(&s, "b:0:0")->advantage, 1, 0);
+            CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_no_reward, 1);
+        }
+        /* a late span of the timed-out rollout is a remnant: skipped at its own timeout */
+        feed(p, mk_reward("T", "a", 1, 13, "final", 5, 0));
+        CHECK_EQ_INT(al_credit_part_advance(p, 100, NULL, 0), 0);
+        CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_skipped, 1);
+        al_credit_part_free(p);
+        sink_free(&s);
+    }
+}
+
+TEST(group_timeout_and_group_size_from_end_spans)
+{
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.group_size = 3;
+    c.group_timeout_us = 20;
+    c.idle_timeout_us = 0;
+    c.estimator = AL_CREDIT_ESTIMATOR_DR_GRPO;
+    sink_t s;
+    al_credit_part *p = mk_part(&c, &s);
+    feed_rollout(p, "T", "a", 1, 1);
+    feed_rollout(p, "T", "b", 3, 2);
+    CHECK_EQ_INT(s.n, 0);
+    feed(p, mk_simple("U", "u", 0, 21)); /* 21 = opened (1) + 20: not yet */
+    CHECK_EQ_INT(s.n, 0);
+    CHECK_EQ_INT(al_credit_part_advance(p, 22, NULL, 0), 0);
+    REQUIRE(s.n == 2);
+    CHECK_NEAR(tr(&s, 0)->advantage, -1, 0);
+    CHECK_EQ_INT(tr(&s, 0)->group_size, 2);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->groups_timed_out, 1);
+    al_credit_part_free(p);
+    sink_free(&s);
+
+    /* group size 8 configured, the end spans say 2 */
+    c.group_size = 8;
+    p = mk_part(&c, &s);
+    feed(p, mk_simple("T", "a", 0, 1));
+    feed(p, mk_end("T", "a", 1, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 2));
+    feed(p, mk_simple("T", "b", 0, 1));
+    feed(p, mk_end("T", "b", 1, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 2));
+    CHECK_EQ_INT(s.n, 2);
+    al_credit_part_free(p);
+    sink_free(&s);
+}
+
+TEST(failed_rollouts_and_dropped_groups)
+{
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.group_size = 2;
+    sink_t s;
+    /* failed, dropped: its group trains on the other rollout only */
+    al_credit_part *p = mk_part(&c, &s);
+    feed(p, mk_simple("T", "a", 0, 1));
+    feed(p, mk_end("T", "a", 1, 1, AL_ROLLOUT_STATUS_FAILED, 0));
+    feed_rollout(p, "T", "b", 1, 2);
+    REQUIRE(s.n == 1);
+    CHECK_EQ_STR(tr(&s, 0)->id, "b:0:0");
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_dropped, 1);
+    al_credit_part_free(p);
+    sink_free(&s);
+    /* failed, kept with reward -2: dr_grpo gives -1.5 and 1.5 */
+    c.failed_policy = AL_CREDIT_POLICY_KEEP;
+    c.failed_reward = -2;
+    c.estimator = AL_CREDIT_ESTIMATOR_DR_GRPO;
+    p = mk_part(&c, &s);
+    feed(p, mk_simple("T", "a", 0, 1));
+    feed(p, mk_end("T", "a", 1, 1, AL_ROLLOUT_STATUS_ABORTED, 0));
+    feed_rollout(p, "T", "b", 1, 2);
+    REQUIRE(s.n == 2);
+    CHECK_NEAR(tr_id(&s, "a:0:0")->advantage, -1.5, 0);
+    CHECK_NEAR(tr_id(&s, "b:0:0")->advantage, 1.5, 0);
+    al_credit_part_free(p);
+    sink_free(&s);
+    /* all-equal groups dropped when asked, counted; empty groups counted */
+    c.drop_equal_groups = 1;
+    c.failed_policy = AL_CREDIT_POLICY_DROP;
+    p = mk_part(&c, &s);
+    feed_rollout(p, "T", "a", 1, 1);
+    feed_rollout(p, "T", "b", 1, 2);
+    feed(p, mk_simple("U", "u", 0, 1));
+    feed(p, mk_end("U", "u", 1, 1, AL_ROLLOUT_STATUS_FAILED, 0));
+    feed(p, mk_simple("U", "v", 0, 1));
+    feed(p, mk_end("U", "v", 1, 1, AL_ROLLOUT_STATUS_FAILED, 0));
+    CHECK_EQ_INT(s.n, 0);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->groups_dropped_equal, 1);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->groups_dropped_empty, 1);
+    al_credit_part_free(p);
+    sink_free(&s);
+}
+
+TEST(rejected_spans_name_their_reason)
+{
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.group_size = 1;
+    sink_t s;
+    al_credit_part *p = mk_part(&c, &s);
+    char reason[256], err[256];
+    const char *code;
+    /* a call without token ids at sequence 0: rejected, the rest of its rollout trains */
+    al_span bad = mk_call("T", "r", 0, 1, P1, 2, NULL, 0, NULL);
+    bad.llm_call.error = "upstream gave no logprobs";
+    CHECK_EQ_INT(al_credit_part_add(p, 0, &bad, &code, reason, sizeof reason, err, sizeof err), 1);
+    CHECK_EQ_STR(code, "no_token_ids");
+    CHECKF(strstr(reason, "rollout r") && strstr(reason, "response token ids") &&
+               strstr(reason, "upstream gave no logprobs"),
+           "reason: %s", reason);
+    al_span lp = mk_simple("T", "r", 1, 2);
+    lp.llm_call.n_response_logprobs = 1;
+    CHECK_EQ_INT(al_credit_part_add(p, 1, &lp, &code, reason, sizeof reason, err, sizeof err), 1);
+    CHECK_EQ_STR(code, "logprobs_mismatch");
+    al_span noid = mk_simple("T", "", 0, 2);
+    CHECK_EQ_INT(al_credit_part_add(p, 2, &noid, &code, reason, sizeof reason, err, sizeof err), 1);
+    CHECK_EQ_STR(code, "bad_span");
+    al_span good = mk_simple("T", "r", 2, 3);
+    CHECK_EQ_INT(al_credit_part_add(p, 3, &good, &code, reason, sizeof reason, err, sizeof err), 0);
+    CHECK_EQ_INT(al_credit_part_add(p, 4, &good, &code, reason, sizeof reason, err, sizeof err), 1);
+    CHECK_EQ_STR(code, "duplicate_sequence");
+    al_span nan = mk_reward("T", "r", 3, 3, "final", NAN, 2);
+    CHECK_EQ_INT(al_credit_part_add(p, 5, &nan, &code, reason, sizeof reason, err, sizeof err), 1);
+    CHECK_EQ_STR(code, "bad_span");
+    al_span end = mk_end("T", "r", 4, 4, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
+    CHECK_EQ_INT(al_credit_part_add(p, 6, &end, &code, reason, sizeof reason, err, sizeof err), 0);
+    REQUIRE(s.n == 1);
+    CHECK_EQ_STR(tr(&s, 0)->id, "r:0:2");
+    CHECK_EQ_INT((int)s.anchor[0], 0); /* the rejected first call still anchors the group */
+    al_credit_part_free(p);
+    sink_free(&s);
+}
+
+TEST(safe_offset_never_splits_an_emitted_group)
+{
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.group_size = 2;
+    sink_t s;
+    al_credit_part *p = mk_part(&c, &s);
+    char reason[256], err[256];
+    const char *code;
+    CHECK_EQ_INT((int)al_credit_part_safe_offset(p), -1);
+    al_span sp;
+    sp = mk_simple("T", "r1", 0, 1);
+    al_credit_part_add(p, 10, &sp, &code, reason, sizeof reason, err, sizeof err);
+    CHECK_EQ_INT((int)al_credit_part_safe_offset(p), 10);
+    sp = mk_simple("", "x", 0, 1); /* opens at 11 and stays open for a while */
+    al_credit_part_add(p, 11, &sp, &code, reason, sizeof reason, err, sizeof err);
+    sp = mk_simple("T", "r2", 0, 1);
+    al_credit_part_add(p, 12, &sp, &code, reason, sizeof reason, err, sizeof err);
+    sp = mk_end("T", "r1", 1, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
+    al_credit_part_add(p, 13, &sp, &code, reason, sizeof reason, err, sizeof err);
+    CHECK_EQ_INT((int)al_credit_part_safe_offset(p), 10);
+    sp = mk_end("T", "r2", 1, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
+    al_credit_part_add(p, 14, &sp, &code, reason, sizeof reason, err, sizeof err);
+    CHECK_EQ_INT(s.n, 2);
+    /* group {r1 at 10, r2 at 12} is out; x (11) is open: stopping at 11 would re-read r2
+     * but not r1, so the safe offset stays at 10 */
+    CHECK_EQ_INT((int)al_credit_part_safe_offset(p), 10);
+    sp = mk_end("", "x", 1, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
+    al_credit_part_add(p, 15, &sp, &code, reason, sizeof reason, err, sizeof err);
+    CHECK_EQ_INT((int)al_credit_part_safe_offset(p), 16);
+    al_credit_part_note_offset(p, 16); /* an undecodable message */
+    CHECK_EQ_INT((int)al_credit_part_safe_offset(p), 17);
+    al_credit_part_free(p);
+    sink_free(&s);
+}
+
+TEST(resumed_remnants_are_skipped)
+{
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.group_size = 1;
+    sink_t s;
+    al_credit_part *p = mk_part(&c, &s);
+    /* a restart re-reads the tail of a rollout whose first spans were committed */
+    feed(p, mk_reward("T", "old", 3, 1, "final", 1, 2));
+    feed(p, mk_end("T", "old", 4, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 0));
+    CHECK_EQ_INT(s.n, 0);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_skipped, 1);
+    feed_rollout(p, "T", "new", 1, 2);
+    CHECK_EQ_INT(s.n, 1);
+    al_credit_part_free(p);
+    sink_free(&s);
+}
+
+TEST(output_does_not_depend_on_how_tasks_share_partitions)
+{
+    /* tasks A and B interleaved in one part vs each in a part of its own: the same bytes */
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.group_size = 3;
+    c.merge = 1;
+    sink_t one, a, b;
+    al_credit_part *p1 = mk_part(&c, &one);
+    al_credit_part *pa = mk_part(&c, &a);
+    al_credit_part *pb = mk_part(&c, &b);
+    char rid[16];
+    for (int step = 0; step < 3; step++)
+        for (int i = 0; i < 3; i++)
+            for (int task = 0; task < 2; task++) {
+                al_credit_part *own = task ? pb : pa;
+                snprintf(rid, sizeof rid, "%c%d", task ? 'B' : 'A', i);
+                const char *t = task ? "B" : "A";
+                al_span sp;
+                if (step == 0) sp = mk_simple(t, rid, 0, 10 * i + task);
+                else if (step == 1) sp = mk_reward(t, rid, 1, 100 + i, "final", i * (task + 1), 0);
+                else sp = mk_end(t, rid, 2, 200 + i, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
+                feed(p1, sp);
+                feed(own, sp);
+            }
+    REQUIRE(one.n == 6 && a.n == 3 && b.n == 3);
+    int ia = 0, ib = 0;
+    for (int i = 0; i < one.n; i++) {
+        const al_transition *t = tr(&one, i);
+        REQUIRE(t != NULL);
+        sink_t *o = t->task_id[0] == 'A' ? &a : &b;
+        int *k = t->task_id[0] == 'A' ? &ia : &ib;
+        CHECKF(one.bytes[i].len == o->bytes[*k].len &&
+                   !memcmp(one.bytes[i].data, o->bytes[*k].data, one.bytes[i].len),
+               "transition %d differs between the shared and the own part", i);
+        (*k)++;
+    }
+    al_credit_part_free(p1);
+    al_credit_part_free(pa);
+    al_credit_part_free(pb);
+    sink_free(&one);
+    sink_free(&a);
+    sink_free(&b);
+}
+
+TEST(bad_configurations_are_refused)
+{
+    al_credit_config c;
+    char err[256];
+    sink_t s;
+    al_credit_sink k = {.transition = sink_fn, .ud = &s};
+    al_credit_config_init(&c);
+    c.group_size = 0;
+    CHECK(al_credit_part_new(&c, &k, err, sizeof err) == NULL);
+    CHECKF(strstr(err, "group size") != NULL, "%s", err);
+    al_credit_config_init(&c);
+    c.reward_mode = AL_CREDIT_REWARD_NAMED;
+    CHECK(al_credit_part_new(&c, &k, err, sizeof err) == NULL);
+    CHECKF(strstr(err, "reward name") != NULL, "%s", err);
+    al_credit_config_init(&c);
+    c.gamma = 1.5;
+    CHECK(al_credit_part_new(&c, &k, err, sizeof err) == NULL);
+    CHECK_EQ_INT(al_credit_estimator_parse("rloo"), AL_CREDIT_ESTIMATOR_RLOO);
+    CHECK_EQ_INT(al_credit_estimator_parse("ppo"), -1);
+}
