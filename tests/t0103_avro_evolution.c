@@ -260,3 +260,41 @@ TEST(breaking_changes_are_refused_with_a_reason)
     al_buf_free(&msg);
     al_buf_free(&out);
 }
+
+/* schemas/history/batch_chunk.v1.avsc (BatchChunk before MicroBatch.rewards) is compiled in:
+ * a message written by a v1 producer decodes with the current codec, rewards empty. */
+TEST(history_versions_are_embedded_and_resolved)
+{
+    size_t n;
+    const al_schema_info *const *list = al_schema_list(&n);
+    const al_schema_info *v1 = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!list[i]->current && strcmp(list[i]->name, "ai.arclight.BatchChunk") == 0 &&
+            !strstr(list[i]->json, "\"rewards\""))
+            v1 = list[i];
+    REQUIREF(v1, "schemas/history/batch_chunk.v1.avsc is not in the registry");
+    CHECK(v1->fingerprint != al_schema_by_name("BatchChunk")->fingerprint);
+
+    fx_batch f;
+    fx_batch_fill(&f);
+    al_buf cur = {0}, old = {0};
+    REQUIRE(al_batch_chunk_encode(&f.c, &cur, err, sizeof err) == 0);
+    /* what a v1 producer would have written: the same chunk without rewards */
+    REQUIREF(al_avro_resolve(cur.data, cur.len, v1->json, &old, err, sizeof err) == 0, "%s", err);
+    CHECK(old.len == cur.len - (1 + 12) - (1 + 8)); /* rewards of 3 and 2 sequences */
+    c_read ar;
+    c_read_msg(&ar, v1->json, &old);
+    CHECK(ar.ok);
+    c_read_free(&ar);
+
+    al_batch_chunk d = {0};
+    REQUIREF(al_batch_chunk_decode(old.data, old.len, &d, err, sizeof err) == 0, "%s", err);
+    REQUIRE(d.n_micro_batches == 2);
+    CHECK_EQ_INT(d.micro_batches[0].n_rewards, 0);
+    CHECK_EQ_INT(d.micro_batches[1].n_sequences, 2);
+    CHECK(memcmp(d.micro_batches[1].token_ids, f.tok[1], 40) == 0);
+    CHECK_EQ_STR(d.micro_batches[0].transition_ids[2], "r3:1:0");
+    al_batch_chunk_clear(&d);
+    al_buf_free(&cur);
+    al_buf_free(&old);
+}
