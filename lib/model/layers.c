@@ -152,24 +152,22 @@ void al_rope_backward(float *dx, const float *cos_t, const float *sin_t, int T, 
     rope_apply(dx, cos_t, sin_t, T, H, HD, -1.0f);
 }
 
-size_t al_attention_probs_size(const int32_t *cu_seqlens, int nseq, int NH)
+size_t al_attention_scratch_size(const int32_t *cu_seqlens, int nseq, int NH)
 {
     size_t n = 0;
     for (int s = 0; s < nseq; s++) {
         size_t ts = (size_t)(cu_seqlens[s + 1] - cu_seqlens[s]);
-        n += (size_t)NH * ts * ts;
+        if ((size_t)NH * ts * ts > n) n = (size_t)NH * ts * ts;
     }
     return n;
 }
 
-/* Row-wise causal softmax of NH*Ts rows of Ts scores in place: entries right of the
- * diagonal become exactly 0. */
-static void causal_softmax(float *p, int NH, int ts)
+/* Causal softmax, in place, of the ts rows of one head's scaled scores (ts, ts): entries
+ * right of the diagonal become exactly 0. */
+static void causal_softmax_head(float *p, int ts)
 {
-#pragma omp parallel for schedule(static) if ((size_t)NH * ts * ts > PAR_MIN)
-    for (int r = 0; r < NH * ts; r++) {
-        int i = r % ts;
-        float *row = p + (size_t)r * ts;
+    for (int i = 0; i < ts; i++) {
+        float *row = p + (size_t)i * ts;
         float mx = row[0];
         for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
         float sum = 0.0f;
@@ -183,31 +181,39 @@ static void causal_softmax(float *p, int NH, int ts)
     }
 }
 
-void al_attention_forward(float *out, float *probs, const float *q, const float *k,
+/* Head h's probabilities of the sequence starting at t0: p (ts, ts). */
+static void head_probs(float *p, const float *q, const float *k, int t0, int ts, int h, int NH,
+                       int NKV, int HD)
+{
+    int rep = NH / NKV, qw = NH * HD, kw = NKV * HD;
+    al_gemm(0, 1, ts, ts, HD, 1.0f / sqrtf((float)HD), q + (size_t)t0 * qw + (size_t)h * HD, qw,
+            k + (size_t)t0 * kw + (size_t)(h / rep) * HD, kw, 0.0f, p, ts);
+    causal_softmax_head(p, ts);
+}
+
+/* Threads split the heads; each head's GEMMs then run on one thread (al_gemm sees it is
+ * inside a parallel region), which for the short sequences of RL batches beats splitting
+ * each small GEMM. */
+void al_attention_forward(float *out, float *scratch, const float *q, const float *k,
                           const float *v, const int32_t *cu_seqlens, int nseq, int NH, int NKV,
                           int HD)
 {
     int rep = NH / NKV, qw = NH * HD, kw = NKV * HD;
-    float scale = 1.0f / sqrtf((float)HD);
-    float *p = probs;
     for (int s = 0; s < nseq; s++) {
         int t0 = cu_seqlens[s], ts = cu_seqlens[s + 1] - t0;
         if (ts <= 0) continue;
-        for (int h = 0; h < NH; h++)
-            al_gemm(0, 1, ts, ts, HD, scale, q + (size_t)t0 * qw + (size_t)h * HD, qw,
-                    k + (size_t)t0 * kw + (size_t)(h / rep) * HD, kw, 0.0f,
-                    p + (size_t)h * ts * ts, ts);
-        causal_softmax(p, NH, ts);
-        for (int h = 0; h < NH; h++)
-            al_gemm(0, 0, ts, HD, ts, 1.0f, p + (size_t)h * ts * ts, ts,
-                    v + (size_t)t0 * kw + (size_t)(h / rep) * HD, kw, 0.0f,
-                    out + (size_t)t0 * qw + (size_t)h * HD, qw);
-        p += (size_t)NH * ts * ts;
+#pragma omp parallel for schedule(static) if ((size_t)NH * ts * ts * HD > PAR_MIN)
+        for (int h = 0; h < NH; h++) {
+            float *p = scratch + (size_t)h * ts * ts;
+            head_probs(p, q, k, t0, ts, h, NH, NKV, HD);
+            al_gemm(0, 0, ts, HD, ts, 1.0f, p, ts, v + (size_t)t0 * kw + (size_t)(h / rep) * HD,
+                    kw, 0.0f, out + (size_t)t0 * qw + (size_t)h * HD, qw);
+        }
     }
 }
 
 void al_attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
-                           const float *probs, const float *q, const float *k, const float *v,
+                           const float *q, const float *k, const float *v,
                            const int32_t *cu_seqlens, int nseq, int NH, int NKV, int HD)
 {
     int rep = NH / NKV, qw = NH * HD, kw = NKV * HD;
@@ -215,38 +221,38 @@ void al_attention_backward(float *dq, float *dk, float *dv, float *scratch, cons
     int T = cu_seqlens[nseq];
     memset(dk, 0, sizeof(float) * (size_t)T * kw);
     memset(dv, 0, sizeof(float) * (size_t)T * kw);
-    const float *p = probs;
     for (int s = 0; s < nseq; s++) {
         int t0 = cu_seqlens[s], ts = cu_seqlens[s + 1] - t0;
         if (ts <= 0) continue;
+        size_t hh = (size_t)ts * ts;
+        float *P = scratch, *DS = scratch + (size_t)NH * hh;
+        /* per query head: P recomputed, dP = dO V^T, dS = P (dP - rowsum(P dP)) scale,
+         * dQ = dS K (masked entries have P = 0, so dS = 0 there) */
+#pragma omp parallel for schedule(static) if ((size_t)NH * hh * HD > PAR_MIN)
         for (int h = 0; h < NH; h++) {
-            const float *doh = dout + (size_t)t0 * qw + (size_t)h * HD;
-            size_t kvo = (size_t)t0 * kw + (size_t)(h / rep) * HD;
-            /* dP = dO V^T; dV += P^T dO */
-            al_gemm(0, 1, ts, ts, HD, 1.0f, doh, qw, v + kvo, kw, 0.0f, scratch + (size_t)h * ts * ts,
-                    ts);
-            al_gemm(1, 0, ts, HD, ts, 1.0f, p + (size_t)h * ts * ts, ts, doh, qw, 1.0f, dv + kvo, kw);
-        }
-        /* dS = P (dP - rowsum(P dP)) * scale, in place over dP; masked entries have P = 0. */
-#pragma omp parallel for schedule(static) if ((size_t)NH * ts * ts > PAR_MIN)
-        for (int r = 0; r < NH * ts; r++) {
-            int i = r % ts;
-            const float *pr = p + (size_t)r * ts;
-            float *dr = scratch + (size_t)r * ts;
-            float dot = 0.0f;
-            for (int j = 0; j <= i; j++) dot += pr[j] * dr[j];
-            for (int j = 0; j <= i; j++) dr[j] = pr[j] * (dr[j] - dot) * scale;
-            for (int j = i + 1; j < ts; j++) dr[j] = 0.0f;
-        }
-        for (int h = 0; h < NH; h++) {
-            const float *ds = scratch + (size_t)h * ts * ts;
-            size_t qo = (size_t)t0 * qw + (size_t)h * HD;
-            size_t kvo = (size_t)t0 * kw + (size_t)(h / rep) * HD;
-            /* dQ = dS K; dK += dS^T Q */
+            float *p = P + (size_t)h * hh, *ds = DS + (size_t)h * hh;
+            size_t kvo = (size_t)t0 * kw + (size_t)(h / rep) * HD, qo = (size_t)t0 * qw + (size_t)h * HD;
+            head_probs(p, q, k, t0, ts, h, NH, NKV, HD);
+            al_gemm(0, 1, ts, ts, HD, 1.0f, dout + qo, qw, v + kvo, kw, 0.0f, ds, ts);
+            for (int i = 0; i < ts; i++) {
+                const float *pr = p + (size_t)i * ts;
+                float *dr = ds + (size_t)i * ts, dot = 0.0f;
+                for (int j = 0; j <= i; j++) dot += pr[j] * dr[j];
+                for (int j = 0; j <= i; j++) dr[j] = pr[j] * (dr[j] - dot) * scale;
+                for (int j = i + 1; j < ts; j++) dr[j] = 0.0f;
+            }
             al_gemm(0, 0, ts, HD, ts, 1.0f, ds, ts, k + kvo, kw, 0.0f, dq + qo, qw);
-            al_gemm(1, 0, ts, HD, ts, 1.0f, ds, ts, q + qo, qw, 1.0f, dk + kvo, kw);
         }
-        p += (size_t)NH * ts * ts;
+        /* per kv head, summing over the query heads that share it: dV += P^T dO, dK += dS^T Q */
+#pragma omp parallel for schedule(static) if ((size_t)NH * hh * HD > PAR_MIN)
+        for (int g = 0; g < NKV; g++) {
+            size_t kvo = (size_t)t0 * kw + (size_t)g * HD;
+            for (int h = g * rep; h < (g + 1) * rep; h++) {
+                size_t qo = (size_t)t0 * qw + (size_t)h * HD;
+                al_gemm(1, 0, ts, HD, ts, 1.0f, P + (size_t)h * hh, ts, dout + qo, qw, 1.0f, dv + kvo, kw);
+                al_gemm(1, 0, ts, HD, ts, 1.0f, DS + (size_t)h * hh, ts, q + qo, qw, 1.0f, dk + kvo, kw);
+            }
+        }
     }
 }
 

@@ -31,7 +31,6 @@ typedef struct acts {
     float *ln2_rstd; /* (L, T) */
     float *gate;     /* (L, T, I) */
     float *up;       /* (L, T, I) */
-    float *h;        /* (L, T, I) silu(gate) * up */
     float *lnf;      /* (T, C) */
     float *lnf_rstd; /* (T) */
     float *rope_cos; /* (T, HD/2) */
@@ -45,7 +44,7 @@ typedef struct acts {
     float *dk2;      /* (T, NKV*HD) */
     float *dv;       /* (T, NKV*HD) */
     float *dbig;     /* (T, max(I, NH*HD)) d of atty or of h */
-    float *dgate;    /* (T, I) */
+    float *dgate;    /* (T, I); also silu(gate) * up, recomputed rather than kept per layer */
     float *dup;      /* (T, I) */
 } acts;
 
@@ -61,16 +60,13 @@ struct al_model {
     size_t act_floats;
     int cap_T;
     acts a;
-    float *probs;      /* (L, probs_per_layer) attention probabilities */
-    size_t probs_cap;  /* floats allocated in probs */
-    float *att_scratch;
+    float *att_scratch; /* attention probabilities of one sequence, and their gradient */
     size_t scratch_cap;
 
     /* the last forward's batch, for backward */
     int T, nseq, have_forward;
     int32_t *tokens, *cu_seqlens;
     int tok_cap, seq_cap;
-    size_t probs_per_layer;
 
     char err[256];
 };
@@ -104,7 +100,7 @@ const al_model_tensor *al_model_tensor_find(const al_model *m, const char *name)
 
 size_t al_model_activation_bytes(const al_model *m)
 {
-    return sizeof(float) * (m->act_floats + m->probs_cap + m->scratch_cap);
+    return sizeof(float) * (m->act_floats + m->scratch_cap);
 }
 
 /* Lays the stacked parameter blocks out in one array (first pass counts, with base NULL)
@@ -235,7 +231,6 @@ void al_model_free(al_model *m)
     free(m->grads_mem);
     free(m->tensors);
     free(m->act_mem);
-    free(m->probs);
     free(m->att_scratch);
     free(m->tokens);
     free(m->cu_seqlens);
@@ -296,13 +291,13 @@ static int ensure_acts(al_model *m, int T)
         c->qk_norm ? L * t * Q : 0, c->qk_norm ? L * t * KV : 0,
         c->qk_norm ? L * t * NH : 0, c->qk_norm ? L * t * NKV : 0,
         L * t * Q, L * t * KV, L * t * KV, L * t * Q, L * t * C, L * t,
-        L * t * I, L * t * I, L * t * I, t * C, t, t * half, t * half,
+        L * t * I, L * t * I, t * C, t, t * half, t * half,
         t * C, t * C, t * Q, t * Q, t * KV, t * KV, t * KV, t * big, t * I, t * I,
     };
     float **fields[] = {
         &m->a.res, &m->a.res_mid, &m->a.ln1, &m->a.ln1_rstd, &m->a.q_pre, &m->a.k_pre,
         &m->a.qn_rstd, &m->a.kn_rstd, &m->a.q, &m->a.k, &m->a.v, &m->a.atty, &m->a.ln2,
-        &m->a.ln2_rstd, &m->a.gate, &m->a.up, &m->a.h, &m->a.lnf, &m->a.lnf_rstd,
+        &m->a.ln2_rstd, &m->a.gate, &m->a.up, &m->a.lnf, &m->a.lnf_rstd,
         &m->a.rope_cos, &m->a.rope_sin, &m->a.dres, &m->a.dln, &m->a.dq, &m->a.dq2,
         &m->a.dk, &m->a.dk2, &m->a.dv, &m->a.dbig, &m->a.dgate, &m->a.dup,
     };
@@ -355,14 +350,8 @@ int al_model_forward(al_model *m, const int32_t *tokens, const int32_t *position
         if (positions[t] < 0)
             return model_err(m, "model: negative position %d at token %d", positions[t], t);
     }
-    size_t pp = al_attention_probs_size(cu_seqlens, nseq, c->num_heads);
-    size_t scratch = 0;
-    for (int s = 0; s < nseq; s++) {
-        size_t ts = (size_t)(cu_seqlens[s + 1] - cu_seqlens[s]);
-        if ((size_t)c->num_heads * ts * ts > scratch) scratch = (size_t)c->num_heads * ts * ts;
-    }
-    if (ensure_acts(m, T) || ensure_floats(&m->probs, &m->probs_cap, pp * c->num_layers) ||
-        ensure_floats(&m->att_scratch, &m->scratch_cap, scratch)) {
+    size_t scratch = 2 * al_attention_scratch_size(cu_seqlens, nseq, c->num_heads);
+    if (ensure_acts(m, T) || ensure_floats(&m->att_scratch, &m->scratch_cap, scratch)) {
         if (!m->err[0]) model_err(m, "model: out of memory for attention of %d tokens", T);
         return -1;
     }
@@ -378,7 +367,7 @@ int al_model_forward(al_model *m, const int32_t *tokens, const int32_t *position
     }
     memcpy(m->tokens, tokens, sizeof(int32_t) * (size_t)T);
     memcpy(m->cu_seqlens, cu_seqlens, sizeof(int32_t) * (size_t)(nseq + 1));
-    m->T = T, m->nseq = nseq, m->probs_per_layer = pp;
+    m->T = T, m->nseq = nseq;
 
     int C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads, NKV = c->num_kv_heads;
     int HD = c->head_dim, Q = NH * HD, KV = NKV * HD;
@@ -393,7 +382,7 @@ int al_model_forward(al_model *m, const int32_t *tokens, const int32_t *position
         float *x = a->res + l * tC, *ln1 = a->ln1 + l * tC, *q = a->q + l * tQ;
         float *k = a->k + l * tKV, *v = a->v + l * tKV, *atty = a->atty + l * tQ;
         float *mid = a->res_mid + l * tC, *ln2 = a->ln2 + l * tC;
-        float *gate = a->gate + l * tI, *up = a->up + l * tI, *h = a->h + l * tI;
+        float *gate = a->gate + l * tI, *up = a->up + l * tI, *h = a->dgate;
         al_rmsnorm_forward(ln1, a->ln1_rstd + (size_t)l * T, x, p->ln1 + (size_t)l * C, T, C, eps);
         if (c->qk_norm) {
             float *qp = a->q_pre + l * tQ, *kp = a->k_pre + l * tKV;
@@ -408,7 +397,7 @@ int al_model_forward(al_model *m, const int32_t *tokens, const int32_t *position
         al_linear_forward(v, ln1, p->wv + (size_t)l * KV * C, p->bv ? p->bv + (size_t)l * KV : NULL, T, C, KV);
         al_rope_forward(q, a->rope_cos, a->rope_sin, T, NH, HD);
         al_rope_forward(k, a->rope_cos, a->rope_sin, T, NKV, HD);
-        al_attention_forward(atty, m->probs + l * pp, q, k, v, cu_seqlens, nseq, NH, NKV, HD);
+        al_attention_forward(atty, m->att_scratch, q, k, v, cu_seqlens, nseq, NH, NKV, HD);
         al_linear_forward(mid, atty, p->wo + (size_t)l * C * Q, p->bo ? p->bo + (size_t)l * C : NULL, T, Q, C);
         al_residual_forward(mid, mid, x, tC);
         al_rmsnorm_forward(ln2, a->ln2_rstd + (size_t)l * T, mid, p->ln2 + (size_t)l * C, T, C, eps);
@@ -445,10 +434,12 @@ int al_model_backward(al_model *m, const float *dlogits)
         const float *x = a->res + l * tC, *ln1 = a->ln1 + l * tC, *q = a->q + l * tQ;
         const float *k = a->k + l * tKV, *v = a->v + l * tKV, *atty = a->atty + l * tQ;
         const float *mid = a->res_mid + l * tC, *ln2 = a->ln2 + l * tC;
-        const float *gate = a->gate + l * tI, *up = a->up + l * tI, *h = a->h + l * tI;
-        /* MLP branch: res[l+1] = mid + down(swiglu(gate(ln2), up(ln2))) */
+        const float *gate = a->gate + l * tI, *up = a->up + l * tI;
+        /* MLP branch: res[l+1] = mid + down(swiglu(gate(ln2), up(ln2))); the product h is
+         * recomputed into dgate's buffer, which swiglu's backward then overwrites. */
+        al_swiglu_forward(a->dgate, gate, up, tI);
         memset(a->dbig, 0, sizeof(float) * tI);
-        al_linear_backward(a->dbig, g->w_down + (size_t)l * C * I, NULL, a->dres, h,
+        al_linear_backward(a->dbig, g->w_down + (size_t)l * C * I, NULL, a->dres, a->dgate,
                            p->w_down + (size_t)l * C * I, T, I, C);
         al_swiglu_backward(a->dgate, a->dup, a->dbig, gate, up, tI);
         memset(a->dln, 0, sizeof(float) * tC);
@@ -462,9 +453,8 @@ int al_model_backward(al_model *m, const float *dlogits)
         memset(a->dbig, 0, sizeof(float) * tQ);
         al_linear_backward(a->dbig, g->wo + (size_t)l * C * Q, g->bo ? g->bo + (size_t)l * C : NULL,
                            a->dres, atty, p->wo + (size_t)l * C * Q, T, Q, C);
-        al_attention_backward(a->dq, a->dk, a->dv, m->att_scratch, a->dbig,
-                              m->probs + l * m->probs_per_layer, q, k, v, m->cu_seqlens, m->nseq,
-                              NH, NKV, HD);
+        al_attention_backward(a->dq, a->dk, a->dv, m->att_scratch, a->dbig, q, k, v,
+                              m->cu_seqlens, m->nseq, NH, NKV, HD);
         al_rope_backward(a->dq, a->rope_cos, a->rope_sin, T, NH, HD);
         al_rope_backward(a->dk, a->rope_cos, a->rope_sin, T, NKV, HD);
         float *dq = a->dq, *dk = a->dk;
