@@ -540,6 +540,26 @@ oom:
     return AL_BATCH_INVALID;
 }
 
+void al_batcher_release_all(al_batcher *b, al_batch_drop_fn fn, void *ctx)
+{
+    if (!b) return;
+    for (size_t i = 0; i < b->n_open; i++) {
+        for (size_t k = 0; fn && k < b->open[i]->n_seqs; k++) fn(ctx, b->open[i]->seqs[k]->opaque, "shutdown");
+        group_free(b->open[i], 1);
+    }
+    b->n_open = 0;
+    for (size_t n = 0; n < b->n_lanes; n++) b->lanes[n] = NULL;
+    for (size_t mi = 0; mi < b->n_models; mi++) {
+        model *m = &b->models[mi];
+        for (size_t i = 0; i < m->n_queue; i++) {
+            for (size_t k = 0; fn && k < m->queue[i]->n_seqs; k++) fn(ctx, m->queue[i]->seqs[k]->opaque, "shutdown");
+            group_free(m->queue[i], 1);
+        }
+        m->n_queue = 0;
+        m->queued_seqs = m->queued_tokens = 0;
+    }
+}
+
 int al_batcher_close_idle(al_batcher *b, int64_t now_us, int64_t idle_us)
 {
     int n = 0;

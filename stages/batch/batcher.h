@@ -99,6 +99,10 @@ al_batcher *al_batcher_new(const al_batch_config *cfg, char *errstr, size_t errl
 /* Frees everything; opaques still held are not released (the caller's inputs die with it). */
 void al_batcher_free(al_batcher *b);
 
+/* Hands every opaque the batcher still holds to fn(ctx, opaque, "shutdown") and forgets
+ * those transitions (open and queued groups alike). */
+void al_batcher_release_all(al_batcher *b, al_batch_drop_fn fn, void *ctx);
+
 /* Checks and copies t (the batcher keeps no pointer into it). lane: the input it came from
  * (a partition), used to close the lane's previous group; now_us: a monotonic time used
  * only by al_batcher_close_idle. */

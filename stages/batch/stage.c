@@ -1,0 +1,887 @@
+/*
+ * stage.c: `arclight batch`, the batching stage's worker. Consumes arclight.transitions (a
+ * consumer-group member) and follows arclight.policy (assign-based, from the beginning);
+ * hands transitions to the batcher (batcher.h) and writes each step's chunks to
+ * arclight.batches keyed by model.
+ *
+ * Delivery. A transition's input stays open while the batcher holds it; once every chunk of
+ * the step it went into is acknowledged, the step's inputs are ended, so a stored offset never
+ * passes a transition whose step is not on the broker. Duplicates, dead letters and stale
+ * drops end their input at once (a dead letter once it is acknowledged).
+ *
+ * Restart. Before consuming, the worker reads back the tail of the output topic (the last
+ * --recover-chunks messages of each partition): per model, the last step whose chunks are all
+ * there sets the next step number, and the transition ids of complete steps enter the
+ * duplicate window, so that inputs re-read after a crash are not emitted twice. A step cut
+ * short by the crash (some chunks on the broker, not all) is rebuilt under the same number;
+ * its chunks are sent again from chunk 0, so a reader keeps, for each step, the chunks that
+ * follow the last chunk 0 it saw.
+ *
+ * One worker per consumer group: step numbers of a model come from one writer. When the group
+ * takes partitions away from this worker (a second worker joined), it stops with an error
+ * rather than number steps concurrently; the other worker carries on from the stored offsets.
+ */
+#include "batcher.h"
+
+#include "avro/codec.h"
+#include "core/cli.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "http/metrics.h"
+#include "http/server.h"
+#include "kafka/kafka.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define COMP "batch"
+
+static volatile sig_atomic_t batch_stop;
+static void batch_on_signal(int sig)
+{
+    (void)sig;
+    batch_stop = 1;
+}
+
+typedef struct batch_opts {
+    const char *input_topic, *output_topic, *policy_topic, *group;
+    al_batch_config cfg;
+    int64_t group_idle_ms;
+    int64_t recover_chunks;
+    int64_t stop_after_step; /* -1: run until a signal */
+    int64_t kill_step, kill_chunk; /* test hook: SIGKILL self after this chunk is acked */
+} batch_opts;
+
+/* ---- metrics ----------------------------------------------------------------------------- */
+
+typedef struct batch_metrics {
+    al_metrics *reg;
+    al_counter *added, *duplicate, *invalid, *undecodable, *stale_dropped, *stale_kept;
+    al_counter *steps, *chunks, *tokens, *capacity;
+    al_histogram *step_tokens, *step_seqs, *lag, *efficiency_h;
+    al_gauge *efficiency, *open_groups, *queued_groups, *queued_seqs, *policy_version,
+        *lag_unknown;
+} batch_metrics;
+
+static const double lag_buckets[] = {0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64};
+static const double token_buckets[] = {1e3, 4e3, 16e3, 64e3, 256e3, 1e6, 4e6, 16e6};
+static const double seq_buckets[] = {1, 4, 16, 64, 256, 1024, 4096};
+static const double eff_buckets[] = {0.5, 0.7, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 1.0};
+
+static void metrics_init(batch_metrics *m)
+{
+    al_metrics *r = m->reg;
+    const char *tn = "arclight_batch_transitions_total", *th = "Transitions consumed, by outcome";
+    m->added = al_metrics_counter(r, tn, th, "result", "added", NULL);
+    m->duplicate = al_metrics_counter(r, tn, th, "result", "duplicate", NULL);
+    m->invalid = al_metrics_counter(r, tn, th, "result", "invalid", NULL);
+    m->undecodable = al_metrics_counter(r, tn, th, "result", "undecodable", NULL);
+    m->stale_dropped = al_metrics_counter(r, tn, th, "result", "stale_dropped", NULL);
+    m->stale_kept = al_metrics_counter(r, "arclight_batch_stale_kept_total",
+                                       "Sequences kept in a step although older than --max-staleness", NULL);
+    m->steps = al_metrics_counter(r, "arclight_batch_steps_total", "Trainer steps acknowledged", NULL);
+    m->chunks = al_metrics_counter(r, "arclight_batch_chunks_total", "BatchChunk messages acknowledged", NULL);
+    m->tokens = al_metrics_counter(r, "arclight_batch_tokens_total", "Tokens in acknowledged steps", NULL);
+    m->capacity = al_metrics_counter(r, "arclight_batch_capacity_tokens_total",
+                                     "Micro-batch capacity of acknowledged steps (tokens)", NULL);
+    m->step_tokens = al_metrics_histogram(r, "arclight_batch_step_tokens", "Tokens per step",
+                                          token_buckets, AL_ARRAY_LEN(token_buckets), NULL);
+    m->step_seqs = al_metrics_histogram(r, "arclight_batch_step_sequences", "Sequences per step",
+                                        seq_buckets, AL_ARRAY_LEN(seq_buckets), NULL);
+    m->lag = al_metrics_histogram(r, "arclight_batch_policy_lag",
+                                  "Policy versions between a sequence's sampler and the latest, per sequence stepped",
+                                  lag_buckets, AL_ARRAY_LEN(lag_buckets), NULL);
+    m->lag_unknown = al_metrics_gauge(r, "arclight_batch_policy_lag_unknown",
+                                      "Sequences of the last step with no known lag (no version)", NULL);
+    m->efficiency_h = al_metrics_histogram(r, "arclight_batch_packing_efficiency_ratio",
+                                           "Packing efficiency per step (tokens / capacity)",
+                                           eff_buckets, AL_ARRAY_LEN(eff_buckets), NULL);
+    m->efficiency = al_metrics_gauge(r, "arclight_batch_packing_efficiency",
+                                     "Packing efficiency of the last step (tokens / capacity)", NULL);
+    m->open_groups = al_metrics_gauge(r, "arclight_batch_open_groups", "Groups still receiving transitions", NULL);
+    m->queued_groups = al_metrics_gauge(r, "arclight_batch_queued_groups", "Complete groups waiting for a step", NULL);
+    m->queued_seqs = al_metrics_gauge(r, "arclight_batch_queued_sequences", "Sequences waiting for a step", NULL);
+    m->policy_version = al_metrics_gauge(r, "arclight_batch_policy_version",
+                                         "Latest policy version seen (any model)", NULL);
+}
+
+/* ---- steps in flight ----------------------------------------------------------------------- */
+
+typedef struct flight {
+    al_batch_step *step;
+    size_t acked, failed;
+    struct flight *next;
+} flight;
+
+typedef struct batch_worker {
+    batch_opts *o;
+    al_producer *prod;
+    al_consumer *cons;
+    al_batcher *batcher;
+    batch_metrics met;
+    flight *flights; /* oldest first */
+    int64_t steps_done, last_step_acked;
+    int fatal, closing;
+    char fatal_reason[512];
+    atomic_int unhealthy;
+} batch_worker;
+
+static void worker_fail(batch_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void worker_fail(batch_worker *w, const char *fmt, ...)
+{
+    if (w->fatal) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->fatal_reason, sizeof w->fatal_reason, fmt, ap);
+    va_end(ap);
+    w->fatal = 1;
+    atomic_store(&w->unhealthy, 1);
+    al_log_error(COMP, "%s", w->fatal_reason);
+}
+
+static void end_inputs(al_batch_step *st)
+{
+    for (size_t i = 0; i < st->n_opaques; i++) al_input_end(st->opaques[i]);
+}
+
+/* A finished step: account for it, release its inputs (their offsets may now be stored). */
+static void step_acked(batch_worker *w, flight *f)
+{
+    al_batch_step *st = f->step;
+    end_inputs(st);
+    batch_metrics *m = &w->met;
+    al_counter_inc(m->steps);
+    al_counter_add(m->chunks, (double)st->n_chunks);
+    al_counter_add(m->tokens, (double)st->n_tokens);
+    al_counter_add(m->capacity, (double)st->capacity_tokens);
+    al_histogram_observe(m->step_tokens, (double)st->n_tokens);
+    al_histogram_observe(m->step_seqs, (double)st->n_sequences);
+    al_histogram_observe(m->efficiency_h, st->efficiency);
+    al_gauge_set(m->efficiency, st->efficiency);
+    al_counter_add(m->stale_kept, st->n_stale);
+    int64_t unknown = 0, lag_max = -1;
+    for (int32_t i = 0; i < st->n_sequences; i++) {
+        if (st->lags[i] < 0) {
+            unknown++;
+            continue;
+        }
+        al_histogram_observe(m->lag, (double)st->lags[i]);
+        if (st->lags[i] > lag_max) lag_max = st->lags[i];
+    }
+    al_gauge_set(m->lag_unknown, (double)unknown);
+    al_log_info(COMP,
+                "%s step %" PRId64 ": %d groups, %d sequences, %" PRId64 " tokens (%" PRId64
+                " trained) in %d micro-batches, %.1f%% packed, %zu chunk%s, policy v%" PRId64
+                ", lag max %" PRId64 "%s",
+                st->model, st->step, st->n_groups, st->n_sequences, st->n_tokens,
+                st->n_loss_tokens, st->n_micro_batches, 100.0 * st->efficiency, st->n_chunks,
+                st->n_chunks == 1 ? "" : "s", st->policy_version, lag_max,
+                unknown ? " (some versions unknown)" : "");
+    w->steps_done++;
+    w->last_step_acked = st->step;
+}
+
+static void on_delivery(const al_delivery *d, void *ctx)
+{
+    batch_worker *w = ctx;
+    flight *f = d->opaque;
+    if (!f) return; /* a dead letter: the consumer's tracker handles it */
+    if (d->err) {
+        f->failed++;
+        worker_fail(w, "chunk of %s step %" PRId64 " not delivered: %s; stopping without storing its "
+                       "inputs' offsets (a restart rebuilds the step)",
+                    f->step->model, f->step->step, d->reason);
+        return;
+    }
+    f->acked++;
+    if (w->o->kill_step >= 0 && f->step->step == w->o->kill_step &&
+        (w->o->kill_chunk < 0 ? f->acked == f->step->n_chunks
+                              : (int64_t)f->acked == w->o->kill_chunk + 1)) {
+        al_log_warn(COMP, "test hook: SIGKILL after chunk %" PRId64 " of step %" PRId64 " was acknowledged",
+                    w->o->kill_chunk, w->o->kill_step);
+        raise(SIGKILL);
+    }
+}
+
+/* Retires acknowledged steps in order (steps finish in order: one partition per model). */
+static void retire_flights(batch_worker *w)
+{
+    while (w->flights && w->flights->acked == w->flights->step->n_chunks) {
+        flight *f = w->flights;
+        w->flights = f->next;
+        step_acked(w, f);
+        al_batch_step_free(f->step);
+        free(f);
+    }
+}
+
+static int send_step(batch_worker *w, al_batch_step *st)
+{
+    flight *f = calloc(1, sizeof *f);
+    if (!f) {
+        worker_fail(w, "out of memory");
+        al_batch_step_free(st);
+        return -1;
+    }
+    f->step = st;
+    flight **tail = &w->flights;
+    while (*tail) tail = &(*tail)->next;
+    *tail = f;
+    for (size_t c = 0; c < st->n_chunks; c++) {
+        al_kafka_out out = {
+            .topic = w->o->output_topic,
+            .partition = AL_KAFKA_PARTITION_ANY,
+            .key = st->model,
+            .keylen = strlen(st->model),
+            .value = st->chunks[c].data,
+            .len = st->chunks[c].len,
+            .opaque = f,
+        };
+        rd_kafka_resp_err_t err = al_producer_produce(w->prod, &out);
+        if (err) {
+            worker_fail(w, "cannot send chunk %zu of %s step %" PRId64 " (%zu bytes) to %s: %s",
+                        c, st->model, st->step, st->chunks[c].len, w->o->output_topic,
+                        rd_kafka_err2str(err));
+            return -1;
+        }
+        if (w->o->kill_step >= 0 && st->step == w->o->kill_step) {
+            /* the test hook wants the kill at an exact chunk: one at a time */
+            char e[256];
+            al_producer_flush(w->prod, 10000, e, sizeof e);
+        }
+    }
+    return 0;
+}
+
+static void release_input(void *ctx, void *opaque, const char *reason)
+{
+    (void)ctx;
+    (void)reason;
+    al_input_end(opaque);
+}
+
+static void on_drop(void *ctx, void *opaque, const char *reason)
+{
+    batch_worker *w = ctx;
+    if (strcmp(reason, "stale") == 0) al_counter_inc(w->met.stale_dropped);
+    al_input_end(opaque);
+}
+
+static void on_rebalance(al_consumer *c, al_rebalance_event ev,
+                         const rd_kafka_topic_partition_list_t *parts, void *ctx)
+{
+    batch_worker *w = ctx;
+    (void)c;
+    if (ev == AL_REBALANCE_ASSIGNED || batch_stop || w->closing) return;
+    if (parts && parts->cnt == 0) return;
+    worker_fail(w, "the consumer group took %d partition%s of %s away from this worker (another "
+                   "batch worker joined?); steps of a model must come from one worker, so this one "
+                   "stops and the other continues from the stored offsets",
+                parts ? parts->cnt : 0, parts && parts->cnt == 1 ? "" : "s", w->o->input_topic);
+}
+
+static int health(void *ud, char *reason, size_t reasonlen)
+{
+    batch_worker *w = ud;
+    if (!atomic_load(&w->unhealthy)) return 0;
+    snprintf(reason, reasonlen, "the batch worker stopped on an error");
+    return 1;
+}
+
+/* ---- assign-based readers (recovery, policy) ------------------------------------------------ */
+
+static const char *const producer_only_keys[] = {
+    "acks", "request.required.acks", "enable.idempotence", "compression.type", "linger.ms",
+    "batch.num.messages", "batch.size", "message.timeout.ms", "partitioner",
+    "queue.buffering.max.ms", "queue.buffering.max.messages", "queue.buffering.max.kbytes",
+    "retries", "delivery.timeout.ms", "enable.gapless.guarantee", "transactional.id"};
+
+/* A consumer handle with no group membership (assign only), no commits and partition-EOF
+ * events. NULL with errstr. */
+static rd_kafka_t *reader_new(const al_kafka_conf *kc, const char *what, char *errstr,
+                              size_t errlen)
+{
+    al_kafka_conf *c = al_kafka_conf_new();
+    if (!c) {
+        al_err(errstr, errlen, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < al_kafka_conf_count(kc); i++) {
+        const char *k, *v;
+        al_kafka_conf_at(kc, i, &k, &v);
+        int skip = strcmp(k, "group.id") == 0;
+        for (size_t j = 0; j < AL_ARRAY_LEN(producer_only_keys) && !skip; j++)
+            skip = strcmp(k, producer_only_keys[j]) == 0;
+        if (!skip) al_kafka_conf_set(c, k, v);
+    }
+    char group[128];
+    snprintf(group, sizeof group, "arclight-batch-%s-%ld-%lld", what, (long)getpid(),
+             (long long)al_now_us());
+    al_kafka_conf_set(c, "group.id", group);
+    al_kafka_conf_set(c, "enable.auto.commit", "false");
+    al_kafka_conf_set(c, "enable.auto.offset.store", "false");
+    al_kafka_conf_set(c, "enable.partition.eof", "true");
+    rd_kafka_conf_t *rc = al_kafka_conf_build(c, errstr, errlen);
+    al_kafka_conf_free(c);
+    if (!rc) return NULL;
+    char e[512];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, rc, e, sizeof e);
+    if (!rk) {
+        rd_kafka_conf_destroy(rc);
+        al_err(errstr, errlen, "cannot create a Kafka consumer: %s", e);
+        return NULL;
+    }
+    rd_kafka_poll_set_consumer(rk);
+    return rk;
+}
+
+/* Number of partitions of topic (which must exist). -1 with errstr. */
+static int topic_partitions(rd_kafka_t *rk, const char *topic, char *errstr, size_t errlen)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 1, NULL, &md, 10000);
+    if (err) return al_err(errstr, errlen, "cannot read the cluster's metadata: %s", rd_kafka_err2str(err));
+    int n = -1;
+    for (int i = 0; i < md->topic_cnt; i++)
+        if (strcmp(md->topics[i].topic, topic) == 0 && !md->topics[i].err) n = md->topics[i].partition_cnt;
+    rd_kafka_metadata_destroy(md);
+    if (n <= 0) return al_err(errstr, errlen, "topic %s does not exist (create it: arclight topics create)", topic);
+    return n;
+}
+
+typedef struct recover_model {
+    char *name;
+    int64_t step, count, next_index; /* the attempt being read */
+    int complete_seen;               /* its last chunk was seen, in sequence */
+    int64_t last_complete;           /* -1: none */
+    char **ids;
+    size_t n_ids, cap_ids;
+} recover_model;
+
+static void recover_finish_attempt(al_batcher *b, recover_model *r)
+{
+    if (r->step >= 0 && r->complete_seen) {
+        for (size_t i = 0; i < r->n_ids; i++) al_batcher_mark_seen(b, r->ids[i]);
+        if (r->step > r->last_complete) r->last_complete = r->step;
+    }
+    for (size_t i = 0; i < r->n_ids; i++) free(r->ids[i]);
+    r->n_ids = 0;
+    r->step = -1;
+    r->complete_seen = 0;
+}
+
+/* Reads back the last `depth` messages of each partition of the output topic: next step
+ * numbers and the ids of complete steps. 0, or -1 with errstr. */
+static int recover_from_output(const al_kafka_conf *kc, const batch_opts *o, al_batcher *b,
+                               char *errstr, size_t errlen)
+{
+    rd_kafka_t *rk = reader_new(kc, "recover", errstr, errlen);
+    if (!rk) return -1;
+    int rc = -1, nparts = topic_partitions(rk, o->output_topic, errstr, errlen);
+    recover_model *models = NULL;
+    size_t n_models = 0;
+    int64_t *high = NULL;
+    int64_t chunks_read = 0;
+    al_batch_chunk ch = {0};
+    if (nparts < 0) goto out;
+    high = calloc((size_t)nparts, sizeof *high);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(nparts);
+    int active = 0;
+    for (int p = 0; p < nparts; p++) {
+        int64_t lo = 0, hi = 0;
+        rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(rk, o->output_topic, p, &lo, &hi, 10000);
+        if (err) {
+            al_err(errstr, errlen, "cannot read the offsets of %s [%d]: %s", o->output_topic, p, rd_kafka_err2str(err));
+            rd_kafka_topic_partition_list_destroy(l);
+            goto out;
+        }
+        high[p] = hi;
+        if (hi <= lo) continue;
+        int64_t from = hi - o->recover_chunks > lo ? hi - o->recover_chunks : lo;
+        rd_kafka_topic_partition_list_add(l, o->output_topic, p)->offset = from;
+        active++;
+    }
+    if (active) rd_kafka_assign(rk, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    int64_t deadline = al_mono_us() + 60 * 1000000LL;
+    while (active > 0) {
+        if (al_mono_us() > deadline) {
+            al_err(errstr, errlen, "reading back %s took over 60 s", o->output_topic);
+            goto out;
+        }
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+        if (!m) continue;
+        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            if (m->offset >= high[m->partition]) active--;
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        if (m->err) {
+            al_err(errstr, errlen, "reading back %s: %s", o->output_topic, rd_kafka_message_errstr(m));
+            rd_kafka_message_destroy(m);
+            goto out;
+        }
+        int done_part = m->offset + 1 >= high[m->partition];
+        char e[256];
+        if (al_batch_chunk_decode(m->payload, m->len, &ch, e, sizeof e) == 0) {
+            chunks_read++;
+            recover_model *r = NULL;
+            for (size_t i = 0; i < n_models && !r; i++)
+                if (strcmp(models[i].name, ch.model) == 0) r = &models[i];
+            if (!r) {
+                recover_model *nm = realloc(models, (n_models + 1) * sizeof *models);
+                if (!nm) goto oom;
+                models = nm;
+                r = &models[n_models++];
+                memset(r, 0, sizeof *r);
+                r->step = -1;
+                r->last_complete = -1;
+                if (!(r->name = strdup(ch.model))) goto oom;
+            }
+            if (ch.chunk_index == 0 || ch.step != r->step) {
+                recover_finish_attempt(b, r);
+                r->step = ch.step;
+                r->count = ch.chunk_count;
+                r->next_index = ch.chunk_index; /* the window may start inside a step */
+            }
+            if (ch.chunk_index == r->next_index) {
+                r->next_index++;
+                if (r->next_index == r->count) r->complete_seen = 1;
+            }
+            for (size_t i = 0; i < ch.n_micro_batches; i++)
+                for (size_t s = 0; s < ch.micro_batches[i].n_sequences; s++) {
+                    if (r->n_ids == r->cap_ids) {
+                        size_t nc = r->cap_ids ? 2 * r->cap_ids : 64;
+                        char **ni = realloc(r->ids, nc * sizeof *ni);
+                        if (!ni) goto oom;
+                        r->ids = ni;
+                        r->cap_ids = nc;
+                    }
+                    if (!(r->ids[r->n_ids] = strdup(ch.micro_batches[i].transition_ids[s]))) goto oom;
+                    r->n_ids++;
+                }
+        } else {
+            al_log_warn(COMP, "%s [%d] offset %" PRId64 " is not a BatchChunk (%s); ignored while recovering",
+                        o->output_topic, (int)m->partition, m->offset, e);
+        }
+        rd_kafka_message_destroy(m);
+        if (done_part) {
+            /* the EOF event follows; counting it there */
+        }
+    }
+    for (size_t i = 0; i < n_models; i++) {
+        recover_model *r = &models[i];
+        int64_t partial = r->step >= 0 && !r->complete_seen ? r->step : -1;
+        recover_finish_attempt(b, r);
+        int64_t next = partial >= 0 ? partial : r->last_complete + 1;
+        if (al_batcher_set_next_step(b, r->name, next) != 0) goto oom;
+        if (partial >= 0)
+            al_log_warn(COMP, "%s: step %" PRId64 " on %s is incomplete (a crash while sending); "
+                              "rebuilding it under the same number", r->name, partial, o->output_topic);
+        else
+            al_log_info(COMP, "%s: continuing at step %" PRId64, r->name, next);
+    }
+    al_log_info(COMP, "read back %" PRId64 " chunks of %s for %zu model%s", chunks_read,
+                o->output_topic, n_models, n_models == 1 ? "" : "s");
+    rc = 0;
+    goto out;
+oom:
+    al_err(errstr, errlen, "out of memory while reading back %s", o->output_topic);
+out:
+    al_batch_chunk_clear(&ch);
+    for (size_t i = 0; i < n_models; i++) {
+        for (size_t k = 0; k < models[i].n_ids; k++) free(models[i].ids[k]);
+        free(models[i].ids);
+        free(models[i].name);
+    }
+    free(models);
+    free(high);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
+typedef struct policy_follower {
+    rd_kafka_t *rk;
+    int nparts, at_end;
+    char *eof_seen;
+    al_policy_version pv;
+} policy_follower;
+
+static int policy_start(policy_follower *pf, const al_kafka_conf *kc, const char *topic,
+                        char *errstr, size_t errlen)
+{
+    memset(pf, 0, sizeof *pf);
+    if (!(pf->rk = reader_new(kc, "policy", errstr, errlen))) return -1;
+    pf->nparts = topic_partitions(pf->rk, topic, errstr, errlen);
+    if (pf->nparts < 0) return -1;
+    pf->eof_seen = calloc((size_t)pf->nparts, 1);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(pf->nparts);
+    for (int p = 0; p < pf->nparts; p++)
+        rd_kafka_topic_partition_list_add(l, topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_resp_err_t err = rd_kafka_assign(pf->rk, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    if (err || !pf->eof_seen) return al_err(errstr, errlen, "cannot read %s: %s", topic, rd_kafka_err2str(err));
+    return 0;
+}
+
+static void policy_free(policy_follower *pf)
+{
+    if (pf->rk) {
+        rd_kafka_consumer_close(pf->rk);
+        rd_kafka_destroy(pf->rk);
+    }
+    free(pf->eof_seen);
+    al_policy_version_clear(&pf->pv);
+}
+
+/* Applies every policy version available now (waiting up to timeout_ms for the first). */
+static void policy_poll(policy_follower *pf, batch_worker *w, int timeout_ms)
+{
+    for (;;) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(pf->rk, timeout_ms);
+        if (!m) return;
+        timeout_ms = 0;
+        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            if (m->partition >= 0 && m->partition < pf->nparts && !pf->eof_seen[m->partition]) {
+                pf->eof_seen[m->partition] = 1;
+                pf->at_end++;
+            }
+        } else if (m->err) {
+            al_log_warn(COMP, "policy topic: %s", rd_kafka_message_errstr(m));
+        } else if (m->payload) { /* a tombstone deletes nothing here: versions only go up */
+            char e[256];
+            if (al_policy_version_decode(m->payload, m->len, &pf->pv, e, sizeof e) != 0) {
+                al_log_warn(COMP, "policy topic [%d] offset %" PRId64 ": not a PolicyVersion (%s); ignored",
+                            (int)m->partition, m->offset, e);
+            } else {
+                al_batcher_set_policy_version(w->batcher, pf->pv.model, pf->pv.version);
+                al_gauge_set(w->met.policy_version, (double)pf->pv.version);
+                al_log_debug(COMP, "policy %s version %" PRId64, pf->pv.model, pf->pv.version);
+            }
+        }
+        rd_kafka_message_destroy(m);
+    }
+}
+
+/* ---- flags ----------------------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: arclight batch [flags]\n"
+            "Packs transitions into trainer steps: whole groups adding up to a target, cut into\n"
+            "token-budgeted micro-batches (sequence packing), sent as BatchChunk messages.\n\n"
+            "  --step-sequences N        close a step at >= N sequences of whole groups (default 64)\n"
+            "  --step-tokens N           close a step at >= N tokens instead\n"
+            "  --micro-batch-tokens N    token budget of one micro-batch (default 16384)\n"
+            "  --max-message-bytes N     BatchChunk size limit (default: the output topic's\n"
+            "                            max.message.bytes in topics.conf minus 64 KiB)\n"
+            "  --max-staleness N         versions a sample may lag the latest policy (default 4;\n"
+            "                            -1: no bound)\n"
+            "  --stale drop|keep         a group with a stale sample: dropped and counted\n"
+            "                            (default), or kept and counted\n"
+            "  --whiten                  whiten advantages over each step's loss tokens\n"
+            "  --group-idle-ms MS        close a group after MS without a transition (default 2000)\n"
+            "  --dedup-window N          transition ids remembered for duplicates (default 1000000)\n"
+            "  --recover-chunks N        chunks per output partition read back at start (default 512)\n"
+            "  --input-topic T           default arclight.transitions\n"
+            "  --output-topic T          default arclight.batches\n"
+            "  --policy-topic T          default arclight.policy\n"
+            "  --group ID                consumer group (default arclight-batch); one worker per group\n"
+            "  --steps N                 exit 0 once step N-1 of a model is acknowledged\n"
+            "  --help\n" AL_CLI_COMMON_HELP);
+}
+
+static int parse_i64(const char *s, int64_t lo, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Default chunk limit: the output topic's max.message.bytes (topics.conf) less 64 KiB for
+ * Kafka's record-batch framing; 1 MiB less that when the file does not say. */
+static int64_t default_max_message_bytes(const char *topic)
+{
+    char path[1024], err[512];
+    al_topic_spec *t = NULL;
+    size_t n = 0;
+    int64_t limit = 1048576;
+    al_kafka_config_file_path("topics.conf", path, sizeof path);
+    if (al_topics_load(path, &t, &n, err, sizeof err) == 0) {
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(t[i].name, topic) != 0) continue;
+            const char *v = al_kafka_conf_get(t[i].settings, "max.message.bytes");
+            if (v && atoll(v) > 65536 * 2) limit = atoll(v);
+        }
+        al_topics_free(t, n);
+    }
+    return limit - 65536;
+}
+
+int cmd_batch(int argc, char **argv)
+{
+    enum {
+        O_STEP_SEQ = AL_CLI_OPT_USER, O_STEP_TOK, O_MB_TOK, O_MAX_MSG, O_STALENESS, O_STALE,
+        O_WHITEN, O_IDLE, O_DEDUP, O_RECOVER, O_IN, O_OUT, O_POLICY, O_GROUP, O_STEPS, O_HELP
+    };
+    static const struct option opts[] = {
+        {"step-sequences", required_argument, 0, O_STEP_SEQ},
+        {"step-tokens", required_argument, 0, O_STEP_TOK},
+        {"micro-batch-tokens", required_argument, 0, O_MB_TOK},
+        {"max-message-bytes", required_argument, 0, O_MAX_MSG},
+        {"max-staleness", required_argument, 0, O_STALENESS},
+        {"stale", required_argument, 0, O_STALE},
+        {"whiten", no_argument, 0, O_WHITEN},
+        {"group-idle-ms", required_argument, 0, O_IDLE},
+        {"dedup-window", required_argument, 0, O_DEDUP},
+        {"recover-chunks", required_argument, 0, O_RECOVER},
+        {"input-topic", required_argument, 0, O_IN},
+        {"output-topic", required_argument, 0, O_OUT},
+        {"policy-topic", required_argument, 0, O_POLICY},
+        {"group", required_argument, 0, O_GROUP},
+        {"steps", required_argument, 0, O_STEPS},
+        {"help", no_argument, 0, O_HELP},
+        AL_CLI_COMMON_OPTIONS,
+        {0, 0, 0, 0},
+    };
+    al_cli_common common;
+    al_cli_common_init(&common);
+    batch_opts o = {
+        .input_topic = AL_TOPIC_TRANSITIONS,
+        .output_topic = AL_TOPIC_BATCHES,
+        .policy_topic = AL_TOPIC_POLICY,
+        .group = "arclight-batch",
+        .group_idle_ms = 2000,
+        .recover_chunks = 512,
+        .stop_after_step = -1,
+        .kill_step = -1,
+        .kill_chunk = -1,
+    };
+    al_batch_config_default(&o.cfg);
+    int64_t v, max_msg = -1, step_seq = -1, step_tok = -1;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        const char *name = NULL;
+        int bad = 0;
+        switch (c) {
+        case O_STEP_SEQ: name = "--step-sequences"; bad = parse_i64(optarg, 1, &step_seq); break;
+        case O_STEP_TOK: name = "--step-tokens"; bad = parse_i64(optarg, 1, &step_tok); break;
+        case O_MB_TOK: name = "--micro-batch-tokens"; bad = parse_i64(optarg, 2, &o.cfg.micro_batch_tokens); break;
+        case O_MAX_MSG: name = "--max-message-bytes"; bad = parse_i64(optarg, 1024, &max_msg); break;
+        case O_STALENESS: name = "--max-staleness"; bad = parse_i64(optarg, -1, &o.cfg.max_staleness); break;
+        case O_STALE:
+            if (!strcmp(optarg, "drop")) o.cfg.stale_policy = AL_BATCH_STALE_DROP;
+            else if (!strcmp(optarg, "keep")) o.cfg.stale_policy = AL_BATCH_STALE_KEEP;
+            else return al_cli_usage_error("batch", "--stale takes drop or keep, not '%s'", optarg);
+            break;
+        case O_WHITEN: o.cfg.whiten = 1; break;
+        case O_IDLE: name = "--group-idle-ms"; bad = parse_i64(optarg, 1, &o.group_idle_ms); break;
+        case O_DEDUP:
+            name = "--dedup-window";
+            bad = parse_i64(optarg, 0, &v);
+            o.cfg.dedup_window = (size_t)v;
+            break;
+        case O_RECOVER: name = "--recover-chunks"; bad = parse_i64(optarg, 0, &o.recover_chunks); break;
+        case O_IN: o.input_topic = optarg; break;
+        case O_OUT: o.output_topic = optarg; break;
+        case O_POLICY: o.policy_topic = optarg; break;
+        case O_GROUP: o.group = optarg; break;
+        case O_STEPS: name = "--steps"; bad = parse_i64(optarg, 1, &o.stop_after_step); break;
+        case O_HELP:
+        case 'h': usage(stdout); return AL_EXIT_OK;
+        default: {
+            int r = al_cli_common_option(&common, c, optarg);
+            if (r < 0) return AL_EXIT_USAGE;
+            if (r == 0) return al_cli_usage_error("batch", "unknown flag (see --help)");
+        }
+        }
+        if (bad) return al_cli_usage_error("batch", "%s wants a number, not '%s'", name, optarg);
+    }
+    if (optind < argc) return al_cli_usage_error("batch", "unexpected argument '%s'", argv[optind]);
+    if (step_seq > 0 && step_tok > 0)
+        return al_cli_usage_error("batch", "give --step-sequences or --step-tokens, not both");
+    if (step_tok > 0) {
+        o.cfg.step_tokens = step_tok;
+        o.cfg.step_sequences = 0;
+    } else if (step_seq > 0) {
+        o.cfg.step_sequences = step_seq;
+    }
+    o.cfg.max_message_bytes = max_msg > 0 ? max_msg : default_max_message_bytes(o.output_topic);
+    /* Tests only: "STEP:CHUNK" SIGKILLs the worker once that chunk of that step is
+     * acknowledged (CHUNK -1: the step's last chunk), before its inputs are released. */
+    const char *hook = getenv("ARCLIGHT_BATCH_TEST_KILL_AT");
+    if (hook && sscanf(hook, "%" SCNd64 ":%" SCNd64, &o.kill_step, &o.kill_chunk) != 2)
+        o.kill_step = -1;
+
+    char err[1024];
+    batch_worker w = {.o = &o, .last_step_acked = -1};
+    o.cfg.on_drop = on_drop;
+    o.cfg.on_drop_ctx = &w;
+    w.batcher = al_batcher_new(&o.cfg, err, sizeof err);
+    if (!w.batcher) return al_cli_usage_error("batch", "%s", err + (strncmp(err, "batch: ", 7) ? 0 : 7));
+
+    int rc = AL_EXIT_FAILURE;
+    al_kafka_conf *kc = NULL;
+    al_http_server *srv = NULL;
+    policy_follower pf = {0};
+    w.met.reg = al_metrics_new();
+    if (!w.met.reg) goto out;
+    metrics_init(&w.met);
+    al_metrics_add_process_metrics(w.met.reg);
+    if (!(kc = al_kafka_conf_from_cli(&common, err, sizeof err))) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    if (common.metrics &&
+        !(srv = al_http_server_start(common.metrics, w.met.reg, health, &w, err, sizeof err))) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    signal(SIGINT, batch_on_signal);
+    signal(SIGTERM, batch_on_signal);
+
+    /* 1. Where the output stands: step numbers and ids already emitted. */
+    if (recover_from_output(kc, &o, w.batcher, err, sizeof err) != 0) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    /* 2. The latest policy version of every model, before any step is built. */
+    if (policy_start(&pf, kc, o.policy_topic, err, sizeof err) != 0) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    int64_t deadline = al_mono_us() + 60 * 1000000LL;
+    while (pf.at_end < pf.nparts && !batch_stop) {
+        policy_poll(&pf, &w, 200);
+        if (al_mono_us() > deadline) {
+            al_log_error(COMP, "reading %s to its end took over 60 s", o.policy_topic);
+            goto out;
+        }
+    }
+    /* 3. Transitions. */
+    if (!(w.prod = al_producer_new(kc, err, sizeof err))) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    al_producer_set_delivery_cb(w.prod, on_delivery, &w);
+    if (!(w.cons = al_consumer_new(kc, o.group, w.prod, err, sizeof err))) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    al_consumer_set_rebalance_cb(w.cons, on_rebalance, &w);
+    const char *topics[] = {o.input_topic};
+    if (al_consumer_subscribe(w.cons, topics, 1, err, sizeof err) != 0) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    al_log_info(COMP, "consuming %s as group %s; steps of %" PRId64 " %s to %s, micro-batches of %" PRId64
+                      " tokens, chunks under %" PRId64 " bytes",
+                o.input_topic, o.group,
+                o.cfg.step_sequences ? o.cfg.step_sequences : o.cfg.step_tokens,
+                o.cfg.step_sequences ? "sequences" : "tokens", o.output_topic,
+                o.cfg.micro_batch_tokens, o.cfg.max_message_bytes);
+
+    al_transition t = {0};
+    while (!batch_stop && !w.fatal) {
+        rd_kafka_message_t *m = NULL;
+        int r = al_consumer_poll(w.cons, 50, &m, err, sizeof err);
+        if (r < 0) {
+            worker_fail(&w, "%s", err);
+            break;
+        }
+        int64_t now = al_mono_us();
+        if (r == 1) {
+            al_input *in = al_consumer_input_begin(w.cons, m);
+            char why[512];
+            if (!m->payload || al_transition_decode(m->payload, m->len, &t, why, sizeof why) != 0) {
+                if (!m->payload) snprintf(why, sizeof why, "empty value (tombstone): not a Transition");
+                al_counter_inc(w.met.undecodable);
+                if (al_deadletter_message(w.prod, m, why, "batch", in, err, sizeof err) != 0)
+                    worker_fail(&w, "cannot dead-letter %s [%d] offset %" PRId64 ": %s", o.input_topic,
+                                (int)m->partition, m->offset, err);
+                al_input_end(in);
+            } else {
+                switch (al_batcher_add(w.batcher, &t, m->partition, now, in, why, sizeof why)) {
+                case AL_BATCH_ADDED: al_counter_inc(w.met.added); break;
+                case AL_BATCH_DUPLICATE:
+                    al_counter_inc(w.met.duplicate);
+                    al_input_end(in);
+                    break;
+                case AL_BATCH_INVALID:
+                    al_counter_inc(w.met.invalid);
+                    al_log_warn(COMP, "%s [%d] offset %" PRId64 ": %s", o.input_topic, (int)m->partition,
+                                m->offset, why);
+                    if (al_deadletter_message(w.prod, m, why, "batch", in, err, sizeof err) != 0)
+                        worker_fail(&w, "cannot dead-letter %s [%d] offset %" PRId64 ": %s",
+                                    o.input_topic, (int)m->partition, m->offset, err);
+                    al_input_end(in);
+                    break;
+                }
+            }
+            rd_kafka_message_destroy(m);
+        }
+        policy_poll(&pf, &w, 0);
+        al_batcher_close_idle(w.batcher, now, o.group_idle_ms * 1000);
+        al_batch_step *st;
+        int s;
+        while (!w.fatal && (s = al_batcher_next_step(w.batcher, &st, err, sizeof err)) != 0) {
+            if (s < 0) {
+                worker_fail(&w, "%s", err);
+                break;
+            }
+            send_step(&w, st);
+        }
+        al_producer_poll(w.prod, 0);
+        retire_flights(&w);
+        al_batcher_stats bs;
+        al_batcher_get_stats(w.batcher, &bs);
+        al_gauge_set(w.met.open_groups, (double)bs.open_groups);
+        al_gauge_set(w.met.queued_groups, (double)bs.queued_groups);
+        al_gauge_set(w.met.queued_seqs, (double)bs.queued_sequences);
+        if (o.stop_after_step >= 0 && w.last_step_acked >= o.stop_after_step - 1) {
+            al_log_info(COMP, "step %" PRId64 " acknowledged: stopping (--steps)", w.last_step_acked);
+            break;
+        }
+    }
+    al_transition_clear(&t);
+    /* Finish what is in flight so that its inputs' offsets can be stored and committed. */
+    if (w.prod && al_producer_flush(w.prod, 30000, err, sizeof err) != 0)
+        worker_fail(&w, "at exit: %s", err);
+    retire_flights(&w);
+    rc = w.fatal ? AL_EXIT_FAILURE : AL_EXIT_OK;
+out:
+    /* Inputs of transitions not in an acknowledged step stay unfinished: the consumer commits
+     * only what is stored, and a restart re-reads them. Their handles are released after the
+     * consumer is gone, when releasing them can no longer store anything. */
+    w.closing = 1;
+    al_consumer_free(w.cons);
+    while (w.flights) {
+        flight *f = w.flights;
+        w.flights = f->next;
+        end_inputs(f->step);
+        al_batch_step_free(f->step);
+        free(f);
+    }
+    al_batcher_release_all(w.batcher, release_input, NULL);
+    al_producer_free(w.prod);
+    policy_free(&pf);
+    al_batcher_free(w.batcher);
+    al_http_server_stop(srv);
+    al_metrics_free(w.met.reg);
+    al_kafka_conf_free(kc);
+    return rc;
+}
