@@ -10,8 +10,8 @@
 #include "core/util.h"
 #include "http/server.h"
 #include "kafka/kafka.h"
+#include "recording_reader.h"
 
-#include <avro.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -119,119 +119,17 @@ static void progress(replay_state *s, int final)
     }
 }
 
-/* Reads the fields of one Recording value; 0, or -1 with errstr naming the field. The
- * pointers point into v. */
-typedef struct recorded {
-    const char *topic;
-    int32_t partition;
-    int64_t offset, timestamp;
-    const void *key, *value;
-    size_t key_len, value_len;
-} recorded;
-
-static int get_nullable_bytes(avro_value_t *u, const void **p, size_t *n)
-{
-    int disc;
-    avro_value_t b;
-    if (avro_value_get_discriminant(u, &disc) || avro_value_get_current_branch(u, &b)) return -1;
-    if (avro_value_get_type(&b) == AVRO_NULL) {
-        *p = NULL;
-        *n = 0;
-        return 0;
-    }
-    if (avro_value_get_type(&b) != AVRO_BYTES) return -1;
-    return avro_value_get_bytes(&b, p, n);
-}
-
-static int read_recorded(avro_value_t *v, recorded *r, char *errstr, size_t errlen)
-{
-    avro_value_t f;
-    size_t sl;
-    if (avro_value_get_by_name(v, "topic", &f, NULL) ||
-        avro_value_get_string(&f, &r->topic, &sl))
-        return al_err(errstr, errlen, "record has no string field 'topic'");
-    if (avro_value_get_by_name(v, "partition", &f, NULL) ||
-        avro_value_get_int(&f, &r->partition))
-        return al_err(errstr, errlen, "record has no int field 'partition'");
-    if (avro_value_get_by_name(v, "offset", &f, NULL) || avro_value_get_long(&f, &r->offset))
-        return al_err(errstr, errlen, "record has no long field 'offset'");
-    if (avro_value_get_by_name(v, "timestamp", &f, NULL) ||
-        avro_value_get_long(&f, &r->timestamp))
-        return al_err(errstr, errlen, "record has no long field 'timestamp'");
-    if (avro_value_get_by_name(v, "key", &f, NULL) ||
-        get_nullable_bytes(&f, &r->key, &r->key_len))
-        return al_err(errstr, errlen, "record has no nullable bytes field 'key'");
-    if (avro_value_get_by_name(v, "value", &f, NULL) ||
-        get_nullable_bytes(&f, &r->value, &r->value_len))
-        return al_err(errstr, errlen, "record has no nullable bytes field 'value'");
-    return 0;
-}
-
 /* The record's headers as librdkafka headers (the caller destroys them); NULL for none. */
-static rd_kafka_headers_t *read_headers(avro_value_t *v)
+static rd_kafka_headers_t *recorded_headers(const al_recorded *m)
 {
-    avro_value_t arr, h, f;
-    size_t n = 0;
-    if (avro_value_get_by_name(v, "headers", &arr, NULL) || avro_value_get_size(&arr, &n) || !n)
-        return NULL;
-    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(n);
-    for (size_t i = 0; i < n; i++) {
-        const char *name;
-        size_t nl;
-        const void *val = NULL;
-        size_t vl = 0;
-        if (avro_value_get_by_index(&arr, i, &h, NULL)) continue;
-        if (avro_value_get_by_name(&h, "name", &f, NULL) || avro_value_get_string(&f, &name, &nl))
-            continue;
-        if (!avro_value_get_by_name(&h, "value", &f, NULL)) get_nullable_bytes(&f, &val, &vl);
-        rd_kafka_header_add(hdrs, name, -1, val, val ? (ssize_t)vl : 0);
+    if (!m->n_headers) return NULL;
+    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(m->n_headers);
+    for (size_t i = 0; i < m->n_headers; i++) {
+        const al_recording_header *h = &m->headers[i];
+        rd_kafka_header_add(hdrs, h->name, (ssize_t)h->name_len, h->value,
+                            h->value ? (ssize_t)h->value_len : 0);
     }
     return hdrs;
-}
-
-/* Opens the recording and checks it holds ai.arclight.Recording records. 0, or -1. */
-static int open_recording(const char *path, avro_file_reader_t *rd, avro_value_iface_t **iface,
-                          avro_value_t *v, char *errstr, size_t errlen)
-{
-
-    /* Check the container magic first: avro-c 1.11 leaks a buffer when it rejects one. */
-    unsigned char magic[4] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return al_err(errstr, errlen, "cannot open %s: %s", path, strerror(errno));
-    size_t got = fread(magic, 1, sizeof magic, f);
-    fclose(f);
-    if (got != 4 || memcmp(magic, "Obj\x01", 4) != 0)
-        return al_err(errstr, errlen, "%s is not an Avro container file (no 'Obj\\x01' magic)",
-                      path);
-    if (avro_file_reader(path, rd) != 0)
-        return al_err(errstr, errlen, "%s is not an Avro container file: %s", path,
-                      avro_strerror());
-    /* avro_file_reader_get_writer_schema hands out a new reference: ours to drop. */
-    avro_schema_t ws = avro_file_reader_get_writer_schema(*rd);
-    const char *name = ws && is_avro_record(ws) ? avro_schema_name(ws) : NULL;
-    if (!name || strcmp(name, "Recording") != 0) {
-        al_err(errstr, errlen, "%s holds %s records, not arclight recordings "
-                               "(ai.arclight.Recording)", path, name ? name : "non-record");
-        avro_schema_decref(ws);
-        avro_file_reader_close(*rd);
-        return -1;
-    }
-    *iface = avro_generic_class_from_schema(ws);
-    if (!*iface || avro_generic_value_new(*iface, v) != 0) {
-        if (*iface) avro_value_iface_decref(*iface);
-        avro_schema_decref(ws);
-        avro_file_reader_close(*rd);
-        return al_err(errstr, errlen, "cannot read %s: %s", path, avro_strerror());
-    }
-    avro_schema_decref(ws); /* the value class holds its own reference */
-    return 0;
-}
-
-static void close_recording(avro_file_reader_t rd, avro_value_iface_t *iface, avro_value_t *v)
-{
-    avro_value_decref(v);
-    avro_value_iface_decref(iface);
-    avro_file_reader_close(rd);
 }
 
 /* Sleeps until the monotonic time `until_us`, serving delivery reports meanwhile. */
@@ -328,22 +226,17 @@ int cmd_replay(int argc, char **argv)
     const char *path = argv[optind];
 
     char err[1024];
-    avro_file_reader_t rd;
-    avro_value_iface_t *iface;
-    avro_value_t v;
     replay_state s = {.tty = isatty(STDERR_FILENO)};
-    if (open_recording(path, &rd, &iface, &v, err, sizeof err) != 0) {
+    al_recording_reader *rd = al_recording_open(path, err, sizeof err);
+    if (!rd) {
         al_log_error("replay", "%s", err);
         return AL_EXIT_FAILURE;
     }
-    if (s.tty) {
-        /* A first pass for the progress bar's total; a terminal user waits for it anyway. */
-        while (avro_file_reader_read_value(rd, &v) == 0) s.total++;
-        close_recording(rd, iface, &v);
-        if (open_recording(path, &rd, &iface, &v, err, sizeof err) != 0) {
-            al_log_error("replay", "%s", err);
-            return AL_EXIT_FAILURE;
-        }
+    /* The total for the progress bar comes from the block headers: no decoding. */
+    if (s.tty && (s.total = al_recording_count(rd, err, sizeof err)) < 0) {
+        al_log_error("replay", "%s", err);
+        al_recording_close(rd);
+        return AL_EXIT_FAILURE;
     }
 
     int rc = AL_EXIT_OK;
@@ -382,14 +275,15 @@ int cmd_replay(int argc, char **argv)
 
     int64_t t0 = al_mono_us(), ts0 = -1, last_progress = t0;
     long long index = 0;
-    int rerr = 0;
-    while (!replay_stop && (rerr = avro_file_reader_read_value(rd, &v)) == 0) {
-        recorded r;
-        if (read_recorded(&v, &r, err, sizeof err) != 0) {
-            al_log_error("replay", "%s: record %lld: %s", path, index, err);
+    int more = 1;
+    while (!replay_stop) {
+        al_recorded r;
+        more = al_recording_next(rd, &r, err, sizeof err);
+        if (more < 0) {
+            al_log_error("replay", "%s", err);
             rc = AL_EXIT_FAILURE;
-            break;
         }
+        if (more <= 0) break;
         const char *topic = r.topic;
         for (size_t i = 0; i < nmaps; i++)
             if (strcmp(maps[i].from, topic) == 0) topic = maps[i].to;
@@ -417,7 +311,7 @@ int cmd_replay(int argc, char **argv)
         }
         if (replay_stop) break;
 
-        rd_kafka_headers_t *hdrs = read_headers(&v);
+        rd_kafka_headers_t *hdrs = recorded_headers(&r);
         al_kafka_out o = {
             .topic = topic,
             .partition = partition,
@@ -450,10 +344,6 @@ int cmd_replay(int argc, char **argv)
             last_progress = now;
         }
     }
-    if (!replay_stop && rc == AL_EXIT_OK && rerr != EOF && rerr != 0) {
-        al_log_error("replay", "%s: cannot read record %lld: %s", path, index, avro_strerror());
-        rc = AL_EXIT_FAILURE;
-    }
     if (al_producer_flush(s.producer, 60000, err, sizeof err) != 0) {
         al_log_error("replay", "%s", err);
         rc = AL_EXIT_FAILURE;
@@ -472,6 +362,6 @@ out:
     al_http_server_stop(srv);
     al_metrics_free(metrics);
     al_kafka_conf_free(kc);
-    close_recording(rd, iface, &v);
+    al_recording_close(rd);
     return rc;
 }
