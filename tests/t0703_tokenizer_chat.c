@@ -248,3 +248,36 @@ TEST(render_then_parse_roundtrip)
     al_chat_parsed_free(&p);
     free(s);
 }
+
+TEST(chat_encode_with_the_tokenizers_template)
+{
+    char *dir = tok_source_path("tests/tokenizer/tiny");
+    char err[200];
+    al_tokenizer *tok = al_tokenizer_load_dir(dir, err, sizeof err);
+    free(dir);
+    REQUIREF(tok, "%s", err);
+    CHECK_EQ_STR(al_chat_template_name(al_tokenizer_chat_template(tok)), "qwen2.5");
+    CHECK_EQ_STR(al_chat_template_name(AL_CHAT_TEMPLATE_QWEN3), "qwen3");
+    al_chat_message m[] = {{.role = AL_CHAT_USER, .content = "Hi there"}};
+    al_chat_request req = {.messages = m, .n_messages = 1, .add_generation_prompt = 1};
+    al_token_ids ids = {0};
+    REQUIREF(al_chat_encode(tok, &req, &ids, err, sizeof err) == 0, "%s", err);
+    /* <|im_start|>system\n...<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n */
+    int starts = 0, ends = 0;
+    for (size_t i = 0; i < ids.len; i++) {
+        starts += ids.ids[i] == 506;
+        ends += ids.ids[i] == 507;
+    }
+    CHECK_EQ_INT(starts, 3);
+    CHECK_EQ_INT(ends, 2);
+    CHECK_EQ_INT(ids.ids[0], 506);
+    char *text = NULL;
+    size_t len = 0;
+    REQUIRE(al_tokenizer_decode(tok, ids.ids, ids.len, 0, &text, &len) == 0);
+    char *want = al_chat_render(AL_CHAT_TEMPLATE_QWEN2_5, &req, &len, err, sizeof err);
+    CHECK_EQ_STR(text, want);
+    free(want);
+    free(text);
+    al_token_ids_free(&ids);
+    al_tokenizer_free(tok);
+}

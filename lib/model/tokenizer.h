@@ -10,7 +10,8 @@
  *     with one of the known patterns (GPT-2, Qwen2, Llama-3/cl100k), or a Sequence of
  *     those. The patterns are matched by hand-written code, not a regex engine; another
  *     pattern is refused with its text in the error;
- *   - added_tokens (id, content, special, lstrip, rstrip); decoder ByteLevel.
+ *   - added_tokens (id, content, special, lstrip, rstrip; single_word and normalized are
+ *     ignored: every added token is matched on the raw text, before NFC); decoder ByteLevel.
  * tokenizer_config.json gives bos/eos/pad tokens and the chat template, of which only the
  * kind is kept (see al_chat_template_kind).
  *
@@ -144,11 +145,20 @@ typedef struct al_chat_request {
                             prompt; anything else leaves thinking on (the default) */
 } al_chat_request;
 
+/* "none", "chatml", "qwen2.5" or "qwen3". */
+const char *al_chat_template_name(al_chat_template_kind kind);
+
 /* Renders a conversation to the prompt text. Returns a malloc'd NUL-terminated string
  * (owned by the caller) and its length in *out_len, or NULL with the reason in errstr
  * (no messages, an unknown role, a template kind that cannot render, no memory). */
 char *al_chat_render(al_chat_template_kind kind, const al_chat_request *req, size_t *out_len, char *errstr,
                      size_t errlen);
+
+/* Renders with the tokenizer's own template and appends the prompt's ids to *out, special
+ * tokens recognized (as vLLM and transformers do: a special token's text inside a message
+ * becomes that token too). Returns 0, or -1 with the reason in errstr. */
+int al_chat_encode(const al_tokenizer *tok, const al_chat_request *req, al_token_ids *out, char *errstr,
+                   size_t errlen);
 
 /* A tool call found in generated text. */
 typedef struct al_chat_parsed_call {

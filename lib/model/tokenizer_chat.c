@@ -372,6 +372,29 @@ char *al_chat_render(al_chat_template_kind kind, const al_chat_request *req, siz
     return b.data;
 }
 
+const char *al_chat_template_name(al_chat_template_kind kind)
+{
+    switch (kind) {
+    case AL_CHAT_TEMPLATE_NONE: return "none";
+    case AL_CHAT_TEMPLATE_CHATML: return "chatml";
+    case AL_CHAT_TEMPLATE_QWEN2_5: return "qwen2.5";
+    case AL_CHAT_TEMPLATE_QWEN3: return "qwen3";
+    }
+    return "none";
+}
+
+int al_chat_encode(const al_tokenizer *tok, const al_chat_request *req, al_token_ids *out, char *errstr,
+                   size_t errlen)
+{
+    size_t len = 0;
+    char *text = al_chat_render(al_tokenizer_chat_template(tok), req, &len, errstr, errlen);
+    if (!text) return -1;
+    int rc = al_tokenizer_encode(tok, text, len, AL_TOKENIZER_ALLOW_SPECIAL, out);
+    free(text);
+    if (rc && errstr && errlen) snprintf(errstr, errlen, "out of memory encoding the prompt");
+    return rc;
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Parsing generated text                                                               */
 
