@@ -9,7 +9,7 @@ DEBIAN_PACKAGES=(
   build-essential cmake pkg-config git
   clang libclang-rt-14-dev            # libFuzzer for the fuzz targets
   librdkafka-dev libavro-dev avro-bin libjansson-dev libevent-dev libcurl4-openssl-dev
-  libssl-dev libopenblas-dev
+  libssl-dev libopenblas-dev zlib1g-dev  # zlib: replay inflates deflate recordings
   kcat nginx wrk                      # benchmark references
   python3-torch python3-numpy         # PyTorch reference for the model tests
 )
