@@ -148,6 +148,8 @@ static size_t pow2_at_least(size_t n)
     return p;
 }
 
+/* Copies n bytes plus a NUL into the tokenizer's arena (freed with it); NULL when out of
+ * memory. Token strings live here: one allocation per MiB instead of one per token. */
 static char *arena_copy(al_tokenizer *t, const void *src, size_t n)
 {
     if (!t->arena || t->arena->cap - t->arena->used < n + 1) {
@@ -435,6 +437,9 @@ static int ensure_ids(al_tokenizer *t, int32_t n)
     return 0;
 }
 
+/* Fills the id tables from model.vocab (sized to the largest id of the vocabulary and the
+ * added tokens) and the string -> id map. Every vocabulary string must be in the byte-level
+ * alphabet; its bytes are kept for decoding. -1 with errstr on any bad entry. */
 static int load_vocab(al_tokenizer *t, const al_json *vocab, const al_json *added, char *errstr, size_t errlen)
 {
     if (!vocab || vocab->type != AL_JSON_OBJECT) {
@@ -518,6 +523,9 @@ oom:
     return -1;
 }
 
+/* Registers added_tokens (ids checked by load_vocab) and indexes them by first byte for the
+ * leftmost-longest split of the raw text. An added token that is also in the vocabulary
+ * must have the same string there. -1 with errstr otherwise. */
 static int load_added(al_tokenizer *t, const al_json *added, char *errstr, size_t errlen)
 {
     if (!added || added->type == AL_JSON_NULL) return 0;
@@ -613,6 +621,8 @@ static int merge_parts(const al_json *m, const char **a, size_t *alen, const cha
     return -1;
 }
 
+/* Builds the (left id, right id) -> (rank, merged id) table; rank is the merge's index.
+ * Both halves and their concatenation must be in the vocabulary. -1 with errstr. */
 static int load_merges(al_tokenizer *t, const al_json *merges, char *errstr, size_t errlen)
 {
     if (!merges || merges->type != AL_JSON_ARRAY) {
@@ -669,6 +679,8 @@ static int load_merges(al_tokenizer *t, const al_json *merges, char *errstr, siz
     return 0;
 }
 
+/* Reads everything tokenizer.json holds into t, refusing what it cannot reproduce exactly
+ * (other models, byte fallback, dropout, unknown normalizers, pre-tokenizers, decoders). */
 static int load_model(al_tokenizer *t, const al_json *root, char *errstr, size_t errlen)
 {
     if (!root || root->type != AL_JSON_OBJECT) {
@@ -735,6 +747,8 @@ static al_chat_template_kind template_kind(const char *tpl)
     return AL_CHAT_TEMPLATE_CHATML;
 }
 
+/* tokenizer_config.json: bos/eos/pad token ids (-1 when unset or not in the vocabulary)
+ * and the kind of chat template. Unknown fields are ignored. */
 static int load_config(al_tokenizer *t, const char *config, size_t len, char *errstr, size_t errlen)
 {
     char jerr[160];
@@ -947,6 +961,7 @@ typedef struct cpbuf {
     size_t n, cap;
 } cpbuf;
 
+/* Decodes s into code points with their classes and byte offsets (reusing b's arrays). */
 static int cpbuf_fill(cpbuf *b, const uint8_t *s, size_t len)
 {
     if (len + 1 > b->cap) {
