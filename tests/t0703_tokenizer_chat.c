@@ -46,9 +46,15 @@ TEST(render_matches_reference)
                 for (size_t j = 0; j < tc->count; j++) {
                     const al_json *fn = al_json_get(tc->items[j], "function");
                     calls[k][j].name = al_json_get_string(fn, "name", NULL);
-                    al_json_buf *ab = &argbufs[nargs++];
-                    tok_json_write(ab, al_json_get(fn, "arguments"));
-                    calls[k][j].arguments = ab->data;
+                    const al_json *args = al_json_get(fn, "arguments");
+                    if (args->type == AL_JSON_STRING) {
+                        /* free text where JSON should be: handed over as it is */
+                        calls[k][j].arguments = args->string;
+                    } else {
+                        al_json_buf *ab = &argbufs[nargs++];
+                        tok_json_write(ab, args);
+                        calls[k][j].arguments = ab->data;
+                    }
                 }
                 m[k].tool_calls = calls[k];
                 m[k].n_tool_calls = tc->count;

@@ -306,6 +306,17 @@ const conversations = [
     add_generation_prompt: false,
   },
   {
+    // arguments that are a string, not an object (a model that wrote free text): Qwen2.5
+    // renders it through tojson, Qwen3 verbatim
+    name: "string_arguments",
+    tools: [searchTool],
+    messages: [
+      { role: "user", content: "s" },
+      { role: "assistant", content: "", tool_calls: [{ type: "function", function: { name: "search", arguments: "not json, \"quoted\"" } }] },
+    ],
+    add_generation_prompt: true,
+  },
+  {
     name: "tool_first",
     messages: [{ role: "tool", content: "orphan result" }, { role: "user", content: "ok?" }],
     add_generation_prompt: true,
