@@ -92,3 +92,28 @@ static void kv_matches_full_forward(al_model_arch arch)
 
 TEST(kv_cache_matches_full_forward_qwen2) { kv_matches_full_forward(AL_MODEL_ARCH_QWEN2); }
 TEST(kv_cache_matches_full_forward_qwen3) { kv_matches_full_forward(AL_MODEL_ARCH_QWEN3); }
+
+TEST(long_prompts_go_through_in_chunks)
+{
+    char err[256];
+    al_model *m = tiny(AL_MODEL_ARCH_QWEN3, err, sizeof err);
+    REQUIREF(m, "%s", err);
+    enum { T = 600, V = 80 };
+    int32_t *tok = malloc(sizeof(int32_t) * T), *pos = malloc(sizeof(int32_t) * T), cu[2] = {0, T};
+    for (int t = 0; t < T; t++) tok[t] = (t * 31 + 11) % V, pos[t] = t;
+    float *full = malloc(sizeof(float) * T * V), *got = malloc(sizeof(float) * T * V);
+    REQUIRE(al_model_forward(m, tok, pos, cu, 1, T, full) == 0);
+    al_model_kv *kv = al_model_kv_new(m, T, err, sizeof err);
+    REQUIREF(kv, "%s", err);
+    REQUIRE(al_model_kv_forward(m, kv, tok, T - 1, got, 0) == 0); /* 3 chunks: 256, 256, 87 */
+    double e = max_rel(got, full, (size_t)(T - 1) * V);
+    CHECKF(e < 1e-5, "chunked prompt logits differ by %.3g", e);
+    al_model_kv_reset(kv);
+    REQUIRE(al_model_kv_forward(m, kv, tok, T, got, 1) == 0);
+    e = max_rel(got, full + (size_t)(T - 1) * V, V);
+    CHECKF(e < 1e-5, "last-token logits differ by %.3g", e);
+    CHECK_EQ_INT(al_model_kv_len(kv), T);
+    al_model_kv_free(kv);
+    free(tok), free(pos), free(full), free(got);
+    al_model_free(m);
+}

@@ -565,19 +565,15 @@ static int kv_ensure(const al_model_config *c, al_model_kv *kv, int n)
     return 0;
 }
 
-int al_model_kv_forward(al_model *m, al_model_kv *kv, const int32_t *tokens, int n,
-                        float *logits, int last_only)
+/* Long prompts go through in chunks of this many tokens, which bounds the attention scores
+ * at NH * KV_CHUNK * cache length floats. */
+#define KV_CHUNK 256
+
+/* One chunk of al_model_kv_forward (inputs already checked). logits NULL: no LM head. */
+static int kv_forward_chunk(al_model *m, al_model_kv *kv, const int32_t *tokens, int n,
+                            float *logits, int last_only)
 {
     const al_model_config *c = &m->cfg;
-    m->err[0] = 0;
-    if (n <= 0) return model_err(m, "kv forward: no tokens");
-    if (n > kv->max - kv->len)
-        return model_err(m, "kv forward: %d more tokens do not fit the cache (%d of %d used)", n,
-                         kv->len, kv->max);
-    for (int t = 0; t < n; t++)
-        if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
-            return model_err(m, "kv forward: token %d is outside the vocabulary (%d)", tokens[t],
-                             c->vocab_size);
     int p0 = kv->len, total = p0 + n;
     size_t need = (size_t)c->num_heads * n * total;
     if (kv_ensure(c, kv, n) || ensure_floats(&kv->scores, &kv->scores_cap, need))
@@ -629,11 +625,33 @@ int al_model_kv_forward(al_model *m, al_model_kv *kv, const int32_t *tokens, int
         al_linear_forward(kv->tmp, kv->gate, p->w_down + (size_t)l * C * I, NULL, n, I, C);
         al_residual_forward(kv->x, kv->x, kv->tmp, (size_t)n * C);
     }
+    kv->len = total;
+    if (!logits) return 0;
     const float *rows = kv->x;
     int nrows = n;
     if (last_only) rows = kv->x + (size_t)(n - 1) * C, nrows = 1;
     al_rmsnorm_forward(kv->ln, kv->rstd, rows, p->ln_f, nrows, C, eps);
     al_lm_head_forward(logits, kv->ln, p->lm_head, nrows, C, c->vocab_size);
-    kv->len = total;
+    return 0;
+}
+
+int al_model_kv_forward(al_model *m, al_model_kv *kv, const int32_t *tokens, int n,
+                        float *logits, int last_only)
+{
+    const al_model_config *c = &m->cfg;
+    m->err[0] = 0;
+    if (n <= 0) return model_err(m, "kv forward: no tokens");
+    if (n > kv->max - kv->len)
+        return model_err(m, "kv forward: %d more tokens do not fit the cache (%d of %d used)", n,
+                         kv->len, kv->max);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= c->vocab_size)
+            return model_err(m, "kv forward: token %d is outside the vocabulary (%d)", tokens[t],
+                             c->vocab_size);
+    for (int o = 0; o < n; o += KV_CHUNK) {
+        int k = n - o < KV_CHUNK ? n - o : KV_CHUNK, last = o + k == n;
+        float *dst = last_only ? (last ? logits : NULL) : logits + (size_t)o * c->vocab_size;
+        if (kv_forward_chunk(m, kv, tokens + o, k, dst, last_only)) return -1;
+    }
     return 0;
 }
