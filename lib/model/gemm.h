@@ -6,6 +6,12 @@
  * op(X) is X or its transpose; lda/ldb/ldc are the row strides of A, B and C as stored.
  * cblas_sgemm when ARCLIGHT_HAVE_OPENBLAS is defined, else a blocked C loop with OpenMP
  * across rows. beta == 0 overwrites C without reading it (NaNs in C do not leak through).
+ *
+ * Threads: with OpenMP, the first call sets OpenBLAS to one thread (process-wide) and large
+ * products are split into row or column blocks across the OpenMP threads, each a
+ * single-threaded cblas_sgemm; called from inside a parallel region (attention runs one head
+ * per thread) a product stays on the calling thread. One pool of threads, no spinning
+ * workers of one pool stealing the cores of the other.
  */
 #ifndef ARCLIGHT_MODEL_GEMM_H
 #define ARCLIGHT_MODEL_GEMM_H

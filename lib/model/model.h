@@ -16,7 +16,9 @@
  * are kept for al_model_backward, which must follow the forward it belongs to; buffers
  * grow to the largest T seen and stay.
  *
- * Not thread-safe: one model per thread (it uses OpenMP and BLAS threads inside).
+ * Not thread-safe: one model per thread. Inside, work is split over OpenMP threads
+ * (OMP_NUM_THREADS); OpenBLAS is switched to one thread per call so the two pools never
+ * compete for cores (see gemm.h).
  */
 #ifndef ARCLIGHT_MODEL_MODEL_H
 #define ARCLIGHT_MODEL_MODEL_H
