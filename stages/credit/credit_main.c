@@ -74,7 +74,8 @@ static const char credit_usage[] =
     "                          (default: the idle timeout; 0: never)\n"
     "  --reward-window N       rollouts in the reward mean/std metrics (default 256)\n"
     "  --max-spans N           stop after N consumed messages (benchmarks)\n"
-    "  --exit-idle S           stop after S seconds without a message (tests, benchmarks)\n" AL_CLI_COMMON_HELP;
+    "  --exit-idle S           stop after S seconds without a message (at least 30 s before\n"
+    "                          the first one; tests, benchmarks)\n" AL_CLI_COMMON_HELP;
 
 enum {
     OPT_GROUP = AL_CLI_OPT_USER,
@@ -695,7 +696,9 @@ int cmd_credit(int argc, char **argv)
             quiet_flush(&x, (int64_t)(quiet_s * 1e6));
             last_quiet_check = now;
         }
-        if (exit_idle_s > 0 && now - last_msg > (int64_t)(exit_idle_s * 1e6)) break;
+        /* Before the first message the group join counts too: wait at least 30 s. */
+        double idle_limit = consumed || exit_idle_s > 30 ? exit_idle_s : 30;
+        if (exit_idle_s > 0 && now - last_msg > (int64_t)(idle_limit * 1e6)) break;
     }
     if (x.failed) {
         al_log_error(cmd, "stopping: %s", x.fail_reason);

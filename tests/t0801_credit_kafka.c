@@ -1,0 +1,577 @@
+/* t0801: `arclight credit` against the embedded broker over TCP: many interleaved rollouts of
+ * many tasks across partitions (every transition once, advantages as computed by hand),
+ * malformed spans in the dead-letter topic with their reasons, a worker killed with SIGKILL
+ * mid-stream, restarted, and joined by a second worker (every transition present exactly
+ * once after dedupe by id, duplicates byte-identical), and determinism on a recording
+ * replayed into a topic with another partition count. */
+#include "testlib.h"
+
+#include "broker_fixture.h"
+#include "avro/codec.h"
+
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#define N_TASKS 12
+#define PER_TASK 4
+#define N_ROLL (N_TASKS * PER_TASK)
+
+static al_test_broker broker;
+static char topics_path[160], tmpdir[100];
+
+/* ---- the span stream -------------------------------------------------------------------- */
+
+typedef struct msg {
+    char key[32];
+    uint8_t *val; /* NULL: tombstone */
+    size_t len;
+} msg;
+
+typedef struct stream {
+    msg *m;
+    size_t n, cap;
+} stream;
+
+static void stream_add(stream *s, const char *key, const void *val, size_t len)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 256;
+        s->m = realloc(s->m, s->cap * sizeof *s->m);
+    }
+    msg *m = &s->m[s->n++];
+    snprintf(m->key, sizeof m->key, "%s", key);
+    m->val = val ? malloc(len) : NULL;
+    if (val) memcpy(m->val, val, len);
+    m->len = len;
+}
+
+static void stream_free(stream *s)
+{
+    for (size_t i = 0; i < s->n; i++) free(s->m[i].val);
+    free(s->m);
+    memset(s, 0, sizeof *s);
+}
+
+static int ncalls_of(int r)
+{
+    return 1 + (r * 7 + 3) % 3;
+}
+
+static double reward_of(int r)
+{
+    return (double)((r * 5 + r / PER_TASK) % 4);
+}
+
+/* The whole stream: N_ROLL rollouts of N_TASKS tasks, spans interleaved by a fixed PRNG.
+ * Rollout r: calls 0..n-1, a reward after the last call, the end (group size 4). */
+static void build_stream(stream *s)
+{
+    int next[N_ROLL] = {0};
+    uint32_t rng = 12345;
+    int left = 0;
+    for (int r = 0; r < N_ROLL; r++) left += ncalls_of(r) + 2;
+    int64_t ts = 1764400000000000LL;
+    al_buf b = {0};
+    char err[256];
+    while (left > 0) {
+        rng = rng * 1103515245u + 12345u;
+        /* a window of 12 rollouts from the first unfinished one: about three tasks at once,
+         * so that groups complete all along the stream */
+        int base = 0;
+        while (base < N_ROLL && next[base] > ncalls_of(base) + 1) base++;
+        int r = base + (int)((rng >> 8) % 12);
+        if (r >= N_ROLL) continue;
+        int nc = ncalls_of(r);
+        if (next[r] > nc + 1) continue;
+        char task[16], rid[16];
+        snprintf(task, sizeof task, "task-%02d", r / PER_TASK);
+        snprintf(rid, sizeof rid, "roll-%03d", r);
+        int32_t prompt[16], resp[8];
+        float lp[8];
+        for (int i = 0; i < 16; i++) prompt[i] = r * 100 + next[r] * 10 + i;
+        for (int i = 0; i < 8; i++) {
+            resp[i] = 50000 + r * 10 + i;
+            lp[i] = -0.01f * (float)(i + 1);
+        }
+        al_span sp;
+        memset(&sp, 0, sizeof sp);
+        sp.trace_id = "0123456789abcdef0123456789abcdef";
+        sp.span_id = "0123456789abcdef";
+        sp.task_id = task;
+        sp.rollout_id = rid;
+        sp.sequence = next[r];
+        sp.timestamp_us = ts += 1000;
+        if (next[r] < nc) {
+            sp.kind = AL_SPAN_KIND_LLM_CALL;
+            sp.llm_call.model = "tiny";
+            sp.llm_call.policy_version = 7;
+            sp.llm_call.prompt_token_ids = prompt;
+            sp.llm_call.n_prompt_tokens = 16;
+            sp.llm_call.response_token_ids = resp;
+            sp.llm_call.n_response_tokens = 8;
+            sp.llm_call.response_logprobs = lp;
+            sp.llm_call.n_response_logprobs = 8;
+            sp.llm_call.http_status = 200;
+        } else if (next[r] == nc) {
+            sp.kind = AL_SPAN_KIND_REWARD;
+            sp.reward.name = "final";
+            sp.reward.value = reward_of(r);
+            sp.reward.after_sequence = nc - 1;
+        } else {
+            sp.kind = AL_SPAN_KIND_ROLLOUT_END;
+            sp.rollout_end.status = AL_ROLLOUT_STATUS_SUCCEEDED;
+            sp.rollout_end.group_size = PER_TASK;
+        }
+        if (al_span_encode(&sp, &b, err, sizeof err) != 0) {
+            fprintf(stderr, "encode: %s\n", err);
+            abort();
+        }
+        stream_add(s, task, b.data, b.len);
+        next[r]++;
+        left--;
+    }
+    al_buf_free(&b);
+}
+
+/* ---- Kafka helpers ---------------------------------------------------------------------- */
+
+static int produce(const char *topic, const msg *m, size_t n)
+{
+    char err[512];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    rd_kafka_conf_set(c, "bootstrap.servers", broker.bootstrap, err, sizeof err);
+    rd_kafka_conf_set(c, "linger.ms", "5", err, sizeof err);
+    rd_kafka_conf_set(c, "partitioner", "murmur2_random", err, sizeof err);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, err, sizeof err);
+    if (!rk) return -1;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++)
+        if (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(m[i].key, strlen(m[i].key)),
+                              RD_KAFKA_V_VALUE(m[i].val, m[i].len),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END))
+            rc = -1;
+    if (rd_kafka_flush(rk, 30000)) rc = -1;
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
+typedef struct rec {
+    char *key;
+    uint8_t *val;
+    size_t len;
+} rec;
+
+typedef struct recs {
+    rec *r;
+    size_t n, cap;
+} recs;
+
+static void recs_free(recs *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        free(s->r[i].key);
+        free(s->r[i].val);
+    }
+    free(s->r);
+    memset(s, 0, sizeof *s);
+}
+
+/* Every message of topic (all partitions, oldest to the current end), appended to out. */
+static int read_topic(const char *topic, recs *out)
+{
+    char err[512];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    rd_kafka_conf_set(c, "bootstrap.servers", broker.bootstrap, err, sizeof err);
+    rd_kafka_conf_set(c, "group.id", "t0801-reader", err, sizeof err);
+    rd_kafka_conf_set(c, "enable.auto.commit", "false", err, sizeof err);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, err, sizeof err);
+    if (!rk) return -1;
+    rd_kafka_poll_set_consumer(rk);
+    const rd_kafka_metadata_t *md;
+    rd_kafka_topic_t *t = rd_kafka_topic_new(rk, topic, NULL);
+    int rc = -1;
+    if (rd_kafka_metadata(rk, 0, t, &md, 10000) == 0) {
+        int np = md->topic_cnt ? md->topics[0].partition_cnt : 0;
+        rd_kafka_metadata_destroy(md);
+        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(np);
+        int64_t *hi = calloc((size_t)np + 1, sizeof *hi);
+        int64_t remaining = 0;
+        for (int p = 0; p < np; p++) {
+            int64_t lo;
+            rd_kafka_query_watermark_offsets(rk, topic, p, &lo, &hi[p], 10000);
+            remaining += hi[p] - lo;
+            rd_kafka_topic_partition_list_add(l, topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
+        }
+        rd_kafka_assign(rk, l);
+        rd_kafka_topic_partition_list_destroy(l);
+        double t0 = testlib_now();
+        while (remaining > 0 && testlib_now() - t0 < 30) {
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+            if (!m) continue;
+            if (!m->err && m->offset < hi[m->partition]) {
+                if (out->n == out->cap) {
+                    out->cap = out->cap ? out->cap * 2 : 256;
+                    out->r = realloc(out->r, out->cap * sizeof *out->r);
+                }
+                rec *x = &out->r[out->n++];
+                x->key = strndup(m->key ? (const char *)m->key : "", m->key_len);
+                x->val = malloc(m->len ? m->len : 1);
+                if (m->len) memcpy(x->val, m->payload, m->len);
+                x->len = m->len;
+                remaining--;
+            }
+            rd_kafka_message_destroy(m);
+        }
+        rc = remaining == 0 ? 0 : -1;
+        free(hi);
+    }
+    rd_kafka_topic_destroy(t);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
+/* Starts `arclight credit` with the given extra args (NULL-terminated); output to log. */
+static pid_t credit_start(const char *log, const char *const *extra)
+{
+    const char *argv[48];
+    int argc = 0;
+    argv[argc++] = al_test_bin();
+    argv[argc++] = "credit";
+    argv[argc++] = "--bootstrap";
+    argv[argc++] = broker.bootstrap;
+    argv[argc++] = "--log-level";
+    argv[argc++] = "warn";
+    for (int i = 0; extra[i] && argc < 46; i++) argv[argc++] = extra[i];
+    argv[argc] = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *f = freopen(log, "a", stderr);
+        (void)f;
+        setenv("ARCLIGHT_KAFKA_SESSION_TIMEOUT_MS", "6000", 1);
+        setenv("ARCLIGHT_KAFKA_AUTO_COMMIT_INTERVAL_MS", "200", 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int wait_exit(pid_t pid, int timeout_s)
+{
+    int st;
+    for (int i = 0; i < timeout_s * 20; i++) {
+        if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        usleep(50000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -2;
+}
+
+static void dump_log(const char *log)
+{
+    FILE *f = fopen(log, "r");
+    char line[1024];
+    if (!f) return;
+    while (fgets(line, sizeof line, f)) fprintf(stderr, "    | %s", line);
+    fclose(f);
+}
+
+/* ---- checking transitions ----------------------------------------------------------------- */
+
+/* Index of transition id "roll-RRR:0:S" in the expected list, -1 if unexpected. */
+static int expected_index(const char *id)
+{
+    int r, a, sq, idx = 0;
+    if (sscanf(id, "roll-%d:%d:%d", &r, &a, &sq) != 3 || r < 0 || r >= N_ROLL || a || sq < 0 ||
+        sq >= ncalls_of(r))
+        return -1;
+    for (int k = 0; k < r; k++) idx += ncalls_of(k);
+    return idx + sq;
+}
+
+static int n_expected(void)
+{
+    int n = 0;
+    for (int r = 0; r < N_ROLL; r++) n += ncalls_of(r);
+    return n;
+}
+
+typedef struct seen {
+    int count;
+    uint8_t *val;
+    size_t len;
+    int mismatch;
+} seen;
+
+/* Dedupe by id: seen[] gets a count per expected id; returns the number of unexpected or
+ * undecodable messages. Duplicates must be byte-identical. */
+static int collect(const recs *tr, seen *s)
+{
+    al_transition t;
+    memset(&t, 0, sizeof t);
+    char err[256];
+    int bad = 0;
+    for (size_t i = 0; i < tr->n; i++) {
+        if (al_transition_decode(tr->r[i].val, tr->r[i].len, &t, err, sizeof err)) {
+            bad++;
+            continue;
+        }
+        int k = expected_index(t.id);
+        if (k < 0) {
+            fprintf(stderr, "  unexpected transition %s\n", t.id);
+            bad++;
+            continue;
+        }
+        if (s[k].count++ == 0) {
+            s[k].val = tr->r[i].val;
+            s[k].len = tr->r[i].len;
+        } else if (s[k].len != tr->r[i].len || memcmp(s[k].val, tr->r[i].val, s[k].len)) {
+            s[k].mismatch = 1;
+        }
+    }
+    al_transition_clear(&t);
+    return bad;
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+static stream spans;
+
+TEST(start_broker)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/arclight-t0801-%d", (int)getpid());
+    mkdir(tmpdir, 0700);
+    snprintf(topics_path, sizeof topics_path, "%s/topics.conf", tmpdir);
+    FILE *f = fopen(topics_path, "w");
+    REQUIRE(f != NULL);
+    fputs("t8.spans 4 1\nt8.tr 4 1\nt8.spans2 4 1\nt8.tr2 4 1\nt8.one 1 1\nt8.tr3 2 1\n"
+          "arclight.deadletter 2 1\n",
+          f);
+    fclose(f);
+    const char *extra[] = {"--topics", topics_path, NULL};
+    REQUIRE(al_test_broker_start(&broker, extra) == 0);
+    build_stream(&spans);
+}
+
+TEST(interleaved_rollouts_across_partitions_and_dead_letters)
+{
+    REQUIRE(broker.pid > 0);
+    /* the stream plus three bad messages: bytes that are no Avro, a tombstone, and a call
+     * without response token ids of an extra rollout */
+    stream s = {0};
+    for (size_t i = 0; i < spans.n; i++) {
+        stream_add(&s, spans.m[i].key, spans.m[i].val, spans.m[i].len);
+        if (i == 10) stream_add(&s, "task-03", "not avro at all", 15);
+        if (i == 20) stream_add(&s, "task-05", NULL, 0);
+    }
+    al_span bad;
+    memset(&bad, 0, sizeof bad);
+    int32_t prompt[2] = {1, 2};
+    bad.trace_id = "0123456789abcdef0123456789abcdef";
+    bad.span_id = "0123456789abcdef";
+    bad.task_id = "task-dl";
+    bad.rollout_id = "dl-r";
+    bad.kind = AL_SPAN_KIND_LLM_CALL;
+    bad.llm_call.prompt_token_ids = prompt;
+    bad.llm_call.n_prompt_tokens = 2;
+    bad.llm_call.error = "upstream returned no token ids";
+    al_buf b = {0};
+    char err[256];
+    REQUIRE(al_span_encode(&bad, &b, err, sizeof err) == 0);
+    stream_add(&s, "task-dl", b.data, b.len);
+    al_buf_free(&b);
+    REQUIRE(produce("t8.spans", s.m, s.n) == 0);
+    stream_free(&s);
+
+    char log[256];
+    snprintf(log, sizeof log, "%s/run1.log", tmpdir);
+    const char *args[] = {"--input", "t8.spans", "--output", "t8.tr", "--group", "g1",
+                          "--group-size", "3", "--exit-idle", "2", NULL};
+    double t0 = testlib_now();
+    int st = wait_exit(credit_start(log, args), 90);
+    CHECKF(st == 0, "credit exited with %d", st);
+    if (st != 0) dump_log(log);
+    fprintf(stderr, "  (credit run: %.1f s)\n", testlib_now() - t0);
+
+    recs tr = {0};
+    REQUIRE(read_topic("t8.tr", &tr) == 0);
+    int ne = n_expected();
+    seen *sn = calloc((size_t)ne, sizeof *sn);
+    CHECK_EQ_INT(collect(&tr, sn), 0);
+    int missing = 0, dup = 0;
+    for (int i = 0; i < ne; i++) {
+        if (sn[i].count == 0) missing++;
+        if (sn[i].count > 1) dup++;
+    }
+    CHECKF(missing == 0 && dup == 0, "%d of %d transitions missing, %d duplicated", missing, ne, dup);
+    CHECK_EQ_INT((int)tr.n, ne);
+
+    /* advantages: grpo over the 4 rollouts of each task (the end spans say 4, not 3) */
+    al_transition t;
+    memset(&t, 0, sizeof t);
+    int wrong = 0;
+    for (size_t i = 0; i < tr.n; i++) {
+        if (al_transition_decode(tr.r[i].val, tr.r[i].len, &t, err, sizeof err)) continue;
+        int r = atoi(t.rollout_id + 5), task = r / PER_TASK;
+        double mean = 0, var = 0;
+        for (int k = 0; k < PER_TASK; k++) mean += reward_of(task * PER_TASK + k) / PER_TASK;
+        for (int k = 0; k < PER_TASK; k++)
+            var += (reward_of(task * PER_TASK + k) - mean) * (reward_of(task * PER_TASK + k) - mean);
+        double want = (reward_of(r) - mean) / (sqrt(var / PER_TASK) + 1e-6);
+        if (fabs(t.advantage - want) > 1e-9 || t.group_size != PER_TASK ||
+            strcmp(tr.r[i].key, t.task_id) || t.reward != reward_of(r)) {
+            if (wrong++ < 3)
+                fprintf(stderr, "  %s: advantage %g (want %g), group size %d, key %s\n", t.id,
+                        t.advantage, want, t.group_size, tr.r[i].key);
+        }
+    }
+    CHECK_EQ_INT(wrong, 0);
+    al_transition_clear(&t);
+    free(sn);
+    recs_free(&tr);
+
+    /* the dead letters, with their reasons */
+    recs dl = {0};
+    REQUIRE(read_topic("arclight.deadletter", &dl) == 0);
+    CHECK_EQ_INT((int)dl.n, 3);
+    int undecodable = 0, tomb = 0, notok = 0;
+    al_deadletter d;
+    memset(&d, 0, sizeof d);
+    for (size_t i = 0; i < dl.n; i++) {
+        REQUIRE(al_deadletter_decode(dl.r[i].val, dl.r[i].len, &d, err, sizeof err) == 0);
+        CHECK_EQ_STR(d.source_topic, "t8.spans");
+        CHECK_EQ_STR(d.stage, "credit");
+        if (strstr(d.reason, "undecodable span") && d.value && d.value_len == 15 &&
+            !memcmp(d.value, "not avro at all", 15))
+            undecodable++;
+        else if (strstr(d.reason, "tombstone"))
+            tomb++;
+        else if (strstr(d.reason, "no response token ids") && strstr(d.reason, "dl-r") &&
+                 strstr(d.reason, "upstream returned no token ids"))
+            notok++;
+        else
+            fprintf(stderr, "  unexpected dead letter: %s\n", d.reason);
+    }
+    CHECK(undecodable == 1 && tomb == 1 && notok == 1);
+    al_deadletter_clear(&d);
+    recs_free(&dl);
+}
+
+TEST(determinism_on_a_replayed_recording)
+{
+    REQUIRE(broker.pid > 0);
+    char path[256], cmd[4096], log[256];
+    snprintf(path, sizeof path, "%s/spans.avro", tmpdir);
+    snprintf(log, sizeof log, "%s/replay.log", tmpdir);
+    /* record the spans, replay them into one partition, run credit there */
+    snprintf(cmd, sizeof cmd,
+             "'%s' record t8.spans -o '%s' --bootstrap %s --log-level warn 2>>%s && "
+             "'%s' replay '%s' --topic-map t8.spans=t8.one --rate max --bootstrap %s "
+             "--log-level warn >/dev/null 2>>%s",
+             al_test_bin(), path, broker.bootstrap, log, al_test_bin(), path, broker.bootstrap,
+             log);
+    int st = system(cmd);
+    CHECKF(st == 0, "record/replay failed (%d)", st);
+    if (st) dump_log(log);
+    const char *args[] = {"--input", "t8.one", "--output", "t8.tr3", "--group", "g3",
+                          "--group-size", "3", "--exit-idle", "2", NULL};
+    st = wait_exit(credit_start(log, args), 90);
+    CHECKF(st == 0, "credit exited with %d", st);
+    recs a = {0}, b = {0};
+    REQUIRE(read_topic("t8.tr", &a) == 0);
+    REQUIRE(read_topic("t8.tr3", &b) == 0);
+    int ne = n_expected();
+    seen *sa = calloc((size_t)ne, sizeof *sa), *sb = calloc((size_t)ne, sizeof *sb);
+    CHECK_EQ_INT(collect(&a, sa), 0);
+    CHECK_EQ_INT(collect(&b, sb), 0);
+    int differ = 0;
+    for (int i = 0; i < ne; i++)
+        if (sa[i].count != 1 || sb[i].count != 1 || sa[i].len != sb[i].len ||
+            memcmp(sa[i].val, sb[i].val, sa[i].len))
+            differ++;
+    CHECKF(differ == 0, "%d of %d transitions differ between 4 partitions and 1 replayed", differ,
+           ne);
+    free(sa);
+    free(sb);
+    recs_free(&a);
+    recs_free(&b);
+}
+
+TEST(sigkill_restart_and_a_second_worker)
+{
+    REQUIRE(broker.pid > 0);
+    char loga[256], logb[256];
+    snprintf(loga, sizeof loga, "%s/kill-a.log", tmpdir);
+    snprintf(logb, sizeof logb, "%s/kill-b.log", tmpdir);
+    const char *args[] = {"--input", "t8.spans2", "--output", "t8.tr2", "--group", "g2",
+                          "--group-size", "3", NULL};
+    size_t half = spans.n / 2, third = spans.n / 3;
+    REQUIRE(produce("t8.spans2", spans.m, third) == 0);
+    pid_t a = credit_start(loga, args);
+    /* wait for its first transitions, then feed more and kill it mid-stream */
+    double t0 = testlib_now();
+    recs tr = {0};
+    while (testlib_now() - t0 < 40) {
+        recs_free(&tr);
+        if (read_topic("t8.tr2", &tr) == 0 && tr.n > 0) break;
+        usleep(200000);
+    }
+    CHECKF(tr.n > 0, "no transitions from the first worker");
+    REQUIRE(produce("t8.spans2", spans.m + third, half - third) == 0);
+    usleep(300000);
+    kill(a, SIGKILL);
+    waitpid(a, NULL, 0);
+    REQUIRE(produce("t8.spans2", spans.m + half, spans.n - half) == 0);
+    /* restart it, and a second worker joins */
+    a = credit_start(loga, args);
+    usleep(500000);
+    pid_t b = credit_start(logb, args);
+    int ne = n_expected(), missing = ne;
+    seen *sn = NULL;
+    t0 = testlib_now();
+    while (testlib_now() - t0 < 60 && missing) {
+        usleep(500000);
+        recs_free(&tr);
+        if (read_topic("t8.tr2", &tr) != 0) continue;
+        free(sn);
+        sn = calloc((size_t)ne, sizeof *sn);
+        CHECK_EQ_INT(collect(&tr, sn), 0);
+        missing = 0;
+        for (int i = 0; i < ne; i++) missing += sn[i].count == 0;
+    }
+    int dups = 0, mismatched = 0;
+    for (int i = 0; sn && i < ne; i++) {
+        dups += sn[i].count > 1;
+        mismatched += sn[i].mismatch;
+    }
+    fprintf(stderr, "  (%zu messages for %d transitions; %d ids duplicated; %.1f s)\n", tr.n, ne,
+            dups, testlib_now() - t0);
+    CHECKF(missing == 0, "%d of %d transitions missing after the restart", missing, ne);
+    CHECKF(mismatched == 0, "%d duplicated ids with different content", mismatched);
+    kill(a, SIGTERM);
+    kill(b, SIGTERM);
+    int sa = wait_exit(a, 30), sb = wait_exit(b, 30);
+    CHECKF(sa == 0 && sb == 0, "workers exited with %d and %d", sa, sb);
+    if (missing || mismatched || sa || sb) {
+        dump_log(loga);
+        dump_log(logb);
+    }
+    free(sn);
+    recs_free(&tr);
+}
+
+TEST(stop_broker)
+{
+    stream_free(&spans);
+    CHECK_EQ_INT(al_test_broker_stop(&broker), 0);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    CHECK_EQ_INT(system(cmd), 0);
+}
