@@ -7,7 +7,10 @@
 
 #include "avro/codec.h"
 
+#include <arpa/inet.h>
 #include <jansson.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 static al_test_broker broker;
 static int broker_up;
@@ -169,6 +172,88 @@ TEST(tail_follow_prints_messages_produced_after_it_started)
            out);
     CHECKF(tools_count_lines(out) == 2 && strstr(out, "\"reason\":\"late\""), "output: %s", out);
     free(out);
+}
+
+/* A free loopback port (bound and released: a small race, fine for a test). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t l = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &l) != 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* GET path over a raw socket; the whole answer (malloc'd) or NULL. */
+static char *http_get(int port, const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0) close(fd);
+        return NULL;
+    }
+    char req[256];
+    snprintf(req, sizeof req, "GET %s HTTP/1.0\r\n\r\n", path);
+    if (write(fd, req, strlen(req)) < 0) {
+        close(fd);
+        return NULL;
+    }
+    char *out = calloc(1, 1 << 16);
+    size_t n = 0;
+    ssize_t k;
+    while (out && n < (1 << 16) - 1 && (k = read(fd, out + n, (1 << 16) - 1 - n)) > 0)
+        n += (size_t)k;
+    close(fd);
+    return out;
+}
+
+TEST(tail_serves_metrics_and_health_while_following)
+{
+    REQUIRE(broker_up);
+    int port = free_port();
+    REQUIRE(port > 0);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "exec '%s' tail t.one --follow --metrics 127.0.0.1:%d "
+                              "--bootstrap %s >/dev/null 2>&1", al_test_bin(), port, bs());
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    char *health = NULL;
+    for (int i = 0; i < 100 && !health; i++) {
+        usleep(100000);
+        health = http_get(port, "/healthz");
+    }
+    CHECKF(health && strstr(health, " 200 ") && strstr(health, "{\"status\":\"ok\"}"),
+           "healthz: %s", health ? health : "(no answer)");
+    free(health);
+    al_buf v = deadletter_value("metered");
+    tools_msg msgs[] = {{"t.one", 0, "k", 1, v.data, v.len, 0, 0}};
+    CHECK(tools_produce(bs(), msgs, 1) == 0);
+    al_buf_free(&v);
+    int seen = 0;
+    for (int i = 0; i < 100 && !seen; i++) {
+        char *m = http_get(port, "/metrics");
+        seen = m && strstr(m, "\narclight_tail_messages_total 1\n") != NULL;
+        if (!seen) usleep(100000);
+        if (seen) CHECK(strstr(m, "# TYPE arclight_tail_messages_total counter") != NULL);
+        free(m);
+    }
+    CHECKF(seen, "the printed message never showed in /metrics");
+    kill(pid, SIGTERM);
+    int st = -1;
+    waitpid(pid, &st, 0);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "tail did not stop cleanly on SIGTERM (%d)", st);
 }
 
 TEST(tail_reports_unknown_topics_and_bad_usage)
