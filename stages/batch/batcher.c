@@ -142,8 +142,79 @@ typedef struct model {
     int64_t queued_seqs, queued_tokens;
 } model;
 
+/* Micro-batch arrays of one step, laid out in one allocation per array kind. */
+typedef struct step_build {
+    al_micro_batch *mbs;
+    int32_t *tokens, *positions, *cu;
+    uint8_t *mask;
+    float *logp, *adv, *rewards;
+    const char **ids;
+    int64_t *versions;
+    int64_t *mb_bytes;
+    size_t cap_tokens, cap_seqs, cap_mbs; /* grow-only: reused from step to step */
+} step_build;
+
+/* Makes sb hold T tokens, n sequences and nb micro-batches. 0, or -1 out of memory (sb
+ * stays valid). Reusing the arrays keeps large steps off mmap/munmap and page faults. */
+static int step_build_reserve(step_build *sb, size_t T, size_t n, size_t nb)
+{
+#define SB_GROW(field, count, cap)                                                               \
+    do {                                                                                         \
+        void *q_ = realloc(sb->field, (count) * sizeof *sb->field);                              \
+        if (!q_) return -1;                                                                      \
+        sb->field = q_;                                                                          \
+    } while (0)
+    T = T ? T : 1;
+    n = n ? n : 1;
+    nb = nb ? nb : 1;
+    if (T > sb->cap_tokens) {
+        size_t c = T + T / 4;
+        SB_GROW(tokens, c, cap);
+        SB_GROW(positions, c, cap);
+        SB_GROW(mask, c, cap);
+        SB_GROW(logp, c, cap);
+        SB_GROW(adv, c, cap);
+        sb->cap_tokens = c;
+    }
+    if (n + nb + 1 > sb->cap_seqs) {
+        size_t c = (n + nb + 1) + (n + nb + 1) / 4;
+        SB_GROW(cu, c, cap);
+        SB_GROW(rewards, c, cap);
+        SB_GROW(ids, c, cap);
+        SB_GROW(versions, c, cap);
+        sb->cap_seqs = c;
+    }
+    if (nb > sb->cap_mbs) {
+        size_t c = nb + nb / 4;
+        SB_GROW(mbs, c, cap);
+        SB_GROW(mb_bytes, c, cap);
+        sb->cap_mbs = c;
+    }
+    memset(sb->mbs, 0, nb * sizeof *sb->mbs);
+    return 0;
+#undef SB_GROW
+}
+
+
+
+static void step_build_free(step_build *sb)
+{
+    free(sb->mbs);
+    free(sb->tokens);
+    free(sb->positions);
+    free(sb->cu);
+    free(sb->mask);
+    free(sb->logp);
+    free(sb->adv);
+    free(sb->rewards);
+    free(sb->ids);
+    free(sb->versions);
+    free(sb->mb_bytes);
+}
+
 struct al_batcher {
     al_batch_config cfg;
+    step_build sb;
     dedup seen;
     model *models;
     size_t n_models, cap_models;
@@ -265,6 +336,7 @@ void al_batcher_free(al_batcher *b)
     }
     free(b->models);
     free(b->lanes);
+    step_build_free(&b->sb);
     dedup_free(&b->seen);
     free(b);
 }
@@ -697,32 +769,6 @@ static int64_t seq_cost(const seq *s)
     return 17 * s->n_tokens + 4 + 4 + 10 + 5 + (int64_t)strlen(s->id);
 }
 
-/* Micro-batch arrays of one step, laid out in one allocation per array kind. */
-typedef struct step_build {
-    al_micro_batch *mbs;
-    int32_t *tokens, *positions, *cu;
-    uint8_t *mask;
-    float *logp, *adv, *rewards;
-    const char **ids;
-    int64_t *versions;
-    int64_t *mb_bytes;
-} step_build;
-
-static void step_build_free(step_build *sb)
-{
-    free(sb->mbs);
-    free(sb->tokens);
-    free(sb->positions);
-    free(sb->cu);
-    free(sb->mask);
-    free(sb->logp);
-    free(sb->adv);
-    free(sb->rewards);
-    free(sb->ids);
-    free(sb->versions);
-    free(sb->mb_bytes);
-}
-
 /* Turns the first ngroups queued groups of model mi into a step. */
 static int build_step(al_batcher *b, int mi, size_t ngroups, al_batch_step **out, char *errstr,
                       size_t errlen)
@@ -736,7 +782,8 @@ static int build_step(al_batcher *b, int mi, size_t ngroups, al_batch_step **out
     int64_t *cost = malloc((n ? n : 1) * sizeof *cost);
     int32_t *bin_of = malloc((n ? n : 1) * sizeof *bin_of);
     al_batch_step *st = calloc(1, sizeof *st);
-    step_build sb = {0};
+    step_build *sbp = &b->sb;
+#define sb (*sbp)
     int rc = -1, nbins = 0;
     if (!seqs || !len || !cost || !bin_of || !st) goto oom;
     size_t k = 0;
@@ -798,19 +845,7 @@ static int build_step(al_batcher *b, int mi, size_t ngroups, al_batch_step **out
     }
     qsort(ord, n, sizeof *ord, order_cmp);
     size_t T = (size_t)total_tokens;
-    sb.mbs = calloc(nbins ? (size_t)nbins : 1, sizeof *sb.mbs);
-    sb.mb_bytes = calloc(nbins ? (size_t)nbins : 1, sizeof *sb.mb_bytes);
-    sb.tokens = malloc((T ? T : 1) * sizeof *sb.tokens);
-    sb.positions = malloc((T ? T : 1) * sizeof *sb.positions);
-    sb.mask = malloc(T ? T : 1);
-    sb.logp = malloc((T ? T : 1) * sizeof *sb.logp);
-    sb.adv = malloc((T ? T : 1) * sizeof *sb.adv);
-    sb.cu = malloc((n + (size_t)nbins + 1) * sizeof *sb.cu);
-    sb.rewards = malloc((n ? n : 1) * sizeof *sb.rewards);
-    sb.ids = malloc((n ? n : 1) * sizeof *sb.ids);
-    sb.versions = malloc((n ? n : 1) * sizeof *sb.versions);
-    if (!sb.mbs || !sb.mb_bytes || !sb.tokens || !sb.positions || !sb.mask || !sb.logp ||
-        !sb.adv || !sb.cu || !sb.rewards || !sb.ids || !sb.versions) {
+    if (step_build_reserve(sbp, T, n, (size_t)nbins) != 0) {
         free(ord);
         goto oom;
     }
@@ -925,7 +960,7 @@ static int build_step(al_batcher *b, int mi, size_t ngroups, al_batch_step **out
 oom:
     al_err(errstr, errlen, "batch: out of memory building a step of %zu sequences", n);
 fail:
-    step_build_free(&sb);
+#undef sb
     al_batch_step_free(st);
     free(seqs);
     free(len);
