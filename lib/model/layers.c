@@ -152,48 +152,45 @@ void al_rope_backward(float *dx, const float *cos_t, const float *sin_t, int T, 
     rope_apply(dx, cos_t, sin_t, T, H, HD, -1.0f);
 }
 
-size_t al_attention_scratch_size(const int32_t *cu_seqlens, int nseq, int NH)
+size_t al_attention_scratch_size(const int32_t *cu_seqlens, int nseq, int NH, int HD)
 {
-    size_t n = 0;
+    size_t longest = 0;
     for (int s = 0; s < nseq; s++) {
         size_t ts = (size_t)(cu_seqlens[s + 1] - cu_seqlens[s]);
-        if ((size_t)NH * ts * ts > n) n = (size_t)NH * ts * ts;
+        if (ts > longest) longest = ts;
     }
-    return n;
+    return (size_t)NH * (2 * AL_ATTENTION_BLOCK + 2 * (size_t)HD) * longest;
 }
 
-/* Causal softmax, in place, of the ts rows of one head's scaled scores (ts, ts): entries
- * right of the diagonal become exactly 0. */
-static void causal_softmax_head(float *p, int ts)
+/* Probabilities of queries i0..i0+bq-1 of head h against keys 0..kn-1 (kn = i0 + bq) of the
+ * sequence starting at t0: p (bq, kn), scaled scores by one GEMM, then a causal softmax of
+ * each row (entries right of the diagonal exactly 0). */
+static void block_probs(float *p, const float *q, const float *k, int t0, int i0, int bq, int h,
+                        int NH, int NKV, int HD)
 {
-    for (int i = 0; i < ts; i++) {
-        float *row = p + (size_t)i * ts;
+    int rep = NH / NKV, qw = NH * HD, kw = NKV * HD, kn = i0 + bq;
+    al_gemm(0, 1, bq, kn, HD, 1.0f / sqrtf((float)HD),
+            q + (size_t)(t0 + i0) * qw + (size_t)h * HD, qw,
+            k + (size_t)t0 * kw + (size_t)(h / rep) * HD, kw, 0.0f, p, kn);
+    for (int r = 0; r < bq; r++) {
+        int last = i0 + r;
+        float *row = p + (size_t)r * kn;
         float mx = row[0];
-        for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+        for (int j = 1; j <= last; j++) mx = row[j] > mx ? row[j] : mx;
         float sum = 0.0f;
-        for (int j = 0; j <= i; j++) {
+        for (int j = 0; j <= last; j++) {
             row[j] = expf(row[j] - mx);
             sum += row[j];
         }
         float inv = 1.0f / sum;
-        for (int j = 0; j <= i; j++) row[j] *= inv;
-        for (int j = i + 1; j < ts; j++) row[j] = 0.0f;
+        for (int j = 0; j <= last; j++) row[j] *= inv;
+        for (int j = last + 1; j < kn; j++) row[j] = 0.0f;
     }
 }
 
-/* Head h's probabilities of the sequence starting at t0: p (ts, ts). */
-static void head_probs(float *p, const float *q, const float *k, int t0, int ts, int h, int NH,
-                       int NKV, int HD)
-{
-    int rep = NH / NKV, qw = NH * HD, kw = NKV * HD;
-    al_gemm(0, 1, ts, ts, HD, 1.0f / sqrtf((float)HD), q + (size_t)t0 * qw + (size_t)h * HD, qw,
-            k + (size_t)t0 * kw + (size_t)(h / rep) * HD, kw, 0.0f, p, ts);
-    causal_softmax_head(p, ts);
-}
-
-/* Threads split the heads; each head's GEMMs then run on one thread (al_gemm sees it is
- * inside a parallel region), which for the short sequences of RL batches beats splitting
- * each small GEMM. */
+/* Threads split the heads; a head's GEMMs then run on its thread (al_gemm sees it is inside
+ * a parallel region), which for the short sequences of RL batches beats splitting each
+ * small GEMM. */
 void al_attention_forward(float *out, float *scratch, const float *q, const float *k,
                           const float *v, const int32_t *cu_seqlens, int nseq, int NH, int NKV,
                           int HD)
@@ -204,10 +201,14 @@ void al_attention_forward(float *out, float *scratch, const float *q, const floa
         if (ts <= 0) continue;
 #pragma omp parallel for schedule(static) if ((size_t)NH * ts * ts * HD > PAR_MIN)
         for (int h = 0; h < NH; h++) {
-            float *p = scratch + (size_t)h * ts * ts;
-            head_probs(p, q, k, t0, ts, h, NH, NKV, HD);
-            al_gemm(0, 0, ts, HD, ts, 1.0f, p, ts, v + (size_t)t0 * kw + (size_t)(h / rep) * HD,
-                    kw, 0.0f, out + (size_t)t0 * qw + (size_t)h * HD, qw);
+            float *p = scratch + (size_t)h * AL_ATTENTION_BLOCK * ts;
+            for (int i0 = 0; i0 < ts; i0 += AL_ATTENTION_BLOCK) {
+                int bq = ts - i0 < AL_ATTENTION_BLOCK ? ts - i0 : AL_ATTENTION_BLOCK;
+                int kn = i0 + bq;
+                block_probs(p, q, k, t0, i0, bq, h, NH, NKV, HD);
+                al_gemm(0, 0, bq, HD, kn, 1.0f, p, kn, v + (size_t)t0 * kw + (size_t)(h / rep) * HD,
+                        kw, 0.0f, out + (size_t)(t0 + i0) * qw + (size_t)h * HD, qw);
+            }
         }
     }
 }
@@ -218,41 +219,58 @@ void al_attention_backward(float *dq, float *dk, float *dv, float *scratch, cons
 {
     int rep = NH / NKV, qw = NH * HD, kw = NKV * HD;
     float scale = 1.0f / sqrtf((float)HD);
-    int T = cu_seqlens[nseq];
-    memset(dk, 0, sizeof(float) * (size_t)T * kw);
-    memset(dv, 0, sizeof(float) * (size_t)T * kw);
     for (int s = 0; s < nseq; s++) {
         int t0 = cu_seqlens[s], ts = cu_seqlens[s + 1] - t0;
         if (ts <= 0) continue;
-        size_t hh = (size_t)ts * ts;
-        float *P = scratch, *DS = scratch + (size_t)NH * hh;
-        /* per query head: P recomputed, dP = dO V^T, dS = P (dP - rowsum(P dP)) scale,
-         * dQ = dS K (masked entries have P = 0, so dS = 0 there) */
-#pragma omp parallel for schedule(static) if ((size_t)NH * hh * HD > PAR_MIN)
+        size_t per_head = (2 * AL_ATTENTION_BLOCK + 2 * (size_t)HD) * ts;
+        /* Each head accumulates its own dK and dV (ts, HD): heads sharing a kv head are
+         * summed afterwards, so the threads never write the same memory. */
+#pragma omp parallel for schedule(static) if ((size_t)NH * ts * ts * HD > PAR_MIN)
         for (int h = 0; h < NH; h++) {
-            float *p = P + (size_t)h * hh, *ds = DS + (size_t)h * hh;
-            size_t kvo = (size_t)t0 * kw + (size_t)(h / rep) * HD, qo = (size_t)t0 * qw + (size_t)h * HD;
-            head_probs(p, q, k, t0, ts, h, NH, NKV, HD);
-            al_gemm(0, 1, ts, ts, HD, 1.0f, dout + qo, qw, v + kvo, kw, 0.0f, ds, ts);
-            for (int i = 0; i < ts; i++) {
-                const float *pr = p + (size_t)i * ts;
-                float *dr = ds + (size_t)i * ts, dot = 0.0f;
-                for (int j = 0; j <= i; j++) dot += pr[j] * dr[j];
-                for (int j = 0; j <= i; j++) dr[j] = pr[j] * (dr[j] - dot) * scale;
-                for (int j = i + 1; j < ts; j++) dr[j] = 0.0f;
+            float *p = scratch + (size_t)h * per_head, *ds = p + (size_t)AL_ATTENTION_BLOCK * ts;
+            float *dkh = ds + (size_t)AL_ATTENTION_BLOCK * ts, *dvh = dkh + (size_t)ts * HD;
+            const float *kh = k + (size_t)t0 * kw + (size_t)(h / rep) * HD;
+            const float *vh = v + (size_t)t0 * kw + (size_t)(h / rep) * HD;
+            memset(dkh, 0, sizeof(float) * 2 * (size_t)ts * HD);
+            for (int i0 = 0; i0 < ts; i0 += AL_ATTENTION_BLOCK) {
+                int bq = ts - i0 < AL_ATTENTION_BLOCK ? ts - i0 : AL_ATTENTION_BLOCK;
+                int kn = i0 + bq;
+                const float *dob = dout + (size_t)(t0 + i0) * qw + (size_t)h * HD;
+                const float *qb = q + (size_t)(t0 + i0) * qw + (size_t)h * HD;
+                block_probs(p, q, k, t0, i0, bq, h, NH, NKV, HD);
+                /* dP = dO V^T; dV += P^T dO */
+                al_gemm(0, 1, bq, kn, HD, 1.0f, dob, qw, vh, kw, 0.0f, ds, kn);
+                al_gemm(1, 0, kn, HD, bq, 1.0f, p, kn, dob, qw, 1.0f, dvh, HD);
+                /* dS = P (dP - rowsum(P dP)) scale; masked entries have P = 0 */
+                for (int r = 0; r < bq; r++) {
+                    const float *pr = p + (size_t)r * kn;
+                    float *dr = ds + (size_t)r * kn, dot = 0.0f;
+                    int last = i0 + r;
+                    for (int j = 0; j <= last; j++) dot += pr[j] * dr[j];
+                    for (int j = 0; j <= last; j++) dr[j] = pr[j] * (dr[j] - dot) * scale;
+                    for (int j = last + 1; j < kn; j++) dr[j] = 0.0f;
+                }
+                /* dQ = dS K; dK += dS^T Q */
+                al_gemm(0, 0, bq, HD, kn, 1.0f, ds, kn, kh, kw, 0.0f,
+                        dq + (size_t)(t0 + i0) * qw + (size_t)h * HD, qw);
+                al_gemm(1, 0, kn, HD, bq, 1.0f, ds, kn, qb, qw, 1.0f, dkh, HD);
             }
-            al_gemm(0, 0, ts, HD, ts, 1.0f, ds, ts, k + kvo, kw, 0.0f, dq + qo, qw);
         }
-        /* per kv head, summing over the query heads that share it: dV += P^T dO, dK += dS^T Q */
-#pragma omp parallel for schedule(static) if ((size_t)NH * hh * HD > PAR_MIN)
-        for (int g = 0; g < NKV; g++) {
-            size_t kvo = (size_t)t0 * kw + (size_t)g * HD;
-            for (int h = g * rep; h < (g + 1) * rep; h++) {
-                size_t qo = (size_t)t0 * qw + (size_t)h * HD;
-                al_gemm(1, 0, ts, HD, ts, 1.0f, P + (size_t)h * hh, ts, dout + qo, qw, 1.0f, dv + kvo, kw);
-                al_gemm(1, 0, ts, HD, ts, 1.0f, DS + (size_t)h * hh, ts, q + qo, qw, 1.0f, dk + kvo, kw);
+#pragma omp parallel for schedule(static) if ((size_t)ts * kw > PAR_MIN)
+        for (int t = 0; t < ts; t++)
+            for (int g = 0; g < NKV; g++) {
+                float *dkt = dk + (size_t)(t0 + t) * kw + (size_t)g * HD;
+                float *dvt = dv + (size_t)(t0 + t) * kw + (size_t)g * HD;
+                for (int d = 0; d < HD; d++) dkt[d] = dvt[d] = 0.0f;
+                for (int h = g * rep; h < (g + 1) * rep; h++) {
+                    const float *dkh = scratch + (size_t)h * per_head + 2 * (size_t)AL_ATTENTION_BLOCK * ts;
+                    const float *dvh = dkh + (size_t)ts * HD;
+                    for (int d = 0; d < HD; d++) {
+                        dkt[d] += dkh[(size_t)t * HD + d];
+                        dvt[d] += dvh[(size_t)t * HD + d];
+                    }
+                }
             }
-        }
     }
 }
 

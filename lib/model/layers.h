@@ -48,17 +48,19 @@ void al_rope_forward(float *x, const float *cos_t, const float *sin_t, int T, in
 /* In place on the gradient dx (T, H, HD): the transpose rotation. */
 void al_rope_backward(float *dx, const float *cos_t, const float *sin_t, int T, int H, int HD);
 
-/* Floats of scratch the attention of a packed batch needs: NH * (longest sequence)^2 for
- * the forward, twice that for the backward. */
-size_t al_attention_scratch_size(const int32_t *cu_seqlens, int nseq, int NH);
+/* Floats of scratch the attention of a packed batch needs (forward and backward alike):
+ * NH * (2 * AL_ATTENTION_BLOCK + 2 * HD) * (longest sequence). Linear in the length. */
+#define AL_ATTENTION_BLOCK 64
+size_t al_attention_scratch_size(const int32_t *cu_seqlens, int nseq, int NH, int HD);
 /* Causal grouped-query attention inside each packed sequence, scale 1/sqrt(HD).
  * q (T, NH*HD), k and v (T, NKV*HD); query head h reads kv head h / (NH/NKV). out (T, NH*HD).
- * The probabilities live in `scratch` one sequence at a time and are not kept: the backward
- * recomputes them from q and k, so memory grows with the longest sequence, not with layers. */
+ * Heads run in parallel; each goes through blocks of AL_ATTENTION_BLOCK queries against the
+ * keys up to the block's end (causal: later keys are never computed). Probabilities are not
+ * kept: the backward recomputes them from q and k. */
 void al_attention_forward(float *out, float *scratch, const float *q, const float *k,
                           const float *v, const int32_t *cu_seqlens, int nseq, int NH, int NKV,
                           int HD);
-/* dq (T, NH*HD), dk and dv (T, NKV*HD) are OVERWRITTEN. scratch: 2 x the forward's. */
+/* dq (T, NH*HD), dk and dv (T, NKV*HD) are OVERWRITTEN. */
 void al_attention_backward(float *dq, float *dk, float *dv, float *scratch, const float *dout,
                            const float *q, const float *k, const float *v,
                            const int32_t *cu_seqlens, int nseq, int NH, int NKV, int HD);

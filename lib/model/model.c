@@ -350,7 +350,7 @@ int al_model_forward(al_model *m, const int32_t *tokens, const int32_t *position
         if (positions[t] < 0)
             return model_err(m, "model: negative position %d at token %d", positions[t], t);
     }
-    size_t scratch = 2 * al_attention_scratch_size(cu_seqlens, nseq, c->num_heads);
+    size_t scratch = al_attention_scratch_size(cu_seqlens, nseq, c->num_heads, c->head_dim);
     if (ensure_acts(m, T) || ensure_floats(&m->att_scratch, &m->scratch_cap, scratch)) {
         if (!m->err[0]) model_err(m, "model: out of memory for attention of %d tokens", T);
         return -1;
