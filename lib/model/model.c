@@ -60,7 +60,7 @@ struct al_model {
     size_t act_floats;
     int cap_T;
     acts a;
-    float *att_scratch; /* attention probabilities of one sequence, and their gradient */
+    float *att_scratch; /* attention blocks of one sequence (al_attention_scratch_size) */
     size_t scratch_cap;
 
     /* the last forward's batch, for backward */
