@@ -287,3 +287,97 @@ TEST(chat_encode_with_the_tokenizers_template)
     al_token_ids_free(&ids);
     al_tokenizer_free(tok);
 }
+
+/* Feeds text in random pieces and checks that the released content and reasoning plus what
+ * finish returns equal al_chat_parse on the whole text. */
+static void check_stream(const char *text, unsigned flags, uint64_t seed)
+{
+    al_chat_parsed whole;
+    REQUIRE(al_chat_parse(text, strlen(text), flags, &whole) == 0);
+    al_chat_stream st = {.flags = flags};
+    al_json_buf content = {0}, reasoning = {0};
+    al_json_buf_append(&content, "", 0);
+    al_json_buf_append(&reasoning, "", 0);
+    size_t n = strlen(text);
+    for (size_t at = 0; at < n;) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        size_t k = 1 + (seed >> 33) % 7;
+        if (k > n - at) k = n - at;
+        al_chat_delta d;
+        REQUIRE(al_chat_stream_push(&st, text + at, k, &d) == 0);
+        /* nothing released may be part of a tag */
+        CHECK(!strstr(d.content, "<tool_call>"));
+        al_json_buf_append(&content, d.content, d.content_len);
+        al_json_buf_append(&reasoning, d.reasoning, d.reasoning_len);
+        at += k;
+    }
+    al_chat_parsed rest;
+    REQUIRE(al_chat_stream_finish(&st, &rest) == 0);
+    al_json_buf_append(&content, rest.content, rest.content_len);
+    if (rest.reasoning) al_json_buf_append(&reasoning, rest.reasoning, strlen(rest.reasoning));
+    /* the whole-text parse trims the layout whitespace around tool calls */
+    size_t a = 0, e = content.len;
+    if (whole.n_calls) {
+        while (a < e && strchr(" \n\r\t", content.data[a]))
+            a++;
+        while (e > a && strchr(" \n\r\t", content.data[e - 1]))
+            e--;
+    }
+    CHECKF(e - a == whole.content_len && memcmp(content.data + a, whole.content, e - a) == 0,
+           "streamed content \"%.*s\" != \"%s\"", (int)(e - a), content.data + a, whole.content);
+    if (whole.reasoning) CHECK_EQ_STR(reasoning.data, whole.reasoning);
+    CHECK_EQ_INT(rest.n_calls, whole.n_calls);
+    for (size_t i = 0; i < rest.n_calls && i < whole.n_calls; i++) {
+        CHECK_EQ_STR(rest.calls[i].name, whole.calls[i].name);
+        CHECK_EQ_STR(rest.calls[i].arguments, whole.calls[i].arguments);
+    }
+    al_chat_parsed_free(&rest);
+    al_chat_parsed_free(&whole);
+    al_chat_stream_free(&st);
+    free(content.data);
+    free(reasoning.data);
+}
+
+TEST(stream_parse_matches_whole_parse)
+{
+    const char *texts[] = {
+        "Plain answer with <b>tags</b> and a < sign and <tool_ but no call.",
+        "Let me look.\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", "
+        "\"arguments\": {\"k\": [1, 2]}}\n</tool_call>",
+        "<think>\nI need the weather. <maybe> </thin\n</think>\n\nCalling.\n<tool_call>\n{\"name\": \"w\", "
+        "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+        "<think>\nshort</think>The answer is 42.",
+        "<thin",
+        "<think>never closed",
+        "",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
+        for (uint64_t seed = 1; seed <= 20; seed++) {
+            check_stream(texts[i], AL_CHAT_PARSE_REASONING, seed);
+            check_stream(texts[i], 0, seed);
+        }
+}
+
+TEST(stream_releases_early)
+{
+    al_chat_stream st = {.flags = AL_CHAT_PARSE_REASONING};
+    al_chat_delta d;
+    REQUIRE(al_chat_stream_push(&st, "<thi", 4, &d) == 0);
+    CHECK_EQ_INT(d.content_len + d.reasoning_len, 0);
+    REQUIRE(al_chat_stream_push(&st, "nk>Step one. </", 15, &d) == 0);
+    CHECK_EQ_STR(d.reasoning, "Step one. ");
+    REQUIRE(al_chat_stream_push(&st, "think>Hi <", 10, &d) == 0);
+    CHECK_EQ_STR(d.content, "Hi ");
+    CHECK_EQ_INT(d.reasoning_len, 0);
+    REQUIRE(al_chat_stream_push(&st, "b>", 2, &d) == 0);
+    CHECK_EQ_STR(d.content, "<b>");
+    REQUIRE(al_chat_stream_push(&st, "<tool_call>{\"name\": \"f\"}", 24, &d) == 0);
+    CHECK_EQ_INT(d.content_len, 0);
+    al_chat_parsed p;
+    REQUIRE(al_chat_stream_finish(&st, &p) == 0);
+    CHECK_EQ_INT(p.n_calls, 1);
+    CHECK_EQ_STR(p.calls[0].name, "f");
+    al_chat_parsed_free(&p);
+    al_chat_stream_free(&st);
+}

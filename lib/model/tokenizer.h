@@ -176,7 +176,8 @@ typedef struct al_chat_parsed {
 
 enum {
     /* parse: take a leading "<think>...</think>" (or text up to "</think>") out of the
-     * content into `reasoning`, as vLLM's qwen3 reasoning parser does. */
+     * content into `reasoning`, as vLLM's qwen3 reasoning parser does; an opened but
+     * never closed <think> (generation stopped while thinking) is all reasoning. */
     AL_CHAT_PARSE_REASONING = 1u << 0,
 };
 
@@ -186,6 +187,33 @@ enum {
  * memory ran out. Release with al_chat_parsed_free. */
 int al_chat_parse(const char *text, size_t len, unsigned flags, al_chat_parsed *out);
 void al_chat_parsed_free(al_chat_parsed *p);
+
+/* Streaming form of al_chat_parse for server-sent events: push generated text as it comes
+ * and get back what can be shown now, as content or (with AL_CHAT_PARSE_REASONING, when the
+ * output opens with <think>) as reasoning. Text that may be the start of a tag is held
+ * back; from the first <tool_call> on everything is held, and al_chat_stream_finish parses
+ * it into tool calls. Zero-initialize and set `flags`; release with al_chat_stream_free. */
+typedef struct al_chat_stream {
+    unsigned flags;         /* AL_CHAT_PARSE_REASONING or 0 */
+    int phase;              /* internal: 0 start, 1 reasoning, 2 content, 3 tool calls */
+    struct al_json_buf *held;   /* internal: text not yet released */
+    struct al_json_buf *out[2]; /* internal: the last push's content and reasoning */
+} al_chat_stream;
+
+typedef struct al_chat_delta {
+    const char *content; /* valid until the next push; never NULL */
+    size_t content_len;
+    const char *reasoning;
+    size_t reasoning_len;
+} al_chat_delta;
+
+/* Returns 0 and the releasable text in *delta, or -1 when memory ran out. */
+int al_chat_stream_push(al_chat_stream *s, const char *text, size_t len, al_chat_delta *delta);
+/* Ends the stream: *out gets the tool calls and whatever content or reasoning was still
+ * held (what was released before is not repeated). Returns 0, or -1 when memory ran out.
+ * Release *out with al_chat_parsed_free. */
+int al_chat_stream_finish(al_chat_stream *s, al_chat_parsed *out);
+void al_chat_stream_free(al_chat_stream *s);
 
 /* Appends the JSON text `json` re-serialized the way Python's json.dumps (and the
  * templates' tojson) writes it: ", " and ": " separators, non-ASCII kept. Returns 0, or

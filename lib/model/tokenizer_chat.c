@@ -459,7 +459,13 @@ int al_chat_parse(const char *text, size_t len, unsigned flags, al_chat_parsed *
     size_t n = len;
     if (flags & AL_CHAT_PARSE_REASONING) {
         const char *end = find_first(s, n, "</think>");
-        if (end) {
+        if (!end && has_prefix(s, n, "<think>")) {
+            /* generation stopped while thinking: all of it is reasoning */
+            out->reasoning = dup_n(s + 7, n - 7);
+            if (!out->reasoning) return -1;
+            s += n;
+            n = 0;
+        } else if (end) {
             const char *r = s;
             const char *open = find_first(s, (size_t)(end - s), "<think>");
             if (open) r = open + 7;
@@ -536,4 +542,118 @@ void al_chat_parsed_free(al_chat_parsed *p)
     free(p->content);
     free(p->reasoning);
     memset(p, 0, sizeof *p);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Streaming                                                                            */
+
+/* Length of the longest suffix of s[0..n) that is a proper prefix of tag: text that may
+ * still turn into the tag and so cannot be released yet. */
+static size_t partial_tag_suffix(const char *s, size_t n, const char *tag)
+{
+    size_t k = strlen(tag) - 1;
+    if (k > n) k = n;
+    for (; k > 0; k--)
+        if (memcmp(s + n - k, tag, k) == 0) return k;
+    return 0;
+}
+
+/* Moves the first n bytes of held to out (or drops them when out is NULL). */
+static void release(al_json_buf *held, size_t n, al_json_buf *out)
+{
+    if (out) al_json_buf_append(out, held->data, n);
+    memmove(held->data, held->data + n, held->len - n + 1);
+    held->len -= n;
+}
+
+static int stream_ready(al_chat_stream *s)
+{
+    if (!s->held) s->held = calloc(1, sizeof(al_json_buf));
+    for (int i = 0; i < 2; i++)
+        if (!s->out[i]) s->out[i] = calloc(1, sizeof(al_json_buf));
+    if (!s->held || !s->out[0] || !s->out[1]) return -1;
+    put(s->held, "");
+    for (int i = 0; i < 2; i++) {
+        put(s->out[i], "");
+        s->out[i]->len = 0;
+        s->out[i]->data[0] = 0;
+    }
+    return 0;
+}
+
+int al_chat_stream_push(al_chat_stream *s, const char *text, size_t len, al_chat_delta *delta)
+{
+    if (stream_ready(s)) return -1;
+    al_json_buf *held = s->held, *content = s->out[0], *reasoning = s->out[1];
+    putn(held, text, len);
+    for (;;) {
+        if (s->phase == 0) {
+            if (!(s->flags & AL_CHAT_PARSE_REASONING)) {
+                s->phase = 2;
+            } else if (held->len < 7 && memcmp(held->data, "<think>", held->len) == 0) {
+                break; /* could still be "<think>" */
+            } else if (has_prefix(held->data, held->len, "<think>")) {
+                release(held, 7, NULL);
+                s->phase = 1;
+            } else {
+                s->phase = 2;
+            }
+        } else if (s->phase == 1) {
+            const char *end = find_first(held->data, held->len, "</think>");
+            if (end) {
+                release(held, (size_t)(end - held->data), reasoning);
+                release(held, 8, NULL);
+                s->phase = 2;
+                continue;
+            }
+            release(held, held->len - partial_tag_suffix(held->data, held->len, "</think>"), reasoning);
+            break;
+        } else if (s->phase == 2) {
+            const char *call = find_first(held->data, held->len, "<tool_call>");
+            if (call) {
+                release(held, (size_t)(call - held->data), content);
+                s->phase = 3;
+                break;
+            }
+            release(held, held->len - partial_tag_suffix(held->data, held->len, "<tool_call>"), content);
+            break;
+        } else {
+            break; /* tool calls: hold everything until the end */
+        }
+    }
+    if (held->oom || content->oom || reasoning->oom) return -1;
+    delta->content = content->data;
+    delta->content_len = content->len;
+    delta->reasoning = reasoning->data;
+    delta->reasoning_len = reasoning->len;
+    return 0;
+}
+
+int al_chat_stream_finish(al_chat_stream *s, al_chat_parsed *out)
+{
+    memset(out, 0, sizeof *out);
+    if (stream_ready(s)) return -1;
+    al_json_buf *held = s->held;
+    if (s->phase == 3) return al_chat_parse(held->data, held->len, 0, out);
+    out->content = dup_n(s->phase == 1 ? "" : held->data, s->phase == 1 ? 0 : held->len);
+    out->content_len = s->phase == 1 ? 0 : held->len;
+    if (s->phase == 1) out->reasoning = dup_n(held->data, held->len);
+    if (!out->content || (s->phase == 1 && !out->reasoning)) {
+        al_chat_parsed_free(out);
+        return -1;
+    }
+    held->len = 0;
+    held->data[0] = 0;
+    return 0;
+}
+
+void al_chat_stream_free(al_chat_stream *s)
+{
+    if (s->held) free(s->held->data);
+    free(s->held);
+    for (int i = 0; i < 2; i++) {
+        if (s->out[i]) free(s->out[i]->data);
+        free(s->out[i]);
+    }
+    memset(s, 0, sizeof *s);
 }

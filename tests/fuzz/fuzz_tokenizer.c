@@ -4,7 +4,8 @@
  *   0: a tokenizer.json (load; when it loads, encode and decode a fixed text);
  *   1: text for the tiny tokenizer (tests/tokenizer/tiny): encode with and without special
  *      tokens, decode, stream-decode; byte-level BPE must give the exact bytes back;
- *   2: model output for the tool-call parser, and JSON for the Python-style re-serializer;
+ *   2: model output for the tool-call parser (whole and streamed: the same calls), and
+ *      JSON for the Python-style re-serializer;
  *   3: text for NFC, which must be idempotent.
  * Any crash, sanitizer report or broken invariant (abort) is a finding.
  */
@@ -87,6 +88,22 @@ static void fuzz_parse(const char *s, size_t n)
         }
         al_chat_parsed_free(&p);
     }
+    /* streamed in 3-byte pieces, the tool calls are those of the whole-text parse */
+    al_chat_parsed whole, rest;
+    if (al_chat_parse(s, n, 0, &whole) != 0) abort();
+    al_chat_stream st = {.flags = 0};
+    for (size_t at = 0; at < n; at += 3) {
+        al_chat_delta d;
+        if (al_chat_stream_push(&st, s + at, n - at < 3 ? n - at : 3, &d) != 0) abort();
+    }
+    if (al_chat_stream_finish(&st, &rest) != 0) abort();
+    if (rest.n_calls != whole.n_calls) abort();
+    for (size_t i = 0; i < rest.n_calls; i++)
+        if (strcmp(rest.calls[i].name, whole.calls[i].name) || strcmp(rest.calls[i].arguments, whole.calls[i].arguments))
+            abort();
+    al_chat_parsed_free(&whole);
+    al_chat_parsed_free(&rest);
+    al_chat_stream_free(&st);
     al_json_buf b = {0};
     al_chat_json_pyformat(s, n, &b);
     free(b.data);
