@@ -20,6 +20,8 @@ For each reference config (Qwen2: q/k/v biases, tied embeddings; Qwen3: q/k norm
 Usage (Debian's torch, not the python3 first on PATH):
 
     /usr/bin/python3 tests/model/ref_model.py --regenerate
+    /usr/bin/python3 tests/model/ref_model.py --forward MODEL_DIR --out LOGITS.bin
+        (loads an arclight-written model strictly by HF names; t0600 compares the logits)
 
 Dump format (little-endian), the record layout of ref_losses.py under its own magic:
 magic u32 0x444D4C41 ("ALMD"), version u32 (1), record count u32, then records: name_len u32,
@@ -383,13 +385,43 @@ def build(name, outdir, seed):
           (name, T, float(loss), losses[0], losses[-1], len(names)))
 
 
+def forward_dir(mdir, out):
+    """Loads a model directory written by arclight (config.json + model.safetensors, any
+    dtype) the way transformers would, strictly by Hugging Face names, and dumps the logits of
+    a fixed packed batch: the check that arclight's checkpoints load unchanged elsewhere."""
+    with open(os.path.join(mdir, "config.json")) as f:
+        c = json.load(f)
+    model = CausalLM(c)
+    state = load_safetensors(os.path.join(mdir, "model.safetensors"))
+    model.load_state_dict(state, strict=True)
+    V = c["vocab_size"]
+    tokens = torch.tensor([(t * 37 + 3) % V for t in range(20)], dtype=torch.int32)
+    positions = torch.tensor(list(range(12)) + list(range(8)), dtype=torch.int32)
+    cu = torch.tensor([0, 12, 20], dtype=torch.int32)
+    with torch.no_grad():
+        logits = model(tokens, positions, cu)
+    d = Dump()
+    d.add("in/tokens", tokens)
+    d.add("in/positions", positions)
+    d.add("in/cu_seqlens", cu)
+    d.add("out/logits", logits)
+    d.write(out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--regenerate", action="store_true",
                     help="rewrite tests/model/ref-*/ and tests/model/ref-*.bin")
     ap.add_argument("--out", default=HERE, help="directory to write into (default: tests/model)")
     ap.add_argument("--seed", type=int, default=6)
+    ap.add_argument("--forward", metavar="DIR",
+                    help="load an arclight model directory and write its logits of a fixed "
+                         "batch to --out (a file)")
     a = ap.parse_args()
+    if a.forward:
+        torch.set_num_threads(1)
+        forward_dir(a.forward, a.out)
+        return
     if not a.regenerate and a.out == HERE:
         ap.error("pass --regenerate to rewrite the committed reference (or --out DIR)")
     torch.set_num_threads(1)
