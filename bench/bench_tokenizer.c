@@ -42,12 +42,14 @@ static uint32_t rnd(uint32_t n)
  * CJK syllables, numbers, punctuation and newlines, plus code and JSON lines. */
 static char *make_corpus(size_t target, size_t *len)
 {
-    static const char *syl[] = {"the", "an", "ing", "tion", "re", "con", "ver", "al", "ment", "pro", "er", "st",
-                                "qu", "ph", "é", "è", "ü", "ñ", "ção", "ст", "ра", "но", "ко", "中", "文", "字",
-                                "の", "テ", "キ", "한", "국", "ab", "zy", "ox", "ly", "ness", "ous", "ic", "ed"};
-    static const char *code[] = {"    for (size_t i = 0; i < n; i++) {\n", "        sum += a[i] * b[i];\n", "    }\n",
-                                 "def f(x):\n    return x ** 2  # square\n",
-                                 "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n"};
+    static const char *syl[] = {
+        "the", "an", "ing", "tion", "re", "con", "ver", "al", "ment", "pro",  "er",  "st", "qu",
+        "ph",  "é",  "è",   "ü",    "ñ",  "ção", "ст",  "ра", "но",   "ко",   "中",  "文", "字",
+        "の",  "テ", "キ",  "한",   "국", "ab",  "zy",  "ox", "ly",   "ness", "ous", "ic", "ed"};
+    static const char *code[] = {
+        "    for (size_t i = 0; i < n; i++) {\n", "        sum += a[i] * b[i];\n", "    }\n",
+        "def f(x):\n    return x ** 2  # square\n",
+        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n"};
     enum { NWORDS = 20000 };
     char(*words)[40] = malloc(NWORDS * sizeof *words);
     for (int w = 0; w < NWORDS; w++) {
@@ -136,9 +138,11 @@ int main(int argc, char **argv)
         el = now() - w0;
     } while (el < seconds);
     double mbs = len * (double)passes / el / 1e6;
-    printf("corpus %zu bytes in %zu chunks, %zu tokens (%.2f bytes/token); tokenizer loaded in %.2fs\n", len, nchunks,
-           tokens, (double)len / tokens, load_s);
-    printf("  arclight al_tokenizer_encode  cold %7.2f MB/s   warm %7.2f MB/s\n", len / cold_s / 1e6, mbs);
+    printf("corpus %zu bytes in %zu chunks, %zu tokens (%.2f bytes/token); tokenizer loaded in "
+           "%.2fs\n",
+           len, nchunks, tokens, (double)len / tokens, load_s);
+    printf("  arclight al_tokenizer_encode  cold %7.2f MB/s   warm %7.2f MB/s\n",
+           len / cold_s / 1e6, mbs);
 
     char corpus_path[] = "/tmp/arclight-bench-corpus-XXXXXX";
     int fd = mkstemp(corpus_path);
@@ -151,11 +155,14 @@ int main(int argc, char **argv)
     int same = 1;
     double rust_mbs = 0;
     static const char *impls[] = {"rust", "js"};
-    static const char *names[] = {"tokenizers (HF Rust, node bindings)", "@huggingface/tokenizers (JS)"};
+    static const char *names[] = {"tokenizers (HF Rust, node bindings)",
+                                  "@huggingface/tokenizers (JS)"};
     for (int r = 0; r < 2; r++) {
         char cmd[1024];
-        snprintf(cmd, sizeof cmd, "RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false node bench/bench_tokenizer_ref.mjs %s %s %s %g", impls[r],
-                 ARCLIGHT_QWEN3_TOKENIZER_DIR, corpus_path, seconds);
+        snprintf(cmd, sizeof cmd,
+                 "RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false node "
+                 "bench/bench_tokenizer_ref.mjs %s %s %s %g",
+                 impls[r], ARCLIGHT_QWEN3_TOKENIZER_DIR, corpus_path, seconds);
         FILE *p = popen(cmd, "r");
         double ref_mbs = 0;
         size_t ref_tokens = 0;
@@ -163,7 +170,9 @@ int main(int argc, char **argv)
         int got = p ? fscanf(p, "%lf %zu %u", &ref_mbs, &ref_tokens, &ref_sum) : 0;
         int rc = p ? pclose(p) : -1;
         if (got != 3 || rc != 0) {
-            fprintf(stderr, "bench_tokenizer: the reference (%s) did not run; run scripts/setup.sh for node packages\n",
+            fprintf(stderr,
+                    "bench_tokenizer: the reference (%s) did not run; run scripts/setup.sh for "
+                    "node packages\n",
                     cmd);
             remove(corpus_path);
             return 1;
@@ -171,8 +180,8 @@ int main(int argc, char **argv)
         if (r == 0) rust_mbs = ref_mbs;
         int agree = ref_sum == sum && ref_tokens == tokens;
         same &= agree;
-        printf("  %-40s warm %7.2f MB/s   ids identical: %s   arclight is %.2fx\n", names[r], ref_mbs,
-               agree ? "yes" : "NO", mbs / ref_mbs);
+        printf("  %-40s warm %7.2f MB/s   ids identical: %s   arclight is %.2fx\n", names[r],
+               ref_mbs, agree ? "yes" : "NO", mbs / ref_mbs);
     }
     remove(corpus_path);
     printf("ratio arclight / HF Rust tokenizers (warm, 1 thread): %.2f\n", mbs / rust_mbs);

@@ -23,8 +23,10 @@ static al_tokenizer *load_qwen3(void)
     char err[300];
     double t0 = testlib_now();
     qwen3 = al_tokenizer_load_dir(dir, err, sizeof err);
-    if (!qwen3) fprintf(stderr, "loading %s: %s\n", dir, err);
-    else printf("  loaded the Qwen3 tokenizer in %.2fs\n", testlib_now() - t0);
+    if (!qwen3)
+        fprintf(stderr, "loading %s: %s\n", dir, err);
+    else
+        printf("  loaded the Qwen3 tokenizer in %.2fs\n", testlib_now() - t0);
     free(dir);
     return qwen3;
 }
@@ -51,7 +53,8 @@ static int check_fixture(al_tokenizer *tok, const char *fixture, int nfc)
         const al_json *c = cases->items[i];
         const al_json *text = al_json_get(c, "text"), *ids = al_json_get(c, "ids");
         al_token_ids got = {0};
-        CHECK(al_tokenizer_encode(tok, text->string, text->string_len, AL_TOKENIZER_ALLOW_SPECIAL, &got) == 0);
+        CHECK(al_tokenizer_encode(tok, text->string, text->string_len, AL_TOKENIZER_ALLOW_SPECIAL,
+                                  &got) == 0);
         int same = got.len == ids->count;
         for (size_t k = 0; same && k < got.len; k++)
             same = got.ids[k] == (int32_t)ids->items[k]->integer;
@@ -59,17 +62,20 @@ static int check_fixture(al_tokenizer *tok, const char *fixture, int nfc)
             size_t k = 0;
             while (k < got.len && k < ids->count && got.ids[k] == (int32_t)ids->items[k]->integer)
                 k++;
-            CHECKF(0, "%s case %zu \"%.60s\": %zu ids, reference %zu; first difference at %zu: %d vs %d", fixture, i,
-                   text->string, got.len, ids->count, k, k < got.len ? got.ids[k] : -1,
-                   k < ids->count ? (int)ids->items[k]->integer : -1);
+            CHECKF(
+                0,
+                "%s case %zu \"%.60s\": %zu ids, reference %zu; first difference at %zu: %d vs %d",
+                fixture, i, text->string, got.len, ids->count, k, k < got.len ? got.ids[k] : -1,
+                k < ids->count ? (int)ids->items[k]->integer : -1);
         }
         char *dec = NULL, *norm = NULL;
         size_t dlen = 0, nlen = text->string_len;
         CHECK(al_tokenizer_decode(tok, got.ids, got.len, 0, &dec, &dlen) == 0);
         const char *want = text->string;
         if (nfc && al_unicode_nfc(text->string, text->string_len, &norm, &nlen) == 1) want = norm;
-        CHECKF(dlen == nlen && memcmp(dec, want, nlen) == 0, "%s case %zu: decode(encode(x)) differs at byte %zu",
-               fixture, i, tok_first_diff(dec, dlen, want, nlen));
+        CHECKF(dlen == nlen && memcmp(dec, want, nlen) == 0,
+               "%s case %zu: decode(encode(x)) differs at byte %zu", fixture, i,
+               tok_first_diff(dec, dlen, want, nlen));
         free(dec);
         free(norm);
         al_token_ids_free(&got);
@@ -122,13 +128,16 @@ static void check_ids_only(const char *json_rel, const char *fixture)
     const al_json *cases = al_json_get(fx, "cases");
     CHECK(cases && cases->count >= 40);
     for (size_t i = 0; cases && i < cases->count; i++) {
-        const al_json *text = al_json_get(cases->items[i], "text"), *ids = al_json_get(cases->items[i], "ids");
+        const al_json *text = al_json_get(cases->items[i], "text"),
+                      *ids = al_json_get(cases->items[i], "ids");
         al_token_ids got = {0};
-        CHECK(al_tokenizer_encode(tok, text->string, text->string_len, AL_TOKENIZER_ALLOW_SPECIAL, &got) == 0);
+        CHECK(al_tokenizer_encode(tok, text->string, text->string_len, AL_TOKENIZER_ALLOW_SPECIAL,
+                                  &got) == 0);
         int same = got.len == ids->count;
         for (size_t k = 0; same && k < got.len; k++)
             same = got.ids[k] == (int32_t)ids->items[k]->integer;
-        CHECKF(same, "%s case %zu \"%.60s\": ids differ from the reference", fixture, i, text->string);
+        CHECKF(same, "%s case %zu \"%.60s\": ids differ from the reference", fixture, i,
+               text->string);
         al_token_ids_free(&got);
     }
     al_json_free(fx);
@@ -137,17 +146,20 @@ static void check_ids_only(const char *json_rel, const char *fixture)
 
 TEST(tiny_prefix_space_ids_match_reference)
 {
-    check_ids_only("tests/tokenizer/tiny_prefix/tokenizer.json", "tests/tokenizer/expected_tiny_prefix.json");
+    check_ids_only("tests/tokenizer/tiny_prefix/tokenizer.json",
+                   "tests/tokenizer/expected_tiny_prefix.json");
 }
 
 TEST(tiny_string_merges_ids_match_reference)
 {
-    check_ids_only("tests/tokenizer/tiny_strmerges/tokenizer.json", "tests/tokenizer/expected_tiny_strmerges.json");
+    check_ids_only("tests/tokenizer/tiny_strmerges/tokenizer.json",
+                   "tests/tokenizer/expected_tiny_strmerges.json");
 }
 
 TEST(tiny_lstrip_rstrip_ids_match_reference)
 {
-    check_ids_only("tests/tokenizer/tiny_strip/tokenizer.json", "tests/tokenizer/expected_tiny_strip.json");
+    check_ids_only("tests/tokenizer/tiny_strip/tokenizer.json",
+                   "tests/tokenizer/expected_tiny_strip.json");
 }
 
 TEST(qwen3_vocabulary_and_config)
@@ -203,8 +215,10 @@ static uint32_t rnd(uint32_t n)
 /* A random valid UTF-8 string mixing ASCII, spaces, Latin, combining marks, CJK, emoji. */
 static size_t random_utf8(char *out, size_t max_chars)
 {
-    static const uint32_t lo[] = {0x20, 0x0A, 0xC0, 0x300, 0x400, 0x600, 0x3040, 0x4E00, 0xAC00, 0x1F300, 0x2000};
-    static const uint32_t span[] = {0x5F, 4, 0x140, 0x70, 0x100, 0x100, 0xC0, 0x5000, 0x2BA4, 0x300, 0x70};
+    static const uint32_t lo[] = {0x20,   0x0A,   0xC0,   0x300,   0x400, 0x600,
+                                  0x3040, 0x4E00, 0xAC00, 0x1F300, 0x2000};
+    static const uint32_t span[] = {0x5F, 4,      0x140,  0x70,  0x100, 0x100,
+                                    0xC0, 0x5000, 0x2BA4, 0x300, 0x70};
     size_t n = 0, chars = 1 + rnd((uint32_t)max_chars);
     for (size_t i = 0; i < chars; i++) {
         int k = (int)rnd(sizeof lo / sizeof lo[0]);
@@ -228,8 +242,8 @@ static void roundtrip(al_tokenizer *tok, int nfc, int rounds)
         REQUIRE(al_tokenizer_decode(tok, ids.ids, ids.len, 0, &dec, &dlen) == 0);
         const char *want = buf;
         if (nfc && al_unicode_nfc(buf, len, &norm, &nlen) == 1) want = norm;
-        CHECKF(dlen == nlen && memcmp(dec, want, nlen) == 0, "round %d: differs at byte %zu of %zu", r,
-               tok_first_diff(dec, dlen, want, nlen), nlen);
+        CHECKF(dlen == nlen && memcmp(dec, want, nlen) == 0, "round %d: differs at byte %zu of %zu",
+               r, tok_first_diff(dec, dlen, want, nlen), nlen);
         /* streaming the same ids gives the same text */
         al_tokenizer_stream st = {0};
         al_json_buf acc = {0};
@@ -243,7 +257,8 @@ static void roundtrip(al_tokenizer *tok, int nfc, int rounds)
         size_t n = 0;
         const char *tail = al_tokenizer_stream_flush(&st, &n);
         al_json_buf_append(&acc, tail, n);
-        CHECKF(acc.len == nlen && memcmp(acc.data, want, nlen) == 0, "round %d: streamed text differs", r);
+        CHECKF(acc.len == nlen && memcmp(acc.data, want, nlen) == 0,
+               "round %d: streamed text differs", r);
         free(acc.data);
         al_tokenizer_stream_free(&st);
         free(dec);
@@ -283,8 +298,8 @@ TEST(random_bytes_roundtrip)
             size_t dlen = 0;
             REQUIRE(al_tokenizer_decode(t, ids.ids, ids.len, 0, &dec, &dlen) == 0);
             if (which == 0)
-                CHECKF(dlen == len && memcmp(dec, buf, len) == 0, "round %d: bytes differ at %zu", r,
-                       tok_first_diff(dec, dlen, buf, len));
+                CHECKF(dlen == len && memcmp(dec, buf, len) == 0, "round %d: bytes differ at %zu",
+                       r, tok_first_diff(dec, dlen, buf, len));
             free(dec);
             al_token_ids_free(&ids);
         }
@@ -308,7 +323,8 @@ static void *encode_worker(void *arg)
     for (int r = 0; r < 20; r++) {
         al_token_ids ids = {0};
         if (al_tokenizer_encode(w->tok, w->text, w->len, AL_TOKENIZER_ALLOW_SPECIAL, &ids) != 0 ||
-            ids.len != w->want->len || memcmp(ids.ids, w->want->ids, ids.len * sizeof(int32_t)) != 0)
+            ids.len != w->want->len ||
+            memcmp(ids.ids, w->want->ids, ids.len * sizeof(int32_t)) != 0)
             w->mismatches++;
         al_token_ids_free(&ids);
     }
@@ -331,7 +347,8 @@ TEST(concurrent_encode_shares_the_cache)
     al_tokenizer *fresh = NULL;
     char *dir = tok_qwen3_dir();
     char err[300];
-    fresh = al_tokenizer_load_dir(dir, err, sizeof err); /* empty cache: the threads race to fill it */
+    fresh =
+        al_tokenizer_load_dir(dir, err, sizeof err); /* empty cache: the threads race to fill it */
     free(dir);
     REQUIRE(fresh);
     al_token_ids want = {0};
@@ -380,7 +397,8 @@ TEST(cache_eviction)
             j++;
         al_token_ids one = {0};
         REQUIRE(al_tokenizer_encode(tok, p + i, j - i, 0, &one) == 0);
-        if (at + one.len > all.len || memcmp(all.ids + at, one.ids, one.len * sizeof(int32_t)) != 0) bad = 1;
+        if (at + one.len > all.len || memcmp(all.ids + at, one.ids, one.len * sizeof(int32_t)) != 0)
+            bad = 1;
         at += one.len;
         al_token_ids_free(&one);
         i = j;

@@ -37,7 +37,10 @@ TEST(character_classes)
     CHECK_EQ_INT(al_unicode_ccc('a'), 0);
 }
 
-static size_t dec(const char *s, size_t n, uint32_t *cp) { return al_utf8_decode((const uint8_t *)s, n, cp); }
+static size_t dec(const char *s, size_t n, uint32_t *cp)
+{
+    return al_utf8_decode((const uint8_t *)s, n, cp);
+}
 
 TEST(utf8_decoding)
 {
@@ -51,8 +54,10 @@ TEST(utf8_decoding)
     CHECK_EQ_INT(dec("\xF0\x9F\x98\x80", 4, &cp), 4);
     CHECK_EQ_INT(cp, 0x1F600);
     /* ill-formed: each comes back as one bad byte */
-    const char *bad[] = {"\xC0\x80", "\xC1\xBF", "\xE0\x80\x80", "\xED\xA0\x80", "\xF0\x80\x80\x80",
-                         "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\xFF", "\x80", "\xE4\xB8", "\xE4\x41\x41"};
+    const char *bad[] = {
+        "\xC0\x80",         "\xC1\xBF",         "\xE0\x80\x80", "\xED\xA0\x80", "\xF0\x80\x80\x80",
+        "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\xFF",         "\x80",         "\xE4\xB8",
+        "\xE4\x41\x41"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECKF(dec(bad[i], strlen(bad[i]), &cp) == 1 && (cp & AL_UNICODE_BAD_BYTE), "case %zu", i);
         CHECK_EQ_INT(cp & 0xFF, (uint8_t)bad[i][0]);
@@ -69,13 +74,15 @@ TEST(utf8_complete_prefix)
         const char *s;
         size_t want;
     } cases[] = {
-        {"abc", 3},          {"a\xE2\x82", 1},      {"a\xE2\x82\xAC", 4}, {"a\xE2", 1},
+        {"abc", 3},          {"a\xE2\x82", 1},        {"a\xE2\x82\xAC", 4}, {"a\xE2", 1},
         {"\xF0\x9F\x98", 0}, {"\xF0\x9F\x98\x80", 4}, {"a\xFF", 2},         {"a\xE2\x41", 3},
-        {"a\xE0\x80", 3},    {"a\xED\xA0", 3},      {"\x80\x80", 2},       {"\xC3", 0},
+        {"a\xE0\x80", 3},    {"a\xED\xA0", 3},        {"\x80\x80", 2},      {"\xC3", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        CHECKF(al_utf8_complete_prefix((const uint8_t *)cases[i].s, strlen(cases[i].s)) == cases[i].want,
-               "case %zu: %zu != %zu", i, al_utf8_complete_prefix((const uint8_t *)cases[i].s, strlen(cases[i].s)),
+        CHECKF(al_utf8_complete_prefix((const uint8_t *)cases[i].s, strlen(cases[i].s)) ==
+                   cases[i].want,
+               "case %zu: %zu != %zu", i,
+               al_utf8_complete_prefix((const uint8_t *)cases[i].s, strlen(cases[i].s)),
                cases[i].want);
 }
 
@@ -87,15 +94,18 @@ TEST(nfc_matches_icu)
     REQUIRE(cases && cases->count >= 100);
     size_t changed = 0;
     for (size_t i = 0; i < cases->count; i++) {
-        const al_json *in = al_json_get(cases->items[i], "text"), *want = al_json_get(cases->items[i], "nfc");
+        const al_json *in = al_json_get(cases->items[i], "text"),
+                      *want = al_json_get(cases->items[i], "nfc");
         char *out = NULL;
         size_t olen = 0;
         int r = al_unicode_nfc(in->string, in->string_len, &out, &olen);
         const char *got = r == 1 ? out : in->string;
         size_t glen = r == 1 ? olen : in->string_len;
         CHECKF(r >= 0 && glen == want->string_len && memcmp(got, want->string, glen) == 0,
-               "case %zu: NFC differs at byte %zu", i, tok_first_diff(got, glen, want->string, want->string_len));
-        if (want->string_len != in->string_len || memcmp(want->string, in->string, in->string_len)) changed++;
+               "case %zu: NFC differs at byte %zu", i,
+               tok_first_diff(got, glen, want->string, want->string_len));
+        if (want->string_len != in->string_len || memcmp(want->string, in->string, in->string_len))
+            changed++;
         free(out);
     }
     CHECKF(changed >= 20, "only %zu cases change under NFC", changed);
@@ -107,17 +117,18 @@ TEST(nfc_cases)
     const struct {
         const char *in, *want;
     } cases[] = {
-        {"Cafe\xCC\x81", "Caf\xC3\xA9"},                           /* e + acute -> é */
-        {"\xE2\x84\xAB", "\xC3\x85"},                              /* Angstrom sign -> Å */
-        {"\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8", "\xEA\xB0\x81"},  /* jamo -> 각 */
-        {"a\xCC\x81\xCC\xA8", "\xC4\x85\xCC\x81"},                 /* marks reordered, ą + acute */
-        {"x\xFF\xCC\x81", "x\xFF\xCC\x81"},                        /* a bad byte blocks composition */
+        {"Cafe\xCC\x81", "Caf\xC3\xA9"},                          /* e + acute -> é */
+        {"\xE2\x84\xAB", "\xC3\x85"},                             /* Angstrom sign -> Å */
+        {"\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8", "\xEA\xB0\x81"}, /* jamo -> 각 */
+        {"a\xCC\x81\xCC\xA8", "\xC4\x85\xCC\x81"},                /* marks reordered, ą + acute */
+        {"x\xFF\xCC\x81", "x\xFF\xCC\x81"}, /* a bad byte blocks composition */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out = NULL;
         size_t olen = 0;
         int r = al_unicode_nfc(cases[i].in, strlen(cases[i].in), &out, &olen);
-        CHECKF(r == 1 && olen == strlen(cases[i].want) && memcmp(out, cases[i].want, olen) == 0, "case %zu", i);
+        CHECKF(r == 1 && olen == strlen(cases[i].want) && memcmp(out, cases[i].want, olen) == 0,
+               "case %zu", i);
         free(out);
     }
     char *out = NULL;
@@ -156,7 +167,8 @@ TEST(stream_holds_split_characters)
     /* text comes out only when a character completes */
     size_t want[] = {0, 2, 0, 0, 3, 0, 0, 0, 4, 1};
     for (size_t i = 0; i < 10; i++)
-        CHECKF(emitted_at[i] == want[i], "byte %zu: emitted %zu, want %zu", i, emitted_at[i], want[i]);
+        CHECKF(emitted_at[i] == want[i], "byte %zu: emitted %zu, want %zu", i, emitted_at[i],
+               want[i]);
     free(acc.data);
     al_tokenizer_stream_free(&st);
 
@@ -166,7 +178,8 @@ TEST(stream_holds_split_characters)
     size_t n = 0;
     CHECK_EQ_STR(al_tokenizer_stream_push(tok, &s2, 0xFF, 0, &n), "\xEF\xBF\xBD");
     CHECK_EQ_STR(al_tokenizer_stream_push(tok, &s2, 0xE4, 0, &n), "");
-    CHECK_EQ_STR(al_tokenizer_stream_push(tok, &s2, 'A', 0, &n), "\xEF\xBF\xBD" "A");
+    CHECK_EQ_STR(al_tokenizer_stream_push(tok, &s2, 'A', 0, &n), "\xEF\xBF\xBD"
+                                                                 "A");
     CHECK_EQ_STR(al_tokenizer_stream_push(tok, &s2, 0xF0, 0, &n), "");
     CHECK_EQ_STR(al_tokenizer_stream_push(tok, &s2, 0x9F, 0, &n), "");
     CHECK_EQ_STR(al_tokenizer_stream_flush(&s2, &n), "\xEF\xBF\xBD");
@@ -188,10 +201,14 @@ TEST(lossy_decode)
     char *out = NULL;
     size_t len = 0;
     REQUIRE(al_tokenizer_decode(tok, ids, 7, AL_TOKENIZER_LOSSY, &out, &len) == 0);
-    CHECK_EQ_STR(out, "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xC3\xA9");
+    CHECK_EQ_STR(out, "a\xEF\xBF\xBD"
+                      "b\xEF\xBF\xBD\xC3\xA9");
     free(out);
     REQUIRE(al_tokenizer_decode(tok, ids, 7, 0, &out, &len) == 0);
-    CHECK(len == 7 && memcmp(out, "a\xE2\x82" "b\xFF\xC3\xA9", 7) == 0);
+    CHECK(len == 7 && memcmp(out,
+                             "a\xE2\x82"
+                             "b\xFF\xC3\xA9",
+                             7) == 0);
     free(out);
     al_tokenizer_free(tok);
 }

@@ -44,15 +44,20 @@ TEST(malformed_tokenizer_json)
         {"\"vocab\": {", "\"vocab\": 5, \"old_vocab\": {", "model.vocab is a number"},
         {"\"merges\": [", "\"merges\": 3, \"old_merges\": [", "model.merges is a number"},
         {"\"byte_fallback\": false", "\"byte_fallback\": true", "byte_fallback"},
-        {"\"normalizer\": null", "\"normalizer\": {\"type\": \"NFKC\"}", "\"NFKC\" is not supported"},
-        {"\"pre_tokenizer\": {", "\"pre_tokenizer\": {\"type\": \"Metaspace\"}, \"old\": {", "\"Metaspace\" is not supported"},
+        {"\"normalizer\": null", "\"normalizer\": {\"type\": \"NFKC\"}",
+         "\"NFKC\" is not supported"},
+        {"\"pre_tokenizer\": {", "\"pre_tokenizer\": {\"type\": \"Metaspace\"}, \"old\": {",
+         "\"Metaspace\" is not supported"},
         {"\"pre_tokenizer\": {",
-         "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\w+\"}, \"behavior\": \"Isolated\"}, \"old\": {",
+         "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\w+\"}, "
+         "\"behavior\": \"Isolated\"}, \"old\": {",
          "\\w+ is not one of the supported patterns"},
         {"\"pre_tokenizer\": {",
-         "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"x\"}, \"behavior\": \"Removed\"}, \"old\": {",
+         "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"x\"}, \"behavior\": "
+         "\"Removed\"}, \"old\": {",
          "only Isolated"},
-        {"\"decoder\": {", "\"decoder\": {\"type\": \"WordPiece\"}, \"old\": {", "decoder \"WordPiece\""},
+        {"\"decoder\": {", "\"decoder\": {\"type\": \"WordPiece\"}, \"old\": {",
+         "decoder \"WordPiece\""},
         {"\"!\": 33", "\"!\": -1", "id is not an integer"},
         {"\"!\": 33", "\"!\": 99999999999", "id is not an integer"},
         {"\"!\": 33", "\"!\": 33.5", "id is not an integer"},
@@ -62,7 +67,8 @@ TEST(malformed_tokenizer_json)
         {"\"merges\": [", "\"merges\": [[\"x\"], ", "model.merges[0]: expected"},
         {"\"merges\": [", "\"merges\": [\"ab\", ", "model.merges[0]: expected"},
         {"\"merges\": [", "\"merges\": [\"a  b\", ", "model.merges[0]: expected"},
-        {"\"merges\": [", "\"merges\": [[\"zz-not-a-token\", \"a\"], ", "\"zz-not-a-token\" is not in the vocabulary"},
+        {"\"merges\": [", "\"merges\": [[\"zz-not-a-token\", \"a\"], ",
+         "\"zz-not-a-token\" is not in the vocabulary"},
         {"\"merges\": [", "\"merges\": [[\"Q\", \"Z\"], ", "the merged token \"QZ\""},
         {"\"content\": \"<|endoftext|>\"", "\"content\": \"\"", "added_tokens[0]: \"content\""},
         {"\"id\": 505", "\"id\": 33", "but model.vocab has"},
@@ -75,7 +81,8 @@ TEST(malformed_tokenizer_json)
         char err[300] = "";
         al_tokenizer *t = al_tokenizer_from_json(text, strlen(text), NULL, 0, err, sizeof err);
         CHECKF(!t, "case %zu loaded", i);
-        CHECKF(strstr(err, cases[i].want) != NULL, "case %zu: error \"%s\" does not say \"%s\"", i, err, cases[i].want);
+        CHECKF(strstr(err, cases[i].want) != NULL, "case %zu: error \"%s\" does not say \"%s\"", i,
+               err, cases[i].want);
         al_tokenizer_free(t);
         free(text);
     }
@@ -117,7 +124,8 @@ TEST(truncated_and_corrupted_files)
         if (t) {
             loaded++;
             al_token_ids ids = {0};
-            CHECK(al_tokenizer_encode(t, "Hello, world! <|im_end|>", 24, AL_TOKENIZER_ALLOW_SPECIAL, &ids) == 0);
+            CHECK(al_tokenizer_encode(t, "Hello, world! <|im_end|>", 24, AL_TOKENIZER_ALLOW_SPECIAL,
+                                      &ids) == 0);
             CHECK(ids.len > 0);
             al_token_ids_free(&ids);
         } else {
@@ -147,9 +155,11 @@ TEST(missing_files_and_config)
     al_tokenizer_free(t);
 
     /* token objects and the list form of chat_template */
-    const char *cfg = "{\"bos_token\": {\"content\": \"<|im_start|>\", \"special\": true}, \"eos_token\": \"<|endoftext|>\","
-                      " \"pad_token\": null, \"chat_template\": [{\"name\": \"tool_use\", \"template\": \"x\"},"
-                      " {\"name\": \"default\", \"template\": \"{{ '<|im_start|>' + m }}\"}]}";
+    const char *cfg =
+        "{\"bos_token\": {\"content\": \"<|im_start|>\", \"special\": true}, \"eos_token\": "
+        "\"<|endoftext|>\","
+        " \"pad_token\": null, \"chat_template\": [{\"name\": \"tool_use\", \"template\": \"x\"},"
+        " {\"name\": \"default\", \"template\": \"{{ '<|im_start|>' + m }}\"}]}";
     t = al_tokenizer_from_json(base, len, cfg, strlen(cfg), err, sizeof err);
     REQUIREF(t, "%s", err);
     CHECK_EQ_INT(al_tokenizer_bos_id(t), 506);
@@ -198,7 +208,8 @@ TEST(special_tokens)
     REQUIRE(al_tokenizer_decode(t, without.ids, without.len, 0, &dec, &dlen) == 0);
     CHECK_EQ_STR(dec, text);
     free(dec);
-    REQUIRE(al_tokenizer_decode(t, with.ids, with.len, AL_TOKENIZER_SKIP_SPECIAL, &dec, &dlen) == 0);
+    REQUIRE(al_tokenizer_decode(t, with.ids, with.len, AL_TOKENIZER_SKIP_SPECIAL, &dec, &dlen) ==
+            0);
     CHECK_EQ_STR(dec, "user\nhi <tool_call>{}</tool_call>");
     free(dec);
     /* unknown ids are skipped */

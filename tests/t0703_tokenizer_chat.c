@@ -75,16 +75,17 @@ TEST(render_matches_reference)
             .add_generation_prompt = al_json_get_bool(c, "add_generation_prompt", 0),
             .enable_thinking = al_json_get_bool(c, "enable_thinking", 1),
         };
-        al_chat_template_kind kind = strcmp(tpl, "qwen3") == 0 ? AL_CHAT_TEMPLATE_QWEN3 : AL_CHAT_TEMPLATE_QWEN2_5;
+        al_chat_template_kind kind =
+            strcmp(tpl, "qwen3") == 0 ? AL_CHAT_TEMPLATE_QWEN3 : AL_CHAT_TEMPLATE_QWEN2_5;
         char err[200];
         size_t len = 0;
         char *got = al_chat_render(kind, &req, &len, err, sizeof err);
         CHECKF(got, "%s/%s: %s", tpl, name, err);
         if (got) {
             size_t d = tok_first_diff(got, len, want->string, want->string_len);
-            CHECKF(len == want->string_len && d == len, "%s/%s: differs at byte %zu:\n  got  \"%.60s\"\n  want \"%.60s\"",
-                   tpl, name, d, got + (d > 20 ? d - 20 : 0),
-                   want->string + (d > 20 ? d - 20 : 0));
+            CHECKF(len == want->string_len && d == len,
+                   "%s/%s: differs at byte %zu:\n  got  \"%.60s\"\n  want \"%.60s\"", tpl, name, d,
+                   got + (d > 20 ? d - 20 : 0), want->string + (d > 20 ? d - 20 : 0));
         }
         free(got);
         for (size_t k = 0; k < ntools; k++)
@@ -131,9 +132,11 @@ TEST(render_errors)
 TEST(pyformat_json)
 {
     al_json_buf b = {0};
-    const char *in = "{\"a\":[1,2.5,-0.125,1e21,true,null],\"b\":{\"c\":\"x\\ny\\u0001\\\"\"},\"d\":\"é😀\"}";
+    const char *in =
+        "{\"a\":[1,2.5,-0.125,1e21,true,null],\"b\":{\"c\":\"x\\ny\\u0001\\\"\"},\"d\":\"é😀\"}";
     CHECK(al_chat_json_pyformat(in, strlen(in), &b) == 0);
-    CHECK_EQ_STR(b.data, "{\"a\": [1, 2.5, -0.125, 1e+21, true, null], \"b\": {\"c\": \"x\\ny\\u0001\\\"\"}, \"d\": \"é😀\"}");
+    CHECK_EQ_STR(b.data, "{\"a\": [1, 2.5, -0.125, 1e+21, true, null], \"b\": {\"c\": "
+                         "\"x\\ny\\u0001\\\"\"}, \"d\": \"é😀\"}");
     free(b.data);
     al_json_buf c = {0};
     CHECK(al_chat_json_pyformat("{oops", 5, &c) == -1);
@@ -153,15 +156,17 @@ static void check_call(const al_chat_parsed *p, size_t i, const char *name, cons
 TEST(parse_tool_calls)
 {
     al_chat_parsed p;
-    const char *t1 = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>";
+    const char *t1 = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                     "{\"city\":\"Paris\"}}\n</tool_call>";
     REQUIRE(al_chat_parse(t1, strlen(t1), 0, &p) == 0);
     CHECK_EQ_INT(p.n_calls, 1);
     check_call(&p, 0, "get_weather", "{\"city\": \"Paris\"}");
     CHECK_EQ_STR(p.content, "");
     al_chat_parsed_free(&p);
 
-    const char *t2 = "Let me check both.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n"
-                     "<tool_call>\n{\"name\": \"b\", \"arguments\": {\"x\": [1, \"東京\"]}}\n</tool_call>";
+    const char *t2 =
+        "Let me check both.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n"
+        "<tool_call>\n{\"name\": \"b\", \"arguments\": {\"x\": [1, \"東京\"]}}\n</tool_call>";
     REQUIRE(al_chat_parse(t2, strlen(t2), 0, &p) == 0);
     CHECK_EQ_INT(p.n_calls, 2);
     check_call(&p, 0, "a", "{}");
@@ -210,7 +215,8 @@ TEST(parse_tool_calls)
 TEST(parse_reasoning)
 {
     al_chat_parsed p;
-    const char *t = "<think>\nI should call f.\n</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+    const char *t = "<think>\nI should call f.\n</think>\n\n<tool_call>\n{\"name\": \"f\", "
+                    "\"arguments\": {}}\n</tool_call>";
     REQUIRE(al_chat_parse(t, strlen(t), AL_CHAT_PARSE_REASONING, &p) == 0);
     CHECK_EQ_STR(p.reasoning, "\nI should call f.\n");
     CHECK_EQ_INT(p.n_calls, 1);
@@ -232,9 +238,11 @@ TEST(parse_reasoning)
 TEST(render_then_parse_roundtrip)
 {
     /* What the serve stage does: a rendered assistant turn parses back to its calls. */
-    al_chat_tool_call calls[] = {{"get_weather", "{\"city\":\"Zürich\",\"days\":3}"}, {"search", "{\"q\":\"a \\\"b\\\"\"}"}};
-    al_chat_message m[] = {{.role = AL_CHAT_USER, .content = "go"},
-                           {.role = AL_CHAT_ASSISTANT, .content = "Sure.", .tool_calls = calls, .n_tool_calls = 2}};
+    al_chat_tool_call calls[] = {{"get_weather", "{\"city\":\"Zürich\",\"days\":3}"},
+                                 {"search", "{\"q\":\"a \\\"b\\\"\"}"}};
+    al_chat_message m[] = {
+        {.role = AL_CHAT_USER, .content = "go"},
+        {.role = AL_CHAT_ASSISTANT, .content = "Sure.", .tool_calls = calls, .n_tool_calls = 2}};
     al_chat_request req = {.messages = m, .n_messages = 2};
     size_t len;
     char err[100];
@@ -268,7 +276,8 @@ TEST(chat_encode_with_the_tokenizers_template)
     al_chat_request req = {.messages = m, .n_messages = 1, .add_generation_prompt = 1};
     al_token_ids ids = {0};
     REQUIREF(al_chat_encode(tok, &req, &ids, err, sizeof err) == 0, "%s", err);
-    /* <|im_start|>system\n...<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n */
+    /* <|im_start|>system\n...<|im_end|>\n<|im_start|>user\nHi
+     * there<|im_end|>\n<|im_start|>assistant\n */
     int starts = 0, ends = 0;
     for (size_t i = 0; i < ids.len; i++) {
         starts += ids.ids[i] == 506;
@@ -342,10 +351,13 @@ TEST(stream_parse_matches_whole_parse)
 {
     const char *texts[] = {
         "Plain answer with <b>tags</b> and a < sign and <tool_ but no call.",
-        "Let me look.\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}\n</tool_call>",
-        "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", "
+        "Let me look.\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\": "
+        "\"x\"}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": "
+        "\"b\", "
         "\"arguments\": {\"k\": [1, 2]}}\n</tool_call>",
-        "<think>\nI need the weather. <maybe> </thin\n</think>\n\nCalling.\n<tool_call>\n{\"name\": \"w\", "
+        "<think>\nI need the weather. <maybe> "
+        "</thin\n</think>\n\nCalling.\n<tool_call>\n{\"name\": \"w\", "
         "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
         "<think>\nshort</think>The answer is 42.",
         "<thin",

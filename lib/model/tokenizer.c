@@ -21,14 +21,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_TOKEN_ID (1 << 24)     /* larger ids in a file are refused rather than allocated */
+#define MAX_TOKEN_ID (1 << 24)      /* larger ids in a file are refused rather than allocated */
 #define CACHE_MAX_ENTRIES (1 << 16) /* the word cache is emptied when it reaches this */
 #define CACHE_MAX_WORD 128          /* longer words are not cached */
 #define MAX_SPLITS 4
 
 typedef enum pretok_pattern {
     PATTERN_GPT2,   /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
-    PATTERN_QWEN2,  /* (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+    PATTERN_QWEN2,  /* (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
+                       ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
     PATTERN_LLAMA3, /* as Qwen2 with \p{N}{1,3} */
 } pretok_pattern;
 
@@ -36,7 +37,8 @@ static const struct {
     pretok_pattern kind;
     const char *regex;
 } known_patterns[] = {
-    {PATTERN_GPT2, "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"},
+    {PATTERN_GPT2,
+     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"},
     {PATTERN_QWEN2, "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
                     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
     {PATTERN_LLAMA3, "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
@@ -56,7 +58,7 @@ typedef struct cache_entry {
     struct cache_entry *next;
     uint64_t hash;
     uint32_t word_len, n_ids;
-    int32_t *ids;  /* points into the same allocation, after the word */
+    int32_t *ids; /* points into the same allocation, after the word */
     char word[];
 } cache_entry;
 
@@ -83,10 +85,10 @@ struct al_tokenizer {
     int32_t *merge_result;
     size_t merge_mask;
 
-    int32_t byte_id[256];       /* id of the single-byte token of each byte */
-    char byte_char[256][3];     /* the byte-level alphabet: UTF-8 of each byte's stand-in */
+    int32_t byte_id[256];   /* id of the single-byte token of each byte */
+    char byte_char[256][3]; /* the byte-level alphabet: UTF-8 of each byte's stand-in */
     uint8_t byte_char_len[256];
-    int16_t char_byte[324];     /* and back: code point -> byte, or -1 */
+    int16_t char_byte[324]; /* and back: code point -> byte, or -1 */
 
     added_token *added;
     size_t n_added;
@@ -110,7 +112,8 @@ struct al_tokenizer {
 /* ------------------------------------------------------------------------------------ */
 /* Small helpers                                                                        */
 
-static void set_err(char *errstr, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(char *errstr, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void set_err(char *errstr, size_t errlen, const char *fmt, ...)
 {
     if (!errstr || !errlen) return;
@@ -268,7 +271,8 @@ static void init_byte_alphabet(al_tokenizer *t)
     for (int c = 0; c < 324; c++)
         t->char_byte[c] = -1;
     for (int b = 0; b < 256; b++) {
-        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        int printable =
+            (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
         uint32_t cp = printable ? (uint32_t)b : next++;
         t->byte_char_len[b] = (uint8_t)al_utf8_encode(cp, (uint8_t *)t->byte_char[b]);
         t->char_byte[cp] = (int16_t)b;
@@ -276,7 +280,8 @@ static void init_byte_alphabet(al_tokenizer *t)
 }
 
 /* Maps a byte-level string back to bytes; -1 when a character is outside the alphabet. */
-static int byte_level_to_bytes(const al_tokenizer *t, const char *s, size_t n, char *out, size_t *out_len)
+static int byte_level_to_bytes(const al_tokenizer *t, const char *s, size_t n, char *out,
+                               size_t *out_len)
 {
     size_t o = 0;
     for (size_t i = 0; i < n;) {
@@ -296,13 +301,19 @@ static const char *json_type_name(const al_json *v)
 {
     if (!v) return "missing";
     switch (v->type) {
-    case AL_JSON_NULL: return "null";
+    case AL_JSON_NULL:
+        return "null";
     case AL_JSON_FALSE:
-    case AL_JSON_TRUE: return "a boolean";
-    case AL_JSON_NUMBER: return "a number";
-    case AL_JSON_STRING: return "a string";
-    case AL_JSON_ARRAY: return "an array";
-    case AL_JSON_OBJECT: return "an object";
+    case AL_JSON_TRUE:
+        return "a boolean";
+    case AL_JSON_NUMBER:
+        return "a number";
+    case AL_JSON_STRING:
+        return "a string";
+    case AL_JSON_ARRAY:
+        return "an array";
+    case AL_JSON_OBJECT:
+        return "an object";
     }
     return "?";
 }
@@ -343,7 +354,8 @@ static int add_split(al_tokenizer *t, pretok_pattern p, char *errstr, size_t err
     return 0;
 }
 
-static int load_pretokenizer(al_tokenizer *t, const al_json *p, int depth, char *errstr, size_t errlen)
+static int load_pretokenizer(al_tokenizer *t, const al_json *p, int depth, char *errstr,
+                             size_t errlen)
 {
     if (!p || p->type == AL_JSON_NULL) return 0;
     const char *type = al_json_get_string(p, "type", NULL);
@@ -375,7 +387,8 @@ static int load_pretokenizer(al_tokenizer *t, const al_json *p, int depth, char 
             return -1;
         }
         if (strcmp(behavior, "Isolated") != 0 || al_json_get_bool(p, "invert", 0)) {
-            set_err(errstr, errlen, "pre_tokenizer Split: behavior \"%s\"%s is not supported (only Isolated)",
+            set_err(errstr, errlen,
+                    "pre_tokenizer Split: behavior \"%s\"%s is not supported (only Isolated)",
                     behavior, al_json_get_bool(p, "invert", 0) ? " with invert" : "");
             return -1;
         }
@@ -383,11 +396,13 @@ static int load_pretokenizer(al_tokenizer *t, const al_json *p, int depth, char 
             if (strcmp(regex, known_patterns[i].regex) == 0)
                 return add_split(t, known_patterns[i].kind, errstr, errlen);
         set_err(errstr, errlen,
-                "pre_tokenizer Split: regex %.200s is not one of the supported patterns (GPT-2, Qwen2, Llama-3)",
+                "pre_tokenizer Split: regex %.200s is not one of the supported patterns (GPT-2, "
+                "Qwen2, Llama-3)",
                 regex);
         return -1;
     }
-    set_err(errstr, errlen, "pre_tokenizer \"%s\" is not supported (ByteLevel, Split, Sequence)", type);
+    set_err(errstr, errlen, "pre_tokenizer \"%s\" is not supported (ByteLevel, Split, Sequence)",
+            type);
     return -1;
 }
 
@@ -440,18 +455,21 @@ static int ensure_ids(al_tokenizer *t, int32_t n)
 /* Fills the id tables from model.vocab (sized to the largest id of the vocabulary and the
  * added tokens) and the string -> id map. Every vocabulary string must be in the byte-level
  * alphabet; its bytes are kept for decoding. -1 with errstr on any bad entry. */
-static int load_vocab(al_tokenizer *t, const al_json *vocab, const al_json *added, char *errstr, size_t errlen)
+static int load_vocab(al_tokenizer *t, const al_json *vocab, const al_json *added, char *errstr,
+                      size_t errlen)
 {
     if (!vocab || vocab->type != AL_JSON_OBJECT) {
-        set_err(errstr, errlen, "model.vocab is %s, expected an object of token -> id", json_type_name(vocab));
+        set_err(errstr, errlen, "model.vocab is %s, expected an object of token -> id",
+                json_type_name(vocab));
         return -1;
     }
     int64_t max_id = -1;
     for (size_t i = 0; i < vocab->count; i++) {
         const al_json *v = vocab->items[i];
-        if (v->type != AL_JSON_NUMBER || !v->is_integer || v->integer < 0 || v->integer >= MAX_TOKEN_ID) {
-            set_err(errstr, errlen, "model.vocab[\"%.80s\"]: id is not an integer in [0, %d)", vocab->keys[i],
-                    MAX_TOKEN_ID);
+        if (v->type != AL_JSON_NUMBER || !v->is_integer || v->integer < 0 ||
+            v->integer >= MAX_TOKEN_ID) {
+            set_err(errstr, errlen, "model.vocab[\"%.80s\"]: id is not an integer in [0, %d)",
+                    vocab->keys[i], MAX_TOKEN_ID);
             return -1;
         }
         if (v->integer > max_id) max_id = v->integer;
@@ -461,7 +479,8 @@ static int load_vocab(al_tokenizer *t, const al_json *vocab, const al_json *adde
             const al_json *id = al_json_get(added->items[i], "id");
             if (!id || id->type != AL_JSON_NUMBER || !id->is_integer || id->integer < 0 ||
                 id->integer >= MAX_TOKEN_ID) {
-                set_err(errstr, errlen, "added_tokens[%zu]: \"id\" is not an integer in [0, %d)", i, MAX_TOKEN_ID);
+                set_err(errstr, errlen, "added_tokens[%zu]: \"id\" is not an integer in [0, %d)", i,
+                        MAX_TOKEN_ID);
                 return -1;
             }
             if (id->integer > max_id) max_id = id->integer;
@@ -479,7 +498,8 @@ static int load_vocab(al_tokenizer *t, const al_json *vocab, const al_json *adde
         const char *s = vocab->keys[i];
         size_t n = vocab->key_lens[i];
         if (t->tok_str[id]) {
-            set_err(errstr, errlen, "model.vocab: id %d is used by both \"%.80s\" and \"%.80s\"", id, t->tok_str[id], s);
+            set_err(errstr, errlen, "model.vocab: id %d is used by both \"%.80s\" and \"%.80s\"",
+                    id, t->tok_str[id], s);
             free(tmp);
             return -1;
         }
@@ -500,7 +520,8 @@ static int load_vocab(al_tokenizer *t, const al_json *vocab, const al_json *adde
         size_t blen;
         if (byte_level_to_bytes(t, s, n, tmp, &blen)) {
             set_err(errstr, errlen,
-                    "model.vocab: token \"%.80s\" (id %d) has characters outside the byte-level alphabet; "
+                    "model.vocab: token \"%.80s\" (id %d) has characters outside the byte-level "
+                    "alphabet; "
                     "only byte-level BPE is supported",
                     s, id);
             free(tmp);
@@ -554,9 +575,11 @@ static int load_added(al_tokenizer *t, const al_json *added, char *errstr, size_
         at->rstrip = al_json_get_bool(a, "rstrip", 0);
         if (t->tok_str[id]) {
             /* Already in the vocabulary (GPT-2's <|endoftext|>): it must be the same token. */
-            if (t->tok_len[id] != content->string_len || memcmp(t->tok_str[id], content->string, content->string_len)) {
-                set_err(errstr, errlen, "added_tokens[%zu]: id %d is \"%.80s\" but model.vocab has \"%.80s\" there", i,
-                        id, content->string, t->tok_str[id]);
+            if (t->tok_len[id] != content->string_len ||
+                memcmp(t->tok_str[id], content->string, content->string_len)) {
+                set_err(errstr, errlen,
+                        "added_tokens[%zu]: id %d is \"%.80s\" but model.vocab has \"%.80s\" there",
+                        i, id, content->string, t->tok_str[id]);
                 return -1;
             }
         } else {
@@ -603,7 +626,9 @@ static int merge_parts(const al_json *m, const char **a, size_t *alen, const cha
 {
     if (m->type == AL_JSON_STRING) {
         const char *sp = memchr(m->string, ' ', m->string_len);
-        if (!sp || sp == m->string || memchr(sp + 1, ' ', m->string_len - (size_t)(sp + 1 - m->string))) return -1;
+        if (!sp || sp == m->string ||
+            memchr(sp + 1, ' ', m->string_len - (size_t)(sp + 1 - m->string)))
+            return -1;
         *a = m->string;
         *alen = (size_t)(sp - m->string);
         *b = sp + 1;
@@ -643,14 +668,16 @@ static int load_merges(al_tokenizer *t, const al_json *merges, char *errstr, siz
         const char *a, *b;
         size_t alen, blen;
         if (merge_parts(merges->items[i], &a, &alen, &b, &blen)) {
-            set_err(errstr, errlen, "model.merges[%zu]: expected \"left right\" or [\"left\", \"right\"]", i);
+            set_err(errstr, errlen,
+                    "model.merges[%zu]: expected \"left right\" or [\"left\", \"right\"]", i);
             free(joined);
             return -1;
         }
         int32_t ia = vocab_find(t, a, alen), ib = vocab_find(t, b, blen);
         if (ia < 0 || ib < 0) {
             set_err(errstr, errlen, "model.merges[%zu]: token \"%.*s\" is not in the vocabulary", i,
-                    (int)(ia < 0 ? (alen > 80 ? 80 : alen) : (blen > 80 ? 80 : blen)), ia < 0 ? a : b);
+                    (int)(ia < 0 ? (alen > 80 ? 80 : alen) : (blen > 80 ? 80 : blen)),
+                    ia < 0 ? a : b);
             free(joined);
             return -1;
         }
@@ -668,7 +695,8 @@ static int load_merges(al_tokenizer *t, const al_json *merges, char *errstr, siz
         memcpy(joined + alen, b, blen);
         int32_t ir = vocab_find(t, joined, alen + blen);
         if (ir < 0) {
-            set_err(errstr, errlen, "model.merges[%zu]: the merged token \"%.*s\" is not in the vocabulary", i,
+            set_err(errstr, errlen,
+                    "model.merges[%zu]: the merged token \"%.*s\" is not in the vocabulary", i,
                     (int)(alen + blen > 80 ? 80 : alen + blen), joined);
             free(joined);
             return -1;
@@ -709,7 +737,8 @@ static int load_model(al_tokenizer *t, const al_json *root, char *errstr, size_t
     const char *prefix = al_json_get_string(model, "continuing_subword_prefix", "");
     const char *suffix = al_json_get_string(model, "end_of_word_suffix", "");
     if (*prefix || *suffix) {
-        set_err(errstr, errlen, "model.continuing_subword_prefix / end_of_word_suffix are not supported");
+        set_err(errstr, errlen,
+                "model.continuing_subword_prefix / end_of_word_suffix are not supported");
         return -1;
     }
     t->ignore_merges = al_json_get_bool(model, "ignore_merges", 0);
@@ -720,8 +749,10 @@ static int load_model(al_tokenizer *t, const al_json *root, char *errstr, size_t
     for (int b = 0; b < 256; b++) {
         t->byte_id[b] = vocab_find(t, t->byte_char[b], t->byte_char_len[b]);
         if (t->byte_id[b] < 0 || (t->tok_flags[t->byte_id[b]] & TOKEN_ADDED)) {
-            set_err(errstr, errlen, "model.vocab has no token for byte 0x%02X (\"%.*s\"); byte-level BPE needs all 256",
-                    b, t->byte_char_len[b], t->byte_char[b]);
+            set_err(
+                errstr, errlen,
+                "model.vocab has no token for byte 0x%02X (\"%.*s\"); byte-level BPE needs all 256",
+                b, t->byte_char_len[b], t->byte_char[b]);
             return -1;
         }
     }
@@ -772,14 +803,15 @@ static int load_config(al_tokenizer *t, const char *config, size_t len, char *er
         /* [{"name": "default", "template": "..."}, {"name": "tool_use", ...}] */
         for (size_t i = 0; i < tpl->count; i++)
             if (strcmp(al_json_get_string(tpl->items[i], "name", ""), "default") == 0)
-                t->chat_template = template_kind(al_json_get_string(tpl->items[i], "template", NULL));
+                t->chat_template =
+                    template_kind(al_json_get_string(tpl->items[i], "template", NULL));
     }
     al_json_free(cfg);
     return 0;
 }
 
-al_tokenizer *al_tokenizer_from_json(const char *json, size_t len, const char *config, size_t config_len,
-                                     char *errstr, size_t errlen)
+al_tokenizer *al_tokenizer_from_json(const char *json, size_t len, const char *config,
+                                     size_t config_len, char *errstr, size_t errlen)
 {
     al_tokenizer *t = calloc(1, sizeof *t);
     if (!t) {
@@ -806,8 +838,8 @@ al_tokenizer *al_tokenizer_from_json(const char *json, size_t len, const char *c
     return t;
 }
 
-al_tokenizer *al_tokenizer_load(const char *tokenizer_json_path, const char *config_path, char *errstr,
-                                size_t errlen)
+al_tokenizer *al_tokenizer_load(const char *tokenizer_json_path, const char *config_path,
+                                char *errstr, size_t errlen)
 {
     size_t len = 0, clen = 0;
     char *json = read_file(tokenizer_json_path, &len);
@@ -902,7 +934,10 @@ void al_tokenizer_free(al_tokenizer *t)
 /* ------------------------------------------------------------------------------------ */
 /* Accessors                                                                            */
 
-int32_t al_tokenizer_vocab_size(const al_tokenizer *t) { return t->n_ids; }
+int32_t al_tokenizer_vocab_size(const al_tokenizer *t)
+{
+    return t->n_ids;
+}
 
 int32_t al_tokenizer_token_to_id(const al_tokenizer *t, const char *token, size_t len)
 {
@@ -926,10 +961,22 @@ int al_tokenizer_id_is_special(const al_tokenizer *t, int32_t id)
     return id >= 0 && id < t->n_ids && (t->tok_flags[id] & TOKEN_SPECIAL);
 }
 
-int32_t al_tokenizer_bos_id(const al_tokenizer *t) { return t->bos_id; }
-int32_t al_tokenizer_eos_id(const al_tokenizer *t) { return t->eos_id; }
-int32_t al_tokenizer_pad_id(const al_tokenizer *t) { return t->pad_id; }
-al_chat_template_kind al_tokenizer_chat_template(const al_tokenizer *t) { return t->chat_template; }
+int32_t al_tokenizer_bos_id(const al_tokenizer *t)
+{
+    return t->bos_id;
+}
+int32_t al_tokenizer_eos_id(const al_tokenizer *t)
+{
+    return t->eos_id;
+}
+int32_t al_tokenizer_pad_id(const al_tokenizer *t)
+{
+    return t->pad_id;
+}
+al_chat_template_kind al_tokenizer_chat_template(const al_tokenizer *t)
+{
+    return t->chat_template;
+}
 
 void al_token_ids_free(al_token_ids *v)
 {
@@ -1164,7 +1211,8 @@ static int push_pair(const al_tokenizer *t, bpe_work *w, int32_t left)
 }
 
 /* Encodes one pre-tokenized word (raw bytes) by merging byte symbols, lowest rank first. */
-static int bpe_word(const al_tokenizer *t, bpe_work *w, const uint8_t *s, size_t n, al_token_ids *out)
+static int bpe_word(const al_tokenizer *t, bpe_work *w, const uint8_t *s, size_t n,
+                    al_token_ids *out)
 {
     if (t->ignore_merges) {
         size_t need = n * 2;
@@ -1206,7 +1254,8 @@ static int bpe_word(const al_tokenizer *t, bpe_work *w, const uint8_t *s, size_t
         if (r->id != it.right_id) continue;
         uint32_t rank;
         int32_t result = -1;
-        if (!merge_find(t, l->id, r->id, &rank, &result)) continue; /* cannot happen: it was pushed */
+        if (!merge_find(t, l->id, r->id, &rank, &result))
+            continue; /* cannot happen: it was pushed */
         l->id = result;
         r->alive = 0;
         l->next = r->next;
@@ -1220,7 +1269,8 @@ static int bpe_word(const al_tokenizer *t, bpe_work *w, const uint8_t *s, size_t
 }
 
 /* Encodes a word through the cache. */
-static int encode_word(const al_tokenizer *tc, bpe_work *w, const uint8_t *s, size_t n, al_token_ids *out)
+static int encode_word(const al_tokenizer *tc, bpe_work *w, const uint8_t *s, size_t n,
+                       al_token_ids *out)
 {
     al_tokenizer *t = (al_tokenizer *)tc; /* the cache is the only mutable part */
     if (n > CACHE_MAX_WORD) return bpe_word(t, w, s, n, out);
@@ -1242,7 +1292,8 @@ static int encode_word(const al_tokenizer *tc, bpe_work *w, const uint8_t *s, si
     size_t start = out->len;
     if (bpe_word(t, w, s, n, out)) return -1;
     size_t nid = out->len - start;
-    size_t off = (sizeof(cache_entry) + n + sizeof(int32_t) - 1) / sizeof(int32_t) * sizeof(int32_t);
+    size_t off =
+        (sizeof(cache_entry) + n + sizeof(int32_t) - 1) / sizeof(int32_t) * sizeof(int32_t);
     cache_entry *e = malloc(off + nid * sizeof(int32_t));
     if (!e) return 0; /* the cache is an optimization: no memory, no entry */
     e->hash = h;
@@ -1294,7 +1345,8 @@ static int spans_reserve(span **s, size_t *cap, size_t n)
 }
 
 /* Pre-tokenizes and encodes one normalized segment (no added tokens inside). */
-static int encode_segment(const al_tokenizer *t, encode_ctx *c, const uint8_t *s, size_t len, al_token_ids *out)
+static int encode_segment(const al_tokenizer *t, encode_ctx *c, const uint8_t *s, size_t len,
+                          al_token_ids *out)
 {
     if (len == 0) return 0;
     if (spans_reserve(&c->spans, &c->spans_cap, 1)) return -1;
@@ -1322,12 +1374,14 @@ static int encode_segment(const al_tokenizer *t, encode_ctx *c, const uint8_t *s
         nspans = nn;
     }
     for (size_t i = 0; i < nspans; i++)
-        if (encode_word(t, &c->work, s + c->spans[i].a, c->spans[i].b - c->spans[i].a, out)) return -1;
+        if (encode_word(t, &c->work, s + c->spans[i].a, c->spans[i].b - c->spans[i].a, out))
+            return -1;
     return 0;
 }
 
 /* Normalizes (NFC), adds the prefix space when asked, and encodes a text segment. */
-static int encode_text(const al_tokenizer *t, encode_ctx *c, const char *s, size_t len, al_token_ids *out)
+static int encode_text(const al_tokenizer *t, encode_ctx *c, const char *s, size_t len,
+                       al_token_ids *out)
 {
     if (len == 0) return 0;
     char *norm = NULL;
@@ -1335,8 +1389,10 @@ static int encode_text(const al_tokenizer *t, encode_ctx *c, const char *s, size
     if (t->nfc) {
         int r = al_unicode_nfc(s, len, &norm, &nlen);
         if (r < 0) return -1;
-        if (r == 1) s = norm;
-        else nlen = len;
+        if (r == 1)
+            s = norm;
+        else
+            nlen = len;
     }
     int rc;
     if (t->add_prefix_space && s[0] != ' ') {
@@ -1357,7 +1413,8 @@ static int encode_text(const al_tokenizer *t, encode_ctx *c, const char *s, size
 }
 
 /* The added token that starts at text[i] (longest first), or NULL. */
-static const added_token *added_at(const al_tokenizer *t, const char *text, size_t len, size_t i, unsigned flags)
+static const added_token *added_at(const al_tokenizer *t, const char *text, size_t len, size_t i,
+                                   unsigned flags)
 {
     uint8_t b = (uint8_t)text[i];
     for (size_t k = 0; k < t->added_by_byte_n[b]; k++) {
@@ -1390,7 +1447,8 @@ static size_t space_after(const char *text, size_t len, size_t i)
     return (al_unicode_class(cp) & AL_UNICODE_SPACE) ? n : 0;
 }
 
-int al_tokenizer_encode(const al_tokenizer *t, const char *text, size_t len, unsigned flags, al_token_ids *out)
+int al_tokenizer_encode(const al_tokenizer *t, const char *text, size_t len, unsigned flags,
+                        al_token_ids *out)
 {
     encode_ctx c;
     memset(&c, 0, sizeof c);
@@ -1448,8 +1506,10 @@ static size_t bad_sequence_len(const uint8_t *s, size_t len)
         return 1;
     }
     size_t k = 1;
-    if (k < len && k < need && s[k] >= lo && s[k] <= hi) k++;
-    else return 1;
+    if (k < len && k < need && s[k] >= lo && s[k] <= hi)
+        k++;
+    else
+        return 1;
     while (k < len && k < need && (s[k] & 0xC0) == 0x80)
         k++;
     return k;
@@ -1478,8 +1538,8 @@ static void append_lossy(al_json_buf *o, const uint8_t *s, size_t len)
     al_json_buf_append(o, (const char *)s + run, len - run);
 }
 
-int al_tokenizer_decode(const al_tokenizer *t, const int32_t *ids, size_t n, unsigned flags, char **out,
-                        size_t *out_len)
+int al_tokenizer_decode(const al_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
+                        char **out, size_t *out_len)
 {
     al_json_buf raw = {0};
     al_json_buf_append(&raw, "", 0);
@@ -1550,8 +1610,8 @@ static int stream_feed(al_tokenizer_stream *s, const uint8_t *bytes, size_t n)
     return rc;
 }
 
-const char *al_tokenizer_stream_push(const al_tokenizer *t, al_tokenizer_stream *s, int32_t id, unsigned flags,
-                                     size_t *len)
+const char *al_tokenizer_stream_push(const al_tokenizer *t, al_tokenizer_stream *s, int32_t id,
+                                     unsigned flags, size_t *len)
 {
     s->len = 0;
     if (stream_reserve(s, 0)) return NULL;

@@ -38,11 +38,11 @@ typedef enum al_chat_template_kind {
  * the reason in errstr (file, and what is wrong in it). The caller owns the result. */
 al_tokenizer *al_tokenizer_load_dir(const char *dir, char *errstr, size_t errlen);
 /* Same from two paths; config_path may be NULL. */
-al_tokenizer *al_tokenizer_load(const char *tokenizer_json_path, const char *config_path, char *errstr,
-                                size_t errlen);
+al_tokenizer *al_tokenizer_load(const char *tokenizer_json_path, const char *config_path,
+                                char *errstr, size_t errlen);
 /* Same from bytes in memory (config may be NULL). The inputs are not kept. */
-al_tokenizer *al_tokenizer_from_json(const char *json, size_t len, const char *config, size_t config_len,
-                                     char *errstr, size_t errlen);
+al_tokenizer *al_tokenizer_from_json(const char *json, size_t len, const char *config,
+                                     size_t config_len, char *errstr, size_t errlen);
 void al_tokenizer_free(al_tokenizer *tok);
 
 /* Ids run from 0 to al_tokenizer_vocab_size() - 1 (added tokens included). */
@@ -89,8 +89,8 @@ int al_tokenizer_encode(const al_tokenizer *tok, const char *text, size_t len, u
 
 /* Decodes n ids into a malloc'd, NUL-terminated string (*out, *out_len bytes). Unknown
  * ids are skipped. Returns 0, or -1 when memory ran out. */
-int al_tokenizer_decode(const al_tokenizer *tok, const int32_t *ids, size_t n, unsigned flags, char **out,
-                        size_t *out_len);
+int al_tokenizer_decode(const al_tokenizer *tok, const int32_t *ids, size_t n, unsigned flags,
+                        char **out, size_t *out_len);
 
 /* Streaming decode: push one id at a time and get back only whole characters; the bytes
  * of a character split across tokens are held until it completes. Zero-initialize,
@@ -151,14 +151,14 @@ const char *al_chat_template_name(al_chat_template_kind kind);
 /* Renders a conversation to the prompt text. Returns a malloc'd NUL-terminated string
  * (owned by the caller) and its length in *out_len, or NULL with the reason in errstr
  * (no messages, an unknown role, a template kind that cannot render, no memory). */
-char *al_chat_render(al_chat_template_kind kind, const al_chat_request *req, size_t *out_len, char *errstr,
-                     size_t errlen);
+char *al_chat_render(al_chat_template_kind kind, const al_chat_request *req, size_t *out_len,
+                     char *errstr, size_t errlen);
 
 /* Renders with the tokenizer's own template and appends the prompt's ids to *out, special
  * tokens recognized (as vLLM and transformers do: a special token's text inside a message
  * becomes that token too). Returns 0, or -1 with the reason in errstr. */
-int al_chat_encode(const al_tokenizer *tok, const al_chat_request *req, al_token_ids *out, char *errstr,
-                   size_t errlen);
+int al_chat_encode(const al_tokenizer *tok, const al_chat_request *req, al_token_ids *out,
+                   char *errstr, size_t errlen);
 
 /* A tool call found in generated text. */
 typedef struct al_chat_parsed_call {
@@ -194,8 +194,8 @@ void al_chat_parsed_free(al_chat_parsed *p);
  * back; from the first <tool_call> on everything is held, and al_chat_stream_finish parses
  * it into tool calls. Zero-initialize and set `flags`; release with al_chat_stream_free. */
 typedef struct al_chat_stream {
-    unsigned flags;         /* AL_CHAT_PARSE_REASONING or 0 */
-    int phase;              /* internal: 0 start, 1 reasoning, 2 content, 3 tool calls */
+    unsigned flags;             /* AL_CHAT_PARSE_REASONING or 0 */
+    int phase;                  /* internal: 0 start, 1 reasoning, 2 content, 3 tool calls */
     struct al_json_buf *held;   /* internal: text not yet released */
     struct al_json_buf *out[2]; /* internal: the last push's content and reasoning */
 } al_chat_stream;

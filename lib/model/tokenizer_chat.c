@@ -44,14 +44,30 @@ static void py_quote(al_json_buf *b, const char *s, size_t len)
         al_json_buf_append(b, s + run, i - run);
         run = i + 1;
         switch (c) {
-        case '"': al_json_buf_append(b, "\\\"", 2); break;
-        case '\\': al_json_buf_append(b, "\\\\", 2); break;
-        case '\n': al_json_buf_append(b, "\\n", 2); break;
-        case '\r': al_json_buf_append(b, "\\r", 2); break;
-        case '\t': al_json_buf_append(b, "\\t", 2); break;
-        case '\b': al_json_buf_append(b, "\\b", 2); break;
-        case '\f': al_json_buf_append(b, "\\f", 2); break;
-        default: al_json_buf_printf(b, "\\u%04x", c); break;
+        case '"':
+            al_json_buf_append(b, "\\\"", 2);
+            break;
+        case '\\':
+            al_json_buf_append(b, "\\\\", 2);
+            break;
+        case '\n':
+            al_json_buf_append(b, "\\n", 2);
+            break;
+        case '\r':
+            al_json_buf_append(b, "\\r", 2);
+            break;
+        case '\t':
+            al_json_buf_append(b, "\\t", 2);
+            break;
+        case '\b':
+            al_json_buf_append(b, "\\b", 2);
+            break;
+        case '\f':
+            al_json_buf_append(b, "\\f", 2);
+            break;
+        default:
+            al_json_buf_printf(b, "\\u%04x", c);
+            break;
         }
     }
     al_json_buf_append(b, s + run, len - run);
@@ -66,8 +82,13 @@ static void py_number(al_json_buf *b, const al_json *v)
         return;
     }
     if (!isfinite(v->number)) {
-        al_json_buf_append(b, v->number != v->number ? "NaN" : v->number > 0 ? "Infinity" : "-Infinity",
-                           v->number != v->number ? 3 : v->number > 0 ? 8 : 9);
+        al_json_buf_append(b,
+                           v->number != v->number ? "NaN"
+                           : v->number > 0        ? "Infinity"
+                                                  : "-Infinity",
+                           v->number != v->number ? 3
+                           : v->number > 0        ? 8
+                                                  : 9);
         return;
     }
     char tmp[40];
@@ -82,11 +103,21 @@ static void py_number(al_json_buf *b, const al_json *v)
 static void py_dump(al_json_buf *b, const al_json *v)
 {
     switch (v->type) {
-    case AL_JSON_NULL: al_json_buf_append(b, "null", 4); break;
-    case AL_JSON_TRUE: al_json_buf_append(b, "true", 4); break;
-    case AL_JSON_FALSE: al_json_buf_append(b, "false", 5); break;
-    case AL_JSON_NUMBER: py_number(b, v); break;
-    case AL_JSON_STRING: py_quote(b, v->string, v->string_len); break;
+    case AL_JSON_NULL:
+        al_json_buf_append(b, "null", 4);
+        break;
+    case AL_JSON_TRUE:
+        al_json_buf_append(b, "true", 4);
+        break;
+    case AL_JSON_FALSE:
+        al_json_buf_append(b, "false", 5);
+        break;
+    case AL_JSON_NUMBER:
+        py_number(b, v);
+        break;
+    case AL_JSON_STRING:
+        py_quote(b, v->string, v->string_len);
+        break;
     case AL_JSON_ARRAY:
         al_json_buf_append(b, "[", 1);
         for (size_t i = 0; i < v->count; i++) {
@@ -120,29 +151,43 @@ int al_chat_json_pyformat(const char *json, size_t len, al_json_buf *out)
 /* ------------------------------------------------------------------------------------ */
 /* Rendering                                                                            */
 
-static const char TOOLS_INTRO[] = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-                                  "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+static const char TOOLS_INTRO[] =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
 static const char TOOLS_OUTRO[] =
-    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    "within "
     "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
     "<args-json-object>}\n</tool_call><|im_end|>\n";
-static const char QWEN_DEFAULT_SYSTEM[] = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+static const char QWEN_DEFAULT_SYSTEM[] =
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 static const char *role_name(al_chat_role r)
 {
     switch (r) {
-    case AL_CHAT_SYSTEM: return "system";
-    case AL_CHAT_USER: return "user";
-    case AL_CHAT_ASSISTANT: return "assistant";
-    case AL_CHAT_TOOL: return "tool";
+    case AL_CHAT_SYSTEM:
+        return "system";
+    case AL_CHAT_USER:
+        return "user";
+    case AL_CHAT_ASSISTANT:
+        return "assistant";
+    case AL_CHAT_TOOL:
+        return "tool";
     }
     return NULL;
 }
 
-static void put(al_json_buf *b, const char *s) { al_json_buf_append(b, s ? s : "", s ? strlen(s) : 0); }
-static void putn(al_json_buf *b, const char *s, size_t n) { al_json_buf_append(b, s, n); }
+static void put(al_json_buf *b, const char *s)
+{
+    al_json_buf_append(b, s ? s : "", s ? strlen(s) : 0);
+}
+static void putn(al_json_buf *b, const char *s, size_t n)
+{
+    al_json_buf_append(b, s, n);
+}
 
-static void render_tool_call(al_json_buf *b, const al_chat_tool_call *tc, al_chat_template_kind kind)
+static void render_tool_call(al_json_buf *b, const al_chat_tool_call *tc,
+                             al_chat_template_kind kind)
 {
     put(b, "<tool_call>\n{\"name\": \"");
     put(b, tc->name);
@@ -157,8 +202,8 @@ static void render_tool_call(al_json_buf *b, const al_chat_tool_call *tc, al_cha
     put(b, "}\n</tool_call>");
 }
 
-static int render_tools(al_json_buf *b, const al_chat_request *req, al_chat_template_kind kind, char *errstr,
-                        size_t errlen)
+static int render_tools(al_json_buf *b, const al_chat_request *req, al_chat_template_kind kind,
+                        char *errstr, size_t errlen)
 {
     const al_chat_message *first = &req->messages[0];
     put(b, "<|im_start|>system\n");
@@ -214,7 +259,8 @@ static const char *find_first(const char *s, size_t n, const char *needle)
 }
 
 /* Qwen3's assistant turn: the think split and the last_query_index rule. */
-static void render_qwen3_assistant(al_json_buf *b, const al_chat_message *m, int after_last_query, int is_last)
+static void render_qwen3_assistant(al_json_buf *b, const al_chat_message *m, int after_last_query,
+                                   int is_last)
 {
     const char *content = m->content ? m->content : "";
     size_t clen = strlen(content);
@@ -278,15 +324,16 @@ static void render_qwen3_assistant(al_json_buf *b, const al_chat_message *m, int
     put(b, "<|im_end|>\n");
 }
 
-char *al_chat_render(al_chat_template_kind kind, const al_chat_request *req, size_t *out_len, char *errstr,
-                     size_t errlen)
+char *al_chat_render(al_chat_template_kind kind, const al_chat_request *req, size_t *out_len,
+                     char *errstr, size_t errlen)
 {
     char dummy[8];
     if (!errstr || !errlen) {
         errstr = dummy;
         errlen = sizeof dummy;
     }
-    if (kind != AL_CHAT_TEMPLATE_CHATML && kind != AL_CHAT_TEMPLATE_QWEN2_5 && kind != AL_CHAT_TEMPLATE_QWEN3) {
+    if (kind != AL_CHAT_TEMPLATE_CHATML && kind != AL_CHAT_TEMPLATE_QWEN2_5 &&
+        kind != AL_CHAT_TEMPLATE_QWEN3) {
         snprintf(errstr, errlen, "the tokenizer has no ChatML chat template to render");
         return NULL;
     }
@@ -296,7 +343,8 @@ char *al_chat_render(al_chat_template_kind kind, const al_chat_request *req, siz
     }
     for (size_t i = 0; i < req->n_messages; i++)
         if (!role_name(req->messages[i].role)) {
-            snprintf(errstr, errlen, "messages[%zu]: unknown role %d", i, (int)req->messages[i].role);
+            snprintf(errstr, errlen, "messages[%zu]: unknown role %d", i,
+                     (int)req->messages[i].role);
             return NULL;
         }
     const al_chat_message *msgs = req->messages;
@@ -331,7 +379,8 @@ char *al_chat_render(al_chat_template_kind kind, const al_chat_request *req, siz
     for (size_t i = 0; i < n; i++) {
         const al_chat_message *m = &msgs[i];
         int plain = m->role == AL_CHAT_USER || (m->role == AL_CHAT_SYSTEM && i > 0) ||
-                    (kind != AL_CHAT_TEMPLATE_QWEN3 && m->role == AL_CHAT_ASSISTANT && m->n_tool_calls == 0);
+                    (kind != AL_CHAT_TEMPLATE_QWEN3 && m->role == AL_CHAT_ASSISTANT &&
+                     m->n_tool_calls == 0);
         if (plain) {
             put(&b, "<|im_start|>");
             put(&b, role_name(m->role));
@@ -361,7 +410,8 @@ char *al_chat_render(al_chat_template_kind kind, const al_chat_request *req, siz
     }
     if (req->add_generation_prompt) {
         put(&b, "<|im_start|>assistant\n");
-        if (kind == AL_CHAT_TEMPLATE_QWEN3 && req->enable_thinking == 0) put(&b, "<think>\n\n</think>\n\n");
+        if (kind == AL_CHAT_TEMPLATE_QWEN3 && req->enable_thinking == 0)
+            put(&b, "<think>\n\n</think>\n\n");
     }
     if (b.oom) {
         free(b.data);
@@ -375,16 +425,20 @@ char *al_chat_render(al_chat_template_kind kind, const al_chat_request *req, siz
 const char *al_chat_template_name(al_chat_template_kind kind)
 {
     switch (kind) {
-    case AL_CHAT_TEMPLATE_NONE: return "none";
-    case AL_CHAT_TEMPLATE_CHATML: return "chatml";
-    case AL_CHAT_TEMPLATE_QWEN2_5: return "qwen2.5";
-    case AL_CHAT_TEMPLATE_QWEN3: return "qwen3";
+    case AL_CHAT_TEMPLATE_NONE:
+        return "none";
+    case AL_CHAT_TEMPLATE_CHATML:
+        return "chatml";
+    case AL_CHAT_TEMPLATE_QWEN2_5:
+        return "qwen2.5";
+    case AL_CHAT_TEMPLATE_QWEN3:
+        return "qwen3";
     }
     return "none";
 }
 
-int al_chat_encode(const al_tokenizer *tok, const al_chat_request *req, al_token_ids *out, char *errstr,
-                   size_t errlen)
+int al_chat_encode(const al_tokenizer *tok, const al_chat_request *req, al_token_ids *out,
+                   char *errstr, size_t errlen)
 {
     size_t len = 0;
     char *text = al_chat_render(al_tokenizer_chat_template(tok), req, &len, errstr, errlen);
@@ -398,7 +452,10 @@ int al_chat_encode(const al_tokenizer *tok, const al_chat_request *req, al_token
 /* ------------------------------------------------------------------------------------ */
 /* Parsing generated text                                                               */
 
-static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+static int is_ws(char c)
+{
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
 
 static char *dup_n(const char *s, size_t n)
 {
@@ -606,7 +663,8 @@ int al_chat_stream_push(al_chat_stream *s, const char *text, size_t len, al_chat
                 s->phase = 2;
                 continue;
             }
-            release(held, held->len - partial_tag_suffix(held->data, held->len, "</think>"), reasoning);
+            release(held, held->len - partial_tag_suffix(held->data, held->len, "</think>"),
+                    reasoning);
             break;
         } else if (s->phase == 2) {
             const char *call = find_first(held->data, held->len, "<tool_call>");
@@ -615,7 +673,8 @@ int al_chat_stream_push(al_chat_stream *s, const char *text, size_t len, al_chat
                 s->phase = 3;
                 break;
             }
-            release(held, held->len - partial_tag_suffix(held->data, held->len, "<tool_call>"), content);
+            release(held, held->len - partial_tag_suffix(held->data, held->len, "<tool_call>"),
+                    content);
             break;
         } else {
             break; /* tool calls: hold everything until the end */

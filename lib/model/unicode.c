@@ -47,7 +47,8 @@ unsigned al_unicode_class(uint32_t cp)
 {
     if (cp < 0x80) return ascii_class(cp);
     if (cp > 0x10FFFF) return 0;
-    const al_unicode_range *r = range_find(al_unicode_class_ranges, al_unicode_class_ranges_count, cp);
+    const al_unicode_range *r =
+        range_find(al_unicode_class_ranges, al_unicode_class_ranges_count, cp);
     return r ? r->value : 0;
 }
 
@@ -195,7 +196,8 @@ static int decompose(uint32_t cp, cpvec *out, int depth)
         if (s % HANGUL_TCOUNT && cpvec_push(out, HANGUL_TBASE + s % HANGUL_TCOUNT)) return -1;
         return 0;
     }
-    const al_unicode_triple *d = (cp >= 0xC0 && cp <= 0x10FFFF && depth < 8) ? decomposition_of(cp) : NULL;
+    const al_unicode_triple *d =
+        (cp >= 0xC0 && cp <= 0x10FFFF && depth < 8) ? decomposition_of(cp) : NULL;
     if (!d) return cpvec_push(out, cp);
     if (decompose(d->b, out, depth + 1)) return -1;
     return d->c ? decompose(d->c, out, depth + 1) : 0;
@@ -205,9 +207,11 @@ static uint32_t compose_pair(uint32_t a, uint32_t b)
 {
     if (a >= HANGUL_LBASE && a < HANGUL_LBASE + HANGUL_LCOUNT && b >= HANGUL_VBASE &&
         b < HANGUL_VBASE + HANGUL_VCOUNT)
-        return HANGUL_SBASE + ((a - HANGUL_LBASE) * HANGUL_VCOUNT + (b - HANGUL_VBASE)) * HANGUL_TCOUNT;
-    if (a >= HANGUL_SBASE && a < HANGUL_SBASE + HANGUL_SCOUNT && (a - HANGUL_SBASE) % HANGUL_TCOUNT == 0 &&
-        b > HANGUL_TBASE && b < HANGUL_TBASE + HANGUL_TCOUNT)
+        return HANGUL_SBASE +
+               ((a - HANGUL_LBASE) * HANGUL_VCOUNT + (b - HANGUL_VBASE)) * HANGUL_TCOUNT;
+    if (a >= HANGUL_SBASE && a < HANGUL_SBASE + HANGUL_SCOUNT &&
+        (a - HANGUL_SBASE) % HANGUL_TCOUNT == 0 && b > HANGUL_TBASE &&
+        b < HANGUL_TBASE + HANGUL_TCOUNT)
         return a + (b - HANGUL_TBASE);
     size_t lo = 0, hi = al_unicode_compositions_count;
     while (lo < hi) {

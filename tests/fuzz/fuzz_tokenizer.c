@@ -47,7 +47,8 @@ static void fuzz_load(const char *s, size_t n)
     if (al_tokenizer_encode(t, text, sizeof text - 1, AL_TOKENIZER_ALLOW_SPECIAL, &ids) == 0) {
         char *out = NULL;
         size_t len = 0;
-        if (al_tokenizer_decode(t, ids.ids, ids.len, AL_TOKENIZER_LOSSY, &out, &len) == 0) free(out);
+        if (al_tokenizer_decode(t, ids.ids, ids.len, AL_TOKENIZER_LOSSY, &out, &len) == 0)
+            free(out);
     }
     al_token_ids_free(&ids);
     al_tokenizer_free(t);
@@ -66,7 +67,9 @@ static void fuzz_encode(const char *s, size_t n)
         al_tokenizer_stream st = {0};
         for (size_t i = 0; i < ids.len; i++) {
             size_t k = 0;
-            if (!al_tokenizer_stream_push(tiny, &st, ids.ids[i], flags ? AL_TOKENIZER_SKIP_SPECIAL : 0, &k)) abort();
+            if (!al_tokenizer_stream_push(tiny, &st, ids.ids[i],
+                                          flags ? AL_TOKENIZER_SKIP_SPECIAL : 0, &k))
+                abort();
         }
         size_t k = 0;
         al_tokenizer_stream_flush(&st, &k);
@@ -99,7 +102,8 @@ static void fuzz_parse(const char *s, size_t n)
     if (al_chat_stream_finish(&st, &rest) != 0) abort();
     if (rest.n_calls != whole.n_calls) abort();
     for (size_t i = 0; i < rest.n_calls; i++)
-        if (strcmp(rest.calls[i].name, whole.calls[i].name) || strcmp(rest.calls[i].arguments, whole.calls[i].arguments))
+        if (strcmp(rest.calls[i].name, whole.calls[i].name) ||
+            strcmp(rest.calls[i].arguments, whole.calls[i].arguments))
             abort();
     al_chat_parsed_free(&whole);
     al_chat_parsed_free(&rest);
@@ -118,7 +122,8 @@ static void fuzz_nfc(const char *s, size_t n)
     const char *once = r ? a : s;
     int r2 = al_unicode_nfc(once, alen, &b, &blen);
     if (r2 < 0) abort();
-    if (r2 == 1 && (blen != alen || memcmp(b, once, alen) != 0)) abort(); /* NFC(NFC(x)) == NFC(x) */
+    if (r2 == 1 && (blen != alen || memcmp(b, once, alen) != 0))
+        abort(); /* NFC(NFC(x)) == NFC(x) */
     free(a);
     free(b);
 }
@@ -129,10 +134,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *s = (const char *)data + 1;
     size_t n = size - 1;
     switch (data[0] % 4) {
-    case 0: fuzz_load(s, n); break;
-    case 1: fuzz_encode(s, n); break;
-    case 2: fuzz_parse(s, n); break;
-    case 3: fuzz_nfc(s, n); break;
+    case 0:
+        fuzz_load(s, n);
+        break;
+    case 1:
+        fuzz_encode(s, n);
+        break;
+    case 2:
+        fuzz_parse(s, n);
+        break;
+    case 3:
+        fuzz_nfc(s, n);
+        break;
     }
     return 0;
 }
