@@ -532,7 +532,7 @@ int cmd_credit(int argc, char **argv)
     al_credit_config_init(&x.cfg);
     const char *group = "arclight-credit", *input = AL_TOPIC_SPANS;
     x.output = AL_TOPIC_TRANSITIONS;
-    double d, quiet_s = -1, exit_idle_s = 0, max_spans = 0, window = 256;
+    double d = 0, quiet_s = -1, exit_idle_s = 0, max_spans = 0, window = 256;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -671,7 +671,8 @@ int cmd_credit(int argc, char **argv)
     al_log_info(cmd, "consuming %s as group %s -> %s (estimator %s)", input, group, x.output,
                 al_credit_estimator_name(x.cfg.estimator));
 
-    uint64_t consumed = 0;
+    uint64_t consumed = 0, consumed_bytes = 0;
+    int64_t first_msg = 0;
     int64_t last_msg = al_mono_us(), last_quiet_check = 0;
     while (!credit_stop && !x.failed) {
         rd_kafka_message_t *m;
@@ -686,6 +687,8 @@ int cmd_credit(int argc, char **argv)
             r = 0;
         }
         if (r == 1) {
+            if (!first_msg) first_msg = now;
+            consumed_bytes += m->len;
             handle_message(&x, m, &span);
             rd_kafka_message_destroy(m);
             consumed++;
@@ -703,13 +706,20 @@ int cmd_credit(int argc, char **argv)
     if (x.failed) {
         al_log_error(cmd, "stopping: %s", x.fail_reason);
     } else {
+        int64_t consumed_at = al_mono_us();
         if (al_producer_flush(x.producer, 30000, err, sizeof err) != 0)
             al_log_error(cmd, "%s", err);
         else if (al_consumer_commit(x.consumer, err, sizeof err) != 0)
             al_log_warn(cmd, "%s", err);
         else
             rc = AL_EXIT_OK;
-        al_log_info(cmd, "stopped after %llu messages", (unsigned long long)consumed);
+        double secs = first_msg ? (double)(al_mono_us() - first_msg) / 1e6 : 0;
+        /* benchmarks read this line: messages and bytes from the first message to the end,
+         * outputs flushed */
+        al_log_info(cmd, "stopped after %llu messages, %llu bytes, %.3f s since the first "
+                         "(the last consumed after %.3f s)",
+                    (unsigned long long)consumed, (unsigned long long)consumed_bytes, secs,
+                    first_msg ? (double)(consumed_at - first_msg) / 1e6 : 0);
     }
 out:
     al_http_server_stop(srv);

@@ -1,0 +1,213 @@
+/* bench_credit: spans/s and MB/s through one `arclight credit` worker from a pre-filled
+ * topic, against kcat consuming the same topic in the same run.
+ *
+ *   cmake --build build --target bench_credit arclight && ./build/bench_credit
+ *
+ * The topic: 16 partitions, 256 tasks (16 per partition, chosen explicitly so that every
+ * partition stays under the embedded broker's ~5 MiB cap), 8 rollouts per task (groups of
+ * 8), each rollout 3 LLM calls of 2,000 prompt + 256 response tokens with logprobs, a
+ * reward and an end: 10,240 spans, about 62 MB. Both readers are timed from their first
+ * message to their last (credit: until its transitions are acknowledged); kcat runs
+ * before, between and after two credit runs, and the best run of each is compared. */
+#include "avro/codec.h"
+#include "broker_fixture.h"
+
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define PARTS 16
+#define TASKS_PER_PART 16
+#define GROUP 8
+#define CALLS 3
+#define PROMPT 2000
+#define RESPONSE 256
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Fills the topic; returns the number of spans (and their bytes in *bytes), -1 on error. */
+static long fill(const char *bootstrap, const char *topic, double *bytes)
+{
+    char err[512];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    rd_kafka_conf_set(c, "bootstrap.servers", bootstrap, err, sizeof err);
+    rd_kafka_conf_set(c, "linger.ms", "20", err, sizeof err);
+    rd_kafka_conf_set(c, "compression.type", "lz4", err, sizeof err);
+    rd_kafka_conf_set(c, "queue.buffering.max.kbytes", "1048576", err, sizeof err);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, err, sizeof err);
+    if (!rk) return -1;
+    static int32_t prompt[PROMPT], resp[RESPONSE];
+    static float lp[RESPONSE];
+    al_buf b = {0};
+    long n = 0;
+    *bytes = 0;
+    int64_t ts = 1764400000000000LL;
+    for (int task = 0; task < PARTS * TASKS_PER_PART; task++) {
+        char tid[32], rid[48];
+        snprintf(tid, sizeof tid, "task-%04d", task);
+        for (int r = 0; r < GROUP; r++) {
+            snprintf(rid, sizeof rid, "%s-r%d", tid, r);
+            for (int seq = 0; seq < CALLS + 2; seq++) {
+                al_span s;
+                memset(&s, 0, sizeof s);
+                s.trace_id = "0123456789abcdef0123456789abcdef";
+                s.span_id = "0123456789abcdef";
+                s.task_id = tid;
+                s.rollout_id = rid;
+                s.sequence = seq;
+                s.timestamp_us = ts += 1000;
+                if (seq < CALLS) {
+                    for (int i = 0; i < PROMPT; i++) prompt[i] = (task * 31 + r * 7 + seq + i * 13) % 151000;
+                    for (int i = 0; i < RESPONSE; i++) {
+                        resp[i] = (task * 17 + r * 3 + seq * 5 + i * 11) % 151000;
+                        lp[i] = -0.001f * (float)((i * 37 + r) % 1000);
+                    }
+                    s.kind = AL_SPAN_KIND_LLM_CALL;
+                    s.llm_call.model = "bench";
+                    s.llm_call.policy_version = 1;
+                    s.llm_call.prompt_token_ids = prompt;
+                    s.llm_call.n_prompt_tokens = PROMPT;
+                    s.llm_call.response_token_ids = resp;
+                    s.llm_call.n_response_tokens = RESPONSE;
+                    s.llm_call.response_logprobs = lp;
+                    s.llm_call.n_response_logprobs = RESPONSE;
+                    s.llm_call.http_status = 200;
+                } else if (seq == CALLS) {
+                    s.kind = AL_SPAN_KIND_REWARD;
+                    s.reward.name = "final";
+                    s.reward.value = (double)((task + r) % 3);
+                    s.reward.after_sequence = CALLS - 1;
+                } else {
+                    s.kind = AL_SPAN_KIND_ROLLOUT_END;
+                    s.rollout_end.status = AL_ROLLOUT_STATUS_SUCCEEDED;
+                    s.rollout_end.group_size = GROUP;
+                }
+                if (al_span_encode(&s, &b, err, sizeof err) != 0) {
+                    fprintf(stderr, "encode: %s\n", err);
+                    return -1;
+                }
+                while (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic),
+                                         RD_KAFKA_V_PARTITION(task % PARTS),
+                                         RD_KAFKA_V_KEY(tid, strlen(tid)),
+                                         RD_KAFKA_V_VALUE(b.data, b.len),
+                                         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                         RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+                    rd_kafka_poll(rk, 10);
+                n++;
+                *bytes += (double)b.len;
+            }
+        }
+        rd_kafka_poll(rk, 0);
+    }
+    int rc = rd_kafka_flush(rk, 120000);
+    rd_kafka_destroy(rk);
+    al_buf_free(&b);
+    return rc ? -1 : n;
+}
+
+/* kcat from the oldest message to the end of every partition; seconds from its first
+ * message to its last (-1 on error), messages counted in *count. */
+static double run_kcat(const char *bootstrap, const char *topic, long *count)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "kcat -C -b %s -t %s -o beginning -e -q -f '%%o\\n'", bootstrap,
+             topic);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    char line[64];
+    double first = 0, last = 0;
+    *count = 0;
+    while (fgets(line, sizeof line, p)) {
+        last = now_s();
+        if (!*count) first = last;
+        (*count)++;
+    }
+    int st = pclose(p);
+    return st == 0 && *count ? last - first : -1;
+}
+
+int main(void)
+{
+    al_test_broker b;
+    char dir[64], topics[128], log[128], cmd[2048];
+    snprintf(dir, sizeof dir, "/tmp/bench-credit-%d", (int)getpid());
+    mkdir(dir, 0700);
+    snprintf(topics, sizeof topics, "%s/topics.conf", dir);
+    snprintf(log, sizeof log, "%s/credit.log", dir);
+    FILE *f = fopen(topics, "w");
+    if (!f) return 1;
+    fprintf(f, "bc.spans %d 1\nbc.tr %d 1\narclight.deadletter 1 1\n", PARTS, PARTS);
+    fclose(f);
+    const char *extra[] = {"--topics", topics, NULL};
+    if (al_test_broker_start(&b, extra) != 0) return 1;
+
+    double bytes;
+    double t0 = now_s();
+    long n = fill(b.bootstrap, "bc.spans", &bytes);
+    if (n < 0) {
+        fprintf(stderr, "bench_credit: filling the topic failed\n");
+        al_test_broker_stop(&b);
+        return 1;
+    }
+    printf("topic: %ld spans, %.1f MB in %d partitions (filled in %.1f s)\n", n, bytes / 1e6,
+           PARTS, now_s() - t0);
+
+    /* kcat, credit, kcat, credit, kcat: the best run of each counts */
+    long kn[3];
+    double k[3], cs[2] = {-1, -1};
+    long cn[2] = {0, 0};
+    unsigned long long cb[2] = {0, 0};
+    int st = 0;
+    k[0] = run_kcat(b.bootstrap, "bc.spans", &kn[0]);
+    for (int run = 0; run < 2; run++) {
+        snprintf(cmd, sizeof cmd,
+                 "'%s' credit --bootstrap %s --input bc.spans --output bc.tr --group bench-%d "
+                 "--group-size %d --max-spans %ld --log-level info 2>%s",
+                 al_test_bin(), b.bootstrap, run, GROUP, n, log);
+        st |= system(cmd);
+        FILE *lf = fopen(log, "r");
+        char line[1024];
+        while (lf && fgets(line, sizeof line, lf)) {
+            const char *p = strstr(line, "stopped after ");
+            if (!p) continue;
+            sscanf(p, "stopped after %ld messages, %llu bytes, %lf s", &cn[run], &cb[run],
+                   &cs[run]);
+            printf("credit run %d: %s", run + 1, p);
+        }
+        if (lf) fclose(lf);
+        k[run + 1] = run_kcat(b.bootstrap, "bc.spans", &kn[run + 1]);
+    }
+    al_test_broker_stop(&b);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+
+    int ok = st == 0;
+    for (int i = 0; i < 3; i++) ok = ok && k[i] > 0 && kn[i] == n;
+    for (int i = 0; i < 2; i++) ok = ok && cs[i] > 0 && cn[i] == n;
+    if (!ok) {
+        fprintf(stderr, "bench_credit: a run failed (credit exit %d, %ld and %ld of %ld spans; "
+                        "kcat %ld, %ld, %ld spans)\n",
+                st, cn[0], cn[1], n, kn[0], kn[1], kn[2]);
+        return 1;
+    }
+    double kref = k[0], cbest = cs[0] < cs[1] ? cs[0] : cs[1];
+    for (int i = 1; i < 3; i++)
+        if (k[i] < kref) kref = k[i];
+    printf("kcat   (reference): %8.0f spans/s %7.1f MB/s  (runs: %.3f s, %.3f s, %.3f s)\n",
+           (double)n / kref, bytes / 1e6 / kref, k[0], k[1], k[2]);
+    printf("arclight credit   : %8.0f spans/s %7.1f MB/s  (runs: %.3f s, %.3f s; until the "
+           "transitions are acknowledged)\n",
+           (double)n / cbest, (double)cb[0] / 1e6 / cbest, cs[0], cs[1]);
+    printf("ratio credit/kcat : %.2f  (best runs; worst credit vs best kcat: %.2f; target >= "
+           "0.50)\n",
+           kref / cbest, kref / (cs[0] > cs[1] ? cs[0] : cs[1]));
+    return 0;
+}
