@@ -326,6 +326,37 @@ TEST(record_time_ranges_and_replay_pacing)
     tools_run_free(&r);
 }
 
+TEST(record_follow_is_readable_while_running_and_closes_cleanly_on_sigint)
+{
+    REQUIRE(broker_up);
+    char p[128], cmd[1024];
+    path_in_dir(p, sizeof p, "follow.avro");
+    snprintf(cmd, sizeof cmd, "exec '%s' record t.follow --follow -o '%s' --codec snappy "
+                              "--bootstrap %s >/dev/null 2>&1", al_test_bin(), p, bs());
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    usleep(1000000);
+    tools_msg msgs[3];
+    for (int i = 0; i < 3; i++) msgs[i] = (tools_msg){"t.follow", 0, "late", 4, "x", 1, 0, 0};
+    CHECK(tools_produce(bs(), msgs, 3) == 0);
+    /* flushed every second: the new messages show up while record still runs */
+    int during = -1;
+    for (int i = 0; i < 50 && during < 3; i++) {
+        usleep(100000);
+        during = load_recording(p, first, NMSG + 8);
+    }
+    CHECKF(during == 3, "while following: %d records, want 3", during);
+    kill(pid, SIGINT);
+    int st = -1;
+    waitpid(pid, &st, 0);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "record --follow did not stop cleanly (%d)", st);
+    CHECK_EQ_INT(load_recording(p, first, NMSG + 8), 3);
+}
+
 TEST(replay_exits_nonzero_when_deliveries_fail)
 {
     REQUIRE(broker_up);

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-/* Topics: t.src and t.dst with 4 partitions, t.one with 1. */
+/* Topics: t.src and t.dst with 4 partitions; t.one, t.time and t.follow with 1. */
 static char tools_topics_path[64];
 
 static int tools_broker_start(al_test_broker *b)
@@ -25,7 +25,7 @@ static int tools_broker_start(al_test_broker *b)
              (int)getpid());
     FILE *f = fopen(tools_topics_path, "w");
     if (!f) return -1;
-    fputs("t.src 4 1\nt.dst 4 1\nt.one 1 1\nt.time 1 1\n", f);
+    fputs("t.src 4 1\nt.dst 4 1\nt.one 1 1\nt.time 1 1\nt.follow 1 1\n", f);
     fclose(f);
     const char *extra[] = {"--topics", tools_topics_path, NULL};
     int rc = al_test_broker_start(b, extra);
