@@ -381,8 +381,8 @@ static int file_exists(const char *p)
 /* Copies the model's tensors out of `files` (one or several shards) into m. Every model
  * tensor must be found exactly once with its shape; every file tensor must belong to the
  * model (a tied model tolerates an lm_head.weight). */
-static int load_from_files(al_model *m, al_st_file *files, char **paths, size_t nfiles,
-                           char *errstr, size_t errlen)
+static int load_from_files(al_model *m, const al_st_file *files, const char *const *paths,
+                           size_t nfiles, char *errstr, size_t errlen)
 {
     const al_model_config *cfg = al_model_config_of(m);
     size_t nt = al_model_num_tensors(m);
@@ -428,6 +428,13 @@ static int load_from_files(al_model *m, al_st_file *files, char **paths, size_t 
                           n, cfg->architecture);
         }
     return 0;
+}
+
+int al_model_load_st(al_model *m, const al_st_file *f, const char *what, char *errstr,
+                     size_t errlen)
+{
+    const char *paths[1] = {what ? what : "safetensors"};
+    return load_from_files(m, f, paths, 1, errstr, errlen);
 }
 
 /* Reads the shard list of a model.safetensors.index.json (the distinct file names of its
@@ -529,7 +536,8 @@ int al_model_load_safetensors(al_model *m, const char *path, char *errstr, size_
     else {
         for (; opened < nfiles; opened++)
             if (al_st_open(&files[opened], names[opened], errstr, errlen)) break;
-        if (opened == nfiles) rc = load_from_files(m, files, names, nfiles, errstr, errlen);
+        if (opened == nfiles)
+            rc = load_from_files(m, files, (const char *const *)names, nfiles, errstr, errlen);
         for (size_t i = 0; i < opened; i++) al_st_close(&files[i]);
         free(files);
     }

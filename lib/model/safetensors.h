@@ -69,6 +69,11 @@ float al_bf16_to_f32(uint16_t h);
  * error too (a config that does not match the weights). 0 or -1 with errstr. */
 int al_model_load_safetensors(al_model *m, const char *path, char *errstr, size_t errlen);
 
+/* The same from one already parsed file (e.g. bytes received over HTTP and given to
+ * al_st_parse); `what` names it in errors. */
+int al_model_load_st(al_model *m, const al_st_file *f, const char *what, char *errstr,
+                     size_t errlen);
+
 /* Writes m's parameters as `path` (a .safetensors file) in `dtype` (F32 or BF16), with
  * Hugging Face names, {"format": "pt"} metadata, no lm_head.weight when tied. The file is
  * written to a temporary name and renamed into place. 0 or -1 with errstr. */
