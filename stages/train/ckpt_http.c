@@ -1,0 +1,298 @@
+/*
+ * ckpt_http.c: the trainer's checkpoint server (see ckpt_http.h).
+ */
+#include "ckpt_http.h"
+
+#include "core/cli.h"
+#include "core/log.h"
+#include "core/util.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/thread.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct al_ckpt_http {
+    char *root;
+    struct event_base *base;
+    struct evhttp *http;
+    struct event *stop_ev;
+    pthread_t thread;
+    int thread_started;
+    int port;
+};
+
+static pthread_once_t ck_evthread_once = PTHREAD_ONCE_INIT;
+static int ck_evthread_ok;
+static void ck_evthread_setup(void)
+{
+    ck_evthread_ok = evthread_use_pthreads() == 0;
+}
+
+static void reply_json(struct evhttp_request *req, int code, const char *reason, const char *body)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (!b) {
+        evhttp_send_error(req, 500, "out of memory");
+        return;
+    }
+    evbuffer_add(b, body, strlen(body));
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+    evhttp_send_reply(req, code, reason, b);
+    evbuffer_free(b);
+}
+
+/* A plain name: letters, digits, '.', '_', '-', not starting with '.'. */
+static int name_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > 200 || s[0] == '.') return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static int step_name_ok(const char *s, size_t n)
+{
+    if (n < 6 || strncmp(s, "step-", 5) != 0) return 0;
+    for (size_t i = 5; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    return 1;
+}
+
+/* Lists dir's entries that pass `ok` as a JSON array member: {"<key>": [..]}. */
+static void reply_listing(struct evhttp_request *req, const char *dir, const char *key,
+                          int (*ok)(const char *, size_t), int want_dirs)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        reply_json(req, 404, "Not Found", "{\"error\":\"no such checkpoint\"}");
+        return;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!ok(e->d_name, strlen(e->d_name))) continue;
+        char p[2048];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (stat(p, &sb) != 0 || (want_dirs ? !S_ISDIR(sb.st_mode) : !S_ISREG(sb.st_mode))) continue;
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 16;
+            char **nn = realloc(names, nc * sizeof *nn);
+            if (!nn) break;
+            names = nn, cap = nc;
+        }
+        if (!(names[n] = strdup(e->d_name))) break;
+        n++;
+    }
+    closedir(d);
+    /* step-N by N, files by name */
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0; j--) {
+            int swap = want_dirs ? atoll(names[j - 1] + 5) > atoll(names[j] + 5)
+                                 : strcmp(names[j - 1], names[j]) > 0;
+            if (!swap) break;
+            char *t = names[j];
+            names[j] = names[j - 1];
+            names[j - 1] = t;
+        }
+    struct evbuffer *b = evbuffer_new();
+    if (b) {
+        evbuffer_add_printf(b, "{\"%s\":[", key);
+        for (size_t i = 0; i < n; i++) evbuffer_add_printf(b, "%s\"%s\"", i ? "," : "", names[i]);
+        evbuffer_add_printf(b, "]}");
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+        evhttp_send_reply(req, 200, "OK", b);
+        evbuffer_free(b);
+    } else {
+        evhttp_send_error(req, 500, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    al_ckpt_http *s = arg;
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
+        reply_json(req, 405, "Method Not Allowed", "{\"error\":\"method not allowed\"}");
+        return;
+    }
+    const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+    const char *path = u ? evhttp_uri_get_path(u) : NULL;
+    const char *pre = "/checkpoints";
+    if (!path || strncmp(path, pre, strlen(pre)) != 0) {
+        reply_json(req, 404, "Not Found", "{\"error\":\"not found; try /checkpoints/\"}");
+        return;
+    }
+    const char *rest = path + strlen(pre);
+    if (*rest == '\0' || strcmp(rest, "/") == 0) {
+        reply_listing(req, s->root, "checkpoints", step_name_ok, 1);
+        return;
+    }
+    if (*rest != '/') {
+        reply_json(req, 404, "Not Found", "{\"error\":\"not found\"}");
+        return;
+    }
+    rest++;
+    const char *slash = strchr(rest, '/');
+    size_t dn = slash ? (size_t)(slash - rest) : strlen(rest);
+    if (!step_name_ok(rest, dn)) {
+        reply_json(req, 404, "Not Found", "{\"error\":\"not a checkpoint name (step-N)\"}");
+        return;
+    }
+    char dir[2048], file[2300];
+    snprintf(dir, sizeof dir, "%s/%.*s", s->root, (int)dn, rest);
+    const char *fname = slash ? slash + 1 : "";
+    if (*fname == '\0') {
+        reply_listing(req, dir, "files", name_ok, 0);
+        return;
+    }
+    if (!name_ok(fname, strlen(fname))) {
+        reply_json(req, 404, "Not Found", "{\"error\":\"not a file name\"}");
+        return;
+    }
+    snprintf(file, sizeof file, "%s/%s", dir, fname);
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        if (fd >= 0) close(fd);
+        reply_json(req, 404, "Not Found", "{\"error\":\"no such file\"}");
+        return;
+    }
+    struct evbuffer *b = evbuffer_new();
+    if (!b) {
+        close(fd);
+        evhttp_send_error(req, 500, "out of memory");
+        return;
+    }
+    /* the buffer takes the descriptor and sends it without copying through user space; a
+     * checkpoint replaced meanwhile is renamed over, so the open file stays whole */
+    if (sb.st_size > 0 && evbuffer_add_file(b, fd, 0, sb.st_size) != 0) {
+        close(fd);
+        evbuffer_free(b);
+        evhttp_send_error(req, 500, "cannot read the file");
+        return;
+    }
+    if (sb.st_size == 0) close(fd);
+    const char *ctype = strstr(fname, ".json") ? "application/json" : "application/octet-stream";
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", ctype);
+    evhttp_send_reply(req, 200, "OK", b);
+    evbuffer_free(b);
+}
+
+static void *server_thread(void *arg)
+{
+    al_ckpt_http *s = arg;
+    event_base_dispatch(s->base);
+    return NULL;
+}
+
+static void on_stop(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    al_ckpt_http *s = arg;
+    event_base_loopbreak(s->base);
+}
+
+static void server_free(al_ckpt_http *s)
+{
+    if (s->stop_ev) event_free(s->stop_ev);
+    if (s->http) evhttp_free(s->http);
+    if (s->base) event_base_free(s->base);
+    free(s->root);
+    free(s);
+}
+
+al_ckpt_http *al_ckpt_http_start(const char *hostport, const char *root, char *errstr,
+                                 size_t errlen)
+{
+    char host[256];
+    int port;
+    if (al_cli_parse_hostport(hostport, host, sizeof host, &port) != 0) {
+        al_err(errstr, errlen, "--listen '%s' is not HOST:PORT", hostport ? hostport : "");
+        return NULL;
+    }
+    pthread_once(&ck_evthread_once, ck_evthread_setup);
+    if (!ck_evthread_ok) {
+        al_err(errstr, errlen, "libevent has no pthreads support");
+        return NULL;
+    }
+    al_ckpt_http *s = calloc(1, sizeof *s);
+    if (!s || !(s->root = strdup(root))) {
+        free(s);
+        al_err(errstr, errlen, "out of memory");
+        return NULL;
+    }
+    s->base = event_base_new();
+    s->http = s->base ? evhttp_new(s->base) : NULL;
+    s->stop_ev = s->base ? event_new(s->base, -1, 0, on_stop, s) : NULL;
+    if (!s->http || !s->stop_ev) {
+        server_free(s);
+        al_err(errstr, errlen, "cannot create the checkpoint server's event loop");
+        return NULL;
+    }
+    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
+                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE);
+    evhttp_set_timeout(s->http, 120);
+    evhttp_set_max_headers_size(s->http, 16384);
+    evhttp_set_max_body_size(s->http, 4096);
+    evhttp_set_gencb(s->http, on_request, s);
+    errno = 0;
+    struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(s->http, host, (ev_uint16_t)port);
+    if (!bs) {
+        al_err(errstr, errlen, "cannot listen on %s for checkpoints: %s", hostport,
+               errno ? strerror(errno) : "bind failed");
+        server_free(s);
+        return NULL;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    s->port = port;
+    if (getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET) s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        if (ss.ss_family == AF_INET6) s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    if (pthread_create(&s->thread, NULL, server_thread, s) != 0) {
+        al_err(errstr, errlen, "cannot start the checkpoint server thread");
+        server_free(s);
+        return NULL;
+    }
+    s->thread_started = 1;
+    return s;
+}
+
+int al_ckpt_http_port(const al_ckpt_http *s)
+{
+    return s ? s->port : -1;
+}
+
+void al_ckpt_http_stop(al_ckpt_http *s)
+{
+    if (!s) return;
+    if (s->thread_started) {
+        event_active(s->stop_ev, EV_READ, 0);
+        pthread_join(s->thread, NULL);
+    }
+    server_free(s);
+}

@@ -1,0 +1,912 @@
+/*
+ * train_main.c: `arclight train`, the trainer stage's worker. Consumes arclight.batches for
+ * one model (a consumer-group member), assembles each step from its chunks (assembler.h),
+ * runs the update (lib/model/trainer.h), writes the new weights under --out, and publishes a
+ * PolicyVersion to arclight.policy keyed by the model name.
+ *
+ * Versions. The weights of --model are version 0; update k makes version k and writes
+ * OUT/step-k/: a full checkpoint (lib/model/checkpoint.h: weights, AdamW moments, trainer
+ * state) every --checkpoint-every updates, the weights and config alone in between, so that
+ * every PolicyVersion names weights a server can load. The checkpoint's trainer_state.json
+ * records, among its metrics, the batch step last applied ("batch_step").
+ *
+ * Delivery. A step's chunk offsets are stored only once its PolicyVersion is acknowledged
+ * and a full checkpoint at or after its version is on disk. After kill -9, `--resume` loads
+ * the newest full checkpoint, publishes its PolicyVersion again (the topic is compacted: the
+ * same version twice is harmless), skips chunks of steps up to its batch_step and re-applies
+ * the rest, which gives bitwise the same weights (the trainer has no randomness). So a step
+ * is neither lost nor applied twice to the weights. On SIGTERM the worker writes a full
+ * checkpoint of its last update first, so that a clean stop re-applies nothing.
+ *
+ * Bad chunks (undecodable, inconsistent shapes or totals, tokens outside the vocabulary)
+ * and steps the trainer refuses go to arclight.deadletter with the reason.
+ */
+#include "assembler.h"
+#include "ckpt_http.h"
+
+#include "avro/codec.h"
+#include "core/cli.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "http/metrics.h"
+#include "http/server.h"
+#include "kafka/kafka.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "model/trainer.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define COMP "train"
+
+static volatile sig_atomic_t train_stop;
+static void train_on_signal(int sig)
+{
+    (void)sig;
+    train_stop = 1;
+}
+
+/* Trainer settings as flags: --NAME with '_' written '-', handed to al_trainer_config_set. */
+static const char *const setting_keys[] = {
+    "loss", "loss_agg", "eps_low", "eps_high", "dual_clip", "tis_cap", "kl", "kl_beta",
+    "entropy_coef", "ppo_epochs", "mini_batches", "temperature", "decay_1d", "lr", "beta1",
+    "beta2", "adam_eps", "weight_decay", "grad_clip", "lr_schedule", "warmup_steps",
+    "total_steps", "min_lr_ratio"};
+#define N_SETTINGS (sizeof setting_keys / sizeof setting_keys[0])
+
+typedef struct train_opts {
+    const char *model_dir, *out_dir, *model_name, *listen, *train_config;
+    const char *input_topic, *policy_topic, *group;
+    int resume;
+    int64_t checkpoint_every, keep, stop_after;
+    int64_t kill_version;
+    int kill_after_ack; /* test hook: 0 after the checkpoint, 1 after the PolicyVersion's ack */
+} train_opts;
+
+typedef struct held_msg {
+    rd_kafka_message_t *m;
+    al_input *in;
+} held_msg;
+
+static void held_release(void *ctx, void *opaque)
+{
+    (void)ctx;
+    held_msg *h = opaque;
+    if (!h) return;
+    al_input_end(h->in);
+    rd_kafka_message_destroy(h->m);
+    free(h);
+}
+
+/* An applied step waiting for its PolicyVersion's ack and a full checkpoint. */
+typedef struct applied {
+    int64_t version;
+    al_train_ready *r;
+    int acked;
+    struct applied *next;
+} applied;
+
+typedef struct train_metrics {
+    al_metrics *reg;
+    al_counter *held, *other, *skipped, *dup, *bad, *steps, *bad_steps, *tokens;
+    al_gauge *version, *loss, *kl, *entropy, *clip, *gnorm, *tps, *lr, *pending;
+} train_metrics;
+
+typedef struct train_worker {
+    train_opts *o;
+    char out_abs[PATH_MAX];
+    al_model *policy, *reference;
+    al_trainer *tr;
+    al_train_asm *asmb;
+    al_producer *prod;
+    al_consumer *cons;
+    al_ckpt_http *http;
+    train_metrics met;
+    int64_t version, last_full, batch_step;
+    char last_metrics[2048]; /* metrics JSON of the last update (for the SIGTERM checkpoint) */
+    applied *applied_head;
+    int fatal, closing;
+    char fatal_reason[512];
+    atomic_int unhealthy;
+} train_worker;
+
+static void worker_fail(train_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void worker_fail(train_worker *w, const char *fmt, ...)
+{
+    if (w->fatal) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->fatal_reason, sizeof w->fatal_reason, fmt, ap);
+    va_end(ap);
+    w->fatal = 1;
+    atomic_store(&w->unhealthy, 1);
+    al_log_error(COMP, "%s", w->fatal_reason);
+}
+
+static int health(void *ud, char *reason, size_t reasonlen)
+{
+    train_worker *w = ud;
+    if (!atomic_load(&w->unhealthy)) return 0;
+    snprintf(reason, reasonlen, "the trainer stopped on an error");
+    return 1;
+}
+
+static void metrics_init(train_metrics *m)
+{
+    al_metrics *r = m->reg;
+    const char *cn = "arclight_train_chunks_total", *ch = "BatchChunk messages consumed, by outcome";
+    m->held = al_metrics_counter(r, cn, ch, "result", "held", NULL);
+    m->other = al_metrics_counter(r, cn, ch, "result", "other_model", NULL);
+    m->skipped = al_metrics_counter(r, cn, ch, "result", "applied_before", NULL);
+    m->dup = al_metrics_counter(r, cn, ch, "result", "duplicate", NULL);
+    m->bad = al_metrics_counter(r, cn, ch, "result", "dead_lettered", NULL);
+    m->steps = al_metrics_counter(r, "arclight_train_steps_total", "Updates applied", NULL);
+    m->bad_steps = al_metrics_counter(r, "arclight_train_bad_steps_total",
+                                      "Steps dead-lettered (incomplete, inconsistent, refused)", NULL);
+    m->tokens = al_metrics_counter(r, "arclight_train_tokens_total", "Tokens trained through", NULL);
+    m->version = al_metrics_gauge(r, "arclight_train_policy_version", "Latest policy version", NULL);
+    m->loss = al_metrics_gauge(r, "arclight_train_loss", "Loss of the last update", NULL);
+    m->kl = al_metrics_gauge(r, "arclight_train_kl", "KL to the reference, last update", NULL);
+    m->entropy = al_metrics_gauge(r, "arclight_train_entropy", "Entropy, last update", NULL);
+    m->clip = al_metrics_gauge(r, "arclight_train_clip_fraction", "Clipped fraction, last update", NULL);
+    m->gnorm = al_metrics_gauge(r, "arclight_train_grad_norm", "Gradient norm, last update", NULL);
+    m->tps = al_metrics_gauge(r, "arclight_train_tokens_per_second", "Throughput, last update", NULL);
+    m->lr = al_metrics_gauge(r, "arclight_train_learning_rate", "Learning rate, last update", NULL);
+    m->pending = al_metrics_gauge(r, "arclight_train_steps_held", "Steps waiting for chunks", NULL);
+}
+
+/* ---- checkpoints and versions --------------------------------------------------------------- */
+
+static int mkdir_p(const char *path, char *errstr, size_t errlen)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            return al_err(errstr, errlen, "cannot create %s: %s", p, strerror(errno)), -1;
+        *s = '/';
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        return al_err(errstr, errlen, "cannot create %s: %s", p, strerror(errno)), -1;
+    return 0;
+}
+
+/* sha256 of a file, streamed. 0 or -1 with errstr. */
+static int file_sha256(const char *path, char hex[65], char *errstr, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return al_err(errstr, errlen, "cannot read %s: %s", path, strerror(errno)), -1;
+    al_sha256_ctx *c = al_sha256_init();
+    if (!c) {
+        fclose(f);
+        return al_err(errstr, errlen, "out of memory"), -1;
+    }
+    static _Thread_local uint8_t buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) al_sha256_update(c, buf, n);
+    int bad = ferror(f);
+    fclose(f);
+    uint8_t d[32];
+    al_sha256_final(c, d);
+    if (bad) return al_err(errstr, errlen, "cannot read %s", path), -1;
+    al_hex(d, 32, hex);
+    return 0;
+}
+
+/* Removes weights-only snapshots (step-N without trainer_state.json) older than the newest
+ * `keep` versions; full checkpoints are pruned by al_checkpoint_prune. */
+static void prune_snapshots(train_worker *w)
+{
+    if (w->o->keep <= 0) return;
+    for (int64_t v = w->version - w->o->keep; v >= 1 && v > w->version - w->o->keep - 64; v--) {
+        char d[PATH_MAX + 64], f[PATH_MAX + 96];
+        struct stat sb;
+        snprintf(d, sizeof d, "%s/step-%" PRId64, w->out_abs, v);
+        snprintf(f, sizeof f, "%s/trainer_state.json", d);
+        if (stat(f, &sb) == 0 || stat(d, &sb) != 0) continue;
+        snprintf(f, sizeof f, "%s/model.safetensors", d);
+        unlink(f);
+        snprintf(f, sizeof f, "%s/config.json", d);
+        unlink(f);
+        rmdir(d);
+    }
+}
+
+static void checkpoint_uri(train_worker *w, int64_t version, char *out, size_t outlen)
+{
+    if (w->http) {
+        char host[256];
+        int port;
+        al_cli_parse_hostport(w->o->listen, host, sizeof host, &port);
+        if (!strcmp(host, "0.0.0.0") || !strcmp(host, "::") || !*host) {
+            if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "127.0.0.1");
+        }
+        int v6 = strchr(host, ':') != NULL;
+        snprintf(out, outlen, "http://%s%s%s:%d/checkpoints/step-%" PRId64 "/", v6 ? "[" : "", host,
+                 v6 ? "]" : "", al_ckpt_http_port(w->http), version);
+    } else {
+        snprintf(out, outlen, "file://%s/step-%" PRId64 "/", w->out_abs, version);
+    }
+}
+
+/* Sends a PolicyVersion for `version` (weights sha) with stats; opaque goes to the delivery
+ * callback. 0 or -1 with errstr. */
+static int publish_version(train_worker *w, int64_t version, int64_t batch_step,
+                           const char *sha, const al_train_stats *st, double reward_mean,
+                           int64_t batch_policy, void *opaque, char *errstr, size_t errlen)
+{
+    char uri[PATH_MAX + 128];
+    checkpoint_uri(w, version, uri, sizeof uri);
+    al_metric extra[16];
+    size_t ne = 0;
+#define EXTRA(n, v) extra[ne].name = (n), extra[ne].value = (v), ne++
+    EXTRA("pg_loss", st->pg_loss);
+    EXTRA("dual_clip_fraction", st->dual_clip_frac);
+    EXTRA("ratio_mean", st->ratio_mean);
+    EXTRA("ratio_max", st->ratio_max);
+    EXTRA("tis_mean", st->tis_mean);
+    EXTRA("grad_norm_max", st->grad_norm_max);
+    EXTRA("lr", st->lr);
+    EXTRA("trained_tokens", st->tokens);
+    EXTRA("sequences", st->seqs);
+    EXTRA("step_tokens", (double)st->step_tokens);
+    EXTRA("seconds", st->seconds);
+    EXTRA("optimizer_step", (double)st->step);
+    EXTRA("batch_step", (double)batch_step);
+    EXTRA("batch_policy_version", (double)batch_policy);
+    if (isfinite(reward_mean)) EXTRA("reward_mean", reward_mean);
+#undef EXTRA
+    al_policy_version pv = {
+        .model = w->o->model_name,
+        .version = version,
+        .step = batch_step,
+        .checkpoint_uri = uri,
+        .sha256 = sha,
+        .created_us = al_now_us(),
+        .metrics = {.loss = st->loss, .kl = st->kl, .entropy = st->entropy,
+                    .clip_fraction = st->clip_frac, .grad_norm = st->grad_norm,
+                    .tokens_per_s = st->tokens_per_s, .extra = extra, .n_extra = ne},
+    };
+    al_buf b = {0};
+    if (al_policy_version_encode(&pv, &b, errstr, errlen) != 0) {
+        al_buf_free(&b);
+        return -1;
+    }
+    al_kafka_out out = {
+        .topic = w->o->policy_topic,
+        .partition = AL_KAFKA_PARTITION_ANY,
+        .key = w->o->model_name,
+        .keylen = strlen(w->o->model_name),
+        .value = b.data,
+        .len = b.len,
+        .opaque = opaque,
+    };
+    rd_kafka_resp_err_t err = al_producer_produce(w->prod, &out);
+    al_buf_free(&b);
+    if (err) {
+        al_err(errstr, errlen, "cannot send PolicyVersion %" PRId64 " to %s: %s", version,
+               w->o->policy_topic, rd_kafka_err2str(err));
+        return -1;
+    }
+    return 0;
+}
+
+static void stats_json(const al_train_stats *st, train_worker *w, int64_t batch_step,
+                       int64_t batch_policy, double reward_mean, char *out, size_t outlen)
+{
+    /* JSON has no NaN: a missing reward is null, other non-finite values 0 */
+    char rew[48] = "null";
+    if (isfinite(reward_mean)) snprintf(rew, sizeof rew, "%.9g", reward_mean);
+#define F(x) (isfinite(x) ? (x) : 0.0)
+    snprintf(out, outlen,
+             "{\"model\": \"%s\", \"version\": %" PRId64 ", \"batch_step\": %" PRId64
+             ", \"batch_policy_version\": %" PRId64
+             ", \"loss\": %.9g, \"pg_loss\": %.9g, \"kl\": %.9g, \"entropy\": %.9g, \"clip_fraction\": %.9g"
+             ", \"grad_norm\": %.9g, \"lr\": %.9g, \"tokens_per_s\": %.9g, \"trained_tokens\": %.0f"
+             ", \"reward_mean\": %s}",
+             w->o->model_name, w->version, batch_step, batch_policy, F(st->loss), F(st->pg_loss),
+             F(st->kl), F(st->entropy), F(st->clip_frac), F(st->grad_norm), F(st->lr),
+             F(st->tokens_per_s), F(st->tokens), rew);
+#undef F
+}
+
+/* Writes the weights of the current version: a full checkpoint or a weights-only snapshot.
+ * Fills sha. 0 or -1 with errstr. */
+static int save_version(train_worker *w, int full, const char *metrics, char sha[65],
+                        char *errstr, size_t errlen)
+{
+    if (full) {
+        al_checkpoint_info info;
+        if (al_checkpoint_save(w->tr, w->out_abs, w->version, metrics, &info, errstr, errlen) != 0)
+            return -1;
+        memcpy(sha, info.weights_sha256, 65);
+        w->last_full = w->version;
+        char e[256];
+        if (w->o->keep > 0 && al_checkpoint_prune(w->out_abs, (int)w->o->keep, e, sizeof e) < 0)
+            al_log_warn(COMP, "pruning checkpoints: %s", e);
+    } else {
+        char dir[PATH_MAX + 64], file[PATH_MAX + 96];
+        snprintf(dir, sizeof dir, "%s/step-%" PRId64, w->out_abs, w->version);
+        if (al_model_save_dir(w->policy, dir, AL_ST_DTYPE_F32, errstr, errlen) != 0) return -1;
+        snprintf(file, sizeof file, "%s/model.safetensors", dir);
+        if (file_sha256(file, sha, errstr, errlen) != 0) return -1;
+    }
+    prune_snapshots(w);
+    return 0;
+}
+
+static void deadletter_msgs(train_worker *w, void **msgs, size_t n, const char *reason)
+{
+    char err[512];
+    for (size_t i = 0; i < n; i++) {
+        held_msg *h = msgs[i];
+        if (al_deadletter_message(w->prod, h->m, reason, "train", h->in, err, sizeof err) != 0)
+            worker_fail(w, "cannot dead-letter %s [%d] offset %" PRId64 ": %s", w->o->input_topic,
+                        (int)h->m->partition, h->m->offset, err);
+        al_counter_inc(w->met.bad);
+    }
+}
+
+static void ready_release(al_train_ready *r)
+{
+    for (size_t i = 0; i < r->n_current; i++) held_release(NULL, r->current[i]);
+    for (size_t i = 0; i < r->n_retired; i++) held_release(NULL, r->retired[i]);
+    al_train_ready_free(r);
+}
+
+/* Trains on one complete step and publishes its version. Takes ownership of r. */
+static void apply_step(train_worker *w, al_train_ready *r)
+{
+    char err[1024];
+    if (r->bad) {
+        al_log_warn(COMP, "%s: dead-lettering its %zu chunk%s", r->reason, r->n_current,
+                    r->n_current == 1 ? "" : "s");
+        deadletter_msgs(w, r->current, r->n_current, r->reason);
+        al_counter_inc(w->met.bad_steps);
+        ready_release(r);
+        return;
+    }
+    al_train_stats st;
+    if (al_trainer_step(w->tr, r->chunks, r->nchunks, &st, err, sizeof err) != 0) {
+        char reason[1200];
+        snprintf(reason, sizeof reason, "step %" PRId64 ": the trainer refused it: %s", r->step, err);
+        al_log_error(COMP, "%s", reason);
+        deadletter_msgs(w, r->current, r->n_current, reason);
+        al_counter_inc(w->met.bad_steps);
+        ready_release(r);
+        return;
+    }
+    w->version++;
+    w->batch_step = r->step;
+    stats_json(&st, w, r->step, r->policy_version, r->reward_mean, w->last_metrics,
+               sizeof w->last_metrics);
+    int full = w->version % w->o->checkpoint_every == 0;
+    char sha[65];
+    if (save_version(w, full, w->last_metrics, sha, err, sizeof err) != 0) {
+        worker_fail(w, "cannot write version %" PRId64 " under %s: %s", w->version, w->out_abs, err);
+        ready_release(r);
+        return;
+    }
+    if (w->o->kill_version == w->version && !w->o->kill_after_ack) {
+        al_log_warn(COMP, "test hook: SIGKILL after writing version %" PRId64, w->version);
+        raise(SIGKILL);
+    }
+    applied *a = calloc(1, sizeof *a);
+    if (!a) {
+        worker_fail(w, "out of memory");
+        ready_release(r);
+        return;
+    }
+    a->version = w->version;
+    a->r = r;
+    applied **tail = &w->applied_head;
+    while (*tail) tail = &(*tail)->next;
+    *tail = a;
+    if (publish_version(w, w->version, r->step, sha, &st, r->reward_mean, r->policy_version, a, err,
+                        sizeof err) != 0) {
+        worker_fail(w, "%s", err);
+        return;
+    }
+    train_metrics *m = &w->met;
+    al_counter_inc(m->steps);
+    al_counter_add(m->tokens, (double)st.step_tokens * al_trainer_config_of(w->tr)->ppo_epochs);
+    al_gauge_set(m->version, (double)w->version);
+    al_gauge_set(m->loss, st.loss);
+    al_gauge_set(m->kl, st.kl);
+    al_gauge_set(m->entropy, st.entropy);
+    al_gauge_set(m->clip, st.clip_frac);
+    al_gauge_set(m->gnorm, st.grad_norm);
+    al_gauge_set(m->tps, st.tokens_per_s);
+    al_gauge_set(m->lr, st.lr);
+    al_log_info(COMP,
+                "%s v%" PRId64 " (batch step %" PRId64 ", %d micro-batches, %" PRId64
+                " tokens): loss %.5f kl %.5f entropy %.4f clip %.3f grad-norm %.4f lr %.3g, %.0f tok/s%s",
+                w->o->model_name, w->version, r->step, r->nchunks, r->tokens, st.loss, st.kl,
+                st.entropy, st.clip_frac, st.grad_norm, st.lr, st.tokens_per_s,
+                full ? ", checkpoint" : "");
+}
+
+static void on_delivery(const al_delivery *d, void *ctx)
+{
+    train_worker *w = ctx;
+    applied *a = d->opaque;
+    if (!a) return; /* a dead letter, or the resume version: the tracker / flush sees it */
+    if (d->err) {
+        worker_fail(w, "PolicyVersion %" PRId64 " not delivered: %s; stopping without storing its "
+                       "chunks' offsets (a restart with --resume publishes it again)",
+                    a->version, d->reason);
+        return;
+    }
+    a->acked = 1;
+    if (w->o->kill_version == a->version && w->o->kill_after_ack) {
+        al_log_warn(COMP, "test hook: SIGKILL after PolicyVersion %" PRId64 " was acknowledged",
+                    a->version);
+        raise(SIGKILL);
+    }
+}
+
+/* Releases the inputs of steps whose version is acknowledged and covered by a checkpoint. */
+static void retire_applied(train_worker *w)
+{
+    while (w->applied_head && w->applied_head->acked && w->applied_head->version <= w->last_full) {
+        applied *a = w->applied_head;
+        w->applied_head = a->next;
+        ready_release(a->r);
+        free(a);
+    }
+}
+
+/* ---- resume ------------------------------------------------------------------------------------ */
+
+static double json_num(json_t *o, const char *k, double dflt)
+{
+    json_t *v = json_object_get(o, k);
+    return json_is_number(v) ? json_number_value(v) : dflt;
+}
+
+/* Loads the newest full checkpoint under --out when there is one (--resume) and publishes its
+ * version again. 0, 1 (nothing to resume), or -1 with errstr. */
+static int resume(train_worker *w, char *errstr, size_t errlen)
+{
+    char path[PATH_MAX + 64], e[512];
+    int64_t step = 0;
+    int r = al_checkpoint_latest(w->out_abs, path, sizeof path, &step, errstr, errlen);
+    if (r <= 0) return r < 0 ? -1 : 1;
+    al_checkpoint_info info;
+    if (al_checkpoint_load(w->tr, path, &info, e, sizeof e) != 0)
+        return al_err(errstr, errlen, "cannot resume from %s: %s", path, e), -1;
+    char sp[PATH_MAX + 96];
+    snprintf(sp, sizeof sp, "%s/trainer_state.json", path);
+    json_error_t je;
+    json_t *state = json_load_file(sp, 0, &je);
+    json_t *m = state ? json_object_get(state, "metrics") : NULL;
+    json_t *bs = m ? json_object_get(m, "batch_step") : NULL;
+    json_t *mn = m ? json_object_get(m, "model") : NULL;
+    if (!json_is_integer(bs)) {
+        json_decref(state);
+        return al_err(errstr, errlen, "%s has no metrics.batch_step: not written by arclight train", sp), -1;
+    }
+    if (json_is_string(mn) && strcmp(json_string_value(mn), w->o->model_name) != 0) {
+        al_err(errstr, errlen, "%s is a checkpoint of model '%s', not '%s'", path,
+               json_string_value(mn), w->o->model_name);
+        json_decref(state);
+        return -1;
+    }
+    w->version = info.step;
+    w->last_full = info.step;
+    w->batch_step = json_integer_value(bs);
+    al_train_stats st = {0};
+    st.loss = json_num(m, "loss", 0);
+    st.pg_loss = json_num(m, "pg_loss", 0);
+    st.kl = json_num(m, "kl", 0);
+    st.entropy = json_num(m, "entropy", 0);
+    st.clip_frac = json_num(m, "clip_fraction", 0);
+    st.grad_norm = st.grad_norm_max = json_num(m, "grad_norm", 0);
+    st.lr = json_num(m, "lr", 0);
+    st.tokens_per_s = json_num(m, "tokens_per_s", 0);
+    st.tokens = json_num(m, "trained_tokens", 0);
+    st.step = info.optimizer_step;
+    int64_t bpv = (int64_t)json_num(m, "batch_policy_version", -1);
+    double rew = json_num(m, "reward_mean", NAN);
+    char *dumped = json_dumps(m, JSON_COMPACT);
+    snprintf(w->last_metrics, sizeof w->last_metrics, "%s", dumped ? dumped : "{}");
+    free(dumped);
+    json_decref(state);
+    /* the crashed run may have written this version without its PolicyVersion reaching the
+     * broker: send it again before consuming */
+    if (publish_version(w, w->version, w->batch_step, info.weights_sha256, &st, rew, bpv, NULL,
+                        errstr, errlen) != 0)
+        return -1;
+    if (al_producer_flush(w->prod, 30000, e, sizeof e) != 0)
+        return al_err(errstr, errlen, "PolicyVersion %" PRId64 " of the resumed checkpoint: %s",
+                      w->version, e), -1;
+    al_log_info(COMP, "resumed %s at version %" PRId64 " (batch step %" PRId64 ", %" PRId64
+                      " optimizer updates) from %s",
+                w->o->model_name, w->version, w->batch_step, info.optimizer_step, path);
+    return 0;
+}
+
+/* ---- flags ------------------------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: arclight train --model DIR --out CKPT_DIR [flags]\n"
+            "Trains a policy on the steps of arclight.batches (BatchChunk) for its model and\n"
+            "publishes a PolicyVersion to arclight.policy after each update.\n\n"
+            "  --model DIR               initial weights (config.json + model.safetensors); also the\n"
+            "                            frozen reference model when --kl-beta > 0\n"
+            "  --out DIR                 versions go to DIR/step-N/ (N = version)\n"
+            "  --resume                  continue from the newest full checkpoint in --out (without\n"
+            "                            it, --out must hold no checkpoint)\n"
+            "  --model-name NAME         model name of the chunks and versions (default: basename\n"
+            "                            of --model)\n"
+            "  --checkpoint-every N      full checkpoint (weights + optimizer + state) every N updates;\n"
+            "                            weights only in between (default 1)\n"
+            "  --keep N                  keep the newest N versions on disk (default 5; 0: all)\n"
+            "  --listen HOST:PORT        serve GET /checkpoints/... there (port 0: any free one) and\n"
+            "                            publish http:// URIs; without it, file:// URIs\n"
+            "  --train-config FILE       trainer settings as a JSON object (flags below override;\n"
+            "                            unknown members are ignored)\n"
+            "  --input-topic T           default arclight.batches\n"
+            "  --policy-topic T          default arclight.policy\n"
+            "  --group ID                consumer group (default arclight-train-NAME)\n"
+            "  --steps N                 exit 0 once version N is acknowledged and checkpointed\n"
+            "Loss:\n"
+            "  --loss ppo|gspo|cispo|sft (default ppo)\n"
+            "  --loss-agg token-mean|seq-mean-token-sum|seq-mean-token-mean (default token-mean)\n"
+            "  --eps-low E, --eps-high E clip range (default 0.2, 0.2; eps-high > eps-low: clip-higher)\n"
+            "  --dual-clip C             dual clip for negative advantages, C > 1 (default 0: off)\n"
+            "  --tis-cap C               truncated importance sampling vs the sampler (0: off)\n"
+            "  --kl k1|k2|k3, --kl-beta B  KL to the reference model (default k3, 0)\n"
+            "  --entropy-coef C          entropy bonus (default 0)\n"
+            "  --temperature T           the sampler's temperature (default 1)\n"
+            "Optimizer (AdamW):\n"
+            "  --lr LR (default 1e-6), --beta1, --beta2, --adam-eps\n"
+            "  --weight-decay W (default 0.01), --decay-1d 0|1 (decay norms and biases too)\n"
+            "  --grad-clip G             max global gradient norm (default 1; 0: off)\n"
+            "  --lr-schedule constant|cosine, --warmup-steps N, --total-steps N, --min-lr-ratio R\n"
+            "  --ppo-epochs N (alias --epochs), --mini-batches N  passes and updates per step\n"
+            "  --help\n" AL_CLI_COMMON_HELP);
+}
+
+static int parse_i64(const char *s, int64_t lo, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo) return -1;
+    *out = v;
+    return 0;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    enum {
+        O_MODEL = AL_CLI_OPT_USER, O_OUT, O_RESUME, O_NAME, O_EVERY, O_KEEP, O_LISTEN, O_TCONF,
+        O_IN, O_POLICY, O_GROUP, O_STEPS, O_EPOCHS, O_HELP, O_SETTING = AL_CLI_OPT_USER + 100
+    };
+    static char flag_names[N_SETTINGS][32];
+    static struct option opts[N_SETTINGS + 32];
+    static const struct option fixed[] = {
+        {"model", required_argument, 0, O_MODEL},
+        {"out", required_argument, 0, O_OUT},
+        {"resume", no_argument, 0, O_RESUME},
+        {"model-name", required_argument, 0, O_NAME},
+        {"checkpoint-every", required_argument, 0, O_EVERY},
+        {"keep", required_argument, 0, O_KEEP},
+        {"listen", required_argument, 0, O_LISTEN},
+        {"train-config", required_argument, 0, O_TCONF},
+        {"input-topic", required_argument, 0, O_IN},
+        {"policy-topic", required_argument, 0, O_POLICY},
+        {"group", required_argument, 0, O_GROUP},
+        {"steps", required_argument, 0, O_STEPS},
+        {"epochs", required_argument, 0, O_EPOCHS},
+        {"help", no_argument, 0, O_HELP},
+        AL_CLI_COMMON_OPTIONS,
+    };
+    size_t no = 0;
+    for (size_t i = 0; i < AL_ARRAY_LEN(fixed); i++) opts[no++] = fixed[i];
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        snprintf(flag_names[i], sizeof flag_names[i], "%s", setting_keys[i]);
+        for (char *s = flag_names[i]; *s; s++)
+            if (*s == '_') *s = '-';
+        opts[no++] = (struct option){flag_names[i], required_argument, 0, O_SETTING + (int)i};
+    }
+    opts[no] = (struct option){0, 0, 0, 0};
+
+    al_cli_common common;
+    al_cli_common_init(&common);
+    train_opts o = {
+        .input_topic = AL_TOPIC_BATCHES,
+        .policy_topic = AL_TOPIC_POLICY,
+        .checkpoint_every = 1,
+        .keep = 5,
+        .stop_after = -1,
+        .kill_version = -1,
+    };
+    /* flags are applied after --train-config, in their order */
+    const char *set_keys[256], *set_vals[256];
+    int nset = 0;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        const char *name = NULL;
+        int bad = 0;
+        if (c >= O_SETTING && c < O_SETTING + (int)N_SETTINGS) {
+            if (nset >= 256) return al_cli_usage_error("train", "too many settings");
+            set_keys[nset] = setting_keys[c - O_SETTING];
+            set_vals[nset++] = optarg;
+            continue;
+        }
+        switch (c) {
+        case O_MODEL: o.model_dir = optarg; break;
+        case O_OUT: o.out_dir = optarg; break;
+        case O_RESUME: o.resume = 1; break;
+        case O_NAME: o.model_name = optarg; break;
+        case O_EVERY: name = "--checkpoint-every"; bad = parse_i64(optarg, 1, &o.checkpoint_every); break;
+        case O_KEEP: name = "--keep"; bad = parse_i64(optarg, 0, &o.keep); break;
+        case O_LISTEN: o.listen = optarg; break;
+        case O_TCONF: o.train_config = optarg; break;
+        case O_IN: o.input_topic = optarg; break;
+        case O_POLICY: o.policy_topic = optarg; break;
+        case O_GROUP: o.group = optarg; break;
+        case O_STEPS: name = "--steps"; bad = parse_i64(optarg, 1, &o.stop_after); break;
+        case O_EPOCHS:
+            if (nset >= 256) return al_cli_usage_error("train", "too many settings");
+            set_keys[nset] = "ppo_epochs";
+            set_vals[nset++] = optarg;
+            break;
+        case O_HELP:
+        case 'h': usage(stdout); return AL_EXIT_OK;
+        default: {
+            int r = al_cli_common_option(&common, c, optarg);
+            if (r < 0) return AL_EXIT_USAGE;
+            if (r == 0) return al_cli_usage_error("train", "unknown flag (see --help)");
+        }
+        }
+        if (bad) return al_cli_usage_error("train", "%s wants a number, not '%s'", name, optarg);
+    }
+    if (optind < argc) return al_cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
+    if (!o.model_dir) return al_cli_usage_error("train", "--model DIR is required");
+    if (!o.out_dir) return al_cli_usage_error("train", "--out CKPT_DIR is required");
+    char namebuf[PATH_MAX];
+    if (!o.model_name) {
+        char tmp[PATH_MAX];
+        snprintf(tmp, sizeof tmp, "%s", o.model_dir);
+        size_t n = strlen(tmp);
+        while (n > 1 && tmp[n - 1] == '/') tmp[--n] = '\0';
+        const char *b = strrchr(tmp, '/');
+        snprintf(namebuf, sizeof namebuf, "%s", b ? b + 1 : tmp);
+        o.model_name = namebuf;
+    }
+    if (!*o.model_name) return al_cli_usage_error("train", "the model name is empty (give --model-name)");
+    char groupbuf[300];
+    if (!o.group) {
+        snprintf(groupbuf, sizeof groupbuf, "arclight-train-%s", o.model_name);
+        o.group = groupbuf;
+    }
+    if (o.listen) {
+        char host[256];
+        int port;
+        if (al_cli_parse_hostport(o.listen, host, sizeof host, &port) != 0)
+            return al_cli_usage_error("train", "--listen '%s' is not HOST:PORT", o.listen);
+    }
+
+    char err[1024];
+    al_trainer_config tc;
+    al_trainer_config_default(&tc);
+    if (o.train_config) {
+        size_t len = 0;
+        char *text = al_file_read(o.train_config, &len, err, sizeof err);
+        if (!text) return al_cli_usage_error("train", "--train-config: %s", err);
+        int r = al_trainer_config_from_json(&tc, text, len, 1, err, sizeof err);
+        free(text);
+        if (r != 0) return al_cli_usage_error("train", "--train-config %s: %s", o.train_config, err);
+    }
+    for (int i = 0; i < nset; i++)
+        if (al_trainer_config_set(&tc, set_keys[i], set_vals[i], err, sizeof err) != 0)
+            return al_cli_usage_error("train", "%s", err);
+    const char *hook = getenv("ARCLIGHT_TRAIN_TEST_KILL_AT");
+    if (hook) {
+        char when[32] = "";
+        if (sscanf(hook, "%" SCNd64 ":%31s", &o.kill_version, when) == 2)
+            o.kill_after_ack = strcmp(when, "ack") == 0;
+        else
+            o.kill_version = -1;
+    }
+
+    train_worker w = {.o = &o, .batch_step = -1};
+    int rc = AL_EXIT_FAILURE;
+    al_kafka_conf *kc = NULL;
+    al_http_server *msrv = NULL;
+    w.met.reg = al_metrics_new();
+    if (!w.met.reg) goto out;
+    metrics_init(&w.met);
+    al_metrics_add_process_metrics(w.met.reg);
+
+    /* the model and the trainer (a bad setting is a usage error) */
+    if (!(w.policy = al_model_load_dir(o.model_dir, err, sizeof err))) {
+        al_log_error(COMP, "--model %s: %s", o.model_dir, err);
+        goto out;
+    }
+    if (tc.loss.kl_beta > 0 && !(w.reference = al_model_load_dir(o.model_dir, err, sizeof err))) {
+        al_log_error(COMP, "reference model %s: %s", o.model_dir, err);
+        goto out;
+    }
+    if (!(w.tr = al_trainer_new(w.policy, w.reference, &tc, err, sizeof err))) {
+        rc = al_cli_usage_error("train", "%s", err);
+        goto out;
+    }
+    if (mkdir_p(o.out_dir, err, sizeof err) != 0 || !realpath(o.out_dir, w.out_abs)) {
+        if (!*err) al_err(err, sizeof err, "cannot resolve %s: %s", o.out_dir, strerror(errno));
+        al_log_error(COMP, "--out: %s", err);
+        goto out;
+    }
+    {
+        char lp[PATH_MAX + 64];
+        int64_t ls;
+        int r = al_checkpoint_latest(w.out_abs, lp, sizeof lp, &ls, err, sizeof err);
+        if (r < 0) {
+            al_log_error(COMP, "--out: %s", err);
+            goto out;
+        }
+        if (r == 1 && !o.resume) {
+            rc = al_cli_usage_error("train", "--out %s holds checkpoints (newest %s): pass --resume "
+                                             "to continue from it, or choose another directory",
+                                    o.out_dir, lp);
+            goto out;
+        }
+    }
+    if (!(kc = al_kafka_conf_from_cli(&common, err, sizeof err))) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    if (common.metrics &&
+        !(msrv = al_http_server_start(common.metrics, w.met.reg, health, &w, err, sizeof err))) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    if (o.listen && !(w.http = al_ckpt_http_start(o.listen, w.out_abs, err, sizeof err))) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    signal(SIGINT, train_on_signal);
+    signal(SIGTERM, train_on_signal);
+    if (!(w.prod = al_producer_new(kc, err, sizeof err))) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    al_producer_set_delivery_cb(w.prod, on_delivery, &w);
+    if (o.resume) {
+        int r = resume(&w, err, sizeof err);
+        if (r < 0) {
+            al_log_error(COMP, "%s", err);
+            goto out;
+        }
+        if (r == 1) al_log_info(COMP, "--resume: no checkpoint under %s; starting from %s", w.out_abs, o.model_dir);
+    }
+    const al_model_config *mc = al_model_config_of(w.policy);
+    if (!(w.asmb = al_train_asm_new(o.model_name, mc->vocab_size, mc->max_position_embeddings,
+                                    w.batch_step, err, sizeof err))) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    if (!(w.cons = al_consumer_new(kc, o.group, w.prod, err, sizeof err))) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    const char *topics[] = {o.input_topic};
+    if (al_consumer_subscribe(w.cons, topics, 1, err, sizeof err) != 0) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    {
+        char uri[PATH_MAX + 128];
+        checkpoint_uri(&w, w.version, uri, sizeof uri);
+        al_log_info(COMP, "training %s (%zu parameters) from %s as group %s; versions under %s "
+                          "(next: version %" PRId64 ")",
+                    o.model_name, al_model_num_params(w.policy), o.input_topic, o.group, uri,
+                    w.version + 1);
+    }
+
+    while (!train_stop && !w.fatal) {
+        rd_kafka_message_t *m = NULL;
+        int r = al_consumer_poll(w.cons, 100, &m, err, sizeof err);
+        if (r < 0) {
+            worker_fail(&w, "%s", err);
+            break;
+        }
+        if (r == 1) {
+            held_msg *h = calloc(1, sizeof *h);
+            al_input *in = al_consumer_input_begin(w.cons, m);
+            if (!h || !in) {
+                free(h);
+                rd_kafka_message_destroy(m);
+                worker_fail(&w, "out of memory");
+                break;
+            }
+            h->m = m;
+            h->in = in;
+            char why[700];
+            al_train_asm_result res = al_train_asm_add(w.asmb, m->payload, m->len, h, why, sizeof why);
+            switch (res) {
+            case AL_TRAIN_ASM_HELD:
+                al_counter_inc(w.met.held);
+                al_log_debug(COMP, "%s", why);
+                break;
+            case AL_TRAIN_ASM_BAD:
+                al_log_warn(COMP, "%s [%d] offset %" PRId64 ": %s; dead-lettered", o.input_topic,
+                            (int)m->partition, m->offset, why);
+                deadletter_msgs(&w, (void **)&h, 1, why);
+                held_release(NULL, h);
+                break;
+            default:
+                al_counter_inc(res == AL_TRAIN_ASM_OTHER_MODEL ? w.met.other
+                               : res == AL_TRAIN_ASM_APPLIED   ? w.met.skipped
+                                                               : w.met.dup);
+                al_log_debug(COMP, "%s [%d] offset %" PRId64 ": %s; skipped", o.input_topic,
+                             (int)m->partition, m->offset, why);
+                held_release(NULL, h);
+            }
+        }
+        al_train_ready *ready;
+        while (!w.fatal && !train_stop && al_train_asm_next(w.asmb, &ready) == 1) apply_step(&w, ready);
+        al_producer_poll(w.prod, 0);
+        retire_applied(&w);
+        al_gauge_set(w.met.pending, (double)al_train_asm_pending(w.asmb));
+        if (o.stop_after > 0 && w.version >= o.stop_after && !w.applied_head) {
+            al_log_info(COMP, "version %" PRId64 " acknowledged: stopping (--steps)", w.version);
+            break;
+        }
+    }
+    /* A clean stop: checkpoint the last update so that its chunks need not be re-applied. */
+    if (!w.fatal && w.version > w.last_full) {
+        char sha[65];
+        if (save_version(&w, 1, w.last_metrics, sha, err, sizeof err) != 0)
+            worker_fail(&w, "checkpoint at exit: %s", err);
+    }
+    if (w.prod && al_producer_flush(w.prod, 30000, err, sizeof err) != 0)
+        worker_fail(&w, "at exit: %s", err);
+    if (!w.fatal) retire_applied(&w);
+    rc = w.fatal ? AL_EXIT_FAILURE : AL_EXIT_OK;
+out:
+    /* Steps not acknowledged and checkpointed keep their inputs unfinished: the consumer
+     * commits only what is stored, and a restart re-reads them. Their handles are released
+     * after the consumer is gone, when releasing them can no longer store anything. */
+    w.closing = 1;
+    al_consumer_free(w.cons);
+    while (w.applied_head) {
+        applied *a = w.applied_head;
+        w.applied_head = a->next;
+        ready_release(a->r);
+        free(a);
+    }
+    al_train_asm_free(w.asmb, held_release, NULL);
+    al_producer_free(w.prod);
+    al_ckpt_http_stop(w.http);
+    al_http_server_stop(msrv);
+    al_trainer_free(w.tr);
+    al_model_free(w.reference);
+    al_model_free(w.policy);
+    al_metrics_free(w.met.reg);
+    al_kafka_conf_free(kc);
+    return rc;
+}

@@ -1,0 +1,7 @@
+# Trainer stage: tests 1200-1249. The step assembler (stages/train/assembler.c, no Kafka) is
+# built into its own library for the unit test; the stage test drives `arclight train`
+# against the embedded broker over TCP.
+add_library(arclight_train STATIC ${PROJECT_SOURCE_DIR}/stages/train/assembler.c)
+target_include_directories(arclight_train PUBLIC ${PROJECT_SOURCE_DIR}/lib ${PROJECT_SOURCE_DIR}/stages)
+target_link_libraries(arclight_train PUBLIC arclight_avro arclight_core arclight_model m)
+arclight_test(t1200_train_assembly SOURCES tests/t1200_train_assembly.c LIBS arclight_train TIMEOUT 60)
