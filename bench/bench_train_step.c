@@ -32,15 +32,20 @@ static int cmp_d(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_train_step CONFIG.json [--seqlens A,B,..] [--steps N] [--warmup N]\n");
+        fprintf(
+            stderr,
+            "usage: bench_train_step CONFIG.json [--seqlens A,B,..] [--steps N] [--warmup N]\n");
         return 2;
     }
     const char *seqlens = "256,256";
     int steps = 5, warmup = 2;
     for (int i = 2; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--seqlens")) seqlens = argv[i + 1];
-        else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--seqlens"))
+            seqlens = argv[i + 1];
+        else if (!strcmp(argv[i], "--steps"))
+            steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--warmup"))
+            warmup = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "bench_train_step: unknown flag %s\n", argv[i]);
             return 2;

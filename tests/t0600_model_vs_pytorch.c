@@ -79,7 +79,8 @@ static double ppo_step(al_model *m, const batch *b, const float *hp, float *logi
         printf("    forward: %s\n", al_model_error(m));
         return 0;
     }
-    if (al_logprob_forward(logits, b->targets, b->T, c->vocab_size, 1.0f, logp, ent, err, sizeof err)) {
+    if (al_logprob_forward(logits, b->targets, b->T, c->vocab_size, 1.0f, logp, ent, err,
+                           sizeof err)) {
         printf("    logprob: %s\n", err);
         return 0;
     }
@@ -88,8 +89,14 @@ static double ppo_step(al_model *m, const batch *b, const float *hp, float *logi
     lc.kind = AL_LOSS_PPO;
     lc.agg = AL_LOSS_AGG_TOKEN_MEAN;
     lc.eps_low = hp[0], lc.eps_high = hp[1], lc.entropy_coef = hp[2];
-    al_loss_input in = {.T = b->T, .nseq = b->nseq, .cu_seqlens = b->cu, .logp = logp,
-                        .old_logp = b->old_logp, .entropy = ent, .adv = b->adv, .mask = b->mask};
+    al_loss_input in = {.T = b->T,
+                        .nseq = b->nseq,
+                        .cu_seqlens = b->cu,
+                        .logp = logp,
+                        .old_logp = b->old_logp,
+                        .entropy = ent,
+                        .adv = b->adv,
+                        .mask = b->mask};
     double loss = 0;
     float *dlogp = calloc((size_t)b->T, sizeof(float)), *dent = calloc((size_t)b->T, sizeof(float));
     if (al_loss_compute(&lc, &in, 0, &loss, dlogp, dent, NULL, err, sizeof err)) {
@@ -108,12 +115,14 @@ static double sft_loss(al_model *m, const batch *b, float *logits, float *logp, 
     const al_model_config *c = al_model_config_of(m);
     char err[256];
     if (al_model_forward(m, b->tokens, b->positions, b->cu, b->nseq, b->T, logits)) return NAN;
-    if (al_logprob_forward(logits, b->targets, b->T, c->vocab_size, 1.0f, logp, NULL, err, sizeof err))
+    if (al_logprob_forward(logits, b->targets, b->T, c->vocab_size, 1.0f, logp, NULL, err,
+                           sizeof err))
         return NAN;
     al_loss_config lc;
     al_loss_config_default(&lc);
     lc.kind = AL_LOSS_SFT;
-    al_loss_input in = {.T = b->T, .nseq = b->nseq, .cu_seqlens = b->cu, .logp = logp, .mask = b->mask};
+    al_loss_input in = {
+        .T = b->T, .nseq = b->nseq, .cu_seqlens = b->cu, .logp = logp, .mask = b->mask};
     double loss = NAN;
     float *dlogp = calloc((size_t)b->T, sizeof(float));
     if (!al_loss_compute(&lc, &in, 0, &loss, dlogp, NULL, NULL, err, sizeof err))
@@ -138,10 +147,11 @@ static void check_reference(const char *name)
     size_t n = 0;
     int32_t *cfgv = ref_i32(&d, "config", &n);
     REQUIRE(cfgv && n == 9);
-    int32_t want[9] = {c->vocab_size, c->hidden_size, c->intermediate_size, c->num_layers,
-                       c->num_heads, c->num_kv_heads, c->head_dim, c->tie_word_embeddings,
-                       c->qk_norm};
-    for (int i = 0; i < 9; i++) CHECKF(cfgv[i] == want[i], "config field %d: dump %d, model %d", i, cfgv[i], want[i]);
+    int32_t want[9] = {c->vocab_size, c->hidden_size,         c->intermediate_size,
+                       c->num_layers, c->num_heads,           c->num_kv_heads,
+                       c->head_dim,   c->tie_word_embeddings, c->qk_norm};
+    for (int i = 0; i < 9; i++)
+        CHECKF(cfgv[i] == want[i], "config field %d: dump %d, model %d", i, cfgv[i], want[i]);
     free(cfgv);
 
     batch b = {0};
@@ -232,11 +242,13 @@ static void check_reference(const char *name)
         al_model_zero_grad(m);
         double l = sft_loss(m, &b, logits, logp, dlogits);
         printf(" %.5f/%.5f", l, rl[s]);
-        CHECKF(fabs(l - rl[s]) <= 5e-4 * fmax(0.01, fabs(rl[s])), "AdamW step %d: loss %.7f, PyTorch %.7f", s, l, rl[s]);
+        CHECKF(fabs(l - rl[s]) <= 5e-4 * fmax(0.01, fabs(rl[s])),
+               "AdamW step %d: loss %.7f, PyTorch %.7f", s, l, rl[s]);
         if (s == steps) break;
         REQUIRE(al_model_backward(m, dlogits) == 0);
         double gn = al_grad_clip(al_model_grads(m), al_model_num_params(m), oc.grad_clip);
-        CHECKF(fabs(gn - rn[s]) <= 1e-4 * fabs(rn[s]), "AdamW step %d: grad norm %.7f, PyTorch %.7f", s, gn, rn[s]);
+        CHECKF(fabs(gn - rn[s]) <= 1e-4 * fabs(rn[s]),
+               "AdamW step %d: grad norm %.7f, PyTorch %.7f", s, gn, rn[s]);
         al_adamw_update(&opt, al_model_params(m), al_model_grads(m), al_lr_at(&oc, s));
     }
     printf("\n");
@@ -249,8 +261,14 @@ static void check_reference(const char *name)
     al_model_free(m);
 }
 
-TEST(qwen2_biases_tied_matches_pytorch) { check_reference("qwen2"); }
-TEST(qwen3_qk_norm_untied_matches_pytorch) { check_reference("qwen3"); }
+TEST(qwen2_biases_tied_matches_pytorch)
+{
+    check_reference("qwen2");
+}
+TEST(qwen3_qk_norm_untied_matches_pytorch)
+{
+    check_reference("qwen3");
+}
 
 /* The other direction: checkpoints arclight writes (f32 and bf16, tied and untied) load in
  * the PyTorch model strictly by Hugging Face names and give the same logits. */
@@ -268,13 +286,16 @@ static void check_written_checkpoint(al_model_arch arch, int tied, al_st_dtype d
     REQUIREF(m, "%s", err);
     al_model_init_random(m, 3);
     float *p = al_model_params(m);
-    for (size_t i = 0; i < al_model_num_params(m); i++) p[i] = p[i] * 6.0f + (p[i] == 0.0f ? 0.05f : 0.0f);
+    for (size_t i = 0; i < al_model_num_params(m); i++)
+        p[i] = p[i] * 6.0f + (p[i] == 0.0f ? 0.05f : 0.0f);
     REQUIREF(al_model_save_dir(m, dir, dtype, err, sizeof err) == 0, "%s", err);
     al_model_free(m);
     /* what PyTorch sees is what a reload sees (bf16 rounding included) */
     m = al_model_load_dir(dir, err, sizeof err);
     REQUIREF(m, "%s", err);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/model/ref_model.py --forward %s --out %s/logits.bin", dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 tests/model/ref_model.py --forward %s --out %s/logits.bin", dir,
+             dir);
     int rc = system(cmd);
     CHECKF(rc == 0, "%s failed (%d)", cmd, rc);
     ref_dump d;
@@ -288,7 +309,8 @@ static void check_written_checkpoint(al_model_arch arch, int tied, al_st_dtype d
             float *logits = malloc(sizeof(float) * nl);
             CHECK(al_model_forward(m, tok, pos, cu, (int)nc - 1, (int)nt, logits) == 0);
             char what[64];
-            snprintf(what, sizeof what, "logits of a %s checkpoint", dtype == AL_ST_DTYPE_BF16 ? "bf16" : "f32");
+            snprintf(what, sizeof what, "logits of a %s checkpoint",
+                     dtype == AL_ST_DTYPE_BF16 ? "bf16" : "f32");
             CHECK(compare(what, logits, ref, nl, 2e-5, 1.0, 1));
             free(logits);
         } else {
@@ -302,5 +324,11 @@ static void check_written_checkpoint(al_model_arch arch, int tied, al_st_dtype d
     if (system(cmd) != 0) printf("    could not remove %s\n", dir);
 }
 
-TEST(written_checkpoints_load_in_pytorch_qwen2_tied_bf16) { check_written_checkpoint(AL_MODEL_ARCH_QWEN2, 1, AL_ST_DTYPE_BF16); }
-TEST(written_checkpoints_load_in_pytorch_qwen3_untied_f32) { check_written_checkpoint(AL_MODEL_ARCH_QWEN3, 0, AL_ST_DTYPE_F32); }
+TEST(written_checkpoints_load_in_pytorch_qwen2_tied_bf16)
+{
+    check_written_checkpoint(AL_MODEL_ARCH_QWEN2, 1, AL_ST_DTYPE_BF16);
+}
+TEST(written_checkpoints_load_in_pytorch_qwen3_untied_f32)
+{
+    check_written_checkpoint(AL_MODEL_ARCH_QWEN3, 0, AL_ST_DTYPE_F32);
+}

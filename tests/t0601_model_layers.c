@@ -22,7 +22,8 @@ static float frand(void) /* uniform in [-1, 1) */
 }
 static void fill(float *x, size_t n, float scale)
 {
-    for (size_t i = 0; i < n; i++) x[i] = scale * frand();
+    for (size_t i = 0; i < n; i++)
+        x[i] = scale * frand();
 }
 static float *alloc_rand(size_t n, float scale)
 {
@@ -33,13 +34,15 @@ static float *alloc_rand(size_t n, float scale)
 static double dot(const float *a, const float *b, size_t n)
 {
     double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    for (size_t i = 0; i < n; i++)
+        s += (double)a[i] * b[i];
     return s;
 }
 static double maxabs(const float *a, size_t n)
 {
     double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(a[i]));
+    for (size_t i = 0; i < n; i++)
+        m = fmax(m, fabs(a[i]));
     return m;
 }
 
@@ -120,7 +123,8 @@ TEST(linear_backward_matches_finite_differences)
     c.x = alloc_rand((size_t)c.T * c.IC, 1), c.w = alloc_rand((size_t)c.OC * c.IC, 0.5f);
     c.b = alloc_rand(c.OC, 0.5f), c.r = alloc_rand((size_t)c.T * c.OC, 1);
     c.y = malloc(sizeof(float) * c.T * c.OC);
-    float *dx = calloc((size_t)c.T * c.IC, 4), *dw = calloc((size_t)c.OC * c.IC, 4), *db = calloc(c.OC, 4);
+    float *dx = calloc((size_t)c.T * c.IC, 4), *dw = calloc((size_t)c.OC * c.IC, 4),
+          *db = calloc(c.OC, 4);
     lin_loss(&c);
     al_linear_backward(dx, dw, db, c.r, c.x, c.w, c.T, c.IC, c.OC);
     fd_check("linear dx", lin_loss, &c, c.x, dx, (size_t)c.T * c.IC, 30);
@@ -149,7 +153,7 @@ TEST(rope_backward_matches_finite_differences)
     int32_t pos[6] = {0, 1, 2, 0, 5, 17};
     c.cs = malloc(sizeof(float) * c.T * c.HD / 2), c.sn = malloc(sizeof(float) * c.T * c.HD / 2);
     al_rope_tables(c.cs, c.sn, pos, c.T, c.HD, 10000.0);
-    CHECK_NEAR(c.cs[0], 1.0, 0);     /* position 0 is the identity */
+    CHECK_NEAR(c.cs[0], 1.0, 0);                /* position 0 is the identity */
     CHECK_NEAR(c.sn[c.HD / 2], sin(1.0), 1e-6); /* position 1, frequency 1 */
     c.x = alloc_rand(n, 1), c.r = alloc_rand(n, 1), c.y = malloc(sizeof(float) * n);
     float *dx = malloc(sizeof(float) * n);
@@ -171,7 +175,8 @@ typedef struct {
 static double att_loss(void *p)
 {
     att_ctx *c = p;
-    al_attention_forward(c->out, c->scratch, c->q, c->k, c->v, c->cu, c->nseq, c->NH, c->NKV, c->HD);
+    al_attention_forward(c->out, c->scratch, c->q, c->k, c->v, c->cu, c->nseq, c->NH, c->NKV,
+                         c->HD);
     return dot(c->out, c->r, (size_t)c->cu[c->nseq] * c->NH * c->HD);
 }
 TEST(attention_backward_matches_finite_differences)
@@ -179,18 +184,22 @@ TEST(attention_backward_matches_finite_differences)
     att_ctx c = {.NH = 4, .NKV = 2, .HD = 8, .nseq = 3, .cu = {0, 5, 6, 11}};
     int T = c.cu[c.nseq];
     size_t nq = (size_t)T * c.NH * c.HD, nk = (size_t)T * c.NKV * c.HD;
-    c.q = alloc_rand(nq, 1.5f), c.k = alloc_rand(nk, 1.5f), c.v = alloc_rand(nk, 1), c.r = alloc_rand(nq, 1);
+    c.q = alloc_rand(nq, 1.5f), c.k = alloc_rand(nk, 1.5f), c.v = alloc_rand(nk, 1),
+    c.r = alloc_rand(nq, 1);
     c.out = malloc(sizeof(float) * nq);
     size_t np = al_attention_scratch_size(c.cu, c.nseq, c.NH, c.HD);
     CHECK_EQ_INT(np, 4 * (2 * AL_ATTENTION_BLOCK + 2 * 8) * 5);
     c.scratch = malloc(sizeof(float) * np);
-    float *dq = malloc(sizeof(float) * nq), *dk = malloc(sizeof(float) * nk), *dv = malloc(sizeof(float) * nk);
+    float *dq = malloc(sizeof(float) * nq), *dk = malloc(sizeof(float) * nk),
+          *dv = malloc(sizeof(float) * nk);
     float *scratch = malloc(sizeof(float) * np);
     att_loss(&c);
     /* the first token of a sequence attends to itself only: its output is its v */
-    for (int d = 0; d < c.HD; d++) CHECK_NEAR(c.out[d], c.v[d], 1e-6);
+    for (int d = 0; d < c.HD; d++)
+        CHECK_NEAR(c.out[d], c.v[d], 1e-6);
     /* a one-token sequence attends to itself only: its output is its own v (kv head 0) */
-    for (int d = 0; d < c.HD; d++) CHECK_NEAR(c.out[(size_t)5 * c.NH * c.HD + d], c.v[(size_t)5 * c.NKV * c.HD + d], 1e-6);
+    for (int d = 0; d < c.HD; d++)
+        CHECK_NEAR(c.out[(size_t)5 * c.NH * c.HD + d], c.v[(size_t)5 * c.NKV * c.HD + d], 1e-6);
     al_attention_backward(dq, dk, dv, scratch, c.r, c.q, c.k, c.v, c.cu, c.nseq, c.NH, c.NKV, c.HD);
     fd_check("attention dq", att_loss, &c, c.q, dq, nq, 50);
     fd_check("attention dk", att_loss, &c, c.k, dk, nk, 50);
@@ -205,11 +214,13 @@ TEST(attention_backward_over_several_query_blocks)
     att_ctx c = {.NH = 6, .NKV = 2, .HD = 4, .nseq = 2, .cu = {0, 150, 170}};
     int T = c.cu[c.nseq];
     size_t nq = (size_t)T * c.NH * c.HD, nk = (size_t)T * c.NKV * c.HD;
-    c.q = alloc_rand(nq, 1.5f), c.k = alloc_rand(nk, 1.5f), c.v = alloc_rand(nk, 1), c.r = alloc_rand(nq, 1);
+    c.q = alloc_rand(nq, 1.5f), c.k = alloc_rand(nk, 1.5f), c.v = alloc_rand(nk, 1),
+    c.r = alloc_rand(nq, 1);
     c.out = malloc(sizeof(float) * nq);
     size_t np = al_attention_scratch_size(c.cu, c.nseq, c.NH, c.HD);
     c.scratch = malloc(sizeof(float) * np);
-    float *dq = malloc(sizeof(float) * nq), *dk = malloc(sizeof(float) * nk), *dv = malloc(sizeof(float) * nk);
+    float *dq = malloc(sizeof(float) * nq), *dk = malloc(sizeof(float) * nk),
+          *dv = malloc(sizeof(float) * nk);
     float *scratch = malloc(sizeof(float) * np);
     att_loss(&c);
     al_attention_backward(dq, dk, dv, scratch, c.r, c.q, c.k, c.v, c.cu, c.nseq, c.NH, c.NKV, c.HD);
@@ -234,7 +245,8 @@ static double swi_loss(void *p)
 TEST(swiglu_backward_matches_finite_differences)
 {
     swi_ctx c = {.n = 50};
-    c.g = alloc_rand(c.n, 4), c.u = alloc_rand(c.n, 2), c.r = alloc_rand(c.n, 1), c.h = malloc(4 * c.n);
+    c.g = alloc_rand(c.n, 4), c.u = alloc_rand(c.n, 2), c.r = alloc_rand(c.n, 1),
+    c.h = malloc(4 * c.n);
     float *dg = malloc(4 * c.n), *du = malloc(4 * c.n);
     al_swiglu_backward(dg, du, c.r, c.g, c.u, c.n);
     fd_check("swiglu dgate", swi_loss, &c, c.g, dg, c.n, 50);
@@ -285,7 +297,8 @@ TEST(model_backward_matches_finite_differences)
     REQUIREF(c.m, "%s", err);
     /* larger weights than HF's init so every path carries signal */
     fill(al_model_params(c.m), al_model_num_params(c.m), 0.4f);
-    for (int t = 0; t < 12; t++) c.tok[t] = (t * 7 + 3) % 40, c.pos[t] = t < 7 ? t : t - 7;
+    for (int t = 0; t < 12; t++)
+        c.tok[t] = (t * 7 + 3) % 40, c.pos[t] = t < 7 ? t : t - 7;
     c.cu[0] = 0, c.cu[1] = 7, c.cu[2] = 12;
     c.TV = 12 * 40;
     c.logits = malloc(sizeof(float) * c.TV), c.r = alloc_rand(c.TV, 1);
@@ -297,7 +310,8 @@ TEST(model_backward_matches_finite_differences)
     for (size_t i = 0; i < al_model_num_tensors(c.m); i++) {
         const al_model_tensor *t = &al_model_tensors(c.m)[i];
         if (strstr(t->name, "layers.1.") && !strstr(t->name, "o_proj")) continue; /* keep it lean */
-        fd_check(t->name, model_loss, &c, al_model_params(c.m) + t->offset, g + t->offset, t->numel, 6);
+        fd_check(t->name, model_loss, &c, al_model_params(c.m) + t->offset, g + t->offset, t->numel,
+                 6);
     }
     free(g), free(c.logits), free(c.r);
     al_model_free(c.m);
@@ -316,9 +330,10 @@ static void gemm_case(int ta, int tb, int M, int N, int K, float beta)
     al_gemm_ref(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, beta, C2, ldc);
     double err = 0;
     for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) err = fmax(err, fabs(C1[(size_t)i * ldc + j] - C2[(size_t)i * ldc + j]));
-    CHECKF(err <= 1e-4 * sqrt((double)K), "gemm ta=%d tb=%d %dx%dx%d beta=%g: max diff %g", ta, tb, M,
-           N, K, beta, err);
+        for (int j = 0; j < N; j++)
+            err = fmax(err, fabs(C1[(size_t)i * ldc + j] - C2[(size_t)i * ldc + j]));
+    CHECKF(err <= 1e-4 * sqrt((double)K), "gemm ta=%d tb=%d %dx%dx%d beta=%g: max diff %g", ta, tb,
+           M, N, K, beta, err);
     /* and one entry against a plain loop in double */
     int i = M - 1, j = N / 2;
     double s = 0;

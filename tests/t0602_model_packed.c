@@ -21,11 +21,13 @@ static al_model *tiny(al_model_arch arch, int tied, char *err, size_t errlen)
         al_model_init_random(m, 42);
         /* beyond HF's 0.02 so attention is not uniform */
         float *p = al_model_params(m);
-        for (size_t i = 0; i < al_model_num_params(m); i++) p[i] *= 10.0f;
+        for (size_t i = 0; i < al_model_num_params(m); i++)
+            p[i] *= 10.0f;
         for (size_t i = 0; i < al_model_num_tensors(m); i++) {
             const al_model_tensor *t = &al_model_tensors(m)[i];
             if (strstr(t->name, "norm"))
-                for (size_t j = 0; j < t->numel; j++) p[t->offset + j] = 1.0f + 0.01f * (float)(j % 7);
+                for (size_t j = 0; j < t->numel; j++)
+                    p[t->offset + j] = 1.0f + 0.01f * (float)(j % 7);
         }
     }
     return m;
@@ -48,11 +50,14 @@ static void packed_vs_unpacked(al_model_arch arch, int tied)
     REQUIREF(m, "%s", err);
     const int nseq = 3, lens[3] = {9, 1, 14}, T = 24, V = 64;
     int32_t tok[24], pos[24], cu[4] = {0, 9, 10, 24};
-    for (int t = 0; t < T; t++) tok[t] = (t * 13 + 5) % V;
+    for (int t = 0; t < T; t++)
+        tok[t] = (t * 13 + 5) % V;
     for (int s = 0; s < nseq; s++)
-        for (int i = 0; i < lens[s]; i++) pos[cu[s] + i] = i;
+        for (int i = 0; i < lens[s]; i++)
+            pos[cu[s] + i] = i;
     float *logits = malloc(sizeof(float) * T * V), *dl = malloc(sizeof(float) * T * V);
-    for (int i = 0; i < T * V; i++) dl[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+    for (int i = 0; i < T * V; i++)
+        dl[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
     size_t np = al_model_num_params(m);
     float *g_packed = malloc(sizeof(float) * np), *one = malloc(sizeof(float) * T * V);
 
@@ -78,8 +83,14 @@ static void packed_vs_unpacked(al_model_arch arch, int tied)
     al_model_free(m);
 }
 
-TEST(packed_equals_unpacked_qwen2_tied) { packed_vs_unpacked(AL_MODEL_ARCH_QWEN2, 1); }
-TEST(packed_equals_unpacked_qwen3_untied) { packed_vs_unpacked(AL_MODEL_ARCH_QWEN3, 0); }
+TEST(packed_equals_unpacked_qwen2_tied)
+{
+    packed_vs_unpacked(AL_MODEL_ARCH_QWEN2, 1);
+}
+TEST(packed_equals_unpacked_qwen3_untied)
+{
+    packed_vs_unpacked(AL_MODEL_ARCH_QWEN3, 0);
+}
 
 TEST(attention_never_crosses_a_sequence_boundary)
 {
@@ -87,7 +98,8 @@ TEST(attention_never_crosses_a_sequence_boundary)
     al_model *m = tiny(AL_MODEL_ARCH_LLAMA, 0, err, sizeof err);
     REQUIREF(m, "%s", err);
     int32_t tok[10], pos[10], cu[3] = {0, 4, 10};
-    for (int t = 0; t < 10; t++) tok[t] = t * 3, pos[t] = t < 4 ? t : t - 4;
+    for (int t = 0; t < 10; t++)
+        tok[t] = t * 3, pos[t] = t < 4 ? t : t - 4;
     float *a = malloc(sizeof(float) * 640), *b = malloc(sizeof(float) * 640);
     REQUIRE(al_model_forward(m, tok, pos, cu, 2, 10, a) == 0);
     tok[1] = 63; /* change the first sequence only */
@@ -137,7 +149,8 @@ TEST(buffers_grow_and_shrinking_batches_reuse_them)
     al_model *m = tiny(AL_MODEL_ARCH_QWEN3, 0, err, sizeof err);
     REQUIREF(m, "%s", err);
     int32_t tok[100], pos[100];
-    for (int t = 0; t < 100; t++) tok[t] = t % 64, pos[t] = t;
+    for (int t = 0; t < 100; t++)
+        tok[t] = t % 64, pos[t] = t;
     float *l1 = malloc(sizeof(float) * 100 * 64), *l2 = malloc(sizeof(float) * 100 * 64);
     int32_t cu_a[2] = {0, 5};
     REQUIRE(al_model_forward(m, tok, pos, cu_a, 1, 5, l1) == 0);
@@ -179,12 +192,15 @@ TEST(random_init_is_deterministic_and_hf_like)
     CHECK(al_model_tensor_find(a, "lm_head.weight") != NULL); /* untied: its own head */
     double s = 0, s2 = 0;
     const float *p = al_model_params(a) + w->offset;
-    for (size_t i = 0; i < w->numel; i++) s += p[i], s2 += (double)p[i] * p[i];
+    for (size_t i = 0; i < w->numel; i++)
+        s += p[i], s2 += (double)p[i] * p[i];
     double mean = s / w->numel, sd = sqrt(s2 / w->numel - mean * mean);
     CHECK_NEAR(mean, 0.0, 0.002);
     CHECK_NEAR(sd, 0.02, 0.001);
-    for (size_t i = 0; i < bias->numel; i++) CHECK(al_model_params(a)[bias->offset + i] == 0.0f);
-    for (size_t i = 0; i < nw->numel; i++) CHECK(al_model_params(a)[nw->offset + i] == 1.0f);
+    for (size_t i = 0; i < bias->numel; i++)
+        CHECK(al_model_params(a)[bias->offset + i] == 0.0f);
+    for (size_t i = 0; i < nw->numel; i++)
+        CHECK(al_model_params(a)[nw->offset + i] == 1.0f);
     CHECK_EQ_INT(n, al_model_config_num_params(&c));
     al_model_free(a), al_model_free(b);
 }

@@ -63,7 +63,8 @@ static uint8_t *make_file(const char *header, const void *data, size_t dlen, siz
     size_t h = strlen(header);
     *len = 8 + h + dlen;
     uint8_t *b = malloc(*len);
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)h >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)((uint64_t)h >> (8 * i));
     memcpy(b + 8, header, h);
     if (dlen) memcpy(b + 8 + h, data, dlen);
     return b;
@@ -101,7 +102,8 @@ TEST(f32_round_trip_through_a_model_directory_is_exact)
     al_model *b = al_model_load_dir(dir, err, sizeof err);
     REQUIREF(b, "%s", err);
     CHECK_EQ_INT(al_model_num_params(a), al_model_num_params(b));
-    CHECK(memcmp(al_model_params(a), al_model_params(b), sizeof(float) * al_model_num_params(a)) == 0);
+    CHECK(memcmp(al_model_params(a), al_model_params(b), sizeof(float) * al_model_num_params(a)) ==
+          0);
     const al_model_config *ca = al_model_config_of(a), *cb = al_model_config_of(b);
     CHECK_EQ_STR(cb->architecture, "Qwen3ForCausalLM");
     CHECK_EQ_INT(cb->head_dim, ca->head_dim);
@@ -125,12 +127,12 @@ TEST(f32_round_trip_through_a_model_directory_is_exact)
 TEST(bf16_rounds_to_nearest_even_and_round_trips)
 {
     CHECK_EQ_INT(al_f32_to_bf16(1.0f), 0x3f80);
-    CHECK_EQ_INT(al_f32_to_bf16(1.0f + 1.0f / 256), 0x3f80);     /* tie, to even (down) */
-    CHECK_EQ_INT(al_f32_to_bf16(1.0f + 3.0f / 256), 0x3f82);     /* tie, to even (up) */
-    CHECK_EQ_INT(al_f32_to_bf16(1.0f + 1.5f / 256), 0x3f81);     /* above the tie */
+    CHECK_EQ_INT(al_f32_to_bf16(1.0f + 1.0f / 256), 0x3f80); /* tie, to even (down) */
+    CHECK_EQ_INT(al_f32_to_bf16(1.0f + 3.0f / 256), 0x3f82); /* tie, to even (up) */
+    CHECK_EQ_INT(al_f32_to_bf16(1.0f + 1.5f / 256), 0x3f81); /* above the tie */
     CHECK_EQ_INT(al_f32_to_bf16(-2.0f), 0xc000);
     CHECK_EQ_INT(al_f32_to_bf16(INFINITY), 0x7f80);
-    CHECK_EQ_INT(al_f32_to_bf16(3.4028235e38f), 0x7f80);          /* rounds past the max */
+    CHECK_EQ_INT(al_f32_to_bf16(3.4028235e38f), 0x7f80); /* rounds past the max */
     CHECK(isnan(al_bf16_to_f32(al_f32_to_bf16(NAN))));
     CHECK_NEAR(al_bf16_to_f32(0x3f81), 1.0078125, 0);
 
@@ -146,7 +148,8 @@ TEST(bf16_rounds_to_nearest_even_and_round_trips)
     size_t bad = 0;
     for (size_t i = 0; i < al_model_num_params(a); i++)
         if (pb[i] != al_bf16_to_f32(al_f32_to_bf16(pa[i]))) bad++;
-    CHECKF(bad == 0, "%zu of %zu parameters are not their bf16 rounding", bad, al_model_num_params(a));
+    CHECKF(bad == 0, "%zu of %zu parameters are not their bf16 rounding", bad,
+           al_model_num_params(a));
     /* saving the bf16 model again in bf16 changes nothing */
     char dir2[400];
     snprintf(dir2, sizeof dir2, "%s/bf16-again", tmpdir);
@@ -183,7 +186,8 @@ TEST(truncation_at_any_point_is_an_error)
     uint8_t *full = saved_bytes(m, "trunc", &len);
     REQUIRE(full);
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | full[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | full[i];
     int failures = 0, checked = 0;
     char err[512];
     for (size_t cut = 0; cut < len; cut += cut < 8 + hlen + 16 ? 1 : 61) {
@@ -221,7 +225,8 @@ TEST(corrupted_headers_never_crash)
     uint8_t *full = saved_bytes(m, "corrupt", &len);
     REQUIRE(full);
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | full[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | full[i];
     uint64_t s = 99;
     int parsed = 0;
     static const char junk[] = "{}[]\",:0123456789-eE. \\xF";
@@ -271,29 +276,44 @@ TEST(each_malformation_gets_a_named_error)
     CHECKF(strstr(err, "not valid JSON"), "%s", err);
     CHECK(parse_header("[1,2]", 0, err, sizeof err) == -1);
     CHECKF(strstr(err, "not a JSON object"), "%s", err);
-    CHECK(parse_header("{\"w\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]}}", 16, err, sizeof err) == -1);
+    CHECK(parse_header("{\"w\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]}}", 16, err,
+                       sizeof err) == -1);
     CHECKF(strstr(err, "unsupported dtype \"I64\"") && strstr(err, "\"w\""), "%s", err);
-    CHECK(parse_header("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,32]}}", 16, err, sizeof err) == -1);
+    CHECK(parse_header("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,32]}}", 16,
+                       err, sizeof err) == -1);
     CHECKF(strstr(err, "out of range") && strstr(err, "\"w\""), "%s", err);
-    CHECK(parse_header("{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,16]}}", 16, err, sizeof err) == -1);
+    CHECK(parse_header("{\"w\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,16]}}", 16, err,
+                       sizeof err) == -1);
     CHECKF(strstr(err, "do not hold"), "%s", err);
-    CHECK(parse_header("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 16, err, sizeof err) == -1);
-    CHECK(parse_header("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-8,0]}}", 16, err, sizeof err) == -1);
+    CHECK(parse_header("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 16, err,
+                       sizeof err) == -1);
+    CHECK(parse_header("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-8,0]}}", 16, err,
+                       sizeof err) == -1);
     CHECK(parse_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                       "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 16, err, sizeof err) == -1);
+                       "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+                       16, err, sizeof err) == -1);
     CHECKF(strstr(err, "overlap"), "%s", err);
     CHECK(parse_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                       "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16, err, sizeof err) == -1);
+                       "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+                       16, err, sizeof err) == -1);
     CHECKF(strstr(err, "twice"), "%s", err);
-    CHECK(parse_header("{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,16]}}", 16, err, sizeof err) == -1);
-    CHECK(parse_header("{\"w\":{\"dtype\":\"F32\",\"shape\":\"2\",\"data_offsets\":[0,8]}}", 16, err, sizeof err) == -1);
-    CHECK(parse_header("{\"w\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 16, err, sizeof err) == -1);
+    CHECK(
+        parse_header(
+            "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,16]}}",
+            16, err, sizeof err) == -1);
+    CHECK(parse_header("{\"w\":{\"dtype\":\"F32\",\"shape\":\"2\",\"data_offsets\":[0,8]}}", 16,
+                       err, sizeof err) == -1);
+    CHECK(parse_header("{\"w\":{\"shape\":[2],\"data_offsets\":[0,8]}}", 16, err, sizeof err) ==
+          -1);
     CHECK(parse_header("{\"w\":7}", 16, err, sizeof err) == -1);
     /* fine: metadata, BF16 and F16 values, a 0-d tensor */
-    CHECK(parse_header("{\"__metadata__\":{\"format\":\"pt\"},\"h\":{\"dtype\":\"BF16\",\"shape\":[2,2],\"data_offsets\":[0,8]},"
-                       "\"g\":{\"dtype\":\"F16\",\"shape\":[],\"data_offsets\":[8,10]}}", 16, err, sizeof err) == 0);
+    CHECK(parse_header("{\"__metadata__\":{\"format\":\"pt\"},\"h\":{\"dtype\":\"BF16\",\"shape\":["
+                       "2,2],\"data_offsets\":[0,8]},"
+                       "\"g\":{\"dtype\":\"F16\",\"shape\":[],\"data_offsets\":[8,10]}}",
+                       16, err, sizeof err) == 0);
     uint16_t h[2] = {0x3c00, 0xc000}; /* F16 1.0, -2.0 */
-    uint8_t *fb = make_file("{\"g\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}    ", h, 4, &len);
+    uint8_t *fb = make_file("{\"g\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}    ",
+                            h, 4, &len);
     REQUIRE(al_st_parse(&f, fb, len, "f16", err, sizeof err) == 0);
     al_st_tensor_to_f32(&f.tensors[0], data);
     CHECK(data[0] == 1.0f && data[1] == -2.0f);
@@ -314,7 +334,8 @@ TEST(model_and_file_must_agree)
     REQUIRE(al_model_save_safetensors(m24, p24, AL_ST_DTYPE_F32, err, sizeof err) == 0);
     CHECK(al_model_load_safetensors(m24, p16, err, sizeof err) == -1);
     CHECKF(strstr(err, "model.embed_tokens.weight") && strstr(err, "has shape [48, 16]") &&
-               strstr(err, "needs [48, 24]"), "%s", err);
+               strstr(err, "needs [48, 24]"),
+           "%s", err);
     CHECK(al_model_load_safetensors(untied, p16, err, sizeof err) == -1);
     CHECKF(strstr(err, "missing tensor \"lm_head.weight\""), "%s", err);
     CHECK(al_model_load_safetensors(llama, p16, err, sizeof err) == -1); /* q/k/v biases */
@@ -324,7 +345,8 @@ TEST(model_and_file_must_agree)
     snprintf(pu, sizeof pu, "%s/untied.safetensors", tmpdir);
     REQUIRE(al_model_save_safetensors(untied, pu, AL_ST_DTYPE_F32, err, sizeof err) == 0);
     CHECKF(al_model_load_safetensors(m16, pu, err, sizeof err) == 0, "%s", err);
-    CHECK(memcmp(al_model_params(m16), al_model_params(untied), sizeof(float) * al_model_num_params(m16)) == 0);
+    CHECK(memcmp(al_model_params(m16), al_model_params(untied),
+                 sizeof(float) * al_model_num_params(m16)) == 0);
     char missing[400];
     snprintf(missing, sizeof missing, "%s/nope", tmpdir);
     CHECK(al_model_load_safetensors(m16, missing, err, sizeof err) == -1);
@@ -349,16 +371,21 @@ TEST(sharded_checkpoints_load_through_their_index)
     for (int shard = 0; shard < 2; shard++) {
         char header[8192] = "{";
         size_t off = 0, dlen = 0;
-        for (size_t i = shard; i < f.ntensors; i += 2) dlen += f.tensors[i].nbytes;
+        for (size_t i = shard; i < f.ntensors; i += 2)
+            dlen += f.tensors[i].nbytes;
         uint8_t *data = malloc(dlen);
         for (size_t i = shard; i < f.ntensors; i += 2) {
             const al_st_tensor *t = &f.tensors[i];
             char e[400];
             if (t->ndim == 2)
-                snprintf(e, sizeof e, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],\"data_offsets\":[%zu,%zu]}",
-                         off ? "," : "", t->name, (long long)t->shape[0], (long long)t->shape[1], off, off + t->nbytes);
+                snprintf(
+                    e, sizeof e,
+                    "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],\"data_offsets\":[%zu,%zu]}",
+                    off ? "," : "", t->name, (long long)t->shape[0], (long long)t->shape[1], off,
+                    off + t->nbytes);
             else
-                snprintf(e, sizeof e, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],\"data_offsets\":[%zu,%zu]}",
+                snprintf(e, sizeof e,
+                         "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],\"data_offsets\":[%zu,%zu]}",
                          off ? "," : "", t->name, (long long)t->shape[0], off, off + t->nbytes);
             strcat(header, e);
             memcpy(data + off, t->data, t->nbytes);
@@ -382,7 +409,8 @@ TEST(sharded_checkpoints_load_through_their_index)
     REQUIRE(write_bytes(path, idx, strlen(idx)) == 0);
     al_model *b = al_model_load_dir(dir, err, sizeof err);
     REQUIREF(b, "%s", err);
-    CHECK(memcmp(al_model_params(a), al_model_params(b), sizeof(float) * al_model_num_params(a)) == 0);
+    CHECK(memcmp(al_model_params(a), al_model_params(b), sizeof(float) * al_model_num_params(a)) ==
+          0);
     al_model_free(b);
     /* an index pointing outside its directory is refused */
     const char *evil = "{\"weight_map\":{\"model.norm.weight\":\"../x.safetensors\"}}";

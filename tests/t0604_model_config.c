@@ -96,21 +96,51 @@ TEST(bad_configs_are_errors_naming_the_problem)
     static const struct {
         const char *json, *expect;
     } cases[] = {
-        {"{\"architectures\":[\"MistralForCausalLM\"],\"vocab_size\":8}", "unsupported architecture \"MistralForCausalLM\""},
+        {"{\"architectures\":[\"MistralForCausalLM\"],\"vocab_size\":8}",
+         "unsupported architecture \"MistralForCausalLM\""},
         {"{\"model_type\":\"gpt2\"}", "unsupported model_type"},
         {"{\"vocab_size\":8}", "neither"},
         {"{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"llama\"}", "does not match"},
-        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2}", "\"intermediate_size\""},
-        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":4,\"num_key_value_heads\":3}", "not a multiple"},
-        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":8,\"hidden_size\":9,\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2}", "hidden_size (9) is not a multiple"},
-        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":-8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2}", "\"vocab_size\" = -8"},
-        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":8.5,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2}", "not an integer"},
-        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0}}", "rope_scaling \"llama3\""},
-        {"{\"architectures\":[\"Qwen2ForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"use_sliding_window\":true}", "use_sliding_window"},
-        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"hidden_act\":\"gelu\"}", "hidden_act \"gelu\""},
-        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"eos_token_id\":9}", "eos token id"},
-        {"{\"architectures\":[\"Qwen3ForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"head_dim\":5}", "head_dim (5) must be even"},
-        {"{\"architectures\":[\"Qwen2ForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"head_dim\":8}", "hidden_size (8) is not num_attention_heads"},
+        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,\"num_"
+         "hidden_layers\":1,\"num_attention_heads\":2}",
+         "\"intermediate_size\""},
+        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,"
+         "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":4,\"num_key_"
+         "value_heads\":3}",
+         "not a multiple"},
+        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":8,\"hidden_size\":9,"
+         "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2}",
+         "hidden_size (9) is not a multiple"},
+        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":-8,\"hidden_size\":8,"
+         "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2}",
+         "\"vocab_size\" = -8"},
+        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":8.5,\"hidden_size\":8,"
+         "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2}",
+         "not an integer"},
+        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,"
+         "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"rope_"
+         "scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0}}",
+         "rope_scaling \"llama3\""},
+        {"{\"architectures\":[\"Qwen2ForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,"
+         "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"use_sliding_"
+         "window\":true}",
+         "use_sliding_window"},
+        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,"
+         "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"hidden_act\":"
+         "\"gelu\"}",
+         "hidden_act \"gelu\""},
+        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,"
+         "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"eos_token_"
+         "id\":9}",
+         "eos token id"},
+        {"{\"architectures\":[\"Qwen3ForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,"
+         "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"head_dim\":"
+         "5}",
+         "head_dim (5) must be even"},
+        {"{\"architectures\":[\"Qwen2ForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,"
+         "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"head_dim\":"
+         "8}",
+         "hidden_size (8) is not num_attention_heads"},
         {"{\"architectures\":[\"LlamaForCausalLM\"],", "config.json:"},
         {"[1]", "not a JSON object"},
     };
@@ -118,7 +148,8 @@ TEST(bad_configs_are_errors_naming_the_problem)
         char err[256] = "";
         al_model_config c;
         CHECKF(parse(&c, cases[i].json, err, sizeof err) == -1, "case %zu parsed", i);
-        CHECKF(strstr(err, cases[i].expect) != NULL, "case %zu: \"%s\" lacks \"%s\"", i, err, cases[i].expect);
+        CHECKF(strstr(err, cases[i].expect) != NULL, "case %zu: \"%s\" lacks \"%s\"", i, err,
+               cases[i].expect);
     }
     char err[256];
     al_model_config c;
@@ -130,9 +161,11 @@ TEST(shipped_tiny_configs_load)
 {
     char err[256];
     al_model_config c;
-    REQUIREF(al_model_config_load(&c, "tests/model/tiny-qwen2.json", err, sizeof err) == 0, "%s", err);
+    REQUIREF(al_model_config_load(&c, "tests/model/tiny-qwen2.json", err, sizeof err) == 0, "%s",
+             err);
     CHECK(c.arch == AL_MODEL_ARCH_QWEN2 && c.tie_word_embeddings);
-    REQUIREF(al_model_config_load(&c, "tests/model/tiny-qwen3.json", err, sizeof err) == 0, "%s", err);
+    REQUIREF(al_model_config_load(&c, "tests/model/tiny-qwen3.json", err, sizeof err) == 0, "%s",
+             err);
     CHECK(c.arch == AL_MODEL_ARCH_QWEN3 && !c.tie_word_embeddings && c.head_dim == 32);
     REQUIREF(al_model_config_load(&c, "tests/model/ref-qwen3", err, sizeof err) == 0, "%s", err);
 }

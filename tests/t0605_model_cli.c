@@ -38,7 +38,9 @@ TEST(init_writes_a_model_that_info_and_the_loader_accept)
     snprintf(tmpdir, sizeof tmpdir, "/tmp/arclight-t0605-XXXXXX");
     REQUIRE(mkdtemp(tmpdir));
     char out[8192], err[256];
-    int rc = run(out, sizeof out, "%s model init --config tests/model/tiny-qwen2.json --out %s/a --seed 11", bin(), tmpdir);
+    int rc = run(out, sizeof out,
+                 "%s model init --config tests/model/tiny-qwen2.json --out %s/a --seed 11", bin(),
+                 tmpdir);
     REQUIREF(rc == 0, "exit %d: %s", rc, out);
     CHECKF(strstr(out, "107072 parameters"), "%s", out);
     rc = run(out, sizeof out, "%s model info %s/a", bin(), tmpdir);
@@ -47,14 +49,20 @@ TEST(init_writes_a_model_that_info_and_the_loader_accept)
                strstr(out, "model.layers.1.self_attn.q_proj.bias") && strstr(out, "[512, 64]"),
            "%s", out);
     /* same seed, same bytes; another seed, other weights */
-    rc = run(out, sizeof out, "%s model init --config tests/model/tiny-qwen2.json --out %s/b --seed 11 && cmp %s/a/model.safetensors %s/b/model.safetensors",
+    rc = run(out, sizeof out,
+             "%s model init --config tests/model/tiny-qwen2.json --out %s/b --seed 11 && cmp "
+             "%s/a/model.safetensors %s/b/model.safetensors",
              bin(), tmpdir, tmpdir, tmpdir);
     CHECKF(rc == 0, "%s", out);
-    rc = run(out, sizeof out, "%s model init --config tests/model/tiny-qwen2.json --out %s/c --seed 12 >/dev/null && cmp -s %s/a/model.safetensors %s/c/model.safetensors",
+    rc = run(out, sizeof out,
+             "%s model init --config tests/model/tiny-qwen2.json --out %s/c --seed 12 >/dev/null "
+             "&& cmp -s %s/a/model.safetensors %s/c/model.safetensors",
              bin(), tmpdir, tmpdir, tmpdir);
     CHECK(rc == 1);
     /* bf16, Qwen3 */
-    rc = run(out, sizeof out, "%s model init --config tests/model/tiny-qwen3.json --out %s/d --seed 1 --dtype bf16", bin(), tmpdir);
+    rc = run(out, sizeof out,
+             "%s model init --config tests/model/tiny-qwen3.json --out %s/d --seed 1 --dtype bf16",
+             bin(), tmpdir);
     CHECKF(rc == 0, "%s", out);
     char dir[400];
     snprintf(dir, sizeof dir, "%s/d", tmpdir);
@@ -73,18 +81,31 @@ TEST(usage_errors_exit_2_and_failures_exit_1)
     CHECK(strstr(out, "frobnicate") != NULL);
     CHECK_EQ_INT(run(out, sizeof out, "%s model init --out /tmp/x --seed 1", bin()), 2);
     CHECK(strstr(out, "--config") != NULL);
-    CHECK_EQ_INT(run(out, sizeof out, "%s model init --config tests/model/tiny-qwen2.json --out /tmp/x --seed -3", bin()), 2);
-    CHECK_EQ_INT(run(out, sizeof out, "%s model init --config tests/model/tiny-qwen2.json --out /tmp/x --seed 1 --dtype f16", bin()), 2);
+    CHECK_EQ_INT(run(out, sizeof out,
+                     "%s model init --config tests/model/tiny-qwen2.json --out /tmp/x --seed -3",
+                     bin()),
+                 2);
+    CHECK_EQ_INT(
+        run(out, sizeof out,
+            "%s model init --config tests/model/tiny-qwen2.json --out /tmp/x --seed 1 --dtype f16",
+            bin()),
+        2);
     CHECK(strstr(out, "f16") != NULL);
     CHECK_EQ_INT(run(out, sizeof out, "%s model info", bin()), 2);
     CHECK_EQ_INT(run(out, sizeof out, "%s model init --help", bin()), 0);
     CHECK(strstr(out, "usage: arclight model init") != NULL);
-    CHECK_EQ_INT(run(out, sizeof out, "%s model init --config /nonexistent.json --out %s/e --seed 1", bin(), tmpdir), 1);
+    CHECK_EQ_INT(run(out, sizeof out,
+                     "%s model init --config /nonexistent.json --out %s/e --seed 1", bin(), tmpdir),
+                 1);
     CHECK(strstr(out, "/nonexistent.json") != NULL);
     CHECK_EQ_INT(run(out, sizeof out, "%s model info %s/nothing-here", bin(), tmpdir), 1);
     /* a model whose weights do not match its config */
-    CHECK_EQ_INT(run(out, sizeof out, "cp tests/model/tiny-qwen3.json %s/a/config.json && %s model info %s/a", tmpdir, bin(), tmpdir), 1);
-    CHECKF(strstr(out, "missing tensor") || strstr(out, "has shape") || strstr(out, "not part of"), "%s", out);
+    CHECK_EQ_INT(run(out, sizeof out,
+                     "cp tests/model/tiny-qwen3.json %s/a/config.json && %s model info %s/a",
+                     tmpdir, bin(), tmpdir),
+                 1);
+    CHECKF(strstr(out, "missing tensor") || strstr(out, "has shape") || strstr(out, "not part of"),
+           "%s", out);
 }
 
 TEST(zz_cleanup)

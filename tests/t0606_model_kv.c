@@ -23,7 +23,8 @@ static al_model *tiny(al_model_arch arch, char *err, size_t errlen)
         for (size_t i = 0; i < al_model_num_tensors(m); i++) {
             const al_model_tensor *t = &al_model_tensors(m)[i];
             if (strstr(t->name, "norm")) continue;
-            for (size_t j = 0; j < t->numel; j++) al_model_params(m)[t->offset + j] *= 12.0f;
+            for (size_t j = 0; j < t->numel; j++)
+                al_model_params(m)[t->offset + j] *= 12.0f;
         }
     }
     return m;
@@ -46,7 +47,8 @@ static void kv_matches_full_forward(al_model_arch arch)
     REQUIREF(m, "%s", err);
     enum { T = 40, V = 80 };
     int32_t tok[T], pos[T], cu[2] = {0, T};
-    for (int t = 0; t < T; t++) tok[t] = (t * 29 + 7) % V, pos[t] = t;
+    for (int t = 0; t < T; t++)
+        tok[t] = (t * 29 + 7) % V, pos[t] = t;
     float *full = malloc(sizeof(float) * T * V), *got = malloc(sizeof(float) * T * V);
     REQUIRE(al_model_forward(m, tok, pos, cu, 1, T, full) == 0);
 
@@ -55,7 +57,8 @@ static void kv_matches_full_forward(al_model_arch arch)
     /* a 13-token prompt with all logits, then one token at a time with the last only */
     REQUIRE(al_model_kv_forward(m, kv, tok, 13, got, 0) == 0);
     for (int t = 13; t < T; t++) {
-        REQUIREF(al_model_kv_forward(m, kv, tok + t, 1, got + (size_t)t * V, 1) == 0, "%s", al_model_error(m));
+        REQUIREF(al_model_kv_forward(m, kv, tok + t, 1, got + (size_t)t * V, 1) == 0, "%s",
+                 al_model_error(m));
     }
     CHECK_EQ_INT(al_model_kv_len(kv), T);
     double e = max_rel(got, full, (size_t)T * V);
@@ -90,8 +93,14 @@ static void kv_matches_full_forward(al_model_arch arch)
     al_model_free(m);
 }
 
-TEST(kv_cache_matches_full_forward_qwen2) { kv_matches_full_forward(AL_MODEL_ARCH_QWEN2); }
-TEST(kv_cache_matches_full_forward_qwen3) { kv_matches_full_forward(AL_MODEL_ARCH_QWEN3); }
+TEST(kv_cache_matches_full_forward_qwen2)
+{
+    kv_matches_full_forward(AL_MODEL_ARCH_QWEN2);
+}
+TEST(kv_cache_matches_full_forward_qwen3)
+{
+    kv_matches_full_forward(AL_MODEL_ARCH_QWEN3);
+}
 
 TEST(long_prompts_go_through_in_chunks)
 {
@@ -100,7 +109,8 @@ TEST(long_prompts_go_through_in_chunks)
     REQUIREF(m, "%s", err);
     enum { T = 600, V = 80 };
     int32_t *tok = malloc(sizeof(int32_t) * T), *pos = malloc(sizeof(int32_t) * T), cu[2] = {0, T};
-    for (int t = 0; t < T; t++) tok[t] = (t * 31 + 11) % V, pos[t] = t;
+    for (int t = 0; t < T; t++)
+        tok[t] = (t * 31 + 11) % V, pos[t] = t;
     float *full = malloc(sizeof(float) * T * V), *got = malloc(sizeof(float) * T * V);
     REQUIRE(al_model_forward(m, tok, pos, cu, 1, T, full) == 0);
     al_model_kv *kv = al_model_kv_new(m, T, err, sizeof err);

@@ -50,15 +50,27 @@ static int model_init(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "c:o:s:d:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'c': config = optarg; break;
-        case 'o': out = optarg; break;
-        case 's': seed_s = optarg; break;
-        case 'd': dtype_s = optarg; break;
-        case 'h': fputs(model_usage, stdout); return AL_EXIT_OK;
-        default: return al_cli_usage_error("model init", "unknown option");
+        case 'c':
+            config = optarg;
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case 's':
+            seed_s = optarg;
+            break;
+        case 'd':
+            dtype_s = optarg;
+            break;
+        case 'h':
+            fputs(model_usage, stdout);
+            return AL_EXIT_OK;
+        default:
+            return al_cli_usage_error("model init", "unknown option");
         }
     }
-    if (optind < argc) return al_cli_usage_error("model init", "unexpected argument '%s'", argv[optind]);
+    if (optind < argc)
+        return al_cli_usage_error("model init", "unexpected argument '%s'", argv[optind]);
     if (!config) return al_cli_usage_error("model init", "--config CONFIG.json is required");
     if (!out) return al_cli_usage_error("model init", "--out DIR is required");
     if (!seed_s) return al_cli_usage_error("model init", "--seed S is required");
@@ -68,9 +80,12 @@ static int model_init(int argc, char **argv)
     if (!*seed_s || *end || seed_s[0] == '-' || errno)
         return al_cli_usage_error("model init", "--seed '%s' is not an unsigned integer", seed_s);
     al_st_dtype dtype;
-    if (!strcmp(dtype_s, "f32") || !strcmp(dtype_s, "float32")) dtype = AL_ST_DTYPE_F32;
-    else if (!strcmp(dtype_s, "bf16") || !strcmp(dtype_s, "bfloat16")) dtype = AL_ST_DTYPE_BF16;
-    else return al_cli_usage_error("model init", "--dtype '%s': expected f32 or bf16", dtype_s);
+    if (!strcmp(dtype_s, "f32") || !strcmp(dtype_s, "float32"))
+        dtype = AL_ST_DTYPE_F32;
+    else if (!strcmp(dtype_s, "bf16") || !strcmp(dtype_s, "bfloat16"))
+        dtype = AL_ST_DTYPE_BF16;
+    else
+        return al_cli_usage_error("model init", "--dtype '%s': expected f32 or bf16", dtype_s);
 
     char err[1024];
     al_model_config cfg;
@@ -85,7 +100,8 @@ static int model_init(int argc, char **argv)
     }
     al_model_init_random(m, seed);
     int rc = al_model_save_dir(m, out, dtype, err, sizeof err);
-    if (rc) fprintf(stderr, "arclight model init: %s\n", err);
+    if (rc)
+        fprintf(stderr, "arclight model init: %s\n", err);
     else
         printf("wrote %s: %s, %zu parameters, %s\n", out, cfg.architecture, al_model_num_params(m),
                dtype == AL_ST_DTYPE_BF16 ? "bf16" : "f32");

@@ -143,9 +143,12 @@ int al_model_config_parse(al_model_config *cfg, const char *text, size_t len, ch
         arch_name = archs->items[0]->string;
     const char *model_type = al_json_get_string(root, "model_type", NULL);
     if (arch_name) {
-        if (!strcmp(arch_name, "Qwen2ForCausalLM")) al_model_config_set_arch(cfg, AL_MODEL_ARCH_QWEN2);
-        else if (!strcmp(arch_name, "Qwen3ForCausalLM")) al_model_config_set_arch(cfg, AL_MODEL_ARCH_QWEN3);
-        else if (!strcmp(arch_name, "LlamaForCausalLM")) al_model_config_set_arch(cfg, AL_MODEL_ARCH_LLAMA);
+        if (!strcmp(arch_name, "Qwen2ForCausalLM"))
+            al_model_config_set_arch(cfg, AL_MODEL_ARCH_QWEN2);
+        else if (!strcmp(arch_name, "Qwen3ForCausalLM"))
+            al_model_config_set_arch(cfg, AL_MODEL_ARCH_QWEN3);
+        else if (!strcmp(arch_name, "LlamaForCausalLM"))
+            al_model_config_set_arch(cfg, AL_MODEL_ARCH_LLAMA);
         else {
             cfg_err(errstr, errlen,
                     "config.json: unsupported architecture \"%s\" (supported: Qwen2ForCausalLM, "
@@ -154,15 +157,19 @@ int al_model_config_parse(al_model_config *cfg, const char *text, size_t len, ch
             goto out;
         }
     } else if (model_type) {
-        if (!strcmp(model_type, "qwen2")) al_model_config_set_arch(cfg, AL_MODEL_ARCH_QWEN2);
-        else if (!strcmp(model_type, "qwen3")) al_model_config_set_arch(cfg, AL_MODEL_ARCH_QWEN3);
-        else if (!strcmp(model_type, "llama")) al_model_config_set_arch(cfg, AL_MODEL_ARCH_LLAMA);
+        if (!strcmp(model_type, "qwen2"))
+            al_model_config_set_arch(cfg, AL_MODEL_ARCH_QWEN2);
+        else if (!strcmp(model_type, "qwen3"))
+            al_model_config_set_arch(cfg, AL_MODEL_ARCH_QWEN3);
+        else if (!strcmp(model_type, "llama"))
+            al_model_config_set_arch(cfg, AL_MODEL_ARCH_LLAMA);
         else {
             cfg_err(errstr, errlen, "config.json: unsupported model_type \"%s\"", model_type);
             goto out;
         }
     } else {
-        cfg_err(errstr, errlen, "config.json: neither \"architectures\" nor \"model_type\" is given");
+        cfg_err(errstr, errlen,
+                "config.json: neither \"architectures\" nor \"model_type\" is given");
         goto out;
     }
     if (model_type && strcmp(model_type, cfg->model_type) != 0) {
@@ -289,16 +296,18 @@ char *al_model_config_to_json(const al_model_config *c, const char *dtype)
                        "  \"rope_theta\": %s,\n  \"rope_scaling\": null,\n"
                        "  \"tie_word_embeddings\": %s,\n",
                        c->vocab_size, c->hidden_size, c->intermediate_size, c->num_layers,
-                       c->num_heads, c->num_kv_heads, c->head_dim, c->max_position_embeddings,
-                       eps, theta, c->tie_word_embeddings ? "true" : "false");
+                       c->num_heads, c->num_kv_heads, c->head_dim, c->max_position_embeddings, eps,
+                       theta, c->tie_word_embeddings ? "true" : "false");
     if (c->arch == AL_MODEL_ARCH_QWEN2)
         al_json_buf_printf(&b, "  \"use_sliding_window\": false,\n");
     else
         al_json_buf_printf(&b, "  \"attention_bias\": %s,\n  \"mlp_bias\": false,\n",
                            c->o_bias ? "true" : "false");
     al_json_buf_printf(&b, "  \"attention_dropout\": 0.0,\n  \"initializer_range\": 0.02,\n");
-    if (c->bos_token_id >= 0) al_json_buf_printf(&b, "  \"bos_token_id\": %lld,\n", (long long)c->bos_token_id);
-    if (c->eos_token_id >= 0) al_json_buf_printf(&b, "  \"eos_token_id\": %lld,\n", (long long)c->eos_token_id);
+    if (c->bos_token_id >= 0)
+        al_json_buf_printf(&b, "  \"bos_token_id\": %lld,\n", (long long)c->bos_token_id);
+    if (c->eos_token_id >= 0)
+        al_json_buf_printf(&b, "  \"eos_token_id\": %lld,\n", (long long)c->eos_token_id);
     const char *dt = dtype ? dtype : (c->torch_dtype[0] ? c->torch_dtype : "float32");
     al_json_buf_printf(&b, "  \"torch_dtype\": ");
     al_json_buf_quote(&b, dt, strlen(dt));

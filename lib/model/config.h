@@ -20,25 +20,25 @@ typedef enum al_model_arch {
 
 typedef struct al_model_config {
     al_model_arch arch;
-    char architecture[64];     /* "Qwen2ForCausalLM", ... (as written back out) */
-    char model_type[32];       /* "qwen2", "qwen3", "llama" */
-    int vocab_size;            /* V */
-    int hidden_size;           /* C */
-    int intermediate_size;     /* I: SwiGLU width */
-    int num_layers;            /* L: num_hidden_layers */
-    int num_heads;             /* NH: num_attention_heads */
-    int num_kv_heads;          /* NKV: num_key_value_heads (GQA; NH % NKV == 0) */
-    int head_dim;              /* HD: Qwen3/Llama may set it; else C / NH */
+    char architecture[64]; /* "Qwen2ForCausalLM", ... (as written back out) */
+    char model_type[32];   /* "qwen2", "qwen3", "llama" */
+    int vocab_size;        /* V */
+    int hidden_size;       /* C */
+    int intermediate_size; /* I: SwiGLU width */
+    int num_layers;        /* L: num_hidden_layers */
+    int num_heads;         /* NH: num_attention_heads */
+    int num_kv_heads;      /* NKV: num_key_value_heads (GQA; NH % NKV == 0) */
+    int head_dim;          /* HD: Qwen3/Llama may set it; else C / NH */
     double rms_norm_eps;
     double rope_theta;
-    int tie_word_embeddings;   /* lm_head shares embed_tokens (no lm_head.weight in files) */
-    int qkv_bias;              /* q_proj/k_proj/v_proj carry a bias (Qwen2 always) */
-    int o_bias;                /* o_proj carries a bias (attention_bias in Llama/Qwen3) */
-    int qk_norm;               /* per-head RMSNorm of q and k before RoPE (Qwen3) */
+    int tie_word_embeddings; /* lm_head shares embed_tokens (no lm_head.weight in files) */
+    int qkv_bias;            /* q_proj/k_proj/v_proj carry a bias (Qwen2 always) */
+    int o_bias;              /* o_proj carries a bias (attention_bias in Llama/Qwen3) */
+    int qk_norm;             /* per-head RMSNorm of q and k before RoPE (Qwen3) */
     int max_position_embeddings;
-    int64_t bos_token_id;      /* -1: absent */
-    int64_t eos_token_id;      /* -1: absent; the first one when config.json lists several */
-    char torch_dtype[16];      /* "float32", "bfloat16", ... as found (default "float32") */
+    int64_t bos_token_id; /* -1: absent */
+    int64_t eos_token_id; /* -1: absent; the first one when config.json lists several */
+    char torch_dtype[16]; /* "float32", "bfloat16", ... as found (default "float32") */
 } al_model_config;
 
 /* Fills cfg from config.json text. Returns 0, or -1 with the offending field in errstr

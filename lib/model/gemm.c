@@ -24,9 +24,11 @@ void al_gemm_ref(int trans_a, int trans_b, int M, int N, int K, float alpha, con
     if (M <= 0 || N <= 0) return;
     for (int i = 0; i < M; i++) {
         float *c = C + (size_t)i * ldc;
-        if (beta == 0.0f) memset(c, 0, sizeof(float) * (size_t)N);
+        if (beta == 0.0f)
+            memset(c, 0, sizeof(float) * (size_t)N);
         else if (beta != 1.0f)
-            for (int j = 0; j < N; j++) c[j] *= beta;
+            for (int j = 0; j < N; j++)
+                c[j] *= beta;
     }
     if (K <= 0 || alpha == 0.0f) return;
 #pragma omp parallel
@@ -48,7 +50,8 @@ void al_gemm_ref(int trans_a, int trans_b, int M, int N, int K, float alpha, con
                     for (int i = 0; i < M; i++) {
                         const float *a;
                         if (trans_a) {
-                            for (int k = 0; k < kb; k++) at[k] = A[(size_t)(k0 + k) * lda + i];
+                            for (int k = 0; k < kb; k++)
+                                at[k] = A[(size_t)(k0 + k) * lda + i];
                             a = at;
                         } else {
                             a = A + (size_t)i * lda + k0;
@@ -57,7 +60,8 @@ void al_gemm_ref(int trans_a, int trans_b, int M, int N, int K, float alpha, con
                         for (int j = 0; j < nb; j++) {
                             const float *b = bt + (size_t)j * kb;
                             float s = 0.0f;
-                            for (int k = 0; k < kb; k++) s += a[k] * b[k];
+                            for (int k = 0; k < kb; k++)
+                                s += a[k] * b[k];
                             c[j] += alpha * s;
                         }
                     }

@@ -30,7 +30,8 @@ void al_embedding_backward(float *dwte, const float *dout, const int32_t *tokens
         for (int t = 0; t < T; t++) {
             float *d = dwte + (size_t)tokens[t] * C;
             const float *g = dout + (size_t)t * C;
-            for (int c = c0; c < c1; c++) d[c] += g[c];
+            for (int c = c0; c < c1; c++)
+                d[c] += g[c];
         }
     }
 }
@@ -43,10 +44,12 @@ void al_rmsnorm_forward(float *out, float *rstd, const float *x, const float *w,
         const float *xi = x + (size_t)i * C;
         float *oi = out + (size_t)i * C;
         double ss = 0.0;
-        for (int c = 0; c < C; c++) ss += (double)xi[c] * xi[c];
+        for (int c = 0; c < C; c++)
+            ss += (double)xi[c] * xi[c];
         float r = 1.0f / sqrtf((float)(ss / C) + eps);
         rstd[i] = r;
-        for (int c = 0; c < C; c++) oi[c] = w[c] * (xi[c] * r);
+        for (int c = 0; c < C; c++)
+            oi[c] = w[c] * (xi[c] * r);
     }
 }
 
@@ -61,9 +64,11 @@ void al_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x
         float *dxi = dx + (size_t)i * C;
         float r = rstd[i];
         double dot = 0.0;
-        for (int c = 0; c < C; c++) dot += (double)w[c] * gi[c] * (xi[c] * r);
+        for (int c = 0; c < C; c++)
+            dot += (double)w[c] * gi[c] * (xi[c] * r);
         float m = (float)(dot / C);
-        for (int c = 0; c < C; c++) dxi[c] += r * (w[c] * gi[c] - xi[c] * r * m);
+        for (int c = 0; c < C; c++)
+            dxi[c] += r * (w[c] * gi[c] - xi[c] * r * m);
     }
 #pragma omp parallel for schedule(static) if ((size_t)N * C > PAR_MIN)
     for (int c0 = 0; c0 < C; c0 += 16) {
@@ -72,9 +77,11 @@ void al_rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x
         for (int i = 0; i < N; i++) {
             const float *xi = x + (size_t)i * C, *gi = dout + (size_t)i * C;
             float r = rstd[i];
-            for (int c = c0; c < c1; c++) acc[c - c0] += (double)gi[c] * (xi[c] * r);
+            for (int c = c0; c < c1; c++)
+                acc[c - c0] += (double)gi[c] * (xi[c] * r);
         }
-        for (int c = c0; c < c1; c++) dw[c] += (float)acc[c - c0];
+        for (int c = c0; c < c1; c++)
+            dw[c] += (float)acc[c - c0];
     }
 }
 
@@ -86,7 +93,8 @@ void al_linear_forward(float *out, const float *x, const float *w, const float *
 #pragma omp parallel for schedule(static) if ((size_t)T * OC > PAR_MIN)
     for (int t = 0; t < T; t++) {
         float *o = out + (size_t)t * OC;
-        for (int j = 0; j < OC; j++) o[j] += b[j];
+        for (int j = 0; j < OC; j++)
+            o[j] += b[j];
     }
 }
 
@@ -102,9 +110,11 @@ void al_linear_backward(float *dx, float *dw, float *db, const float *dout, cons
         float acc[64] = {0};
         for (int t = 0; t < T; t++) {
             const float *g = dout + (size_t)t * OC;
-            for (int j = j0; j < j1; j++) acc[j - j0] += g[j];
+            for (int j = j0; j < j1; j++)
+                acc[j - j0] += g[j];
         }
-        for (int j = j0; j < j1; j++) db[j] += acc[j - j0];
+        for (int j = j0; j < j1; j++)
+            db[j] += acc[j - j0];
     }
 }
 
@@ -169,22 +179,24 @@ static void block_probs(float *p, const float *q, const float *k, int t0, int i0
                         int NH, int NKV, int HD)
 {
     int rep = NH / NKV, qw = NH * HD, kw = NKV * HD, kn = i0 + bq;
-    al_gemm(0, 1, bq, kn, HD, 1.0f / sqrtf((float)HD),
-            q + (size_t)(t0 + i0) * qw + (size_t)h * HD, qw,
-            k + (size_t)t0 * kw + (size_t)(h / rep) * HD, kw, 0.0f, p, kn);
+    al_gemm(0, 1, bq, kn, HD, 1.0f / sqrtf((float)HD), q + (size_t)(t0 + i0) * qw + (size_t)h * HD,
+            qw, k + (size_t)t0 * kw + (size_t)(h / rep) * HD, kw, 0.0f, p, kn);
     for (int r = 0; r < bq; r++) {
         int last = i0 + r;
         float *row = p + (size_t)r * kn;
         float mx = row[0];
-        for (int j = 1; j <= last; j++) mx = row[j] > mx ? row[j] : mx;
+        for (int j = 1; j <= last; j++)
+            mx = row[j] > mx ? row[j] : mx;
         float sum = 0.0f;
         for (int j = 0; j <= last; j++) {
             row[j] = expf(row[j] - mx);
             sum += row[j];
         }
         float inv = 1.0f / sum;
-        for (int j = 0; j <= last; j++) row[j] *= inv;
-        for (int j = last + 1; j < kn; j++) row[j] = 0.0f;
+        for (int j = 0; j <= last; j++)
+            row[j] *= inv;
+        for (int j = last + 1; j < kn; j++)
+            row[j] = 0.0f;
     }
 }
 
@@ -246,9 +258,12 @@ void al_attention_backward(float *dq, float *dk, float *dv, float *scratch, cons
                     const float *pr = p + (size_t)r * kn;
                     float *dr = ds + (size_t)r * kn, dot = 0.0f;
                     int last = i0 + r;
-                    for (int j = 0; j <= last; j++) dot += pr[j] * dr[j];
-                    for (int j = 0; j <= last; j++) dr[j] = pr[j] * (dr[j] - dot) * scale;
-                    for (int j = last + 1; j < kn; j++) dr[j] = 0.0f;
+                    for (int j = 0; j <= last; j++)
+                        dot += pr[j] * dr[j];
+                    for (int j = 0; j <= last; j++)
+                        dr[j] = pr[j] * (dr[j] - dot) * scale;
+                    for (int j = last + 1; j < kn; j++)
+                        dr[j] = 0.0f;
                 }
                 /* dQ = dS K; dK += dS^T Q */
                 al_gemm(0, 0, bq, HD, kn, 1.0f, ds, kn, kh, kw, 0.0f,
@@ -261,9 +276,11 @@ void al_attention_backward(float *dq, float *dk, float *dv, float *scratch, cons
             for (int g = 0; g < NKV; g++) {
                 float *dkt = dk + (size_t)(t0 + t) * kw + (size_t)g * HD;
                 float *dvt = dv + (size_t)(t0 + t) * kw + (size_t)g * HD;
-                for (int d = 0; d < HD; d++) dkt[d] = dvt[d] = 0.0f;
+                for (int d = 0; d < HD; d++)
+                    dkt[d] = dvt[d] = 0.0f;
                 for (int h = g * rep; h < (g + 1) * rep; h++) {
-                    const float *dkh = scratch + (size_t)h * per_head + 2 * (size_t)AL_ATTENTION_BLOCK * ts;
+                    const float *dkh =
+                        scratch + (size_t)h * per_head + 2 * (size_t)AL_ATTENTION_BLOCK * ts;
                     const float *dvh = dkh + (size_t)ts * HD;
                     for (int d = 0; d < HD; d++) {
                         dkt[d] += dkh[(size_t)t * HD + d];
@@ -298,7 +315,8 @@ void al_swiglu_backward(float *dgate, float *dup, const float *dh, const float *
 void al_residual_forward(float *out, const float *a, const float *b, size_t N)
 {
 #pragma omp parallel for schedule(static) if (N > PAR_MIN)
-    for (size_t i = 0; i < N; i++) out[i] = a[i] + b[i];
+    for (size_t i = 0; i < N; i++)
+        out[i] = a[i] + b[i];
 }
 
 void al_residual_backward(float *da, float *db, const float *dout, size_t N)
@@ -315,8 +333,8 @@ void al_lm_head_forward(float *logits, const float *x, const float *w, int T, in
     al_linear_forward(logits, x, w, NULL, T, C, V);
 }
 
-void al_lm_head_backward(float *dx, float *dw, const float *dlogits, const float *x,
-                         const float *w, int T, int C, int V)
+void al_lm_head_backward(float *dx, float *dw, const float *dlogits, const float *x, const float *w,
+                         int T, int C, int V)
 {
     al_linear_backward(dx, dw, NULL, dlogits, x, w, T, C, V);
 }

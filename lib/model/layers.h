@@ -79,7 +79,7 @@ void al_residual_backward(float *da, float *db, const float *dout, size_t N);
 /* The LM head: logits (T, V) = x (T, C) @ w^T, w (V, C) being lm_head.weight or, tied, the
  * embedding. Backward: dx += dlogits @ w, dw += dlogits^T @ x. */
 void al_lm_head_forward(float *logits, const float *x, const float *w, int T, int C, int V);
-void al_lm_head_backward(float *dx, float *dw, const float *dlogits, const float *x,
-                         const float *w, int T, int C, int V);
+void al_lm_head_backward(float *dx, float *dw, const float *dlogits, const float *x, const float *w,
+                         int T, int C, int V);
 
 #endif

@@ -15,9 +15,9 @@
 /* Activations kept from forward for backward, per layer stacked over L, each (T, width)
  * unless noted; one allocation sized for `cap_T` tokens. */
 typedef struct acts {
-    float *res;      /* (L+1, T, C) residual stream entering each layer; [L] enters the final norm */
-    float *res_mid;  /* (L, T, C) residual after attention */
-    float *ln1;      /* (L, T, C) */
+    float *res;     /* (L+1, T, C) residual stream entering each layer; [L] enters the final norm */
+    float *res_mid; /* (L, T, C) residual after attention */
+    float *ln1;     /* (L, T, C) */
     float *ln1_rstd; /* (L, T) */
     float *q_pre;    /* (L, T, NH*HD) q before its norm (qk_norm only) */
     float *k_pre;    /* (L, T, NKV*HD) */
@@ -36,16 +36,16 @@ typedef struct acts {
     float *rope_cos; /* (T, HD/2) */
     float *rope_sin; /* (T, HD/2) */
     /* backward scratch */
-    float *dres;     /* (T, C) */
-    float *dln;      /* (T, C) */
-    float *dq;       /* (T, NH*HD) */
-    float *dq2;      /* (T, NH*HD) */
-    float *dk;       /* (T, NKV*HD) */
-    float *dk2;      /* (T, NKV*HD) */
-    float *dv;       /* (T, NKV*HD) */
-    float *dbig;     /* (T, max(I, NH*HD)) d of atty or of h */
-    float *dgate;    /* (T, I); also silu(gate) * up, recomputed rather than kept per layer */
-    float *dup;      /* (T, I) */
+    float *dres;  /* (T, C) */
+    float *dln;   /* (T, C) */
+    float *dq;    /* (T, NH*HD) */
+    float *dq2;   /* (T, NH*HD) */
+    float *dk;    /* (T, NKV*HD) */
+    float *dk2;   /* (T, NKV*HD) */
+    float *dv;    /* (T, NKV*HD) */
+    float *dbig;  /* (T, max(I, NH*HD)) d of atty or of h */
+    float *dgate; /* (T, I); also silu(gate) * up, recomputed rather than kept per layer */
+    float *dup;   /* (T, I) */
 } acts;
 
 struct al_model {
@@ -81,15 +81,42 @@ static int model_err(al_model *m, const char *fmt, ...)
     return -1;
 }
 
-const char *al_model_error(const al_model *m) { return m->err; }
-const al_model_config *al_model_config_of(const al_model *m) { return &m->cfg; }
-size_t al_model_num_params(const al_model *m) { return m->nparams; }
-float *al_model_params(al_model *m) { return m->params_mem; }
-float *al_model_grads(al_model *m) { return m->grads_mem; }
-const al_model_weights *al_model_param_tensors(const al_model *m) { return &m->p; }
-const al_model_weights *al_model_grad_tensors(const al_model *m) { return &m->g; }
-size_t al_model_num_tensors(const al_model *m) { return m->ntensors; }
-const al_model_tensor *al_model_tensors(const al_model *m) { return m->tensors; }
+const char *al_model_error(const al_model *m)
+{
+    return m->err;
+}
+const al_model_config *al_model_config_of(const al_model *m)
+{
+    return &m->cfg;
+}
+size_t al_model_num_params(const al_model *m)
+{
+    return m->nparams;
+}
+float *al_model_params(al_model *m)
+{
+    return m->params_mem;
+}
+float *al_model_grads(al_model *m)
+{
+    return m->grads_mem;
+}
+const al_model_weights *al_model_param_tensors(const al_model *m)
+{
+    return &m->p;
+}
+const al_model_weights *al_model_grad_tensors(const al_model *m)
+{
+    return &m->g;
+}
+size_t al_model_num_tensors(const al_model *m)
+{
+    return m->ntensors;
+}
+const al_model_tensor *al_model_tensors(const al_model *m)
+{
+    return m->tensors;
+}
 
 const al_model_tensor *al_model_tensor_find(const al_model *m, const char *name)
 {
@@ -135,8 +162,10 @@ static size_t layout_params(const al_model_config *c, float *base, al_model_weig
     TAKE(w_up, L * I * C);
     TAKE(w_down, L * C * I);
     TAKE(ln_f, C);
-    if (c->tie_word_embeddings) p->lm_head = p->embed;
-    else TAKE(lm_head, V * C);
+    if (c->tie_word_embeddings)
+        p->lm_head = p->embed;
+    else
+        TAKE(lm_head, V * C);
 #undef TAKE
     return off;
 }
@@ -237,7 +266,10 @@ void al_model_free(al_model *m)
     free(m);
 }
 
-void al_model_zero_grad(al_model *m) { memset(m->grads_mem, 0, sizeof(float) * m->nparams); }
+void al_model_zero_grad(al_model *m)
+{
+    memset(m->grads_mem, 0, sizeof(float) * m->nparams);
+}
 
 /* splitmix64: a small, well-mixed generator whose stream depends only on the seed. */
 static uint64_t splitmix64(uint64_t *s)
@@ -248,7 +280,10 @@ static uint64_t splitmix64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static double uniform01(uint64_t *s) { return ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static double uniform01(uint64_t *s)
+{
+    return ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
 
 void al_model_init_random(al_model *m, uint64_t seed)
 {
@@ -262,7 +297,8 @@ void al_model_init_random(al_model *m, uint64_t seed)
         int is_norm = strstr(n, "norm.weight") != NULL;
         int is_bias = len > 5 && !strcmp(n + len - 5, ".bias");
         if (is_norm) {
-            for (size_t j = 0; j < t->numel; j++) w[j] = 1.0f;
+            for (size_t j = 0; j < t->numel; j++)
+                w[j] = 1.0f;
         } else if (is_bias) {
             memset(w, 0, sizeof(float) * t->numel);
         } else {
@@ -287,24 +323,49 @@ static int ensure_acts(al_model *m, int T)
     size_t NH = c->num_heads, NKV = c->num_kv_heads, half = c->head_dim / 2;
     size_t t = (size_t)T, big = I > Q ? I : Q;
     size_t sizes[] = {
-        (L + 1) * t * C, L * t * C, L * t * C, L * t,
-        c->qk_norm ? L * t * Q : 0, c->qk_norm ? L * t * KV : 0,
-        c->qk_norm ? L * t * NH : 0, c->qk_norm ? L * t * NKV : 0,
-        L * t * Q, L * t * KV, L * t * KV, L * t * Q, L * t * C, L * t,
-        L * t * I, L * t * I, t * C, t, t * half, t * half,
-        t * C, t * C, t * Q, t * Q, t * KV, t * KV, t * KV, t * big, t * I, t * I,
+        (L + 1) * t * C,
+        L * t * C,
+        L * t * C,
+        L * t,
+        c->qk_norm ? L * t * Q : 0,
+        c->qk_norm ? L * t * KV : 0,
+        c->qk_norm ? L * t * NH : 0,
+        c->qk_norm ? L * t * NKV : 0,
+        L * t * Q,
+        L * t * KV,
+        L * t * KV,
+        L * t * Q,
+        L * t * C,
+        L * t,
+        L * t * I,
+        L * t * I,
+        t * C,
+        t,
+        t * half,
+        t * half,
+        t * C,
+        t * C,
+        t * Q,
+        t * Q,
+        t * KV,
+        t * KV,
+        t * KV,
+        t * big,
+        t * I,
+        t * I,
     };
     float **fields[] = {
-        &m->a.res, &m->a.res_mid, &m->a.ln1, &m->a.ln1_rstd, &m->a.q_pre, &m->a.k_pre,
-        &m->a.qn_rstd, &m->a.kn_rstd, &m->a.q, &m->a.k, &m->a.v, &m->a.atty, &m->a.ln2,
-        &m->a.ln2_rstd, &m->a.gate, &m->a.up, &m->a.lnf, &m->a.lnf_rstd,
-        &m->a.rope_cos, &m->a.rope_sin, &m->a.dres, &m->a.dln, &m->a.dq, &m->a.dq2,
-        &m->a.dk, &m->a.dk2, &m->a.dv, &m->a.dbig, &m->a.dgate, &m->a.dup,
+        &m->a.res,      &m->a.res_mid,  &m->a.ln1,  &m->a.ln1_rstd, &m->a.q_pre, &m->a.k_pre,
+        &m->a.qn_rstd,  &m->a.kn_rstd,  &m->a.q,    &m->a.k,        &m->a.v,     &m->a.atty,
+        &m->a.ln2,      &m->a.ln2_rstd, &m->a.gate, &m->a.up,       &m->a.lnf,   &m->a.lnf_rstd,
+        &m->a.rope_cos, &m->a.rope_sin, &m->a.dres, &m->a.dln,      &m->a.dq,    &m->a.dq2,
+        &m->a.dk,       &m->a.dk2,      &m->a.dv,   &m->a.dbig,     &m->a.dgate, &m->a.dup,
     };
     _Static_assert(sizeof sizes / sizeof sizes[0] == sizeof fields / sizeof fields[0],
                    "one size per activation");
     size_t total = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += sizes[i];
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        total += sizes[i];
     float *mem = malloc(sizeof(float) * (total ? total : 1));
     if (!mem) return model_err(m, "model: out of memory for activations of %d tokens", T);
     free(m->act_mem);
@@ -386,21 +447,30 @@ int al_model_forward(al_model *m, const int32_t *tokens, const int32_t *position
         al_rmsnorm_forward(ln1, a->ln1_rstd + (size_t)l * T, x, p->ln1 + (size_t)l * C, T, C, eps);
         if (c->qk_norm) {
             float *qp = a->q_pre + l * tQ, *kp = a->k_pre + l * tKV;
-            al_linear_forward(qp, ln1, p->wq + (size_t)l * Q * C, p->bq ? p->bq + (size_t)l * Q : NULL, T, C, Q);
-            al_linear_forward(kp, ln1, p->wk + (size_t)l * KV * C, p->bk ? p->bk + (size_t)l * KV : NULL, T, C, KV);
-            al_rmsnorm_forward(q, a->qn_rstd + (size_t)l * T * NH, qp, p->q_norm + (size_t)l * HD, T * NH, HD, eps);
-            al_rmsnorm_forward(k, a->kn_rstd + (size_t)l * T * NKV, kp, p->k_norm + (size_t)l * HD, T * NKV, HD, eps);
+            al_linear_forward(qp, ln1, p->wq + (size_t)l * Q * C,
+                              p->bq ? p->bq + (size_t)l * Q : NULL, T, C, Q);
+            al_linear_forward(kp, ln1, p->wk + (size_t)l * KV * C,
+                              p->bk ? p->bk + (size_t)l * KV : NULL, T, C, KV);
+            al_rmsnorm_forward(q, a->qn_rstd + (size_t)l * T * NH, qp, p->q_norm + (size_t)l * HD,
+                               T * NH, HD, eps);
+            al_rmsnorm_forward(k, a->kn_rstd + (size_t)l * T * NKV, kp, p->k_norm + (size_t)l * HD,
+                               T * NKV, HD, eps);
         } else {
-            al_linear_forward(q, ln1, p->wq + (size_t)l * Q * C, p->bq ? p->bq + (size_t)l * Q : NULL, T, C, Q);
-            al_linear_forward(k, ln1, p->wk + (size_t)l * KV * C, p->bk ? p->bk + (size_t)l * KV : NULL, T, C, KV);
+            al_linear_forward(q, ln1, p->wq + (size_t)l * Q * C,
+                              p->bq ? p->bq + (size_t)l * Q : NULL, T, C, Q);
+            al_linear_forward(k, ln1, p->wk + (size_t)l * KV * C,
+                              p->bk ? p->bk + (size_t)l * KV : NULL, T, C, KV);
         }
-        al_linear_forward(v, ln1, p->wv + (size_t)l * KV * C, p->bv ? p->bv + (size_t)l * KV : NULL, T, C, KV);
+        al_linear_forward(v, ln1, p->wv + (size_t)l * KV * C, p->bv ? p->bv + (size_t)l * KV : NULL,
+                          T, C, KV);
         al_rope_forward(q, a->rope_cos, a->rope_sin, T, NH, HD);
         al_rope_forward(k, a->rope_cos, a->rope_sin, T, NKV, HD);
         al_attention_forward(atty, m->att_scratch, q, k, v, cu_seqlens, nseq, NH, NKV, HD);
-        al_linear_forward(mid, atty, p->wo + (size_t)l * C * Q, p->bo ? p->bo + (size_t)l * C : NULL, T, Q, C);
+        al_linear_forward(mid, atty, p->wo + (size_t)l * C * Q,
+                          p->bo ? p->bo + (size_t)l * C : NULL, T, Q, C);
         al_residual_forward(mid, mid, x, tC);
-        al_rmsnorm_forward(ln2, a->ln2_rstd + (size_t)l * T, mid, p->ln2 + (size_t)l * C, T, C, eps);
+        al_rmsnorm_forward(ln2, a->ln2_rstd + (size_t)l * T, mid, p->ln2 + (size_t)l * C, T, C,
+                           eps);
         al_linear_forward(gate, ln2, p->w_gate + (size_t)l * I * C, NULL, T, C, I);
         al_linear_forward(up, ln2, p->w_up + (size_t)l * I * C, NULL, T, C, I);
         al_swiglu_forward(h, gate, up, tI);
@@ -408,7 +478,8 @@ int al_model_forward(al_model *m, const int32_t *tokens, const int32_t *position
         al_linear_forward(next, h, p->w_down + (size_t)l * C * I, NULL, T, I, C);
         al_residual_forward(next, next, mid, tC);
     }
-    al_rmsnorm_forward(a->lnf, a->lnf_rstd, a->res + (size_t)c->num_layers * tC, p->ln_f, T, C, eps);
+    al_rmsnorm_forward(a->lnf, a->lnf_rstd, a->res + (size_t)c->num_layers * tC, p->ln_f, T, C,
+                       eps);
     al_lm_head_forward(logits, a->lnf, p->lm_head, T, C, c->vocab_size);
     m->have_forward = 1;
     return 0;
@@ -453,8 +524,8 @@ int al_model_backward(al_model *m, const float *dlogits)
         memset(a->dbig, 0, sizeof(float) * tQ);
         al_linear_backward(a->dbig, g->wo + (size_t)l * C * Q, g->bo ? g->bo + (size_t)l * C : NULL,
                            a->dres, atty, p->wo + (size_t)l * C * Q, T, Q, C);
-        al_attention_backward(a->dq, a->dk, a->dv, m->att_scratch, a->dbig, q, k, v,
-                              m->cu_seqlens, m->nseq, NH, NKV, HD);
+        al_attention_backward(a->dq, a->dk, a->dv, m->att_scratch, a->dbig, q, k, v, m->cu_seqlens,
+                              m->nseq, NH, NKV, HD);
         al_rope_backward(a->dq, a->rope_cos, a->rope_sin, T, NH, HD);
         al_rope_backward(a->dk, a->rope_cos, a->rope_sin, T, NKV, HD);
         float *dq = a->dq, *dk = a->dk;
@@ -462,18 +533,22 @@ int al_model_backward(al_model *m, const float *dlogits)
             memset(a->dq2, 0, sizeof(float) * tQ);
             memset(a->dk2, 0, sizeof(float) * tKV);
             al_rmsnorm_backward(a->dq2, g->q_norm + (size_t)l * HD, a->dq, a->q_pre + l * tQ,
-                                p->q_norm + (size_t)l * HD, a->qn_rstd + (size_t)l * T * NH, T * NH, HD);
+                                p->q_norm + (size_t)l * HD, a->qn_rstd + (size_t)l * T * NH, T * NH,
+                                HD);
             al_rmsnorm_backward(a->dk2, g->k_norm + (size_t)l * HD, a->dk, a->k_pre + l * tKV,
-                                p->k_norm + (size_t)l * HD, a->kn_rstd + (size_t)l * T * NKV, T * NKV, HD);
+                                p->k_norm + (size_t)l * HD, a->kn_rstd + (size_t)l * T * NKV,
+                                T * NKV, HD);
             dq = a->dq2, dk = a->dk2;
         }
         memset(a->dln, 0, sizeof(float) * tC);
         al_linear_backward(a->dln, g->wq + (size_t)l * Q * C, g->bq ? g->bq + (size_t)l * Q : NULL,
                            dq, ln1, p->wq + (size_t)l * Q * C, T, C, Q);
-        al_linear_backward(a->dln, g->wk + (size_t)l * KV * C, g->bk ? g->bk + (size_t)l * KV : NULL,
-                           dk, ln1, p->wk + (size_t)l * KV * C, T, C, KV);
-        al_linear_backward(a->dln, g->wv + (size_t)l * KV * C, g->bv ? g->bv + (size_t)l * KV : NULL,
-                           a->dv, ln1, p->wv + (size_t)l * KV * C, T, C, KV);
+        al_linear_backward(a->dln, g->wk + (size_t)l * KV * C,
+                           g->bk ? g->bk + (size_t)l * KV : NULL, dk, ln1,
+                           p->wk + (size_t)l * KV * C, T, C, KV);
+        al_linear_backward(a->dln, g->wv + (size_t)l * KV * C,
+                           g->bv ? g->bv + (size_t)l * KV : NULL, a->dv, ln1,
+                           p->wv + (size_t)l * KV * C, T, C, KV);
         al_rmsnorm_backward(a->dres, g->ln1 + (size_t)l * C, a->dln, x, p->ln1 + (size_t)l * C,
                             a->ln1_rstd + (size_t)l * T, T, C);
     }
@@ -485,13 +560,13 @@ int al_model_backward(al_model *m, const float *dlogits)
 
 struct al_model_kv {
     int L, max, len, kvw;
-    float *k, *v;         /* (L, max, NKV*HD) rotated keys and values of positions 0..len-1 */
-    float *scratch;       /* for cap_n new tokens, see kv_ensure */
+    float *k, *v;   /* (L, max, NKV*HD) rotated keys and values of positions 0..len-1 */
+    float *scratch; /* for cap_n new tokens, see kv_ensure */
     int cap_n;
-    float *scores;        /* (NH, n, len + n) */
+    float *scores; /* (NH, n, len + n) */
     size_t scores_cap;
     float *x, *ln, *tmp, *q, *knew, *atty, *gate, *up, *rstd, *hrstd, *cos_t, *sin_t;
-    int32_t *pos;         /* (cap_n) */
+    int32_t *pos; /* (cap_n) */
 };
 
 al_model_kv *al_model_kv_new(const al_model *m, int max_tokens, char *errstr, size_t errlen)
@@ -500,8 +575,9 @@ al_model_kv *al_model_kv_new(const al_model *m, int max_tokens, char *errstr, si
     al_model_kv *kv = calloc(1, sizeof *kv);
     if (max_tokens <= 0 || !kv) {
         if (errstr && errlen)
-            snprintf(errstr, errlen, max_tokens <= 0 ? "kv cache: max_tokens must be positive"
-                                                     : "kv cache: out of memory");
+            snprintf(errstr, errlen,
+                     max_tokens <= 0 ? "kv cache: max_tokens must be positive"
+                                     : "kv cache: out of memory");
         free(kv);
         return NULL;
     }
@@ -530,8 +606,14 @@ void al_model_kv_free(al_model_kv *kv)
     free(kv);
 }
 
-void al_model_kv_reset(al_model_kv *kv) { kv->len = 0; }
-int al_model_kv_len(const al_model_kv *kv) { return kv->len; }
+void al_model_kv_reset(al_model_kv *kv)
+{
+    kv->len = 0;
+}
+int al_model_kv_len(const al_model_kv *kv)
+{
+    return kv->len;
+}
 void al_model_kv_truncate(al_model_kv *kv, int len)
 {
     if (len >= 0 && len < kv->len) kv->len = len;
@@ -543,11 +625,13 @@ static int kv_ensure(const al_model_config *c, al_model_kv *kv, int n)
     if (n <= kv->cap_n) return 0;
     size_t C = c->hidden_size, I = c->intermediate_size, Q = (size_t)c->num_heads * c->head_dim;
     size_t KV = kv->kvw, t = (size_t)n, half = c->head_dim / 2, NH = c->num_heads;
-    size_t sizes[] = {t * C, t * C, t * C, t * Q, t * KV, t * Q, t * I, t * I, t, t * NH, t * half, t * half};
-    float **fields[] = {&kv->x, &kv->ln, &kv->tmp, &kv->q, &kv->knew, &kv->atty, &kv->gate,
-                        &kv->up, &kv->rstd, &kv->hrstd, &kv->cos_t, &kv->sin_t};
+    size_t sizes[] = {t * C, t * C, t * C, t * Q,  t * KV,   t * Q,
+                      t * I, t * I, t,     t * NH, t * half, t * half};
+    float **fields[] = {&kv->x,    &kv->ln, &kv->tmp,  &kv->q,     &kv->knew,  &kv->atty,
+                        &kv->gate, &kv->up, &kv->rstd, &kv->hrstd, &kv->cos_t, &kv->sin_t};
     size_t total = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += sizes[i];
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        total += sizes[i];
     float *mem = malloc(sizeof(float) * total);
     int32_t *pos = malloc(sizeof(int32_t) * t);
     if (!mem || !pos) {
@@ -583,40 +667,51 @@ static int kv_forward_chunk(al_model *m, al_model_kv *kv, const int32_t *tokens,
     int HD = c->head_dim, Q = NH * HD, KV = kv->kvw, rep = NH / NKV;
     float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)HD);
     const al_model_weights *p = &m->p;
-    for (int t = 0; t < n; t++) kv->pos[t] = p0 + t;
+    for (int t = 0; t < n; t++)
+        kv->pos[t] = p0 + t;
     al_rope_tables(kv->cos_t, kv->sin_t, kv->pos, n, HD, c->rope_theta);
     al_embedding_forward(kv->x, tokens, p->embed, n, C);
     for (int l = 0; l < c->num_layers; l++) {
         float *kc = kv->k + (size_t)l * kv->max * KV, *vc = kv->v + (size_t)l * kv->max * KV;
         float *knew = kc + (size_t)p0 * KV, *vnew = vc + (size_t)p0 * KV;
         al_rmsnorm_forward(kv->ln, kv->rstd, kv->x, p->ln1 + (size_t)l * C, n, C, eps);
-        al_linear_forward(kv->q, kv->ln, p->wq + (size_t)l * Q * C, p->bq ? p->bq + (size_t)l * Q : NULL, n, C, Q);
+        al_linear_forward(kv->q, kv->ln, p->wq + (size_t)l * Q * C,
+                          p->bq ? p->bq + (size_t)l * Q : NULL, n, C, Q);
         al_linear_forward(c->qk_norm ? kv->knew : knew, kv->ln, p->wk + (size_t)l * KV * C,
                           p->bk ? p->bk + (size_t)l * KV : NULL, n, C, KV);
-        al_linear_forward(vnew, kv->ln, p->wv + (size_t)l * KV * C, p->bv ? p->bv + (size_t)l * KV : NULL, n, C, KV);
+        al_linear_forward(vnew, kv->ln, p->wv + (size_t)l * KV * C,
+                          p->bv ? p->bv + (size_t)l * KV : NULL, n, C, KV);
         if (c->qk_norm) {
             /* in place is fine: each row is read whole before it is written */
-            al_rmsnorm_forward(kv->q, kv->hrstd, kv->q, p->q_norm + (size_t)l * HD, n * NH, HD, eps);
-            al_rmsnorm_forward(knew, kv->hrstd, kv->knew, p->k_norm + (size_t)l * HD, n * NKV, HD, eps);
+            al_rmsnorm_forward(kv->q, kv->hrstd, kv->q, p->q_norm + (size_t)l * HD, n * NH, HD,
+                               eps);
+            al_rmsnorm_forward(knew, kv->hrstd, kv->knew, p->k_norm + (size_t)l * HD, n * NKV, HD,
+                               eps);
         }
         al_rope_forward(kv->q, kv->cos_t, kv->sin_t, n, NH, HD);
         al_rope_forward(knew, kv->cos_t, kv->sin_t, n, NKV, HD);
         for (int h = 0; h < NH; h++)
-            al_gemm(0, 1, n, total, HD, scale, kv->q + (size_t)h * HD, Q, kc + (size_t)(h / rep) * HD,
-                    KV, 0.0f, kv->scores + (size_t)h * n * total, total);
+            al_gemm(0, 1, n, total, HD, scale, kv->q + (size_t)h * HD, Q,
+                    kc + (size_t)(h / rep) * HD, KV, 0.0f, kv->scores + (size_t)h * n * total,
+                    total);
 #pragma omp parallel for schedule(static) if ((size_t)NH * n * total > 16384)
         for (int r = 0; r < NH * n; r++) {
             int last = p0 + r % n; /* query at position p0 + i sees keys 0..p0 + i */
             float *row = kv->scores + (size_t)r * total, mx = row[0], sum = 0.0f;
-            for (int j = 1; j <= last; j++) mx = row[j] > mx ? row[j] : mx;
-            for (int j = 0; j <= last; j++) sum += (row[j] = expf(row[j] - mx));
-            for (int j = 0; j <= last; j++) row[j] /= sum;
-            for (int j = last + 1; j < total; j++) row[j] = 0.0f;
+            for (int j = 1; j <= last; j++)
+                mx = row[j] > mx ? row[j] : mx;
+            for (int j = 0; j <= last; j++)
+                sum += (row[j] = expf(row[j] - mx));
+            for (int j = 0; j <= last; j++)
+                row[j] /= sum;
+            for (int j = last + 1; j < total; j++)
+                row[j] = 0.0f;
         }
         for (int h = 0; h < NH; h++)
             al_gemm(0, 0, n, HD, total, 1.0f, kv->scores + (size_t)h * n * total, total,
                     vc + (size_t)(h / rep) * HD, KV, 0.0f, kv->atty + (size_t)h * HD, Q);
-        al_linear_forward(kv->tmp, kv->atty, p->wo + (size_t)l * C * Q, p->bo ? p->bo + (size_t)l * C : NULL, n, Q, C);
+        al_linear_forward(kv->tmp, kv->atty, p->wo + (size_t)l * C * Q,
+                          p->bo ? p->bo + (size_t)l * C : NULL, n, Q, C);
         al_residual_forward(kv->x, kv->x, kv->tmp, (size_t)n * C);
         al_rmsnorm_forward(kv->ln, kv->rstd, kv->x, p->ln2 + (size_t)l * C, n, C, eps);
         al_linear_forward(kv->gate, kv->ln, p->w_gate + (size_t)l * I * C, NULL, n, C, I);
@@ -635,8 +730,8 @@ static int kv_forward_chunk(al_model *m, al_model_kv *kv, const int32_t *tokens,
     return 0;
 }
 
-int al_model_kv_forward(al_model *m, al_model_kv *kv, const int32_t *tokens, int n,
-                        float *logits, int last_only)
+int al_model_kv_forward(al_model *m, al_model_kv *kv, const int32_t *tokens, int n, float *logits,
+                        int last_only)
 {
     const al_model_config *c = &m->cfg;
     m->err[0] = 0;

@@ -32,32 +32,32 @@
  * a Linear weight is (out, in). C hidden, V vocab, I intermediate, L layers, NH heads,
  * NKV kv heads, HD head dim. Absent tensors (no bias, no qk norm, tied head) are NULL. */
 typedef struct al_model_weights {
-    float *embed;    /* (V, C)          model.embed_tokens.weight */
-    float *ln1;      /* (L, C)          model.layers.N.input_layernorm.weight */
-    float *wq;       /* (L, NH*HD, C)   ...self_attn.q_proj.weight */
-    float *bq;       /* (L, NH*HD)      ...self_attn.q_proj.bias      (qkv_bias) */
-    float *wk;       /* (L, NKV*HD, C)  ...self_attn.k_proj.weight */
-    float *bk;       /* (L, NKV*HD)     ...self_attn.k_proj.bias      (qkv_bias) */
-    float *wv;       /* (L, NKV*HD, C)  ...self_attn.v_proj.weight */
-    float *bv;       /* (L, NKV*HD)     ...self_attn.v_proj.bias      (qkv_bias) */
-    float *wo;       /* (L, C, NH*HD)   ...self_attn.o_proj.weight */
-    float *bo;       /* (L, C)          ...self_attn.o_proj.bias      (o_bias) */
-    float *q_norm;   /* (L, HD)         ...self_attn.q_norm.weight    (qk_norm) */
-    float *k_norm;   /* (L, HD)         ...self_attn.k_norm.weight    (qk_norm) */
-    float *ln2;      /* (L, C)          ...post_attention_layernorm.weight */
-    float *w_gate;   /* (L, I, C)       ...mlp.gate_proj.weight */
-    float *w_up;     /* (L, I, C)       ...mlp.up_proj.weight */
-    float *w_down;   /* (L, C, I)       ...mlp.down_proj.weight */
-    float *ln_f;     /* (C)             model.norm.weight */
-    float *lm_head;  /* (V, C)          lm_head.weight; == embed when tied */
+    float *embed;   /* (V, C)          model.embed_tokens.weight */
+    float *ln1;     /* (L, C)          model.layers.N.input_layernorm.weight */
+    float *wq;      /* (L, NH*HD, C)   ...self_attn.q_proj.weight */
+    float *bq;      /* (L, NH*HD)      ...self_attn.q_proj.bias      (qkv_bias) */
+    float *wk;      /* (L, NKV*HD, C)  ...self_attn.k_proj.weight */
+    float *bk;      /* (L, NKV*HD)     ...self_attn.k_proj.bias      (qkv_bias) */
+    float *wv;      /* (L, NKV*HD, C)  ...self_attn.v_proj.weight */
+    float *bv;      /* (L, NKV*HD)     ...self_attn.v_proj.bias      (qkv_bias) */
+    float *wo;      /* (L, C, NH*HD)   ...self_attn.o_proj.weight */
+    float *bo;      /* (L, C)          ...self_attn.o_proj.bias      (o_bias) */
+    float *q_norm;  /* (L, HD)         ...self_attn.q_norm.weight    (qk_norm) */
+    float *k_norm;  /* (L, HD)         ...self_attn.k_norm.weight    (qk_norm) */
+    float *ln2;     /* (L, C)          ...post_attention_layernorm.weight */
+    float *w_gate;  /* (L, I, C)       ...mlp.gate_proj.weight */
+    float *w_up;    /* (L, I, C)       ...mlp.up_proj.weight */
+    float *w_down;  /* (L, C, I)       ...mlp.down_proj.weight */
+    float *ln_f;    /* (C)             model.norm.weight */
+    float *lm_head; /* (V, C)          lm_head.weight; == embed when tied */
 } al_model_weights;
 
 /* One Hugging Face tensor inside the flat parameter (and gradient) array. */
 typedef struct al_model_tensor {
-    char name[96];     /* e.g. "model.layers.3.self_attn.q_proj.weight" */
-    size_t offset;     /* in floats from al_model_params(m) */
+    char name[96]; /* e.g. "model.layers.3.self_attn.q_proj.weight" */
+    size_t offset; /* in floats from al_model_params(m) */
     size_t numel;
-    int ndim;          /* 1 or 2 */
+    int ndim; /* 1 or 2 */
     int64_t shape[2];
 } al_model_tensor;
 
@@ -131,7 +131,7 @@ void al_model_kv_truncate(al_model_kv *kv, int len);
 /* Appends n tokens to the sequence (a prompt chunk, or one sampled token) and writes the
  * logits of each of them: logits (n, V), or only the last token's (V) when last_only.
  * Returns 0, or -1 with al_model_error(m) (cache full, token out of range). */
-int al_model_kv_forward(al_model *m, al_model_kv *kv, const int32_t *tokens, int n,
-                        float *logits, int last_only);
+int al_model_kv_forward(al_model *m, al_model_kv *kv, const int32_t *tokens, int n, float *logits,
+                        int last_only);
 
 #endif

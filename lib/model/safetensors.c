@@ -118,7 +118,8 @@ static float f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
     if (exp == 0) {
-        if (man == 0) u = sign;
+        if (man == 0)
+            u = sign;
         else { /* subnormal: normalize */
             exp = 127 - 15 + 1;
             while (!(man & 0x400)) {
@@ -137,7 +138,10 @@ static float f16_to_f32(uint16_t h)
     return x;
 }
 
-static size_t dtype_size(al_st_dtype d) { return d == AL_ST_DTYPE_F32 ? 4 : 2; }
+static size_t dtype_size(al_st_dtype d)
+{
+    return d == AL_ST_DTYPE_F32 ? 4 : 2;
+}
 static const char *dtype_name(al_st_dtype d)
 {
     return d == AL_ST_DTYPE_F32 ? "F32" : d == AL_ST_DTYPE_BF16 ? "BF16" : "F16";
@@ -160,7 +164,8 @@ void al_st_close(al_st_file *f)
 {
     if (!f) return;
     if (f->tensors)
-        for (size_t i = 0; i < f->ntensors; i++) free(f->tensors[i].name);
+        for (size_t i = 0; i < f->ntensors; i++)
+            free(f->tensors[i].name);
     free(f->tensors);
     if (f->mapped) {
         if (f->bytes && f->len) munmap(f->bytes, f->len);
@@ -173,7 +178,9 @@ void al_st_close(al_st_file *f)
 static int cmp_by_begin(const void *a, const void *b)
 {
     const al_st_tensor *x = *(al_st_tensor *const *)a, *y = *(al_st_tensor *const *)b;
-    return x->data < y->data ? -1 : x->data > y->data ? 1 : (x->nbytes > y->nbytes) - (x->nbytes < y->nbytes);
+    return x->data < y->data   ? -1
+           : x->data > y->data ? 1
+                               : (x->nbytes > y->nbytes) - (x->nbytes < y->nbytes);
 }
 
 static int cmp_by_name(const void *a, const void *b)
@@ -186,12 +193,16 @@ static int parse_entry(al_st_tensor *t, const char *name, const al_json *e, cons
                        size_t data_len, const char *what, char *errstr, size_t errlen)
 {
     if (e->type != AL_JSON_OBJECT)
-        return st_err(errstr, errlen, "%s: tensor \"%s\": header entry is not an object", what, name);
+        return st_err(errstr, errlen, "%s: tensor \"%s\": header entry is not an object", what,
+                      name);
     const char *dt = al_json_get_string(e, "dtype", NULL);
     if (!dt) return st_err(errstr, errlen, "%s: tensor \"%s\": no dtype", what, name);
-    if (!strcmp(dt, "F32")) t->dtype = AL_ST_DTYPE_F32;
-    else if (!strcmp(dt, "BF16")) t->dtype = AL_ST_DTYPE_BF16;
-    else if (!strcmp(dt, "F16")) t->dtype = AL_ST_DTYPE_F16;
+    if (!strcmp(dt, "F32"))
+        t->dtype = AL_ST_DTYPE_F32;
+    else if (!strcmp(dt, "BF16"))
+        t->dtype = AL_ST_DTYPE_BF16;
+    else if (!strcmp(dt, "F16"))
+        t->dtype = AL_ST_DTYPE_F16;
     else
         return st_err(errstr, errlen,
                       "%s: tensor \"%s\": unsupported dtype \"%s\" (F32, BF16 or F16)", what, name,
@@ -228,8 +239,8 @@ static int parse_entry(al_st_tensor *t, const char *name, const al_json *e, cons
     t->nbytes = (size_t)(en - b);
     if (t->nbytes != numel * dtype_size(t->dtype))
         return st_err(errstr, errlen,
-                      "%s: tensor \"%s\": %zu bytes do not hold shape of %zu %s values", what,
-                      name, t->nbytes, numel, dtype_name(t->dtype));
+                      "%s: tensor \"%s\": %zu bytes do not hold shape of %zu %s values", what, name,
+                      t->nbytes, numel, dtype_name(t->dtype));
     t->data = data + b;
     return 0;
 }
@@ -246,14 +257,16 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
         goto fail;
     }
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | bytes[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | bytes[i];
     if (hlen > len - 8) {
         st_err(errstr, errlen, "%s: header length %llu runs past the end of the file (%zu bytes)",
                what, (unsigned long long)hlen, len);
         goto fail;
     }
     if (hlen > ST_MAX_HEADER || hlen < 2) {
-        st_err(errstr, errlen, "%s: implausible header length %llu", what, (unsigned long long)hlen);
+        st_err(errstr, errlen, "%s: implausible header length %llu", what,
+               (unsigned long long)hlen);
         goto fail;
     }
     char jerr[200];
@@ -304,7 +317,8 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
             st_err(errstr, errlen, "%s: out of memory", what);
             goto fail;
         }
-        for (size_t i = 0; i < f->ntensors; i++) v[i] = &f->tensors[i];
+        for (size_t i = 0; i < f->ntensors; i++)
+            v[i] = &f->tensors[i];
         qsort(v, f->ntensors, sizeof *v, cmp_by_name);
         for (size_t i = 1; i < f->ntensors; i++)
             if (!strcmp(v[i - 1]->name, v[i]->name)) {
@@ -400,7 +414,8 @@ static int load_from_files(al_model *m, const al_st_file *files, const char *con
             found = t, where = paths[f];
         }
         if (!found)
-            return st_err(errstr, errlen, "%s: missing tensor \"%s\"", nfiles == 1 ? paths[0] : "checkpoint", tt[i].name);
+            return st_err(errstr, errlen, "%s: missing tensor \"%s\"",
+                          nfiles == 1 ? paths[0] : "checkpoint", tt[i].name);
         int same = found->ndim == tt[i].ndim && found->shape[0] == tt[i].shape[0] &&
                    (tt[i].ndim < 2 || found->shape[1] == tt[i].shape[1]);
         if (!same) {
@@ -413,8 +428,9 @@ static int load_from_files(al_model *m, const al_st_file *files, const char *con
                               "%s: tensor \"%s\" has shape [%s], the config needs [%lld, %lld]",
                               where, tt[i].name, got, (long long)tt[i].shape[0],
                               (long long)tt[i].shape[1]);
-            return st_err(errstr, errlen, "%s: tensor \"%s\" has shape [%s], the config needs [%lld]",
-                          where, tt[i].name, got, (long long)tt[i].shape[0]);
+            return st_err(errstr, errlen,
+                          "%s: tensor \"%s\" has shape [%s], the config needs [%lld]", where,
+                          tt[i].name, got, (long long)tt[i].shape[0]);
         }
         al_st_tensor_to_f32(found, params + tt[i].offset);
     }
@@ -424,8 +440,8 @@ static int load_from_files(al_model *m, const al_st_file *files, const char *con
             if (al_model_tensor_find(m, n)) continue;
             if (cfg->tie_word_embeddings && !strcmp(n, "lm_head.weight")) continue;
             return st_err(errstr, errlen,
-                          "%s: tensor \"%s\" is not part of a %s model of this config", paths[f],
-                          n, cfg->architecture);
+                          "%s: tensor \"%s\" is not part of a %s model of this config", paths[f], n,
+                          cfg->architecture);
         }
     return 0;
 }
@@ -439,8 +455,7 @@ int al_model_load_st(al_model *m, const al_st_file *f, const char *what, char *e
 
 /* Reads the shard list of a model.safetensors.index.json (the distinct file names of its
  * weight_map, each a plain name in the same directory). */
-static int read_index(const char *index_path, char ***names, size_t *n, char *errstr,
-                      size_t errlen)
+static int read_index(const char *index_path, char ***names, size_t *n, char *errstr, size_t errlen)
 {
     size_t len;
     uint8_t *text = al_model_file_read(index_path, &len, errstr, errlen);
@@ -466,7 +481,8 @@ static int read_index(const char *index_path, char ***names, size_t *n, char *er
             break;
         }
         size_t j = 0;
-        while (j < *n && strcmp((*names)[j], v->string)) j++;
+        while (j < *n && strcmp((*names)[j], v->string))
+            j++;
         if (j == *n) {
             (*names)[*n] = strdup(v->string);
             if (!(*names)[*n]) {
@@ -488,7 +504,8 @@ int al_model_load_safetensors(al_model *m, const char *path, char *errstr, size_
     if (is_dir(path)) {
         snprintf(dir, sizeof dir, "%s", path);
         snprintf(buf, sizeof buf, "%s/model.safetensors", path);
-        if (file_exists(buf)) single = buf;
+        if (file_exists(buf))
+            single = buf;
         else {
             snprintf(buf, sizeof buf, "%s/model.safetensors.index.json", path);
             if (!file_exists(buf))
@@ -499,12 +516,16 @@ int al_model_load_safetensors(al_model *m, const char *path, char *errstr, size_
         }
     } else {
         size_t n = strlen(path);
-        if (n > 11 && !strcmp(path + n - 11, ".index.json")) index = path;
-        else single = path;
+        if (n > 11 && !strcmp(path + n - 11, ".index.json"))
+            index = path;
+        else
+            single = path;
         snprintf(dir, sizeof dir, "%s", path);
         char *slash = strrchr(dir, '/');
-        if (slash) *slash = 0;
-        else snprintf(dir, sizeof dir, ".");
+        if (slash)
+            *slash = 0;
+        else
+            snprintf(dir, sizeof dir, ".");
     }
     char **names = NULL;
     size_t nfiles = 0;
@@ -532,27 +553,31 @@ int al_model_load_safetensors(al_model *m, const char *path, char *errstr, size_
     al_st_file *files = calloc(nfiles ? nfiles : 1, sizeof *files);
     int rc = -1;
     size_t opened = 0;
-    if (!files) st_err(errstr, errlen, "out of memory");
+    if (!files)
+        st_err(errstr, errlen, "out of memory");
     else {
         for (; opened < nfiles; opened++)
             if (al_st_open(&files[opened], names[opened], errstr, errlen)) break;
         if (opened == nfiles)
             rc = load_from_files(m, files, (const char *const *)names, nfiles, errstr, errlen);
-        for (size_t i = 0; i < opened; i++) al_st_close(&files[i]);
+        for (size_t i = 0; i < opened; i++)
+            al_st_close(&files[i]);
         free(files);
     }
-    for (size_t i = 0; i < nfiles; i++) free(names[i]);
+    for (size_t i = 0; i < nfiles; i++)
+        free(names[i]);
     free(names);
     return rc;
 free_names_fail:
     if (names)
-        for (size_t i = 0; i < nfiles; i++) free(names[i]);
+        for (size_t i = 0; i < nfiles; i++)
+            free(names[i]);
     free(names);
     return -1;
 }
 
-int al_model_save_safetensors(const al_model *m, const char *path, al_st_dtype dtype,
-                              char *errstr, size_t errlen)
+int al_model_save_safetensors(const al_model *m, const char *path, al_st_dtype dtype, char *errstr,
+                              size_t errlen)
 {
     if (dtype != AL_ST_DTYPE_F32 && dtype != AL_ST_DTYPE_BF16)
         return st_err(errstr, errlen, "%s: can only write F32 or BF16", path);
@@ -570,7 +595,8 @@ int al_model_save_safetensors(const al_model *m, const char *path, al_st_dtype d
         off += tt[i].numel * es;
     }
     al_json_buf_printf(&h, "}");
-    while (!h.oom && h.len % 8) al_json_buf_printf(&h, " ");
+    while (!h.oom && h.len % 8)
+        al_json_buf_printf(&h, " ");
     if (h.oom) {
         free(h.data);
         return st_err(errstr, errlen, "%s: out of memory", path);
@@ -582,7 +608,8 @@ int al_model_save_safetensors(const al_model *m, const char *path, al_st_dtype d
         return -1;
     }
     uint8_t lenbuf[8];
-    for (int i = 0; i < 8; i++) lenbuf[i] = (uint8_t)((uint64_t)h.len >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        lenbuf[i] = (uint8_t)((uint64_t)h.len >> (8 * i));
     int ok = fwrite(lenbuf, 1, 8, f) == 8 && fwrite(h.data, 1, h.len, f) == h.len;
     free(h.data);
     const float *params = al_model_params((al_model *)m);
@@ -595,7 +622,8 @@ int al_model_save_safetensors(const al_model *m, const char *path, al_st_dtype d
         }
         for (size_t j = 0; j < tt[i].numel && ok; j += 4096) {
             size_t n = tt[i].numel - j < 4096 ? tt[i].numel - j : 4096;
-            for (size_t k = 0; k < n; k++) chunk[k] = al_f32_to_bf16(src[j + k]);
+            for (size_t k = 0; k < n; k++)
+                chunk[k] = al_f32_to_bf16(src[j + k]);
             ok = fwrite(chunk, 2, n, f) == n;
         }
     }
@@ -610,10 +638,12 @@ static int make_dirs(const char *dir, char *errstr, size_t errlen)
     for (char *s = p + 1; *s; s++) {
         if (*s != '/') continue;
         *s = 0;
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) return st_err(errstr, errlen, "%s: %s", p, strerror(errno));
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            return st_err(errstr, errlen, "%s: %s", p, strerror(errno));
         *s = '/';
     }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) return st_err(errstr, errlen, "%s: %s", p, strerror(errno));
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        return st_err(errstr, errlen, "%s: %s", p, strerror(errno));
     if (!is_dir(p)) return st_err(errstr, errlen, "%s: not a directory", p);
     return 0;
 }
@@ -626,8 +656,9 @@ int al_model_save_dir(const al_model *m, const char *dir, al_st_dtype dtype, cha
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (al_model_save_safetensors(m, path, dtype, errstr, errlen)) return -1;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    return al_model_config_save(al_model_config_of(m), dtype == AL_ST_DTYPE_BF16 ? "bfloat16" : "float32",
-                                path, errstr, errlen);
+    return al_model_config_save(al_model_config_of(m),
+                                dtype == AL_ST_DTYPE_BF16 ? "bfloat16" : "float32", path, errstr,
+                                errlen);
 }
 
 al_model *al_model_load_dir(const char *dir, char *errstr, size_t errlen)

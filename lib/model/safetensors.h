@@ -26,9 +26,9 @@ typedef enum al_st_dtype {
 
 /* One tensor of a parsed file. `data` points into the file's bytes. */
 typedef struct al_st_tensor {
-    char *name;      /* NUL-terminated */
+    char *name; /* NUL-terminated */
     al_st_dtype dtype;
-    int ndim;        /* 0..8 */
+    int ndim; /* 0..8 */
     int64_t shape[8];
     size_t numel;
     const uint8_t *data;
@@ -77,8 +77,8 @@ int al_model_load_st(al_model *m, const al_st_file *f, const char *what, char *e
 /* Writes m's parameters as `path` (a .safetensors file) in `dtype` (F32 or BF16), with
  * Hugging Face names, {"format": "pt"} metadata, no lm_head.weight when tied. The file is
  * written to a temporary name and renamed into place. 0 or -1 with errstr. */
-int al_model_save_safetensors(const al_model *m, const char *path, al_st_dtype dtype,
-                              char *errstr, size_t errlen);
+int al_model_save_safetensors(const al_model *m, const char *path, al_st_dtype dtype, char *errstr,
+                              size_t errlen);
 
 /* Writes DIR/config.json and DIR/model.safetensors (DIR is created if missing). */
 int al_model_save_dir(const al_model *m, const char *dir, al_st_dtype dtype, char *errstr,

@@ -47,7 +47,10 @@ static inline int ref_dump_load(ref_dump *d, const char *path, char *err, size_t
     memset(d, 0, sizeof *d);
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, errlen, "cannot open %.400s (regenerate: /usr/bin/python3 tests/model/ref_model.py --regenerate)", path);
+        snprintf(err, errlen,
+                 "cannot open %.400s (regenerate: /usr/bin/python3 tests/model/ref_model.py "
+                 "--regenerate)",
+                 path);
         return -1;
     }
     fseek(f, 0, SEEK_END);
@@ -62,7 +65,8 @@ static inline int ref_dump_load(ref_dump *d, const char *path, char *err, size_t
         return -1;
     }
     fclose(f);
-    if (d->len < 12 || ref_u32(d->buf) != REF_DUMP_MAGIC || ref_u32(d->buf + 4) != REF_DUMP_VERSION) {
+    if (d->len < 12 || ref_u32(d->buf) != REF_DUMP_MAGIC ||
+        ref_u32(d->buf + 4) != REF_DUMP_VERSION) {
         snprintf(err, errlen, "not an ALMD v%u dump: %.400s", REF_DUMP_VERSION, path);
         ref_dump_free(d);
         return -1;
