@@ -1,0 +1,471 @@
+/*
+ * http1.c: request-head parsing and byte-preserving JSON member removal (see http1.h).
+ */
+#include "http1.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int al_slice_eq(al_slice s, const char *lit)
+{
+    size_t n = strlen(lit);
+    return s.n == n && memcmp(s.p, lit, n) == 0;
+}
+
+static int lower(int c)
+{
+    return c >= 'A' && c <= 'Z' ? c + 32 : c;
+}
+
+int al_slice_caseeq(al_slice s, const char *lit)
+{
+    size_t n = strlen(lit);
+    if (s.n != n) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (lower((unsigned char)s.p[i]) != lower((unsigned char)lit[i])) return 0;
+    return 1;
+}
+
+const al_slice *al_http1_header_get(const al_http1_head *h, const char *name)
+{
+    for (size_t i = 0; i < h->nheaders; i++)
+        if (al_slice_caseeq(h->headers[i].name, name)) return &h->headers[i].value;
+    return NULL;
+}
+
+static int is_tchar(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static int perr(int status, char *errstr, size_t errlen, const char *msg)
+{
+    if (errstr && errlen) snprintf(errstr, errlen, "%s", msg);
+    return -status;
+}
+
+/* Whether the comma-separated header value v holds token tok (case-insensitive). */
+static int value_has_token(al_slice v, const char *tok)
+{
+    size_t i = 0;
+    while (i < v.n) {
+        while (i < v.n && (v.p[i] == ' ' || v.p[i] == '\t' || v.p[i] == ',')) i++;
+        size_t s = i;
+        while (i < v.n && v.p[i] != ',') i++;
+        size_t e = i;
+        while (e > s && (v.p[e - 1] == ' ' || v.p[e - 1] == '\t')) e--;
+        al_slice t = {v.p + s, e - s};
+        if (e > s && al_slice_caseeq(t, tok)) return 1;
+    }
+    return 0;
+}
+
+/* Parses the head once a full "\r\n\r\n" (or bare "\n\n") is present. Bare LF line ends are
+ * accepted like nginx does; obsolete line folding is refused (RFC 9112 5.2). */
+int al_http1_parse_head(const char *buf, size_t len, const al_http1_limits *lim,
+                        al_http1_head *out, char *errstr, size_t errlen)
+{
+    size_t maxhead = lim && lim->max_head_bytes ? lim->max_head_bytes : 32768;
+    size_t maxhdr = lim && lim->max_headers ? lim->max_headers : 100;
+    if (maxhdr > AL_HTTP1_HEADERS_CAP) maxhdr = AL_HTTP1_HEADERS_CAP;
+    memset(out, 0, sizeof *out);
+    out->content_length = -1;
+
+    /* find the end of the head */
+    size_t end = 0, scan = len < maxhead ? len : maxhead;
+    size_t i0 = 0;
+    while (i0 < scan && (buf[i0] == '\r' || buf[i0] == '\n')) i0++; /* RFC 9112 2.2 */
+    for (size_t i = i0; i < scan; i++) {
+        if (buf[i] != '\n') continue;
+        if (i + 1 < len && buf[i + 1] == '\n') {
+            end = i + 2;
+            break;
+        }
+        if (i + 2 < len && buf[i + 1] == '\r' && buf[i + 2] == '\n') {
+            end = i + 3;
+            break;
+        }
+    }
+    if (!end) {
+        if (len >= maxhead)
+            return perr(431, errstr, errlen, "request header fields too large");
+        return 0;
+    }
+    if (end > maxhead) return perr(431, errstr, errlen, "request header fields too large");
+
+    const char *p = buf + i0, *e = buf + end;
+    /* request line: METHOD SP TARGET SP HTTP/1.x */
+    const char *m = p;
+    while (p < e && is_tchar((unsigned char)*p)) p++;
+    if (p == m || p >= e || *p != ' ') return perr(400, errstr, errlen, "malformed request line");
+    out->method = (al_slice){m, (size_t)(p - m)};
+    p++;
+    const char *t = p;
+    while (p < e && (unsigned char)*p > ' ' && *p != 0x7f) p++;
+    if (p == t || p >= e || *p != ' ')
+        return perr(400, errstr, errlen, "malformed request target");
+    out->target = (al_slice){t, (size_t)(p - t)};
+    p++;
+    if (e - p < 9 || memcmp(p, "HTTP/", 5) != 0)
+        return perr(400, errstr, errlen, "malformed HTTP version");
+    if (p[5] != '1' || p[6] != '.' || p[7] < '0' || p[7] > '9')
+        return perr(505, errstr, errlen, "HTTP version not supported");
+    out->minor_version = p[7] - '0';
+    p += 8;
+    if (*p == '\r') p++;
+    if (p >= e || *p != '\n') return perr(400, errstr, errlen, "malformed request line");
+    p++;
+
+    int conn_close = 0, conn_keep = 0, have_te = 0;
+    for (;;) {
+        if (p >= e) return perr(400, errstr, errlen, "malformed header section");
+        if (*p == '\n') break;
+        if (*p == '\r' && p + 1 < e && p[1] == '\n') break;
+        if (*p == ' ' || *p == '\t')
+            return perr(400, errstr, errlen, "obsolete header line folding");
+        const char *n = p;
+        while (p < e && is_tchar((unsigned char)*p)) p++;
+        if (p == n || p >= e || *p != ':')
+            return perr(400, errstr, errlen, "malformed header name");
+        al_slice name = {n, (size_t)(p - n)};
+        p++;
+        while (p < e && (*p == ' ' || *p == '\t')) p++;
+        const char *v = p;
+        while (p < e && *p != '\n') {
+            unsigned char c = (unsigned char)*p;
+            if ((c < ' ' && c != '\t' && c != '\r') || c == 0x7f)
+                return perr(400, errstr, errlen, "invalid character in header value");
+            if (c == '\r' && (p + 1 >= e || p[1] != '\n'))
+                return perr(400, errstr, errlen, "bare CR in header value");
+            p++;
+        }
+        if (p >= e) return perr(400, errstr, errlen, "malformed header section");
+        const char *ve = p;
+        p++;
+        while (ve > v && (ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t')) ve--;
+        if (out->nheaders >= maxhdr) return perr(431, errstr, errlen, "too many header fields");
+        al_slice val = {v, (size_t)(ve - v)};
+        out->headers[out->nheaders].name = name;
+        out->headers[out->nheaders].value = val;
+        out->nheaders++;
+
+        if (al_slice_caseeq(name, "content-length")) {
+            if (val.n == 0 || val.n > 15)
+                return perr(400, errstr, errlen, "invalid Content-Length");
+            int64_t cl = 0;
+            for (size_t k = 0; k < val.n; k++) {
+                if (val.p[k] < '0' || val.p[k] > '9')
+                    return perr(400, errstr, errlen, "invalid Content-Length");
+                cl = cl * 10 + (val.p[k] - '0');
+            }
+            if (out->content_length >= 0 && out->content_length != cl)
+                return perr(400, errstr, errlen, "conflicting Content-Length headers");
+            out->content_length = cl;
+        } else if (al_slice_caseeq(name, "transfer-encoding")) {
+            have_te = 1;
+            if (!al_slice_caseeq(val, "chunked"))
+                return perr(501, errstr, errlen, "unsupported Transfer-Encoding");
+            out->chunked = 1;
+        } else if (al_slice_caseeq(name, "connection")) {
+            if (value_has_token(val, "close")) conn_close = 1;
+            if (value_has_token(val, "keep-alive")) conn_keep = 1;
+        }
+    }
+    if (have_te && out->content_length >= 0) /* request smuggling guard, RFC 9112 6.1 */
+        return perr(400, errstr, errlen, "both Transfer-Encoding and Content-Length");
+    out->keep_alive = out->minor_version >= 1 ? !conn_close : conn_keep;
+    return (int)end;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * JSON scanning
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct jscan {
+    const char *s, *e;
+    int depth;
+} jscan;
+
+static void ws(jscan *j)
+{
+    while (j->s < j->e && (*j->s == ' ' || *j->s == '\t' || *j->s == '\n' || *j->s == '\r'))
+        j->s++;
+}
+
+static int scan_string(jscan *j)
+{
+    if (j->s >= j->e || *j->s != '"') return -1;
+    j->s++;
+    while (j->s < j->e) {
+        unsigned char c = (unsigned char)*j->s;
+        if (c == '"') {
+            j->s++;
+            return 0;
+        }
+        if (c < 0x20) return -1;
+        if (c == '\\') {
+            j->s++;
+            if (j->s >= j->e) return -1;
+            char x = *j->s;
+            if (x == 'u') {
+                if (j->e - j->s < 5) return -1;
+                for (int k = 1; k <= 4; k++) {
+                    char h = j->s[k];
+                    if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F')))
+                        return -1;
+                }
+                j->s += 4;
+            } else if (!strchr("\"\\/bfnrt", x) || x == 0) {
+                return -1;
+            }
+        }
+        j->s++;
+    }
+    return -1;
+}
+
+static int scan_value(jscan *j);
+
+static int scan_number(jscan *j)
+{
+    const char *s = j->s;
+    if (j->s < j->e && *j->s == '-') j->s++;
+    if (j->s >= j->e) return -1;
+    if (*j->s == '0') j->s++;
+    else if (*j->s >= '1' && *j->s <= '9')
+        while (j->s < j->e && *j->s >= '0' && *j->s <= '9') j->s++;
+    else return -1;
+    if (j->s < j->e && *j->s == '.') {
+        j->s++;
+        const char *d = j->s;
+        while (j->s < j->e && *j->s >= '0' && *j->s <= '9') j->s++;
+        if (j->s == d) return -1;
+    }
+    if (j->s < j->e && (*j->s == 'e' || *j->s == 'E')) {
+        j->s++;
+        if (j->s < j->e && (*j->s == '+' || *j->s == '-')) j->s++;
+        const char *d = j->s;
+        while (j->s < j->e && *j->s >= '0' && *j->s <= '9') j->s++;
+        if (j->s == d) return -1;
+    }
+    return j->s > s ? 0 : -1;
+}
+
+static int scan_lit(jscan *j, const char *lit)
+{
+    size_t n = strlen(lit);
+    if ((size_t)(j->e - j->s) < n || memcmp(j->s, lit, n) != 0) return -1;
+    j->s += n;
+    return 0;
+}
+
+/* Scans one value (containers recursively, at most 512 deep). */
+static int scan_value(jscan *j)
+{
+    ws(j);
+    if (j->s >= j->e) return -1;
+    char c = *j->s;
+    if (c == '{' || c == '[') {
+        if (++j->depth > 512) return -1;
+        char close = c == '{' ? '}' : ']';
+        j->s++;
+        ws(j);
+        if (j->s < j->e && *j->s == close) {
+            j->s++;
+            j->depth--;
+            return 0;
+        }
+        for (;;) {
+            if (c == '{') {
+                ws(j);
+                if (scan_string(j)) return -1;
+                ws(j);
+                if (j->s >= j->e || *j->s != ':') return -1;
+                j->s++;
+            }
+            if (scan_value(j)) return -1;
+            ws(j);
+            if (j->s >= j->e) return -1;
+            if (*j->s == ',') {
+                j->s++;
+                continue;
+            }
+            if (*j->s == close) {
+                j->s++;
+                j->depth--;
+                return 0;
+            }
+            return -1;
+        }
+    }
+    if (c == '"') return scan_string(j);
+    if (c == 't') return scan_lit(j, "true");
+    if (c == 'f') return scan_lit(j, "false");
+    if (c == 'n') return scan_lit(j, "null");
+    return scan_number(j);
+}
+
+typedef struct jedit {
+    size_t start, end;  /* bytes [start, end) replaced */
+    const char *repl;   /* "" or "null" */
+} jedit;
+
+#define JEDITS_MAX 512
+
+typedef struct jedits {
+    jedit e[JEDITS_MAX];
+    size_t n;
+} jedits;
+
+static int in_list(const char *const *list, const char *k, size_t kn)
+{
+    for (size_t i = 0; list && list[i]; i++)
+        if (strlen(list[i]) == kn && memcmp(list[i], k, kn) == 0) return 1;
+    return 0;
+}
+
+static int add_edit(jedits *ed, size_t s, size_t e, const char *repl)
+{
+    if (ed->n >= JEDITS_MAX) return -1;
+    ed->e[ed->n++] = (jedit){s, e, repl};
+    return 0;
+}
+
+/* Walks the object at j->s, deleting members named in `remove` and nulling those in `nul`;
+ * `on_choices` (top level only) descends into the "choices" array. Member deletion takes
+ * the separating comma with it so the result stays valid JSON. */
+static int walk_object(jscan *j, const char *base, const char *const *remove,
+                       const char *const *nul, const al_json_strip *spec, int top, jedits *ed)
+{
+    ws(j);
+    if (j->s >= j->e || *j->s != '{') return -1;
+    j->s++;
+    ws(j);
+    if (j->s < j->e && *j->s == '}') {
+        j->s++;
+        return 0;
+    }
+    int kept_before = 0;
+    size_t prev_end = 0;
+    for (;;) {
+        ws(j);
+        size_t mstart = (size_t)(j->s - base);
+        const char *ks = j->s + 1;
+        if (scan_string(j)) return -1;
+        size_t kn = (size_t)(j->s - ks) - 1;
+        ws(j);
+        if (j->s >= j->e || *j->s != ':') return -1;
+        j->s++;
+        ws(j);
+        size_t vstart = (size_t)(j->s - base);
+        int is_choices = top && kn == 7 && memcmp(ks, "choices", 7) == 0 && j->s < j->e &&
+                         *j->s == '[';
+        if (is_choices) {
+            /* each element: an object walked with the choice lists, else scanned */
+            j->s++;
+            ws(j);
+            if (j->s < j->e && *j->s == ']') j->s++;
+            else
+                for (;;) {
+                    ws(j);
+                    if (j->s < j->e && *j->s == '{') {
+                        if (walk_object(j, base, spec->choice_remove, spec->choice_null, spec, 0,
+                                        ed))
+                            return -1;
+                    } else if (scan_value(j)) {
+                        return -1;
+                    }
+                    ws(j);
+                    if (j->s >= j->e) return -1;
+                    if (*j->s == ',') {
+                        j->s++;
+                        continue;
+                    }
+                    if (*j->s == ']') {
+                        j->s++;
+                        break;
+                    }
+                    return -1;
+                }
+        } else if (scan_value(j)) {
+            return -1;
+        }
+        size_t mend = (size_t)(j->s - base);
+        ws(j);
+        if (j->s >= j->e) return -1;
+        int last = *j->s == '}';
+        if (!last && *j->s != ',') return -1;
+        size_t next_start = 0;
+        if (!last) {
+            const char *save = j->s;
+            j->s++;
+            ws(j);
+            next_start = (size_t)(j->s - base);
+            j->s = save;
+        }
+        if (in_list(remove, ks, kn)) {
+            int r;
+            if (kept_before) r = add_edit(ed, prev_end, mend, "");
+            else if (!last) r = add_edit(ed, mstart, next_start, "");
+            else r = add_edit(ed, mstart, mend, "");
+            if (r) return -1;
+        } else {
+            if (in_list(nul, ks, kn) && !(mend - vstart == 4 && memcmp(base + vstart, "null", 4) == 0))
+                if (add_edit(ed, vstart, mend, "null")) return -1;
+            kept_before = 1;
+        }
+        prev_end = mend;
+        j->s++;
+        if (last) return 0;
+    }
+}
+
+long al_json_strip_apply(const char *in, size_t len, const al_json_strip *spec, char *out,
+                         size_t outcap)
+{
+    jedits *ed = malloc(sizeof *ed);
+    if (!ed) return -1;
+    ed->n = 0;
+    jscan j = {in, in + len, 0};
+    long res = -1;
+    if (walk_object(&j, in, spec->top_remove, NULL, spec, 1, ed) == 0) {
+        ws(&j);
+        if (j.s == j.e) {
+            /* edits come in text order except nested ones, which never overlap */
+            size_t o = 0, pos = 0;
+            /* sort by start (few edits: insertion sort) */
+            for (size_t a = 1; a < ed->n; a++)
+                for (size_t b = a; b > 0 && ed->e[b - 1].start > ed->e[b].start; b--) {
+                    jedit t = ed->e[b];
+                    ed->e[b] = ed->e[b - 1];
+                    ed->e[b - 1] = t;
+                }
+            int ok = 1;
+            for (size_t k = 0; k < ed->n && ok; k++) {
+                jedit *x = &ed->e[k];
+                if (x->start < pos) { /* inside a deleted member: already gone */
+                    if (x->end > pos) pos = x->end;
+                    continue;
+                }
+                size_t keep = x->start - pos, rl = strlen(x->repl);
+                if (o + keep + rl > outcap) ok = 0;
+                else {
+                    memcpy(out + o, in + pos, keep);
+                    o += keep;
+                    memcpy(out + o, x->repl, rl);
+                    o += rl;
+                    pos = x->end;
+                }
+            }
+            if (ok && o + (len - pos) <= outcap) {
+                memcpy(out + o, in + pos, len - pos);
+                o += len - pos;
+                res = (long)o;
+            }
+        }
+    }
+    free(ed);
+    return res;
+}

@@ -1,0 +1,72 @@
+/*
+ * http1.h: the proxy's HTTP/1.1 request-head parser and its small JSON editor. Both face
+ * untrusted bytes, both are pure functions over (pointer, length) slices with no allocation,
+ * and both have a fuzz target (tests/fuzz/fuzz_proxy_http1.c).
+ */
+#ifndef ARCLIGHT_PROXY_HTTP1_H
+#define ARCLIGHT_PROXY_HTTP1_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct al_slice {
+    const char *p;
+    size_t n;
+} al_slice;
+
+#define AL_HTTP1_HEADERS_CAP 256
+
+typedef struct al_http1_header {
+    al_slice name, value;
+} al_http1_header;
+
+typedef struct al_http1_head {
+    al_slice method, target;
+    int minor_version;      /* HTTP/1.<minor> */
+    al_http1_header headers[AL_HTTP1_HEADERS_CAP];
+    size_t nheaders;
+    int64_t content_length; /* -1: no Content-Length */
+    int chunked;            /* Transfer-Encoding: chunked */
+    int keep_alive;         /* after Connection and the version's default */
+} al_http1_head;
+
+typedef struct al_http1_limits {
+    size_t max_head_bytes; /* request line + headers (nginx: 4 x 8 KiB buffers) */
+    size_t max_headers;    /* <= AL_HTTP1_HEADERS_CAP */
+} al_http1_limits;
+
+/* Parses the request head at the start of buf[0..len).
+ *   > 0  the head is complete and valid; the value is its length (body follows)
+ *   0    incomplete: read more (len is still within the limits)
+ *   < 0  -(HTTP status) to answer with: -400 malformed, -431 head too large or too many
+ *        headers, -501 unsupported transfer coding, -505 not HTTP/1.x; errstr says why.
+ * Slices in out point into buf. */
+int al_http1_parse_head(const char *buf, size_t len, const al_http1_limits *lim,
+                        al_http1_head *out, char *errstr, size_t errlen);
+
+/* The value of header `name` (case-insensitive), or NULL. */
+const al_slice *al_http1_header_get(const al_http1_head *h, const char *name);
+
+int al_slice_eq(al_slice s, const char *lit);      /* exact */
+int al_slice_caseeq(al_slice s, const char *lit);  /* ASCII case-insensitive */
+
+/* ------------------------------------------------------------------------------------------
+ * JSON editing that keeps every byte it does not touch: the proxy removes the fields it asked
+ * the upstream for (token ids, logprobs, usage) from the answer without re-serialising it, so
+ * the agent gets the upstream's own bytes.
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct al_json_strip {
+    const char *const *top_remove;    /* members of the top-level object to delete */
+    const char *const *choice_remove; /* members of each object in top-level "choices" */
+    const char *const *choice_null;   /* members of each choice whose value becomes null */
+} al_json_strip;
+
+/* Writes the edited text to out (capacity outcap >= len suffices: edits never grow the
+ * text by more than "null" replacing a shorter value, so give len + 64 * choices; the
+ * function checks). Returns the output length, or -1 when in is not one valid JSON object
+ * or out is too small (then nothing useful is in out). Keys are compared as raw bytes. */
+long al_json_strip_apply(const char *in, size_t len, const al_json_strip *spec, char *out,
+                         size_t outcap);
+
+#endif
