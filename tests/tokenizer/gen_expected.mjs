@@ -92,6 +92,7 @@ const texts = [
   "'s at start, word's end, quote' 'quoted' ''double'' \u2019s curly",
   "A1B2C3 a-b_c 1.2.3 v1.0-rc2 x86_64 12345678901234567890",
   "ends with a combining mark: cafe\u0301",
+  "letters new in Unicode 15-16: a\u{31350}b \u{2EBF0}\u{1E5D0}\u{10D50} digits \u{11F50}\u{11F51} x\u{1E030}",
   "a  \n<|endoftext|> \t b\u3000<|endoftext|>\u00A0c <|im_end|> d",
   "\u0301 starts with one, then o\u0308\u0304 and \u1E0B\u0323",
 ];
