@@ -167,5 +167,8 @@ TEST(shipped_tiny_configs_load)
     REQUIREF(al_model_config_load(&c, "tests/model/tiny-qwen3.json", err, sizeof err) == 0, "%s",
              err);
     CHECK(c.arch == AL_MODEL_ARCH_QWEN3 && !c.tie_word_embeddings && c.head_dim == 32);
+    /* ids of tests/tokenizer/tiny: <|endoftext|> 505, <|im_end|> 507 */
+    CHECK_EQ_INT(c.bos_token_id, 505);
+    CHECK_EQ_INT(c.eos_token_id, 507);
     REQUIREF(al_model_config_load(&c, "tests/model/ref-qwen3", err, sizeof err) == 0, "%s", err);
 }
