@@ -212,3 +212,60 @@ TEST(lossy_decode)
     free(out);
     al_tokenizer_free(tok);
 }
+
+typedef struct ends_acc {
+    size_t ends[256];
+    size_t n;
+} ends_acc;
+
+static void collect_end(void *ctx, size_t start, size_t end)
+{
+    ends_acc *a = ctx;
+    (void)start;
+    if (a->n < 256) a->ends[a->n] = end;
+    a->n++;
+}
+
+TEST(pretokenizer_splits_match_reference)
+{
+    /* expected_pretok.json: the Rust library's splits of 600 random strings (code points
+     * from the whole code space and from a regex-relevant pool) for the GPT-2, Qwen2 and
+     * Llama-3 patterns. A wrong class for any code point in the tables shows up here. */
+    al_json *fx = tok_load_fixture("tests/tokenizer/expected_pretok.json");
+    REQUIRE(fx);
+    const al_json *all = al_json_get(fx, "cases");
+    REQUIRE(all && all->count == 3);
+    for (size_t t = 0; t < all->count; t++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "tests/tokenizer/%s/tokenizer.json", all->keys[t]);
+        char *path = tok_source_path(rel);
+        char err[200];
+        al_tokenizer *tok = al_tokenizer_load(path, NULL, err, sizeof err);
+        free(path);
+        REQUIREF(tok, "%s: %s", rel, err);
+        const al_json *cases = all->items[t];
+        CHECK(cases->count >= 500);
+        int bad = 0;
+        for (size_t i = 0; i < cases->count && bad < 5; i++) {
+            const al_json *text = al_json_get(cases->items[i], "text");
+            const al_json *ends = al_json_get(cases->items[i], "ends");
+            ends_acc acc = {.n = 0};
+            CHECK(al_tokenizer_pretokenize(tok, text->string, text->string_len, collect_end,
+                                           &acc) == 0);
+            int same = acc.n == ends->count;
+            for (size_t k = 0; same && k < acc.n; k++)
+                same = acc.ends[k] == (size_t)ends->items[k]->integer;
+            if (!same) {
+                bad++;
+                char hex[200] = "";
+                for (size_t k = 0; k < text->string_len && k < 48; k++)
+                    snprintf(hex + strlen(hex), sizeof hex - strlen(hex), "%02x",
+                             (uint8_t)text->string[k]);
+                CHECKF(0, "%s case %zu (%s): %zu pieces, reference %zu", all->keys[t], i, hex,
+                       acc.n, ends->count);
+            }
+        }
+        al_tokenizer_free(tok);
+    }
+    al_json_free(fx);
+}

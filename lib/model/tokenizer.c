@@ -1344,9 +1344,9 @@ static int spans_reserve(span **s, size_t *cap, size_t n)
     return 0;
 }
 
-/* Pre-tokenizes and encodes one normalized segment (no added tokens inside). */
-static int encode_segment(const al_tokenizer *t, encode_ctx *c, const uint8_t *s, size_t len,
-                          al_token_ids *out)
+/* Splits a segment with each pre-tokenizer pattern in turn; the pieces (byte ranges of s)
+ * end up in c->spans. Returns their number, or -1 when memory ran out. */
+static long split_segment(const al_tokenizer *t, encode_ctx *c, const uint8_t *s, size_t len)
 {
     if (len == 0) return 0;
     if (spans_reserve(&c->spans, &c->spans_cap, 1)) return -1;
@@ -1373,10 +1373,41 @@ static int encode_segment(const al_tokenizer *t, encode_ctx *c, const uint8_t *s
         c->next_cap = tcap;
         nspans = nn;
     }
-    for (size_t i = 0; i < nspans; i++)
+    return (long)nspans;
+}
+
+/* Pre-tokenizes and encodes one normalized segment (no added tokens inside). */
+static int encode_segment(const al_tokenizer *t, encode_ctx *c, const uint8_t *s, size_t len,
+                          al_token_ids *out)
+{
+    long nspans = split_segment(t, c, s, len);
+    if (nspans < 0) return -1;
+    for (long i = 0; i < nspans; i++)
         if (encode_word(t, &c->work, s + c->spans[i].a, c->spans[i].b - c->spans[i].a, out))
             return -1;
     return 0;
+}
+
+static void encode_ctx_free(encode_ctx *c)
+{
+    cpbuf_free(&c->cps);
+    free(c->work.syms);
+    free(c->work.heap);
+    free(c->work.scratch);
+    free(c->spans);
+    free(c->next_spans);
+}
+
+int al_tokenizer_pretokenize(const al_tokenizer *t, const char *text, size_t len,
+                             void (*fn)(void *ctx, size_t start, size_t end), void *ctx)
+{
+    encode_ctx c;
+    memset(&c, 0, sizeof c);
+    long n = split_segment(t, &c, (const uint8_t *)text, len);
+    for (long i = 0; i < n; i++)
+        fn(ctx, c.spans[i].a, c.spans[i].b);
+    encode_ctx_free(&c);
+    return n < 0 ? -1 : 0;
 }
 
 /* Normalizes (NFC), adds the prefix space when asked, and encodes a text segment. */
@@ -1473,12 +1504,7 @@ int al_tokenizer_encode(const al_tokenizer *t, const char *text, size_t len, uns
         seg = i;
     }
     if (rc == 0) rc = encode_text(t, &c, text + seg, len - seg, out);
-    cpbuf_free(&c.cps);
-    free(c.work.syms);
-    free(c.work.heap);
-    free(c.work.scratch);
-    free(c.spans);
-    free(c.next_spans);
+    encode_ctx_free(&c);
     return rc;
 }
 

@@ -87,6 +87,12 @@ enum {
 int al_tokenizer_encode(const al_tokenizer *tok, const char *text, size_t len, unsigned flags,
                         al_token_ids *out);
 
+/* The pre-tokenizer's split of len bytes of text alone (no added tokens, no NFC, no
+ * prefix space): fn gets each piece's byte range [start, end), in order. For tests and
+ * inspection. Returns 0, or -1 when memory ran out. */
+int al_tokenizer_pretokenize(const al_tokenizer *tok, const char *text, size_t len,
+                             void (*fn)(void *ctx, size_t start, size_t end), void *ctx);
+
 /* Decodes n ids into a malloc'd, NUL-terminated string (*out, *out_len bytes). Unknown
  * ids are skipped. Returns 0, or -1 when memory ran out. */
 int al_tokenizer_decode(const al_tokenizer *tok, const int32_t *ids, size_t n, unsigned flags,

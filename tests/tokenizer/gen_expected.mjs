@@ -195,6 +195,12 @@ write("expected_tiny_prefix.json", {
   tokenizer: "tests/tokenizer/tiny_prefix/tokenizer.json",
   cases: await encodeAll(prefixed, tinyCfg, path.join(here, "tiny_prefix", "tokenizer.json")),
 });
+// The Qwen2 split regex over the tiny vocabulary (for the pre-tokenizer comparison below).
+const qwenSplit = structuredClone(tinyJson);
+qwenSplit.pre_tokenizer = structuredClone(qwenJson.pre_tokenizer);
+fs.mkdirSync(path.join(here, "tiny_qwen2"), { recursive: true });
+fs.writeFileSync(path.join(here, "tiny_qwen2", "tokenizer.json"), JSON.stringify(qwenSplit, null, 1) + "\n");
+
 // The older merges format: "left right" strings instead of pairs.
 const strMerges = structuredClone(tinyJson);
 strMerges.model.merges = strMerges.model.merges.map(([a, b]) => `${a} ${b}`);
@@ -405,3 +411,71 @@ for (let i = 0; i < 400; i++) {
   nfc.push({ text: s, nfc: s.normalize("NFC") });
 }
 write("expected_nfc.json", { reference: `node ${process.version} String.prototype.normalize (ICU ${process.versions.icu}, Unicode ${process.versions.unicode})`, cases: nfc });
+
+// ---------------------------------------------------------------------------------------
+// Pre-tokenizer splits from the Rust library (getPreTokenizer().preTokenizeString) for the
+// GPT-2, Qwen2 and Llama-3 patterns, on random strings whose code points are drawn half
+// from the whole code space (assigned or not) and half from a pool of regex-relevant ones
+// (every White_Space character, apostrophes and contraction letters, digits of several
+// scripts, marks, letters added in Unicode 15 and 16). This checks the character class
+// tables of lib/model/unicode_tables.c against the reference, point by point.
+{
+  const b2u = (() => {
+    const bs = [];
+    for (let b = 33; b <= 126; b++) bs.push(b);
+    for (let b = 0xa1; b <= 0xac; b++) bs.push(b);
+    for (let b = 0xae; b <= 0xff; b++) bs.push(b);
+    const cs = bs.slice();
+    let n = 0;
+    for (let b = 0; b < 256; b++) if (!bs.includes(b)) { bs.push(b); cs.push(256 + n++); }
+    const m = new Map();
+    bs.forEach((b, i) => m.set(String.fromCodePoint(cs[i]), b));
+    return m;
+  })();
+  const pool = [
+    0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x20, 0x85, 0xa0, 0x1680, 0x2000, 0x2005, 0x200a, 0x2028, 0x2029, 0x202f,
+    0x205f, 0x3000, 0x200b, 0xfeff, 0x27, 0x2019, 0x73, 0x53, 0x74, 0x72, 0x65, 0x76, 0x6d, 0x6c, 0x64, 0x17f,
+    0x30, 0x39, 0x661, 0x966, 0xff11, 0x2167, 0xbd, 0x1d7d8, 0x301, 0x5bc, 0x93c, 0x21, 0x2e, 0x5f, 0x2d, 0x40,
+    0x61, 0x7a, 0xe9, 0x4e2d, 0xac00, 0x1f600, 0x31350, 0x2ebf0, 0x1e5d0, 0x10d50, 0x11f04, 0x11f50, 0x1e030,
+    0x323b0, 0x2ffc, 0xe000, 0x10ffff,
+  ];
+  let st = 777;
+  const rnd = (n) => {
+    st = (st * 1103515245 + 12345) % 2147483648;
+    return Math.floor((st / 2147483648) * n);
+  };
+  const strs = [];
+  for (let i = 0; i < 600; i++) {
+    let t = "";
+    const n = 1 + rnd(16);
+    for (let k = 0; k < n; k++) {
+      let cp = rnd(2) ? pool[rnd(pool.length)] : rnd(0x110000);
+      if (cp >= 0xd800 && cp <= 0xdfff) cp = 0x41;
+      t += String.fromCodePoint(cp);
+    }
+    strs.push(t);
+  }
+  const out = {};
+  for (const name of ["tiny", "tiny_qwen2", "tiny_llama3"]) {
+    const pre = RustTokenizer.fromFile(path.join(here, name, "tokenizer.json")).getPreTokenizer();
+    out[name] = strs.map((text) => {
+      const bytes = Buffer.from(text, "utf8");
+      const ends = [];
+      let at = 0;
+      for (const [piece] of pre.preTokenizeString(text)) {
+        for (const ch of piece) {
+          if (!b2u.has(ch)) throw new Error(`unexpected piece character ${ch}`);
+          if (bytes[at] !== b2u.get(ch)) throw new Error(`pieces do not spell ${JSON.stringify(text)}`);
+          at++;
+        }
+        ends.push(at);
+      }
+      if (at !== bytes.length) throw new Error(`pieces do not cover ${JSON.stringify(text)}`);
+      return { text, ends };
+    });
+  }
+  write("expected_pretok.json", {
+    reference: `tokenizers ${version("tokenizers")} (Rust): PreTokenizer.preTokenizeString; ends are byte offsets`,
+    cases: out,
+  });
+}
