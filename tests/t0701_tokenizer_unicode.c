@@ -1,5 +1,6 @@
 /*
- * t0701_tokenizer_unicode: UTF-8 coding, character classes, NFC (against node's ICU, see
+ * t0701_tokenizer_unicode: UTF-8 coding, character classes (pre-tokenizer splits against HF
+ * Rust, tests/tokenizer/expected_pretok.json), NFC (against HF Rust = ICU, see
  * tests/tokenizer/expected_nfc.json), and the streaming decoder's handling of characters
  * split across tokens and of bytes that never become characters.
  */
