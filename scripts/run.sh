@@ -17,7 +17,9 @@ if ! { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release &&
   exit 1
 fi
 
-"./$build/arclight" broker --listen "$listen" >"$logdir/broker.out" 2>"$logdir/broker.log" &
+# Its own session: Ctrl-C reaches tail alone, and the broker is stopped after tail is done
+# (otherwise tail's last moments fill the terminal with "connection refused").
+setsid "./$build/arclight" broker --listen "$listen" >"$logdir/broker.out" 2>"$logdir/broker.log" &
 broker=$!
 cleanup() {
   kill "$broker" 2>/dev/null || true
