@@ -424,6 +424,11 @@ static void apply_step(train_worker *w, al_train_ready *r)
         worker_fail(w, "%s", err);
         return;
     }
+    if (w->o->kill_version >= 0 && w->o->kill_after_ack) {
+        /* the test hook wants its kill right at this version's ack: one version at a time */
+        char e[256];
+        al_producer_flush(w->prod, 10000, e, sizeof e);
+    }
     train_metrics *m = &w->met;
     al_counter_inc(m->steps);
     al_counter_add(m->tokens, (double)st.step_tokens * al_trainer_config_of(w->tr)->ppo_epochs);
