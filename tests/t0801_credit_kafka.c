@@ -10,7 +10,11 @@
 #include "avro/codec.h"
 
 #include <librdkafka/rdkafka.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -235,6 +239,9 @@ static int read_topic(const char *topic, recs *out)
     return rc;
 }
 
+/* How often workers commit; the kill test commits rarely so that the restart re-reads a lot. */
+static const char *commit_interval_ms = "200";
+
 /* Starts `arclight credit` with the given extra args (NULL-terminated); output to log. */
 static pid_t credit_start(const char *log, const char *const *extra)
 {
@@ -255,7 +262,7 @@ static pid_t credit_start(const char *log, const char *const *extra)
         FILE *f = freopen(log, "a", stderr);
         (void)f;
         setenv("ARCLIGHT_KAFKA_SESSION_TIMEOUT_MS", "6000", 1);
-        setenv("ARCLIGHT_KAFKA_AUTO_COMMIT_INTERVAL_MS", "200", 1);
+        setenv("ARCLIGHT_KAFKA_AUTO_COMMIT_INTERVAL_MS", commit_interval_ms, 1);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
@@ -281,6 +288,55 @@ static void dump_log(const char *log)
     if (!f) return;
     while (fgets(line, sizeof line, f)) fprintf(stderr, "    | %s", line);
     fclose(f);
+}
+
+/* A free loopback port (bound and released; good enough for a test). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t len = sizeof a;
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) ||
+        getsockname(fd, (struct sockaddr *)&a, &len)) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* GET path from 127.0.0.1:port; the whole response (headers and body) in buf. */
+static int http_get(int port, const char *path, char *buf, size_t len)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    char req[256];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return -1;
+    }
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < len && (r = read(fd, buf + got, len - 1 - got)) > 0) got += (size_t)r;
+    buf[got] = '\0';
+    close(fd);
+    return 0;
+}
+
+/* The value of the metric line that starts with `series ` ("name{labels}"); NAN if absent. */
+static double metric(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, series, n) && p[n] == ' ') return atof(p + n + 1);
+    return NAN;
 }
 
 /* ---- checking transitions ----------------------------------------------------------------- */
@@ -352,6 +408,7 @@ TEST(start_broker)
     FILE *f = fopen(topics_path, "w");
     REQUIRE(f != NULL);
     fputs("t8.spans 4 1\nt8.tr 4 1\nt8.spans2 4 1\nt8.tr2 4 1\nt8.one 1 1\nt8.tr3 2 1\n"
+          "t8.quiet 1 1\nt8.trq 1 1\n"
           "arclight.deadletter 2 1\n",
           f);
     fclose(f);
@@ -392,17 +449,40 @@ TEST(interleaved_rollouts_across_partitions_and_dead_letters)
 
     char log[256];
     snprintf(log, sizeof log, "%s/run1.log", tmpdir);
+    int port = free_port();
+    char maddr[64];
+    snprintf(maddr, sizeof maddr, "127.0.0.1:%d", port);
     const char *args[] = {"--input", "t8.spans", "--output", "t8.tr", "--group", "g1",
-                          "--group-size", "3", "--exit-idle", "2", NULL};
+                          "--group-size", "3", "--metrics", maddr, NULL};
     double t0 = testlib_now();
-    int st = wait_exit(credit_start(log, args), 90);
+    pid_t w = credit_start(log, args);
+    int ne = n_expected();
+    recs tr = {0};
+    while (testlib_now() - t0 < 60) {
+        recs_free(&tr);
+        if (read_topic("t8.tr", &tr) == 0 && (int)tr.n >= ne) break;
+        usleep(200000);
+    }
+    /* what the worker counted, then a clean stop */
+    static char text[65536];
+    CHECK_EQ_INT(http_get(port, "/metrics", text, sizeof text), 0);
+    usleep(300000); /* the transitions' counters are updated right after the produce */
+    CHECK_EQ_INT(http_get(port, "/metrics", text, sizeof text), 0);
+    CHECK_NEAR(metric(text, "arclight_credit_spans_total"), (double)spans.n + 3, 0);
+    CHECK_NEAR(metric(text, "arclight_credit_transitions_total"), ne, 0);
+    CHECK_NEAR(metric(text, "arclight_credit_deadletter_total{reason=\"undecodable\"}"), 2, 0);
+    CHECK_NEAR(metric(text, "arclight_credit_deadletter_total{reason=\"no_token_ids\"}"), 1, 0);
+    CHECK_NEAR(metric(text, "arclight_credit_rollouts_total{outcome=\"completed\"}"), N_ROLL, 0);
+    CHECK_NEAR(metric(text, "arclight_credit_groups_total{outcome=\"completed\"}"), N_TASKS, 0);
+    CHECK_NEAR(metric(text, "arclight_credit_open_rollouts"), 1, 0); /* dl-r never ends */
+    CHECK(metric(text, "arclight_credit_reward_mean") >= 0);
+    CHECK(http_get(port, "/healthz", text, sizeof text) == 0 && strstr(text, "\"ok\""));
+    kill(w, SIGTERM);
+    int st = wait_exit(w, 30);
     CHECKF(st == 0, "credit exited with %d", st);
     if (st != 0) dump_log(log);
     fprintf(stderr, "  (credit run: %.1f s)\n", testlib_now() - t0);
 
-    recs tr = {0};
-    REQUIRE(read_topic("t8.tr", &tr) == 0);
-    int ne = n_expected();
     seen *sn = calloc((size_t)ne, sizeof *sn);
     CHECK_EQ_INT(collect(&tr, sn), 0);
     int missing = 0, dup = 0;
@@ -514,6 +594,7 @@ TEST(sigkill_restart_and_a_second_worker)
                           "--group-size", "3", NULL};
     size_t half = spans.n / 2, third = spans.n / 3;
     REQUIRE(produce("t8.spans2", spans.m, third) == 0);
+    commit_interval_ms = "60000"; /* the kill lands before any commit */
     pid_t a = credit_start(loga, args);
     /* wait for its first transitions, then feed more and kill it mid-stream */
     double t0 = testlib_now();
@@ -530,6 +611,7 @@ TEST(sigkill_restart_and_a_second_worker)
     waitpid(a, NULL, 0);
     REQUIRE(produce("t8.spans2", spans.m + half, spans.n - half) == 0);
     /* restart it, and a second worker joins */
+    commit_interval_ms = "200";
     a = credit_start(loga, args);
     usleep(500000);
     pid_t b = credit_start(logb, args);
@@ -555,6 +637,7 @@ TEST(sigkill_restart_and_a_second_worker)
             dups, testlib_now() - t0);
     CHECKF(missing == 0, "%d of %d transitions missing after the restart", missing, ne);
     CHECKF(mismatched == 0, "%d duplicated ids with different content", mismatched);
+    CHECKF(dups > 0, "the restart re-read nothing (the kill came after a commit?)");
     kill(a, SIGTERM);
     kill(b, SIGTERM);
     int sa = wait_exit(a, 30), sb = wait_exit(b, 30);
@@ -565,6 +648,71 @@ TEST(sigkill_restart_and_a_second_worker)
     }
     free(sn);
     recs_free(&tr);
+}
+
+TEST(quiet_partition_times_out_its_last_rollout)
+{
+    REQUIRE(broker.pid > 0);
+    /* a rollout that never ends, alone on its topic: only the quiet flush (wall time) can
+     * time it out; kept with reward 0.5 */
+    stream one = {0};
+    for (size_t i = 0; i < spans.n && one.n < 1; i++) {
+        al_span sp;
+        memset(&sp, 0, sizeof sp);
+        char err[256];
+        if (al_span_decode(spans.m[i].val, spans.m[i].len, &sp, err, sizeof err) == 0 &&
+            sp.kind == AL_SPAN_KIND_LLM_CALL && sp.sequence == 0) {
+            sp.task_id = "";
+            al_buf b = {0};
+            if (al_span_encode(&sp, &b, err, sizeof err) == 0) stream_add(&one, sp.rollout_id, b.data, b.len);
+            al_buf_free(&b);
+        }
+        al_span_clear(&sp);
+    }
+    REQUIRE(one.n == 1);
+    REQUIRE(produce("t8.quiet", one.m, 1) == 0);
+    stream_free(&one);
+    char log[256];
+    snprintf(log, sizeof log, "%s/quiet.log", tmpdir);
+    const char *args[] = {"--input", "t8.quiet", "--output", "t8.trq", "--group", "gq",
+                          "--idle-timeout", "1", "--quiet-flush", "1", "--on-timeout", "keep",
+                          "--timeout-reward", "0.5", "--estimator", "none", "--exit-idle", "4",
+                          NULL};
+    int st = wait_exit(credit_start(log, args), 60);
+    CHECKF(st == 0, "credit exited with %d", st);
+    recs tr = {0};
+    REQUIRE(read_topic("t8.trq", &tr) == 0);
+    REQUIRE(tr.n == 1);
+    al_transition t;
+    memset(&t, 0, sizeof t);
+    char err[256];
+    REQUIRE(al_transition_decode(tr.r[0].val, tr.r[0].len, &t, err, sizeof err) == 0);
+    CHECK_NEAR(t.reward, 0.5, 0);
+    CHECK_NEAR(t.advantage, 0.5, 0);
+    CHECK_EQ_INT(t.group_size, 1);
+    al_transition_clear(&t);
+    recs_free(&tr);
+}
+
+TEST(command_line)
+{
+    char cmd[1024], out[256];
+    snprintf(out, sizeof out, "%s/cli.out", tmpdir);
+    snprintf(cmd, sizeof cmd, "'%s' credit --help >%s 2>&1", al_test_bin(), out);
+    CHECK_EQ_INT(WEXITSTATUS(system(cmd)), 0);
+    snprintf(cmd, sizeof cmd, "'%s' credit --estimator ppo >%s 2>&1", al_test_bin(), out);
+    CHECK_EQ_INT(WEXITSTATUS(system(cmd)), 2);
+    FILE *f = fopen(out, "r");
+    char line[512] = "";
+    if (f) {
+        if (!fgets(line, sizeof line, f)) line[0] = '\0';
+        fclose(f);
+    }
+    CHECKF(strstr(line, "--estimator ppo") != NULL, "stderr: %s", line);
+    snprintf(cmd, sizeof cmd, "'%s' credit --gamma 2 >%s 2>&1", al_test_bin(), out);
+    CHECK_EQ_INT(WEXITSTATUS(system(cmd)), 2);
+    snprintf(cmd, sizeof cmd, "'%s' credit --group-size 0 >%s 2>&1", al_test_bin(), out);
+    CHECK_EQ_INT(WEXITSTATUS(system(cmd)), 2);
 }
 
 TEST(stop_broker)
