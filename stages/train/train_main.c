@@ -89,14 +89,17 @@ static void held_release(void *ctx, void *opaque)
     held_msg *h = opaque;
     if (!h) return;
     al_input_end(h->in);
-    rd_kafka_message_destroy(h->m);
+    if (h->m) rd_kafka_message_destroy(h->m);
     free(h);
 }
 
-/* An applied step waiting for its PolicyVersion's ack and a full checkpoint. */
+/* An applied step waiting for its PolicyVersion's ack and a full checkpoint: only the
+ * input handles of its chunks are kept (the messages and decoded chunks are freed once the
+ * update is done, so that --checkpoint-every N holds N steps' handles, not their bytes). */
 typedef struct applied {
     int64_t version;
-    al_train_ready *r;
+    held_msg **hs;
+    size_t n;
     int acked;
     struct applied *next;
 } applied;
@@ -409,17 +412,27 @@ static void apply_step(train_worker *w, al_train_ready *r)
         raise(SIGKILL);
     }
     applied *a = calloc(1, sizeof *a);
-    if (!a) {
+    if (!a || !(a->hs = calloc(r->n_current + r->n_retired + 1, sizeof *a->hs))) {
+        free(a);
         worker_fail(w, "out of memory");
         ready_release(r);
         return;
     }
     a->version = w->version;
-    a->r = r;
+    for (size_t i = 0; i < r->n_current + r->n_retired; i++) {
+        held_msg *h = i < r->n_current ? r->current[i] : r->retired[i - r->n_current];
+        rd_kafka_message_destroy(h->m);
+        h->m = NULL;
+        a->hs[a->n++] = h;
+    }
+    int64_t batch_step = r->step, batch_policy = r->policy_version, step_tokens = r->tokens;
+    int nmb = r->nchunks;
+    double reward_mean = r->reward_mean;
+    al_train_ready_free(r);
     applied **tail = &w->applied_head;
     while (*tail) tail = &(*tail)->next;
     *tail = a;
-    if (publish_version(w, w->version, r->step, sha, &st, r->reward_mean, r->policy_version, a, err,
+    if (publish_version(w, w->version, batch_step, sha, &st, reward_mean, batch_policy, a, err,
                         sizeof err) != 0) {
         worker_fail(w, "%s", err);
         return;
@@ -443,7 +456,7 @@ static void apply_step(train_worker *w, al_train_ready *r)
     al_log_info(COMP,
                 "%s v%" PRId64 " (batch step %" PRId64 ", %d micro-batches, %" PRId64
                 " tokens): loss %.5f kl %.5f entropy %.4f clip %.3f grad-norm %.4f lr %.3g, %.0f tok/s%s",
-                w->o->model_name, w->version, r->step, r->nchunks, r->tokens, st.loss, st.kl,
+                w->o->model_name, w->version, batch_step, nmb, step_tokens, st.loss, st.kl,
                 st.entropy, st.clip_frac, st.grad_norm, st.lr, st.tokens_per_s,
                 full ? ", checkpoint" : "");
 }
@@ -468,14 +481,35 @@ static void on_delivery(const al_delivery *d, void *ctx)
 }
 
 /* Releases the inputs of steps whose version is acknowledged and covered by a checkpoint. */
+static void applied_free(applied *a)
+{
+    for (size_t i = 0; i < a->n; i++) held_release(NULL, a->hs[i]);
+    free(a->hs);
+    free(a);
+}
+
 static void retire_applied(train_worker *w)
 {
     while (w->applied_head && w->applied_head->acked && w->applied_head->version <= w->last_full) {
         applied *a = w->applied_head;
         w->applied_head = a->next;
-        ready_release(a->r);
-        free(a);
+        applied_free(a);
     }
+}
+
+/* Steps of a model come from one trainer: a second member taking partitions away stops this
+ * one (the other continues from the stored offsets). */
+static void on_rebalance(al_consumer *c, al_rebalance_event ev,
+                         const rd_kafka_topic_partition_list_t *parts, void *ctx)
+{
+    train_worker *w = ctx;
+    (void)c;
+    if (ev == AL_REBALANCE_ASSIGNED || train_stop || w->closing) return;
+    if (parts && parts->cnt == 0) return;
+    worker_fail(w, "the consumer group took %d partition%s of %s away from this trainer (another "
+                   "trainer of the model joined group %s?); one trainer per model, so this one stops",
+                parts ? parts->cnt : 0, parts && parts->cnt == 1 ? "" : "s", w->o->input_topic,
+                w->o->group);
 }
 
 /* ---- resume ------------------------------------------------------------------------------------ */
@@ -703,6 +737,10 @@ int cmd_train(int argc, char **argv)
         o.model_name = namebuf;
     }
     if (!*o.model_name) return al_cli_usage_error("train", "the model name is empty (give --model-name)");
+    for (const char *s = o.model_name; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == '"' || *s == '\\')
+            return al_cli_usage_error("train", "model name '%s': quotes, backslashes and control "
+                                               "characters are not allowed", o.model_name);
     char groupbuf[300];
     if (!o.group) {
         snprintf(groupbuf, sizeof groupbuf, "arclight-train-%s", o.model_name);
@@ -818,6 +856,7 @@ int cmd_train(int argc, char **argv)
         al_log_error(COMP, "%s", err);
         goto out;
     }
+    al_consumer_set_rebalance_cb(w.cons, on_rebalance, &w);
     const char *topics[] = {o.input_topic};
     if (al_consumer_subscribe(w.cons, topics, 1, err, sizeof err) != 0) {
         al_log_error(COMP, "%s", err);
@@ -901,8 +940,7 @@ out:
     while (w.applied_head) {
         applied *a = w.applied_head;
         w.applied_head = a->next;
-        ready_release(a->r);
-        free(a);
+        applied_free(a);
     }
     al_train_asm_free(w.asmb, held_release, NULL);
     al_producer_free(w.prod);
