@@ -430,7 +430,7 @@ long al_json_strip_apply(const char *in, size_t len, const al_json_strip *spec, 
     ed->n = 0;
     jscan j = {in, in + len, 0};
     long res = -1;
-    if (walk_object(&j, in, spec->top_remove, NULL, spec, 1, ed) == 0) {
+    if (walk_object(&j, in, spec->top_remove, spec->top_null, spec, 1, ed) == 0) {
         ws(&j);
         if (j.s == j.e) {
             /* edits come in text order except nested ones, which never overlap */

@@ -58,6 +58,7 @@ int al_slice_caseeq(al_slice s, const char *lit);  /* ASCII case-insensitive */
 
 typedef struct al_json_strip {
     const char *const *top_remove;    /* members of the top-level object to delete */
+    const char *const *top_null;      /* members of the top-level object whose value becomes null */
     const char *const *choice_remove; /* members of each object in top-level "choices" */
     const char *const *choice_null;   /* members of each choice whose value becomes null */
 } al_json_strip;

@@ -924,19 +924,28 @@ static void capture_object(call *k, json_t *o, int streamed)
     if (got && !k->first_token_us) k->first_token_us = al_now_us();
 }
 
-/* The fields the proxy added to the request, removed from the answer. */
-static long strip_for_agent(call *k, const char *in, size_t len)
+/* The fields the proxy asked for, taken out of the answer the way the upstream would have
+ * left them out: vLLM's whole responses carry unrequested fields as null (pydantic
+ * model_dump), its stream chunks omit them (exclude_unset); logprobs is null in both. */
+static long strip_for_agent(call *k, const char *in, size_t len, int chunk)
 {
     static const char *const top_ids[] = {"prompt_token_ids", NULL};
     static const char *const top_ids_usage[] = {"prompt_token_ids", "usage", NULL};
     static const char *const top_usage[] = {"usage", NULL};
     static const char *const ch_ids[] = {"token_ids", "prompt_token_ids", NULL};
+    static const char *const ch_ids_lp[] = {"token_ids", "prompt_token_ids", "logprobs", NULL};
     static const char *const ch_lp[] = {"logprobs", NULL};
     al_json_strip spec = {0};
-    if (!k->want_token_ids) spec.top_remove = k->injected_usage ? top_ids_usage : top_ids;
-    else if (k->injected_usage) spec.top_remove = top_usage;
-    if (!k->want_token_ids) spec.choice_remove = ch_ids;
-    if (!k->want_logprobs) spec.choice_null = ch_lp;
+    if (chunk) {
+        if (!k->want_token_ids) spec.top_remove = k->injected_usage ? top_ids_usage : top_ids;
+        else if (k->injected_usage) spec.top_remove = top_usage;
+        if (!k->want_token_ids) spec.choice_remove = ch_ids;
+        if (!k->want_logprobs) spec.choice_null = ch_lp;
+    } else {
+        if (!k->want_token_ids) spec.top_null = top_ids;
+        if (!k->want_token_ids) spec.choice_null = k->want_logprobs ? ch_ids : ch_ids_lp;
+        else if (!k->want_logprobs) spec.choice_null = ch_lp;
+    }
     k->strip.len = 0;
     if (al_buf_reserve(&k->strip, len + 4096)) return -1;
     return al_json_strip_apply(in, len, &spec, (char *)k->strip.data, len + 4096);
@@ -995,7 +1004,7 @@ static void stream_process(call *k, int final)
                     if (usage_only && k->injected_usage) {
                         forwarded = 1; /* the agent did not ask for it */
                     } else {
-                        long sl = strip_for_agent(k, d, dl);
+                        long sl = strip_for_agent(k, d, dl, 1);
                         if (sl >= 0 && k->c) {
                             size_t pre = (size_t)(d - ev);
                             char *tmp = malloc(pre + (size_t)sl + sep);
@@ -1244,7 +1253,7 @@ static void call_done(call *k, CURLcode rc)
                 capture_object(k, o, 0);
                 k->first_token_us = k->end_us;
                 json_decref(o);
-                sl = strip_for_agent(k, (const char *)k->body.data, k->body.len);
+                sl = strip_for_agent(k, (const char *)k->body.data, k->body.len, 0);
             } else {
                 k->error = strdup("upstream answered with a body that is not JSON");
             }
@@ -2199,11 +2208,20 @@ int cmd_proxy(int argc, char **argv)
     curl_multi_setopt(px->multi, CURLMOPT_MAXCONNECTS, 1024L);
 
     struct sockaddr_storage ss;
-    int sl = (int)sizeof ss;
-    char addr[300];
-    if (strchr(host, ':')) snprintf(addr, sizeof addr, "[%s]:%d", host, port);
-    else snprintf(addr, sizeof addr, "%s:%d", strcmp(host, "localhost") ? host : "127.0.0.1", port);
-    if (evutil_parse_sockaddr_port(addr, (struct sockaddr *)&ss, &sl) != 0) {
+    memset(&ss, 0, sizeof ss);
+    int sl;
+    const char *h4 = strcmp(host, "localhost") ? host : "127.0.0.1";
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, h4, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+        sl = (int)sizeof *s4;
+    } else if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)port);
+        sl = (int)sizeof *s6;
+    } else {
         rc = al_cli_usage_error("proxy", "--listen %s: need a numeric address HOST:PORT", cf->listen);
         goto out;
     }

@@ -1,0 +1,315 @@
+/*
+ * t1099_proxy_helpers.h: what the proxy tests share: run `arclight proxy` as a child (its
+ * stderr to a log file), HTTP requests over real sockets with libcurl, and reading spans
+ * back from the broker. Header-only (static functions); include after testlib.h and
+ * broker_fixture.h.
+ */
+#ifndef ARCLIGHT_T1099_PROXY_HELPERS_H
+#define ARCLIGHT_T1099_PROXY_HELPERS_H
+
+#include "avro/codec.h"
+#include "fake_upstream.h"
+
+#include <curl/curl.h>
+#include <librdkafka/rdkafka.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+
+typedef struct px_child {
+    pid_t pid;
+    int port;
+    char base[128]; /* http://127.0.0.1:PORT */
+    char log[256];
+} px_child;
+
+/* A fresh temporary directory (mkdtemp) in dir (PATH_MAX). */
+static void px_tmpdir(char *dir, size_t n)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(dir, n, "%s/arclight-proxy-XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(dir)) dir[0] = '\0';
+}
+
+/* Starts `arclight proxy` with args (NULL-terminated) and env (NAME=VALUE, NULL-terminated,
+ * may be NULL); its stderr appends to log_path. Waits up to 60 s for the port line. */
+static int px_start(px_child *p, const char *log_path, const char *const *args,
+                    const char *const *env)
+{
+    const char *argv[64];
+    int argc = 0, pfd[2];
+    memset(p, 0, sizeof *p);
+    snprintf(p->log, sizeof p->log, "%s", log_path);
+    argv[argc++] = al_test_bin();
+    argv[argc++] = "proxy";
+    for (int i = 0; args[i] && argc < 62; i++) argv[argc++] = args[i];
+    argv[argc] = NULL;
+    if (pipe(pfd) != 0) return -1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(pfd[1], STDOUT_FILENO);
+        int lfd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (lfd >= 0) dup2(lfd, STDERR_FILENO);
+        close(pfd[0]);
+        close(pfd[1]);
+        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    p->pid = pid;
+    al_test_broker_track(pid, 1);
+    char line[128];
+    if (al_test_broker_readline(pfd[0], line, sizeof line, 60000) != 0) {
+        close(pfd[0]);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        al_test_broker_track(pid, 0);
+        p->pid = 0;
+        fprintf(stderr, "proxy did not start; its log (%s) says:\n", log_path);
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "tail -20 %s >&2", log_path);
+        if (system(cmd)) {
+        }
+        return -1;
+    }
+    close(pfd[0]);
+    const char *colon = strrchr(line, ':');
+    p->port = colon ? atoi(colon + 1) : 0;
+    snprintf(p->base, sizeof p->base, "http://127.0.0.1:%d", p->port);
+    return p->port > 0 ? 0 : -1;
+}
+
+/* Sends sig and waits up to timeout_s; returns the exit status, or -1 (killed). */
+static int px_stop(px_child *p, int sig, int timeout_s)
+{
+    int status = 0;
+    if (p->pid <= 0) return -1;
+    kill(p->pid, sig);
+    for (int i = 0; i < timeout_s * 20; i++) {
+        if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
+            al_test_broker_track(p->pid, 0);
+            p->pid = 0;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        }
+        usleep(50000);
+    }
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, NULL, 0);
+    al_test_broker_track(p->pid, 0);
+    p->pid = 0;
+    return -1;
+}
+
+typedef struct px_resp {
+    long status;
+    char *body;
+    size_t len;
+    char *headers;
+    size_t hlen;
+    double first_byte_s, total_s;
+} px_resp;
+
+static size_t px_collect(char *d, size_t s, size_t n, void *ud)
+{
+    char **pp = ud;
+    size_t *lenp = (size_t *)(pp + 1);
+    char *nb = realloc(*pp, *lenp + s * n + 1);
+    if (!nb) return 0;
+    memcpy(nb + *lenp, d, s * n);
+    *lenp += s * n;
+    nb[*lenp] = '\0';
+    *pp = nb;
+    return s * n;
+}
+
+typedef struct px_sink {
+    char *p;
+    size_t n;
+} px_sink;
+
+/* One request. headers: NULL-terminated "Name: value" lines (may be NULL); body NULL for
+ * GET. Returns 0 when an HTTP answer came (any status). */
+static int px_http(const char *method, const char *url, const char *const *headers,
+                   const char *body, px_resp *r)
+{
+    memset(r, 0, sizeof *r);
+    CURL *e = curl_easy_init();
+    struct curl_slist *h = NULL;
+    for (int i = 0; headers && headers[i]; i++) h = curl_slist_append(h, headers[i]);
+    px_sink b = {0}, hd = {0};
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    if (body) {
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    }
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, px_collect);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, px_collect);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, &hd);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    CURLcode rc = curl_easy_perform(e);
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_easy_getinfo(e, CURLINFO_STARTTRANSFER_TIME, &r->first_byte_s);
+    curl_easy_getinfo(e, CURLINFO_TOTAL_TIME, &r->total_s);
+    r->body = b.p ? b.p : strdup("");
+    r->len = b.n;
+    r->headers = hd.p ? hd.p : strdup("");
+    r->hlen = hd.n;
+    curl_slist_free_all(h);
+    curl_easy_cleanup(e);
+    return rc == CURLE_OK ? 0 : -1;
+}
+
+static void px_resp_free(px_resp *r)
+{
+    free(r->body);
+    free(r->headers);
+    memset(r, 0, sizeof *r);
+}
+
+static const char *const PX_JSON[] = {"Content-Type: application/json", NULL};
+
+/* POSTs JSON to base + path. */
+static int px_post(const px_child *p, const char *path, const char *body, px_resp *r)
+{
+    char url[512];
+    snprintf(url, sizeof url, "%s%s", p->base, path);
+    return px_http("POST", url, PX_JSON, body, r);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Reading spans back
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct px_msgs {
+    char **val;
+    size_t *len;
+    char **key;
+    size_t n, cap;
+} px_msgs;
+
+static void px_msgs_free(px_msgs *m)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        free(m->val[i]);
+        free(m->key[i]);
+    }
+    free(m->val);
+    free(m->len);
+    free(m->key);
+    memset(m, 0, sizeof *m);
+}
+
+/* Reads topic from the beginning until at least `want` messages with `match` somewhere in
+ * their value (NULL: any) have arrived or timeout_ms passes. Keeps every message read. */
+static int px_read_topic(const char *bootstrap, const char *topic, const char *match,
+                         size_t want, int timeout_ms, px_msgs *out)
+{
+    char err[512];
+    memset(out, 0, sizeof *out);
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, sizeof err);
+    rd_kafka_conf_set(conf, "group.id", "px-test-reader", err, sizeof err);
+    rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, sizeof err);
+    rd_kafka_conf_set(conf, "log_level", "0", err, sizeof err);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+    if (!rk) return -1;
+    const rd_kafka_metadata_t *md = NULL;
+    int nparts = 0;
+    for (int t = 0; t < 50 && nparts == 0; t++) {
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+        if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            if (md->topic_cnt == 1) nparts = md->topics[0].partition_cnt;
+            rd_kafka_metadata_destroy(md);
+        }
+        rd_kafka_topic_destroy(rkt);
+        if (!nparts) usleep(100000);
+    }
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(nparts);
+    for (int i = 0; i < nparts; i++)
+        rd_kafka_topic_partition_list_add(l, topic, i)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_assign(rk, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    size_t matched = 0;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long el = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        if (matched >= want || el > timeout_ms) break;
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+        if (!m) continue;
+        if (!m->err) {
+            if (out->n == out->cap) {
+                out->cap = out->cap ? out->cap * 2 : 64;
+                out->val = realloc(out->val, out->cap * sizeof *out->val);
+                out->len = realloc(out->len, out->cap * sizeof *out->len);
+                out->key = realloc(out->key, out->cap * sizeof *out->key);
+            }
+            char *v = malloc(m->len + 1), *k = malloc(m->key_len + 1);
+            memcpy(v, m->payload, m->len);
+            v[m->len] = '\0';
+            memcpy(k, m->key ? m->key : "", m->key_len);
+            k[m->key_len] = '\0';
+            out->val[out->n] = v;
+            out->len[out->n] = m->len;
+            out->key[out->n] = k;
+            out->n++;
+            if (!match || memmem(v, m->len, match, strlen(match))) matched++;
+        }
+        rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return matched >= want ? 0 : -1;
+}
+
+/* Decodes the spans of one rollout from msgs into out (caller al_span_clear's each), in
+ * sequence order. Returns how many. */
+static size_t px_spans_of(const px_msgs *m, const char *rollout, al_span *out, size_t max)
+{
+    size_t n = 0;
+    char err[256];
+    for (size_t i = 0; i < m->n && n < max; i++) {
+        al_span s;
+        memset(&s, 0, sizeof s);
+        if (al_span_decode(m->val[i], m->len[i], &s, err, sizeof err) != 0) {
+            al_span_clear(&s);
+            continue;
+        }
+        if (strcmp(s.rollout_id, rollout) == 0) out[n++] = s;
+        else al_span_clear(&s);
+    }
+    for (size_t a = 1; a < n; a++)
+        for (size_t b = a; b > 0 && out[b - 1].sequence > out[b].sequence; b--) {
+            al_span t = out[b];
+            out[b] = out[b - 1];
+            out[b - 1] = t;
+        }
+    return n;
+}
+
+/* Whether needle occurs in the file at path. */
+static int px_file_contains(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    size_t got = fread(b, 1, (size_t)n, f);
+    fclose(f);
+    int r = memmem(b, got, needle, strlen(needle)) != NULL;
+    free(b);
+    return r;
+}
+
+#endif
