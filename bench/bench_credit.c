@@ -6,7 +6,10 @@
  * The topic: 16 partitions, 256 tasks (16 per partition, chosen explicitly so that every
  * partition stays under the embedded broker's ~5 MiB cap), 8 rollouts per task (groups of
  * 8), each rollout 3 LLM calls of 2,000 prompt + 256 response tokens with logprobs, a
- * reward and an end: 10,240 spans, about 62 MB. Both readers are timed from their first
+ * reward and an end: 10,240 spans, about 62 MB before compression. The tokens are
+ * pseudo-random, but shaped like an agent's: the 8 rollouts of a task start from the same
+ * prompt and each call's context is the previous one plus its response and a tool result,
+ * so that lz4 (the project's producer default) finds what it would find in real traffic. Both readers are timed from their first
  * message to their last (credit: until its transitions are acknowledged); kcat runs
  * before, between and after two credit runs, and the best run of each is compared. */
 #include "avro/codec.h"
@@ -25,6 +28,16 @@
 #define CALLS 3
 #define PROMPT 2000
 #define RESPONSE 256
+#define TOOL 64
+
+/* xorshift64*: the next pseudo-random token id. */
+static int32_t token(uint64_t *x)
+{
+    *x ^= *x >> 12;
+    *x ^= *x << 25;
+    *x ^= *x >> 27;
+    return (int32_t)((*x * 0x2545F4914F6CDD1DULL >> 33) % 151000);
+}
 
 static double now_s(void)
 {
@@ -65,10 +78,24 @@ static long fill(const char *bootstrap, const char *topic, double *bytes)
                 s.sequence = seq;
                 s.timestamp_us = ts += 1000;
                 if (seq < CALLS) {
-                    for (int i = 0; i < PROMPT; i++) prompt[i] = (task * 31 + r * 7 + seq + i * 13) % 151000;
+                    /* Like an agent's: the group's rollouts share the task's prompt; call k's
+                     * context is the previous context + response + a tool result, cut to
+                     * its last PROMPT tokens. Tokens are pseudo-random ids < 151,000. */
+                    if (seq == 0) {
+                        uint64_t x = 0x9E3779B97F4A7C15ULL * (uint64_t)(task + 1);
+                        for (int i = 0; i < PROMPT; i++) prompt[i] = token(&x);
+                    } else {
+                        uint64_t x = 0xD1B54A32D192ED03ULL * (uint64_t)(task * 64 + r * 8 + seq + 1);
+                        static int32_t ctx[PROMPT + RESPONSE + TOOL];
+                        memcpy(ctx, prompt, sizeof prompt);
+                        memcpy(ctx + PROMPT, resp, sizeof resp);
+                        for (int i = 0; i < TOOL; i++) ctx[PROMPT + RESPONSE + i] = token(&x);
+                        memcpy(prompt, ctx + RESPONSE + TOOL, sizeof prompt);
+                    }
+                    uint64_t y = 0xA0761D6478BD642FULL * (uint64_t)(task * 64 + r * 8 + seq + 1);
                     for (int i = 0; i < RESPONSE; i++) {
-                        resp[i] = (task * 17 + r * 3 + seq * 5 + i * 11) % 151000;
-                        lp[i] = -0.001f * (float)((i * 37 + r) % 1000);
+                        resp[i] = token(&y);
+                        lp[i] = -0.001f * (float)(token(&y) % 3000);
                     }
                     s.kind = AL_SPAN_KIND_LLM_CALL;
                     s.llm_call.model = "bench";
