@@ -90,7 +90,7 @@ static void reply_listing(struct evhttp_request *req, const char *dir, const cha
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (!ok(e->d_name, strlen(e->d_name))) continue;
-        char p[2048];
+        char p[2600];
         struct stat sb;
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         if (stat(p, &sb) != 0 || (want_dirs ? !S_ISDIR(sb.st_mode) : !S_ISREG(sb.st_mode))) continue;

@@ -741,7 +741,7 @@ int cmd_train(int argc, char **argv)
         if ((unsigned char)*s < 0x20 || *s == '"' || *s == '\\')
             return al_cli_usage_error("train", "model name '%s': quotes, backslashes and control "
                                                "characters are not allowed", o.model_name);
-    char groupbuf[300];
+    char groupbuf[PATH_MAX + 32];
     if (!o.group) {
         snprintf(groupbuf, sizeof groupbuf, "arclight-train-%s", o.model_name);
         o.group = groupbuf;
