@@ -160,7 +160,7 @@ static inline int al_test_broker_start(al_test_broker *b, const char *const *ext
         b->pid = 0;
         return -1;
     }
-    snprintf(b->control, sizeof b->control, "%s", line + 8);
+    snprintf(b->control, sizeof b->control, "%.63s", line + 8);
     close(pfd[0]);
     return 0;
 }

@@ -262,8 +262,12 @@ int al_producer_check(al_producer *p, int timeout_ms, char *errstr, size_t errle
 
 const char *al_producer_last_error(al_producer *p, char *buf, size_t buflen)
 {
+    if (!buflen) return buf;
     pthread_mutex_lock(&p->lock);
-    snprintf(buf, buflen, "%s", p->last_error);
+    size_t n = strlen(p->last_error);
+    if (n >= buflen) n = buflen - 1;
+    memcpy(buf, p->last_error, n);
+    buf[n] = '\0';
     pthread_mutex_unlock(&p->lock);
     return buf;
 }
