@@ -111,12 +111,11 @@ int main(int argc, char **argv)
         for (int p = 0; p < 16; p++) {
             snprintf(part, sizeof part, "%d", p);
             if (f < 8)
-                al_histogram_observe(al_metrics_histogram(big, name, "A histogram.",
-                                                          al_metrics_latency_buckets,
-                                                          al_metrics_latency_buckets_len,
-                                                          "topic", "arclight.spans", "partition",
-                                                          part, NULL),
-                                     0.01 * p);
+                al_histogram_observe(
+                    al_metrics_histogram(big, name, "A histogram.", al_metrics_latency_buckets,
+                                         al_metrics_latency_buckets_len, "topic", "arclight.spans",
+                                         "partition", part, NULL),
+                    0.01 * p);
             else
                 al_counter_add(al_metrics_counter(big, name, "A counter.", "topic",
                                                   "arclight.spans", "partition", part, NULL),
@@ -145,7 +144,8 @@ int main(int argc, char **argv)
     }
     double copy = (now() - t0) / copies;
     printf("render of 640 series (%zu bytes): %.1f us per scrape   ratio to memcpy of the "
-           "text %.0f\n", len, per * 1e6, per / copy);
+           "text %.0f\n",
+           len, per * 1e6, per / copy);
     free(src);
     free(dst);
     al_metrics_free(big);

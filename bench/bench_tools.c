@@ -51,7 +51,8 @@ static int produce(const char *bootstrap, const char *topic, long n, size_t payl
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, err, sizeof err);
     if (!rk) return -1;
     uint8_t *bytes = malloc(payload);
-    for (size_t i = 0; i < payload; i++) bytes[i] = (uint8_t)(i * 7);
+    for (size_t i = 0; i < payload; i++)
+        bytes[i] = (uint8_t)(i * 7);
     al_buf b = {0};
     char key[32];
     for (long i = 0; i < n; i++) {
@@ -116,7 +117,8 @@ int main(int argc, char **argv)
     double k_tail = timed(cmd);
     snprintf(cmd, sizeof cmd,
              "'%s' tail bench.src --from-beginning --bootstrap %s --log-level warn | wc -l | "
-             "grep -qx %ld", bin, b.bootstrap, n);
+             "grep -qx %ld",
+             bin, b.bootstrap, n);
     double a_tail = timed(cmd);
 
     /* record */
@@ -129,7 +131,8 @@ int main(int argc, char **argv)
     double a_rec_null = timed(cmd);
     snprintf(cmd, sizeof cmd,
              "'%s' record bench.src -o %s/deflate.avro --codec deflate --bootstrap %s "
-             "--log-level warn", bin, dir, b.bootstrap);
+             "--log-level warn",
+             bin, dir, b.bootstrap);
     double a_rec_deflate = timed(cmd);
 
     /* replay; kcat's input: n lines of vlen - 1 printable bytes */
@@ -137,31 +140,38 @@ int main(int argc, char **argv)
     FILE *f = fopen(cmd, "w");
     if (!f) return 1;
     for (long i = 0; i < n; i++) {
-        for (size_t k = 0; k + 1 < vlen; k++) fputc('a' + (int)((i + k) % 26), f);
+        for (size_t k = 0; k + 1 < vlen; k++)
+            fputc('a' + (int)((i + k) % 26), f);
         fputc('\n', f);
     }
     fclose(f);
     /* the settings arclight's producer runs with (broker-config/client.conf) */
     snprintf(cmd, sizeof cmd,
              "kcat -q -P -b %s -t bench.kcat -X enable.idempotence=true -X acks=all "
-             "-X linger.ms=5 -X compression.type=lz4 -l %s/lines.txt", b.bootstrap, dir);
+             "-X linger.ms=5 -X compression.type=lz4 -l %s/lines.txt",
+             b.bootstrap, dir);
     double k_rep = timed(cmd);
     snprintf(cmd, sizeof cmd,
              "'%s' replay %s/deflate.avro --topic-map bench.src=bench.dst --rate max "
-             "--bootstrap %s --log-level warn 2>/dev/null", bin, dir, b.bootstrap);
+             "--bootstrap %s --log-level warn 2>/dev/null",
+             bin, dir, b.bootstrap);
     double a_rep = timed(cmd);
 
-    if (k_tail < 0 || a_tail < 0 || k_rec < 0 || a_rec_null < 0 || a_rec_deflate < 0 ||
-        k_rep < 0 || a_rep < 0)
+    if (k_tail < 0 || a_tail < 0 || k_rec < 0 || a_rec_null < 0 || a_rec_deflate < 0 || k_rep < 0 ||
+        a_rep < 0)
         return 1;
     printf("  tail    kcat -C -J (reference)   %9.0f msg/s   arclight tail (decoded JSON) "
-           "%9.0f msg/s   ratio %.2f\n", n / k_tail, n / a_tail, k_tail / a_tail);
+           "%9.0f msg/s   ratio %.2f\n",
+           n / k_tail, n / a_tail, k_tail / a_tail);
     printf("  record  kcat -C > file (reference) %7.0f msg/s   arclight record, null    "
-           "%9.0f msg/s   ratio %.2f\n", n / k_rec, n / a_rec_null, k_rec / a_rec_null);
+           "%9.0f msg/s   ratio %.2f\n",
+           n / k_rec, n / a_rec_null, k_rec / a_rec_null);
     printf("                                                   arclight record, deflate "
-           "%9.0f msg/s   ratio %.2f\n", n / a_rec_deflate, k_rec / a_rec_deflate);
+           "%9.0f msg/s   ratio %.2f\n",
+           n / a_rec_deflate, k_rec / a_rec_deflate);
     printf("  replay  kcat -P (reference)      %9.0f msg/s   arclight replay --rate max   "
-           "%9.0f msg/s   ratio %.2f\n", n / k_rep, n / a_rep, k_rep / a_rep);
+           "%9.0f msg/s   ratio %.2f\n",
+           n / k_rep, n / a_rep, k_rep / a_rep);
     printf("  (each time includes process start and connecting; ratio = arclight msg/s over "
            "kcat msg/s)\n");
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

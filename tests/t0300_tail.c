@@ -43,8 +43,8 @@ static al_buf deadletter_value(const char *reason)
     return b;
 }
 
-static const unsigned char garbage[] = {0xC3, 0x01, 0xde, 0xad, 0xbe, 0xef, 0x00, 0x11, 0x22,
-                                        0x33, 0x44, 0xff};
+static const unsigned char garbage[] = {0xC3, 0x01, 0xde, 0xad, 0xbe, 0xef,
+                                        0x00, 0x11, 0x22, 0x33, 0x44, 0xff};
 
 TEST(tail_prints_every_message_as_json_including_undecodable_ones)
 {
@@ -221,8 +221,10 @@ TEST(tail_serves_metrics_and_health_while_following)
     int port = free_port();
     REQUIRE(port > 0);
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "exec '%s' tail t.one --follow --metrics 127.0.0.1:%d "
-                              "--bootstrap %s >/dev/null 2>&1", al_test_bin(), port, bs());
+    snprintf(cmd, sizeof cmd,
+             "exec '%s' tail t.one --follow --metrics 127.0.0.1:%d "
+             "--bootstrap %s >/dev/null 2>&1",
+             al_test_bin(), port, bs());
     pid_t pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
@@ -262,8 +264,7 @@ TEST(tail_reports_unknown_topics_and_bad_usage)
     tools_run r;
     tools_arclight(&r, "tail no.such.topic --from-beginning --bootstrap %s", bs());
     CHECK_EQ_INT(r.status, 1);
-    CHECKF(strstr(r.err, "no.such.topic") && strstr(r.err, "does not exist"), "stderr: %s",
-           r.err);
+    CHECKF(strstr(r.err, "no.such.topic") && strstr(r.err, "does not exist"), "stderr: %s", r.err);
     tools_run_free(&r);
 
     tools_arclight(&r, "tail t.src --partition 9 --bootstrap %s", bs());
@@ -271,9 +272,14 @@ TEST(tail_reports_unknown_topics_and_bad_usage)
     CHECKF(strstr(r.err, "4 partitions"), "stderr: %s", r.err);
     tools_run_free(&r);
 
-    const char *bad[] = {"tail", "tail --max 0 t.src", "tail --max x t.src",
-                         "tail --partition -1 t.src", "tail --bogus t.src", "tail t.src --max",
-                         "tail t.src --metrics nohostport", "tail t.src --log-level loud"};
+    const char *bad[] = {"tail",
+                         "tail --max 0 t.src",
+                         "tail --max x t.src",
+                         "tail --partition -1 t.src",
+                         "tail --bogus t.src",
+                         "tail t.src --max",
+                         "tail t.src --metrics nohostport",
+                         "tail t.src --log-level loud"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tools_arclight(&r, "%s", bad[i]);
         CHECKF(r.status == 2, "'%s' exited %d", bad[i], r.status);

@@ -140,7 +140,8 @@ TEST(record_then_replay_then_record_gives_identical_records)
     base_ts = (int64_t)time(NULL) * 1000 - 60000;
     for (int i = 0; i < NMSG; i++) {
         snprintf(keys[i], sizeof keys[i], "task-%d", i % 7);
-        for (int j = 0; j < 40; j++) values[i][j] = (unsigned char)(i * 31 + j * 7); /* binary */
+        for (int j = 0; j < 40; j++)
+            values[i][j] = (unsigned char)(i * 31 + j * 7); /* binary */
         msgs[i] = (tools_msg){.topic = "t.src",
                               .partition = i % 4,
                               .key = keys[i],
@@ -249,8 +250,10 @@ TEST(record_offset_ranges_and_fewer_partitions)
     char p[128];
     path_in_dir(p, sizeof p, "range.avro");
     tools_run r;
-    tools_arclight(&r, "record t.src --partition 1 --start-offset 2 --end-offset 5 -o %s "
-                       "--bootstrap %s", p, bs());
+    tools_arclight(&r,
+                   "record t.src --partition 1 --start-offset 2 --end-offset 5 -o %s "
+                   "--bootstrap %s",
+                   p, bs());
     CHECKF(r.status == 0, "%s", r.err);
     tools_run_free(&r);
     int n = load_recording(p, first, NMSG);
@@ -277,7 +280,8 @@ TEST(record_offset_ranges_and_fewer_partitions)
     tools_run_free(&r);
     n = load_recording(p, second, NMSG + 8);
     CHECK_EQ_INT(n, NMSG);
-    for (int i = 0; i < n; i++) CHECK_EQ_INT(second[i].partition, 0);
+    for (int i = 0; i < n; i++)
+        CHECK_EQ_INT(second[i].partition, 0);
 }
 
 TEST(record_time_ranges_and_replay_pacing)
@@ -326,13 +330,30 @@ TEST(record_time_ranges_and_replay_pacing)
     tools_run_free(&r);
 }
 
+/* Records in a file that may still be being written, counted by avrocat (avro-c leaks when
+ * it meets a half-written header; in a child process that does not matter). */
+static int count_with_avrocat(const char *path)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "avrocat '%s' 2>/dev/null | wc -l", path);
+    FILE *f = popen(cmd, "r");
+    int n = -1;
+    if (f) {
+        if (fscanf(f, "%d", &n) != 1) n = -1;
+        pclose(f);
+    }
+    return n;
+}
+
 TEST(record_follow_is_readable_while_running_and_closes_cleanly_on_sigint)
 {
     REQUIRE(broker_up);
     char p[128], cmd[1024];
     path_in_dir(p, sizeof p, "follow.avro");
-    snprintf(cmd, sizeof cmd, "exec '%s' record t.follow --follow -o '%s' --codec snappy "
-                              "--bootstrap %s >/dev/null 2>&1", al_test_bin(), p, bs());
+    snprintf(cmd, sizeof cmd,
+             "exec '%s' record t.follow --follow -o '%s' --codec snappy "
+             "--bootstrap %s >/dev/null 2>&1",
+             al_test_bin(), p, bs());
     pid_t pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
@@ -341,13 +362,14 @@ TEST(record_follow_is_readable_while_running_and_closes_cleanly_on_sigint)
     }
     usleep(1000000);
     tools_msg msgs[3];
-    for (int i = 0; i < 3; i++) msgs[i] = (tools_msg){"t.follow", 0, "late", 4, "x", 1, 0, 0};
+    for (int i = 0; i < 3; i++)
+        msgs[i] = (tools_msg){"t.follow", 0, "late", 4, "x", 1, 0, 0};
     CHECK(tools_produce(bs(), msgs, 3) == 0);
     /* flushed every second: the new messages show up while record still runs */
     int during = -1;
     for (int i = 0; i < 50 && during < 3; i++) {
         usleep(100000);
-        during = load_recording(p, first, NMSG + 8);
+        during = count_with_avrocat(p);
     }
     CHECKF(during == 3, "while following: %d records, want 3", during);
     kill(pid, SIGINT);
@@ -378,10 +400,10 @@ TEST(replay_exits_nonzero_when_deliveries_fail)
     }
     usleep(700000);
     char reply[128];
-    CHECKF(al_test_broker_control(&broker, "down 1", reply, sizeof reply) == 0, "down: %s",
-           reply);
+    CHECKF(al_test_broker_control(&broker, "down 1", reply, sizeof reply) == 0, "down: %s", reply);
     int st = -1;
-    for (int i = 0; i < 600 && waitpid(pid, &st, WNOHANG) != pid; i++) usleep(50000);
+    for (int i = 0; i < 600 && waitpid(pid, &st, WNOHANG) != pid; i++)
+        usleep(50000);
     if (!WIFEXITED(st)) {
         kill(pid, SIGKILL);
         waitpid(pid, &st, 0);
@@ -418,8 +440,8 @@ TEST(bad_usage_and_bad_files)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tools_arclight(&r, "%s", bad[i]);
         CHECKF(r.status == 2, "'%s' exited %d", bad[i], r.status);
-        CHECKF(strstr(r.err, "arclight ") && strlen(r.err) > 20, "'%s' gave no reason: %s",
-               bad[i], r.err);
+        CHECKF(strstr(r.err, "arclight ") && strlen(r.err) > 20, "'%s' gave no reason: %s", bad[i],
+               r.err);
         tools_run_free(&r);
     }
     CHECK_EQ_INT(access("x.avro", F_OK), -1);
@@ -447,8 +469,7 @@ TEST(bad_usage_and_bad_files)
     avro_schema_decref(sch);
     tools_arclight(&r, "replay %s --bootstrap %s", p, bs());
     CHECK_EQ_INT(r.status, 1);
-    CHECKF(strstr(r.err, "Other") && strstr(r.err, "not arclight recordings"), "stderr: %s",
-           r.err);
+    CHECKF(strstr(r.err, "Other") && strstr(r.err, "not arclight recordings"), "stderr: %s", r.err);
     tools_run_free(&r);
 
     tools_arclight(&r, "record --help");

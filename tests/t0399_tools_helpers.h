@@ -76,20 +76,17 @@ static int tools_produce(const char *bootstrap, const tools_msg *msgs, size_t n)
         rd_kafka_resp_err_t e;
         /* producev takes ownership of the headers when it succeeds */
         if (h)
-            e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(m->topic),
-                                  RD_KAFKA_V_PARTITION(m->partition),
-                                  RD_KAFKA_V_KEY(m->key, m->keylen),
-                                  RD_KAFKA_V_VALUE((void *)m->value, m->len),
-                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                  RD_KAFKA_V_TIMESTAMP(m->timestamp_ms), RD_KAFKA_V_HEADERS(h),
-                                  RD_KAFKA_V_END);
+            e = rd_kafka_producev(
+                rk, RD_KAFKA_V_TOPIC(m->topic), RD_KAFKA_V_PARTITION(m->partition),
+                RD_KAFKA_V_KEY(m->key, m->keylen), RD_KAFKA_V_VALUE((void *)m->value, m->len),
+                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_TIMESTAMP(m->timestamp_ms),
+                RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_END);
         else
-            e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(m->topic),
-                                  RD_KAFKA_V_PARTITION(m->partition),
-                                  RD_KAFKA_V_KEY(m->key, m->keylen),
-                                  RD_KAFKA_V_VALUE((void *)m->value, m->len),
-                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                  RD_KAFKA_V_TIMESTAMP(m->timestamp_ms), RD_KAFKA_V_END);
+            e = rd_kafka_producev(
+                rk, RD_KAFKA_V_TOPIC(m->topic), RD_KAFKA_V_PARTITION(m->partition),
+                RD_KAFKA_V_KEY(m->key, m->keylen), RD_KAFKA_V_VALUE((void *)m->value, m->len),
+                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_TIMESTAMP(m->timestamp_ms),
+                RD_KAFKA_V_END);
         if (e) {
             fprintf(stderr, "produce to %s: %s\n", m->topic, rd_kafka_err2str(e));
             if (h) rd_kafka_headers_destroy(h);
@@ -134,7 +131,8 @@ static char *tools_slurp(const char *path)
 
 /* Runs `$ARCLIGHT_BIN ARGS` through the shell (args are pasted as given: quote them) with
  * stdin from /dev/null; fills r. */
-static void tools_arclight(tools_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tools_arclight(tools_run *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void tools_arclight(tools_run *r, const char *fmt, ...)
 {
     char args[2048], cmd[4096], outp[64], errp[64];

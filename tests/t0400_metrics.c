@@ -100,8 +100,8 @@ TEST(histogram_buckets_are_cumulative_and_le_inclusive)
 {
     al_metrics *m = al_metrics_new();
     double b[] = {0.005, 0.1, 1};
-    al_histogram *h = al_metrics_histogram(m, "step_seconds", "Step time.", b, 3, "stage",
-                                           "train", NULL);
+    al_histogram *h =
+        al_metrics_histogram(m, "step_seconds", "Step time.", b, 3, "stage", "train", NULL);
     REQUIRE(h);
     al_histogram_observe(h, 0.005); /* on the bound: counts in le="0.005" */
     al_histogram_observe(h, 0.05);
@@ -175,7 +175,8 @@ static void *hammer(void *arg)
 static void *scrape(void *arg)
 {
     al_metrics *m = arg;
-    for (int i = 0; i < 50; i++) free(al_metrics_render(m, NULL));
+    for (int i = 0; i < 50; i++)
+        free(al_metrics_render(m, NULL));
     return NULL;
 }
 
@@ -190,7 +191,8 @@ TEST(concurrent_updates_are_exact)
         pthread_create(&t[i], NULL, hammer, &w[i]);
     }
     pthread_create(&s, NULL, scrape, m);
-    for (int i = 0; i < NTHREADS; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_join(t[i], NULL);
     pthread_join(s, NULL);
     double b[] = {10, 100};
     CHECK_NEAR(al_counter_value(al_metrics_counter(m, "hits_total", "h", NULL)),

@@ -68,8 +68,8 @@ TEST(metrics_endpoint_serves_the_registry)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     al_metrics *m = al_metrics_new();
-    al_counter *c = al_metrics_counter(m, "arclight_spans_total", "Spans published.", "stage",
-                                       "proxy", NULL);
+    al_counter *c =
+        al_metrics_counter(m, "arclight_spans_total", "Spans published.", "stage", "proxy", NULL);
     al_counter_add(c, 41);
     char err[256];
     al_http_server *s = al_http_server_start("127.0.0.1:0", m, NULL, NULL, err, sizeof err);
@@ -181,7 +181,8 @@ static char *raw_exchange(int port, const char *req)
     char *out = calloc(1, 65536);
     size_t n = 0;
     ssize_t k;
-    while (out && n < 65535 && (k = read(fd, out + n, 65535 - n)) > 0) n += (size_t)k;
+    while (out && n < 65535 && (k = read(fd, out + n, 65535 - n)) > 0)
+        n += (size_t)k;
     close(fd);
     return out;
 }

@@ -80,8 +80,9 @@ static int recorder_open(recorder *w, char *errstr, size_t errlen)
 {
     const al_schema_info *si = al_schema_by_name("ai.arclight.Recording");
     if (!si)
-        return al_err(errstr, errlen, "the Recording schema is not built in "
-                                      "(schemas/Recording.avsc missing at build time)");
+        return al_err(errstr, errlen,
+                      "the Recording schema is not built in "
+                      "(schemas/Recording.avsc missing at build time)");
     if (avro_schema_from_json_length(si->json, strlen(si->json), &w->schema) != 0)
         return al_err(errstr, errlen, "schemas/Recording.avsc: %s", avro_strerror());
     w->iface = avro_generic_class_from_schema(w->schema);
@@ -125,7 +126,7 @@ static int recorder_fill(recorder *w, const rd_kafka_message_t *m)
     e |= avro_value_get_by_name(&w->rec, "offset", &f, NULL) || avro_value_set_long(&f, m->offset);
     e |= avro_value_get_by_name(&w->rec, "timestamp", &f, NULL) || avro_value_set_long(&f, ts);
     e |= avro_value_get_by_name(&w->rec, "timestamp_type", &f, NULL) ||
-         avro_value_set_enum(&f, tstype == RD_KAFKA_TIMESTAMP_CREATE_TIME      ? 1
+         avro_value_set_enum(&f, tstype == RD_KAFKA_TIMESTAMP_CREATE_TIME       ? 1
                                  : tstype == RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME ? 2
                                                                                 : 0);
     e |= avro_value_get_by_name(&w->rec, "key", &f, NULL) ||
@@ -209,10 +210,8 @@ int cmd_record(int argc, char **argv)
         {0, 0, 0, 0},
     };
     al_cli_common common;
-    al_topic_reader_opts ro = {.partition = -1,
-                               .start = AL_TOPIC_START_BEGINNING,
-                               .end_offset = -1,
-                               .end_time_ms = -1};
+    al_topic_reader_opts ro = {
+        .partition = -1, .start = AL_TOPIC_START_BEGINNING, .end_offset = -1, .end_time_ms = -1};
     recorder w = {.codec = "deflate"};
     int nstart = 0, opt;
     char *end;
@@ -232,15 +231,19 @@ int cmd_record(int argc, char **argv)
         case OPT_START_OFFSET:
             ro.start = AL_TOPIC_START_OFFSET;
             if ((ro.start_offset = parse_offset(optarg)) < 0)
-                return al_cli_usage_error("record", "--start-offset wants an offset >= 0, got "
-                                          "'%s'", optarg);
+                return al_cli_usage_error("record",
+                                          "--start-offset wants an offset >= 0, got "
+                                          "'%s'",
+                                          optarg);
             nstart++;
             break;
         case OPT_START_TIME:
             ro.start = AL_TOPIC_START_TIME;
             if (al_topic_parse_time(optarg, &ro.start_time_ms) != 0)
-                return al_cli_usage_error("record", "--start-time wants milliseconds since the "
-                                          "epoch or YYYY-MM-DDTHH:MM:SSZ, got '%s'", optarg);
+                return al_cli_usage_error("record",
+                                          "--start-time wants milliseconds since the "
+                                          "epoch or YYYY-MM-DDTHH:MM:SSZ, got '%s'",
+                                          optarg);
             nstart++;
             break;
         case OPT_END_OFFSET:
@@ -250,13 +253,17 @@ int cmd_record(int argc, char **argv)
             break;
         case OPT_END_TIME:
             if (al_topic_parse_time(optarg, &ro.end_time_ms) != 0)
-                return al_cli_usage_error("record", "--end-time wants milliseconds since the "
-                                          "epoch or YYYY-MM-DDTHH:MM:SSZ, got '%s'", optarg);
+                return al_cli_usage_error("record",
+                                          "--end-time wants milliseconds since the "
+                                          "epoch or YYYY-MM-DDTHH:MM:SSZ, got '%s'",
+                                          optarg);
             break;
         case OPT_CODEC:
             if (strcmp(optarg, "deflate") && strcmp(optarg, "snappy") && strcmp(optarg, "null"))
-                return al_cli_usage_error("record", "--codec wants deflate, snappy or null, got "
-                                          "'%s'", optarg);
+                return al_cli_usage_error("record",
+                                          "--codec wants deflate, snappy or null, got "
+                                          "'%s'",
+                                          optarg);
             w.codec = optarg;
             break;
         case 'f':
@@ -265,8 +272,10 @@ int cmd_record(int argc, char **argv)
         case 'p': {
             long p = strtol(optarg, &end, 10);
             if (*end || end == optarg || p < 0 || p > INT32_MAX)
-                return al_cli_usage_error("record", "--partition wants a partition number, got "
-                                          "'%s'", optarg);
+                return al_cli_usage_error("record",
+                                          "--partition wants a partition number, got "
+                                          "'%s'",
+                                          optarg);
             ro.partition = (int32_t)p;
             break;
         }
@@ -294,8 +303,7 @@ int cmd_record(int argc, char **argv)
     if (ro.start == AL_TOPIC_START_OFFSET && ro.end_offset >= 0 && ro.end_offset < ro.start_offset)
         return al_cli_usage_error("record", "--end-offset %lld is before --start-offset %lld",
                                   (long long)ro.end_offset, (long long)ro.start_offset);
-    if (ro.start == AL_TOPIC_START_TIME && ro.end_time_ms >= 0 &&
-        ro.end_time_ms < ro.start_time_ms)
+    if (ro.start == AL_TOPIC_START_TIME && ro.end_time_ms >= 0 && ro.end_time_ms < ro.start_time_ms)
         return al_cli_usage_error("record", "--end-time is before --start-time");
     ro.topics = (const char *const *)argv + optind;
     ro.ntopics = (size_t)(argc - optind);

@@ -107,19 +107,24 @@ static int check_schema(al_recording_reader *r, const char *schema_json, char *e
     uint64_t fp = 0;
     char err[256];
     if (!want)
-        return al_err(errstr, errlen, "the Recording schema is not built in "
-                                      "(schemas/Recording.avsc missing at build time)");
+        return al_err(errstr, errlen,
+                      "the Recording schema is not built in "
+                      "(schemas/Recording.avsc missing at build time)");
     if (al_avro_fingerprint(schema_json, &fp, err, sizeof err) == 0 && fp == want->fingerprint)
         return 0;
     json_t *j = json_loads(schema_json, 0, NULL);
     if (!j) return al_err(errstr, errlen, "%s: the container's schema is not valid JSON", r->path);
     const char *name = json_is_object(j) ? json_string_value(json_object_get(j, "name")) : NULL;
     if (name && (strcmp(name, "Recording") == 0 || strcmp(name, "ai.arclight.Recording") == 0))
-        al_err(errstr, errlen, "%s holds Recording records of a schema version this build does "
-                               "not read (fingerprint %016llx)", r->path, (unsigned long long)fp);
+        al_err(errstr, errlen,
+               "%s holds Recording records of a schema version this build does "
+               "not read (fingerprint %016llx)",
+               r->path, (unsigned long long)fp);
     else
-        al_err(errstr, errlen, "%s holds %s records, not arclight recordings "
-                               "(ai.arclight.Recording)", r->path, name ? name : "non-record");
+        al_err(errstr, errlen,
+               "%s holds %s records, not arclight recordings "
+               "(ai.arclight.Recording)",
+               r->path, name ? name : "non-record");
     json_decref(j);
     return -1;
 }
@@ -197,8 +202,10 @@ al_recording_reader *al_recording_open(const char *path, char *errstr, size_t er
                 else if (strcmp(v, "snappy") == 0)
                     r->codec = CODEC_SNAPPY;
                 else {
-                    al_err(errstr, errlen, "%s uses codec '%.40s'; replay reads null, deflate "
-                                           "and snappy", path, v);
+                    al_err(errstr, errlen,
+                           "%s uses codec '%.40s'; replay reads null, deflate "
+                           "and snappy",
+                           path, v);
                     free(k);
                     free(v);
                     goto fail;
@@ -241,7 +248,8 @@ static int ensure(uint8_t **buf, size_t *cap, size_t need)
 {
     if (need <= *cap) return 0;
     size_t c = *cap ? *cap : 65536;
-    while (c < need) c *= 2;
+    while (c < need)
+        c *= 2;
     uint8_t *nb = realloc(*buf, c);
     if (!nb) return -1;
     *buf = nb;
@@ -260,8 +268,8 @@ static int inflate_block(al_recording_reader *r, size_t n, char *errstr, size_t 
     size_t out = 0;
     int rc;
     do {
-        if (out == r->data_cap && (out >= MAX_BLOCK_BYTES ||
-                                   ensure(&r->data, &r->data_cap, out + 1) != 0)) {
+        if (out == r->data_cap &&
+            (out >= MAX_BLOCK_BYTES || ensure(&r->data, &r->data_cap, out + 1) != 0)) {
             inflateEnd(&z);
             return al_err(errstr, errlen, "%s: a block inflates beyond %zu MiB", r->path,
                           MAX_BLOCK_BYTES >> 20);
@@ -288,7 +296,8 @@ static int snappy_block(al_recording_reader *r, size_t n, char *errstr, size_t e
     uint64_t ulen = 0;
     int shift = 0;
     for (;;) {
-        if (ip >= end || shift > 28) return al_err(errstr, errlen, "%s: bad snappy length", r->path);
+        if (ip >= end || shift > 28)
+            return al_err(errstr, errlen, "%s: bad snappy length", r->path);
         ulen |= (uint64_t)(*ip & 0x7f) << shift;
         shift += 7;
         if (!(*ip++ & 0x80)) break;
@@ -307,7 +316,8 @@ static int snappy_block(al_recording_reader *r, size_t n, char *errstr, size_t e
                 size_t nb = len - 59;
                 if ((size_t)(end - ip) < nb) goto bad;
                 len = 0;
-                for (size_t i = 0; i < nb; i++) len |= (size_t)ip[i] << (8 * i);
+                for (size_t i = 0; i < nb; i++)
+                    len |= (size_t)ip[i] << (8 * i);
                 ip += nb;
             }
             len += 1;
@@ -333,10 +343,12 @@ static int snappy_block(al_recording_reader *r, size_t n, char *errstr, size_t e
             ip += 4;
         }
         if (off == 0 || off > op || ulen - op < len) goto bad;
-        for (size_t i = 0; i < len; i++, op++) out[op] = out[op - off]; /* may overlap */
+        for (size_t i = 0; i < len; i++, op++)
+            out[op] = out[op - off]; /* may overlap */
     }
     if (op != ulen) goto bad;
-    uint32_t want = (uint32_t)end[0] << 24 | (uint32_t)end[1] << 16 | (uint32_t)end[2] << 8 | end[3];
+    uint32_t want =
+        (uint32_t)end[0] << 24 | (uint32_t)end[1] << 16 | (uint32_t)end[2] << 8 | end[3];
     if ((uint32_t)crc32(0L, out, (uInt)ulen) != want)
         return al_err(errstr, errlen, "%s: snappy block fails its CRC-32", r->path);
     r->data_len = ulen;
@@ -353,12 +365,14 @@ static int next_block(al_recording_reader *r, char *errstr, size_t errlen)
         int e = file_long(r->f, &count);
         if (e == 1) return 0;
         if (e != 0 || file_long(r->f, &size) != 0)
-            return al_err(errstr, errlen, "%s: truncated block header after record %lld",
-                          r->path, r->index);
+            return al_err(errstr, errlen, "%s: truncated block header after record %lld", r->path,
+                          r->index);
         if (count < 0 || size < 0 || size > file_left(r) - 16 || (size_t)size > MAX_BLOCK_BYTES)
-            return al_err(errstr, errlen, "%s: bad block header after record %lld (%lld "
-                          "records in %lld bytes, %lld bytes left in the file)", r->path,
-                          r->index, (long long)count, (long long)size, (long long)file_left(r));
+            return al_err(errstr, errlen,
+                          "%s: bad block header after record %lld (%lld "
+                          "records in %lld bytes, %lld bytes left in the file)",
+                          r->path, r->index, (long long)count, (long long)size,
+                          (long long)file_left(r));
         if (ensure(&r->raw, &r->raw_cap, (size_t)size + 1) != 0)
             return al_err(errstr, errlen, "out of memory");
         uint8_t sync[16];

@@ -27,11 +27,11 @@ typedef struct al_recorded {
     const char *topic; /* NUL-terminated */
     int32_t partition;
     int64_t offset;
-    int64_t timestamp;      /* ms since the epoch; -1: none */
-    int timestamp_type;     /* 0 none, 1 create time, 2 log-append time */
-    const uint8_t *key;     /* NULL: no key */
+    int64_t timestamp;  /* ms since the epoch; -1: none */
+    int timestamp_type; /* 0 none, 1 create time, 2 log-append time */
+    const uint8_t *key; /* NULL: no key */
     size_t key_len;
-    const uint8_t *value;   /* NULL: tombstone */
+    const uint8_t *value; /* NULL: tombstone */
     size_t value_len;
     const al_recording_header *headers;
     size_t n_headers;

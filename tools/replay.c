@@ -38,7 +38,8 @@ static const char replay_usage[] =
     "  --rate R             recorded: the recorded gaps between timestamps; N: N messages\n"
     "                       per second; max: as fast as the broker takes them (default)\n"
     "  --timestamps T       original: keep the recorded timestamps (default); now: let the\n"
-    "                       producer stamp them (mind retention.ms on old recordings)\n" AL_CLI_COMMON_HELP;
+    "                       producer stamp them (mind retention.ms on old "
+    "recordings)\n" AL_CLI_COMMON_HELP;
 
 typedef struct topic_map {
     const char *from, *to;
@@ -97,8 +98,10 @@ static target *target_get(replay_state *s, const char *topic)
         rd_kafka_metadata_destroy(md);
     }
     if (t->partitions == 0)
-        al_log_warn("replay", "topic '%s' does not exist (yet): its messages are partitioned by "
-                              "key", topic);
+        al_log_warn("replay",
+                    "topic '%s' does not exist (yet): its messages are partitioned by "
+                    "key",
+                    topic);
     return t;
 }
 
@@ -110,7 +113,8 @@ static void progress(replay_state *s, int final)
         if (frac > 1) frac = 1;
         filled = (int)(frac * width);
         char bar[64];
-        for (int i = 0; i < width; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
+        for (int i = 0; i < width; i++)
+            bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
         bar[width] = '\0';
         fprintf(stderr, "\r[%s] %lld/%lld acked, %lld failed %3.0f%%%s", bar, s->acked, s->total,
                 s->failed, frac * 100, final ? "\n" : "");
@@ -190,8 +194,10 @@ int cmd_replay(int argc, char **argv)
             } else {
                 rate = strtod(optarg, &end);
                 if (*end || end == optarg || !(rate > 0) || rate > 1e9)
-                    return al_cli_usage_error("replay", "--rate wants recorded, max or a number "
-                                              "of messages per second, got '%s'", optarg);
+                    return al_cli_usage_error("replay",
+                                              "--rate wants recorded, max or a number "
+                                              "of messages per second, got '%s'",
+                                              optarg);
                 rate_recorded = 0;
             }
             break;
@@ -201,8 +207,10 @@ int cmd_replay(int argc, char **argv)
             else if (strcmp(optarg, "now") == 0)
                 keep_timestamps = 0;
             else
-                return al_cli_usage_error("replay", "--timestamps wants original or now, got "
-                                          "'%s'", optarg);
+                return al_cli_usage_error("replay",
+                                          "--timestamps wants original or now, got "
+                                          "'%s'",
+                                          optarg);
             break;
         case 'h':
         case OPT_HELP:
@@ -242,12 +250,12 @@ int cmd_replay(int argc, char **argv)
     int rc = AL_EXIT_OK;
     al_http_server *srv = NULL;
     al_metrics *metrics = al_metrics_new();
-    s.m_acked = al_metrics_counter(metrics, "arclight_replay_messages_total",
-                                   "Replayed messages by delivery result.", "result", "acked",
-                                   NULL);
-    s.m_failed = al_metrics_counter(metrics, "arclight_replay_messages_total",
-                                    "Replayed messages by delivery result.", "result", "failed",
-                                    NULL);
+    s.m_acked =
+        al_metrics_counter(metrics, "arclight_replay_messages_total",
+                           "Replayed messages by delivery result.", "result", "acked", NULL);
+    s.m_failed =
+        al_metrics_counter(metrics, "arclight_replay_messages_total",
+                           "Replayed messages by delivery result.", "result", "failed", NULL);
     al_kafka_conf *kc = al_kafka_conf_from_cli(&common, err, sizeof err);
     if (!kc) {
         al_log_error("replay", "%s", err);
@@ -297,9 +305,10 @@ int cmd_replay(int argc, char **argv)
         if (r.partition >= 0 && r.partition < t->partitions) {
             partition = r.partition;
         } else if (t->partitions > 0 && !t->warned) {
-            al_log_warn("replay", "topic '%s' has %d partitions, the recording names partition "
-                        "%d: such messages are partitioned by key", topic, t->partitions,
-                        (int)r.partition);
+            al_log_warn("replay",
+                        "topic '%s' has %d partitions, the recording names partition "
+                        "%d: such messages are partitioned by key",
+                        topic, t->partitions, (int)r.partition);
             t->warned = 1;
         }
 
@@ -357,7 +366,8 @@ int cmd_replay(int argc, char **argv)
             index, path, s.failed + s.produce_errors, replay_stop ? " (interrupted)" : "");
 out:
     al_producer_free(s.producer);
-    for (size_t i = 0; i < s.ntargets; i++) free(s.targets[i].topic);
+    for (size_t i = 0; i < s.ntargets; i++)
+        free(s.targets[i].topic);
     free(s.targets);
     al_http_server_stop(srv);
     al_metrics_free(metrics);

@@ -98,7 +98,7 @@ static char *tail_format(const rd_kafka_message_t *m, int *decode_failed)
     json_object_set_new(o, "offset", json_integer(m->offset));
     json_object_set_new(o, "timestamp", ts >= 0 ? json_integer(ts) : json_null());
     json_object_set_new(o, "timestamp_type",
-                        json_string(tstype == RD_KAFKA_TIMESTAMP_CREATE_TIME      ? "create"
+                        json_string(tstype == RD_KAFKA_TIMESTAMP_CREATE_TIME       ? "create"
                                     : tstype == RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME ? "log_append"
                                                                                    : "none"));
     set_bytes(o, "key", m->key, m->key_len);
@@ -182,14 +182,15 @@ int cmd_tail(int argc, char **argv)
         case 'n':
             max = strtoll(optarg, &end, 10);
             if (*end || end == optarg || max < 1)
-                return al_cli_usage_error("tail", "--max wants a positive count, got '%s'",
-                                          optarg);
+                return al_cli_usage_error("tail", "--max wants a positive count, got '%s'", optarg);
             break;
         case 'p': {
             long p = strtol(optarg, &end, 10);
             if (*end || end == optarg || p < 0 || p > INT32_MAX)
-                return al_cli_usage_error("tail", "--partition wants a partition number, got "
-                                          "'%s'", optarg);
+                return al_cli_usage_error("tail",
+                                          "--partition wants a partition number, got "
+                                          "'%s'",
+                                          optarg);
             ro.partition = (int32_t)p;
             break;
         }
@@ -219,10 +220,10 @@ int cmd_tail(int argc, char **argv)
         return AL_EXIT_FAILURE;
     }
     al_metrics *metrics = al_metrics_new();
-    al_counter *printed = al_metrics_counter(metrics, "arclight_tail_messages_total",
-                                             "Messages printed.", NULL);
-    al_counter *undecodable = al_metrics_counter(
-        metrics, "arclight_tail_decode_errors_total", "Messages whose value did not decode.", NULL);
+    al_counter *printed =
+        al_metrics_counter(metrics, "arclight_tail_messages_total", "Messages printed.", NULL);
+    al_counter *undecodable = al_metrics_counter(metrics, "arclight_tail_decode_errors_total",
+                                                 "Messages whose value did not decode.", NULL);
     al_http_server *srv = NULL;
     int rc = AL_EXIT_OK;
     al_topic_reader *r = NULL;

@@ -38,14 +38,32 @@ struct al_topic_reader {
 
 /* Producer-only properties of the shared client settings: a consumer given them logs a
  * warning for each, which would clutter tail's stderr. */
-static const char *const producer_only[] = {
-    "acks", "request.required.acks", "enable.idempotence", "compression.type",
-    "compression.codec", "linger.ms", "queue.buffering.max.ms", "queue.buffering.max.messages",
-    "queue.buffering.max.kbytes", "batch.num.messages", "batch.size", "message.timeout.ms",
-    "delivery.timeout.ms", "partitioner", "retries", "message.send.max.retries",
-    "enable.gapless.guarantee", "transactional.id", "transaction.timeout.ms",
-    "sticky.partitioning.linger.ms", "request.timeout.ms", "compression.level",
-    "queuing.strategy", "produce.offset.report", "dr_msg_cb", "dr_cb"};
+static const char *const producer_only[] = {"acks",
+                                            "request.required.acks",
+                                            "enable.idempotence",
+                                            "compression.type",
+                                            "compression.codec",
+                                            "linger.ms",
+                                            "queue.buffering.max.ms",
+                                            "queue.buffering.max.messages",
+                                            "queue.buffering.max.kbytes",
+                                            "batch.num.messages",
+                                            "batch.size",
+                                            "message.timeout.ms",
+                                            "delivery.timeout.ms",
+                                            "partitioner",
+                                            "retries",
+                                            "message.send.max.retries",
+                                            "enable.gapless.guarantee",
+                                            "transactional.id",
+                                            "transaction.timeout.ms",
+                                            "sticky.partitioning.linger.ms",
+                                            "request.timeout.ms",
+                                            "compression.level",
+                                            "queuing.strategy",
+                                            "produce.offset.report",
+                                            "dr_msg_cb",
+                                            "dr_cb"};
 
 static int is_producer_only(const char *key)
 {
@@ -58,7 +76,8 @@ int al_topic_parse_time(const char *s, int64_t *ms_out)
 {
     if (!s || !*s) return -1;
     const char *p = s;
-    while (isdigit((unsigned char)*p)) p++;
+    while (isdigit((unsigned char)*p))
+        p++;
     if (!*p) {
         *ms_out = strtoll(s, NULL, 10);
         return 0;
@@ -77,7 +96,8 @@ int al_topic_parse_time(const char *s, int64_t *ms_out)
             rest++;
         }
         if (digits == 0) return -1;
-        for (; digits < 3; digits++) ms *= 10;
+        for (; digits < 3; digits++)
+            ms *= 10;
     }
     if (strcmp(rest, "Z") != 0 && strcmp(rest, "+00:00") != 0) return -1;
     time_t t = timegm(&tm);
@@ -142,7 +162,8 @@ void al_topic_reader_free(al_topic_reader *r)
         rd_kafka_consumer_close(r->rk);
         rd_kafka_destroy(r->rk);
     }
-    for (size_t i = 0; i < r->nparts; i++) free(r->parts[i].topic);
+    for (size_t i = 0; i < r->nparts; i++)
+        free(r->parts[i].topic);
     free(r->parts);
     free(r);
 }
@@ -180,8 +201,8 @@ static int reader_add_topic(al_topic_reader *r, const char *topic, const al_topi
         int64_t lo = 0, hi = 0;
         err = rd_kafka_query_watermark_offsets(r->rk, topic, p, &lo, &hi, METADATA_TIMEOUT_MS);
         if (err)
-            return al_err(errstr, errlen, "%s [%d]: cannot read watermarks from %s: %s", topic,
-                          p, r->bootstrap, rd_kafka_err2str(err));
+            return al_err(errstr, errlen, "%s [%d]: cannot read watermarks from %s: %s", topic, p,
+                          r->bootstrap, rd_kafka_err2str(err));
         int64_t start = hi;
         switch (o->start) {
         case AL_TOPIC_START_END:
@@ -194,7 +215,8 @@ static int reader_add_topic(al_topic_reader *r, const char *topic, const al_topi
             if (o->start_offset < lo)
                 return al_err(errstr, errlen,
                               "%s [%d]: offset %lld is no longer on the broker (earliest is "
-                              "%lld)", topic, p, (long long)o->start_offset, (long long)lo);
+                              "%lld)",
+                              topic, p, (long long)o->start_offset, (long long)lo);
             start = o->start_offset;
             break;
         case AL_TOPIC_START_TIME: {
@@ -251,8 +273,8 @@ al_topic_reader *al_topic_reader_new(const al_kafka_conf *conf, const al_topic_r
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)r->nparts + 1);
     for (size_t i = 0; i < r->nparts; i++)
         if (!r->parts[i].done)
-            rd_kafka_topic_partition_list_add(l, r->parts[i].topic, r->parts[i].partition)
-                ->offset = r->parts[i].pos;
+            rd_kafka_topic_partition_list_add(l, r->parts[i].topic, r->parts[i].partition)->offset =
+                r->parts[i].pos;
     rd_kafka_resp_err_t err = l->cnt ? rd_kafka_assign(r->rk, l) : 0;
     rd_kafka_topic_partition_list_destroy(l);
     if (err) {
@@ -285,8 +307,8 @@ static void part_finish(al_topic_reader *r, part *p)
     rd_kafka_topic_partition_list_destroy(l);
 }
 
-int al_topic_reader_next(al_topic_reader *r, int timeout_ms, rd_kafka_message_t **out,
-                         char *errstr, size_t errlen)
+int al_topic_reader_next(al_topic_reader *r, int timeout_ms, rd_kafka_message_t **out, char *errstr,
+                         size_t errlen)
 {
     *out = NULL;
     if (r->ndone == r->nparts) return 2;
@@ -301,10 +323,12 @@ int al_topic_reader_next(al_topic_reader *r, int timeout_ms, rd_kafka_message_t 
             rd_kafka_message_destroy(m);
             return r->ndone == r->nparts ? 2 : 0;
         }
-        if (e == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET || e == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
+        if (e == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+            e == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
             al_err(errstr, errlen,
                    "%s [%d]: offset %lld is no longer on the broker (%s); refusing to skip "
-                   "ahead", topic, (int)m->partition, p ? (long long)p->pos : -1LL,
+                   "ahead",
+                   topic, (int)m->partition, p ? (long long)p->pos : -1LL,
                    rd_kafka_message_errstr(m));
             rd_kafka_message_destroy(m);
             return -1;

@@ -53,8 +53,8 @@ void al_topic_reader_free(al_topic_reader *r);
  *   0: nothing yet
  *   2: done: every partition reached its end
  *  -1: failed: errstr says why (offsets gone from the broker, topic deleted) */
-int al_topic_reader_next(al_topic_reader *r, int timeout_ms, rd_kafka_message_t **out,
-                         char *errstr, size_t errlen);
+int al_topic_reader_next(al_topic_reader *r, int timeout_ms, rd_kafka_message_t **out, char *errstr,
+                         size_t errlen);
 
 /* Parses a time flag: milliseconds since the epoch, or ISO 8601 UTC
  * (2026-11-29T18:00:00Z, optional .fff). 0, or -1 when it is neither. */

@@ -30,7 +30,7 @@ static const char *type_names[] = {"counter", "gauge", "histogram"};
 
 typedef struct series {
     struct series *next;
-    char *labels; /* rendered and escaped: k="v",k2="v2"; "" for none */
+    char *labels;                /* rendered and escaped: k="v",k2="v2"; "" for none */
     _Atomic uint64_t value_bits; /* counter, gauge: the value; histogram: the sum */
     _Atomic uint64_t count;      /* histogram: number of observations */
     _Atomic uint64_t *buckets;   /* histogram: (nbounds + 1) per-bucket, not cumulative */
@@ -153,7 +153,8 @@ static void sb_reserve(sbuf *b, size_t more)
     if (b->failed) return;
     if (b->len + more + 1 <= b->cap) return;
     size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + more + 1) cap *= 2;
+    while (cap < b->len + more + 1)
+        cap *= 2;
     char *np = realloc(b->p, cap);
     if (!np) {
         b->failed = 1;
@@ -246,9 +247,8 @@ static char *labels_render(const char *metric, enum metric_type type, va_list ap
 /* Finds or creates family `name` of `type` and, in it, the series for `labels` (which it
  * takes ownership of). NULL with the reason logged on a type or bucket mismatch, a bad
  * name, or out of memory. */
-static series *series_get(al_metrics *m, const char *name, const char *help,
-                          enum metric_type type, const double *bounds, size_t nbounds,
-                          char *labels)
+static series *series_get(al_metrics *m, const char *name, const char *help, enum metric_type type,
+                          const double *bounds, size_t nbounds, char *labels)
 {
     series *s = NULL;
     if (!m || !labels) {
@@ -352,8 +352,10 @@ al_histogram *al_metrics_histogram(al_metrics *m, const char *name, const char *
     if (!bounds && nbounds) return NULL;
     for (size_t i = 0; i < nbounds; i++) {
         if (!isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1]))) {
-            al_log_error("metrics", "histogram %s: bucket bounds must be finite and strictly "
-                         "increasing (bound %zu is %g)", name ? name : "(null)", i, bounds[i]);
+            al_log_error("metrics",
+                         "histogram %s: bucket bounds must be finite and strictly "
+                         "increasing (bound %zu is %g)",
+                         name ? name : "(null)", i, bounds[i]);
             return NULL;
         }
     }
@@ -377,8 +379,8 @@ void al_counter_add(al_counter *c, double v)
 double al_counter_value(const al_counter *c)
 {
     if (!c) return 0;
-    return bits_to_double(atomic_load_explicit(&((al_counter *)c)->s.value_bits,
-                                               memory_order_relaxed));
+    return bits_to_double(
+        atomic_load_explicit(&((al_counter *)c)->s.value_bits, memory_order_relaxed));
 }
 
 void al_gauge_set(al_gauge *g, double v)
@@ -396,8 +398,8 @@ void al_gauge_add(al_gauge *g, double v)
 double al_gauge_value(const al_gauge *g)
 {
     if (!g) return 0;
-    return bits_to_double(atomic_load_explicit(&((al_gauge *)g)->s.value_bits,
-                                               memory_order_relaxed));
+    return bits_to_double(
+        atomic_load_explicit(&((al_gauge *)g)->s.value_bits, memory_order_relaxed));
 }
 
 void al_histogram_observe(al_histogram *h, double v)
@@ -426,8 +428,8 @@ uint64_t al_histogram_count(const al_histogram *h)
 double al_histogram_sum(const al_histogram *h)
 {
     if (!h) return 0;
-    return bits_to_double(atomic_load_explicit(&((al_histogram *)h)->s.value_bits,
-                                               memory_order_relaxed));
+    return bits_to_double(
+        atomic_load_explicit(&((al_histogram *)h)->s.value_bits, memory_order_relaxed));
 }
 
 int al_metrics_on_collect(al_metrics *m, al_metrics_collect_fn fn, void *ud)
@@ -478,7 +480,8 @@ char *al_metrics_render(al_metrics *m, size_t *len_out)
     nhooks = m->ncollect;
     memcpy(hooks, m->collect, sizeof hooks[0] * (size_t)nhooks);
     pthread_mutex_unlock(&m->lock);
-    for (int i = 0; i < nhooks; i++) hooks[i].fn(m, hooks[i].ud);
+    for (int i = 0; i < nhooks; i++)
+        hooks[i].fn(m, hooks[i].ud);
 
     sb_puts(&b, "");
     pthread_mutex_lock(&m->lock);
@@ -496,9 +499,9 @@ char *al_metrics_render(al_metrics *m, size_t *len_out)
         for (series *s = f->first; s; s = s->next) {
             if (f->type != METRIC_HISTOGRAM) {
                 put_series_head(&b, f, "", s, NULL);
-                format_double(num, sizeof num,
-                              bits_to_double(atomic_load_explicit(&s->value_bits,
-                                                                  memory_order_relaxed)));
+                format_double(
+                    num, sizeof num,
+                    bits_to_double(atomic_load_explicit(&s->value_bits, memory_order_relaxed)));
                 sb_puts(&b, num);
                 sb_putn(&b, "\n", 1);
                 continue;
@@ -520,9 +523,9 @@ char *al_metrics_render(al_metrics *m, size_t *len_out)
                 sb_putn(&b, "\n", 1);
             }
             put_series_head(&b, f, "_sum", s, NULL);
-            format_double(num, sizeof num,
-                          bits_to_double(atomic_load_explicit(&s->value_bits,
-                                                              memory_order_relaxed)));
+            format_double(
+                num, sizeof num,
+                bits_to_double(atomic_load_explicit(&s->value_bits, memory_order_relaxed)));
             sb_puts(&b, num);
             sb_putn(&b, "\n", 1);
             put_series_head(&b, f, "_count", s, NULL);
@@ -582,9 +585,9 @@ static void process_collect(al_metrics *m, void *ud)
         al_gauge_set(al_metrics_gauge(m, "process_resident_memory_bytes",
                                       "Resident memory size in bytes.", NULL),
                      (double)rss * (double)page);
-        al_counter *cpu = al_metrics_counter(m, "process_cpu_seconds_total",
-                                             "Total user and system CPU time spent in seconds.",
-                                             NULL);
+        al_counter *cpu =
+            al_metrics_counter(m, "process_cpu_seconds_total",
+                               "Total user and system CPU time spent in seconds.", NULL);
         double now = (double)(ut + st) / (double)hz;
         double cur = al_counter_value(cpu);
         if (now > cur) al_counter_add(cpu, now - cur);
@@ -596,9 +599,9 @@ static void process_collect(al_metrics *m, void *ud)
         while ((e = readdir(d)))
             if (e->d_name[0] != '.') fds++;
         closedir(d);
-        al_gauge_set(al_metrics_gauge(m, "process_open_fds", "Number of open file descriptors.",
-                                      NULL),
-                     fds - 1); /* the directory stream itself */
+        al_gauge_set(
+            al_metrics_gauge(m, "process_open_fds", "Number of open file descriptors.", NULL),
+            fds - 1); /* the directory stream itself */
     }
 }
 

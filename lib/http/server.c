@@ -197,7 +197,8 @@ al_http_server *al_http_server_start(const char *hostport, al_metrics *metrics,
     evhttp_set_max_body_size(s->http, 65536);
     evhttp_set_gencb(s->http, on_request, s);
     errno = 0;
-    struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(s->http, host, (ev_uint16_t)port);
+    struct evhttp_bound_socket *bs =
+        evhttp_bind_socket_with_handle(s->http, host, (ev_uint16_t)port);
     if (!bs) {
         al_err(errstr, errlen, "cannot listen on %s for metrics: %s", hostport,
                errno ? strerror(errno) : "bind failed");

@@ -36,12 +36,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         while ((rc = al_recording_next(r, &m, err, sizeof err)) == 1) {
             /* touch every byte the reader hands out, so that ASan sees a bad pointer */
             volatile uint8_t sink = 0;
-            for (size_t i = 0; i < m.key_len; i++) sink ^= m.key[i];
-            for (size_t i = 0; i < m.value_len; i++) sink ^= m.value[i];
+            for (size_t i = 0; i < m.key_len; i++)
+                sink ^= m.key[i];
+            for (size_t i = 0; i < m.value_len; i++)
+                sink ^= m.value[i];
             for (size_t h = 0; h < m.n_headers; h++) {
                 for (size_t i = 0; i < m.headers[h].name_len; i++)
                     sink ^= (uint8_t)m.headers[h].name[i];
-                for (size_t i = 0; i < m.headers[h].value_len; i++) sink ^= m.headers[h].value[i];
+                for (size_t i = 0; i < m.headers[h].value_len; i++)
+                    sink ^= m.headers[h].value[i];
             }
             sink ^= (uint8_t)strlen(m.topic);
             (void)sink;
