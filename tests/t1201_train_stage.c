@@ -31,7 +31,7 @@ static int start_broker(al_test_broker *b)
     snprintf(topics_path, sizeof topics_path, "%s/topics.conf", workdir);
     FILE *f = fopen(topics_path, "w");
     if (!f) return -1;
-    fputs("arclight.deadletter 1 1\nsft.batches 1 1\nsft.policy 1 1\n"
+    fputs("arclight.deadletter 1 1\nsft.batches 1 1\nsft.policy 1 1\nsft2.policy 1 1\n"
           "ka.batches 1 1\nka.policy 1 1\nkb.batches 1 1\nkb.policy 1 1\n",
           f);
     fclose(f);
@@ -386,6 +386,81 @@ TEST(versions_sha256_http_loss_down_and_dead_letters)
     }
     CHECK_EQ_INT(undecodable, 1);
     CHECK_EQ_INT(vocab, 1);
+    free_msgs(m, n);
+}
+
+static int free_port(void)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    socklen_t sl = sizeof sin;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sin, sizeof sin) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sin, &sl) == 0)
+        port = ntohs(sin.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+/* The same topic again (it holds the four steps of the test above) with full checkpoints
+ * every 3 versions: /metrics counts what happened, SIGTERM checkpoints version 4 fully before
+ * exiting, and --resume then starts from it and publishes version 4 again. */
+TEST(metrics_and_checkpoint_on_sigterm)
+{
+    setup();
+    REQUIRE(broker_ok);
+    char out[256], maddr[64], url[128];
+    snprintf(out, sizeof out, "%s/sft2", workdir);
+    int port = free_port();
+    REQUIRE(port > 0);
+    snprintf(maddr, sizeof maddr, "127.0.0.1:%d", port);
+    const char *args[] = {"--input-topic", "sft.batches", "--policy-topic", "sft2.policy", "--group",
+                          "t1201-sft2", "--out", out, "--loss", "sft", "--lr", "0.01",
+                          "--checkpoint-every", "3", "--metrics", maddr, NULL};
+    pid_t pid = spawn_train(broker.bootstrap, NULL, args);
+    size_t n = 0;
+    msg *m = read_topic(broker.bootstrap, "sft2.policy", 4, 90, &n);
+    CHECK_EQ_INT((int)n, 4);
+    free_msgs(m, n);
+    char *body = NULL;
+    size_t blen = 0;
+    snprintf(url, sizeof url, "http://%s/metrics", maddr);
+    int code = http_get(url, &body, &blen);
+    CHECKF(code == 200, "GET %s: %d", url, code);
+    CHECKF(body && strstr(body, "arclight_train_steps_total 4"), "%s", body ? body : "");
+    CHECKF(body && strstr(body, "arclight_train_chunks_total{result=\"dead_lettered\"} 2"), "%s",
+           body ? body : "");
+    CHECKF(body && strstr(body, "arclight_train_policy_version 4"), "%s", body ? body : "");
+    free(body);
+    kill(pid, SIGTERM);
+    int st = wait_child(pid, 60);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "trainer status %d", st);
+    char path[512];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/step-3/optimizer.safetensors", out);
+    CHECK(stat(path, &sb) == 0);
+    snprintf(path, sizeof path, "%s/step-4/optimizer.safetensors", out); /* written at SIGTERM */
+    CHECK(stat(path, &sb) == 0);
+    snprintf(path, sizeof path, "%s/step-2/model.safetensors", out); /* weights-only version */
+    CHECK(stat(path, &sb) == 0);
+    const char *resume[] = {"--input-topic", "sft.batches", "--policy-topic", "sft2.policy", "--group",
+                            "t1201-sft2", "--out", out, "--resume", "--loss", "sft", "--steps", "4",
+                            NULL};
+    st = run_train(broker.bootstrap, NULL, resume);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "resumed trainer status %d", st);
+    m = read_topic(broker.bootstrap, "sft2.policy", 5, 30, &n);
+    CHECK_EQ_INT((int)n, 5);
+    if (n == 5) {
+        al_policy_version a = {0}, b = {0};
+        char err[256];
+        REQUIRE(al_policy_version_decode(m[3].value, m[3].len, &a, err, sizeof err) == 0);
+        REQUIRE(al_policy_version_decode(m[4].value, m[4].len, &b, err, sizeof err) == 0);
+        CHECK_EQ_INT((int)b.version, 4);
+        CHECK_EQ_STR(a.sha256, b.sha256);
+        CHECK_NEAR(a.metrics.loss, b.metrics.loss, 1e-6);
+        al_policy_version_clear(&a);
+        al_policy_version_clear(&b);
+    }
     free_msgs(m, n);
 }
 

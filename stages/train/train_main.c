@@ -607,7 +607,7 @@ static void usage(FILE *f)
             "  --input-topic T           default arclight.batches\n"
             "  --policy-topic T          default arclight.policy\n"
             "  --group ID                consumer group (default arclight-train-NAME)\n"
-            "  --steps N                 exit 0 once version N is acknowledged and checkpointed\n"
+            "  --steps N                 stop at version N (checkpointed and acknowledged: exit 0)\n"
             "Loss:\n"
             "  --loss ppo|gspo|cispo|sft (default ppo)\n"
             "  --loss-agg token-mean|seq-mean-token-sum|seq-mean-token-mean (default token-mean)\n"
@@ -916,8 +916,9 @@ int cmd_train(int argc, char **argv)
         al_producer_poll(w.prod, 0);
         retire_applied(&w);
         al_gauge_set(w.met.pending, (double)al_train_asm_pending(w.asmb));
-        if (o.stop_after > 0 && w.version >= o.stop_after && !w.applied_head) {
-            al_log_info(COMP, "version %" PRId64 " acknowledged: stopping (--steps)", w.version);
+        if (o.stop_after > 0 && w.version >= o.stop_after) {
+            /* the exit path below checkpoints it and waits for its acknowledgement */
+            al_log_info(COMP, "version %" PRId64 " reached: stopping (--steps)", w.version);
             break;
         }
     }
