@@ -276,11 +276,14 @@ void al_consumer_free(al_consumer *c);
 /* Subscribes to n topics. 0, or -1 with errstr. */
 int al_consumer_subscribe(al_consumer *c, const char *const *topics, size_t n, char *errstr,
                           size_t errlen);
+/* fn runs inside al_consumer_poll (and al_consumer_free, which revokes everything). */
 void al_consumer_set_rebalance_cb(al_consumer *c, al_rebalance_fn fn, void *ctx);
 
 /* Waits up to timeout_ms for the next message, serving rebalances, the linked producer's
  * delivery reports and offset stores meanwhile.
- *   1: *out is a message; the caller owns it (rd_kafka_message_destroy)
+ *   1: *out is a message; the caller owns it (rd_kafka_message_destroy). With
+ *      enable.partition.eof=true it may also be an end-of-partition event (m->err ==
+ *      RD_KAFKA_RESP_ERR__PARTITION_EOF), which is not an input.
  *   0: nothing yet (timeout); transient errors are logged and retried inside
  *  -1: stop: errstr says why. A committed offset no longer on the broker gives
  *      "arclight.spans [3]: committed offset 120 is gone from the broker (earliest is 4000):
