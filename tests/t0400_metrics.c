@@ -242,3 +242,28 @@ TEST(collect_hooks_run_on_each_render_and_process_metrics_exist)
     free(text);
     al_metrics_free(m);
 }
+
+static void *get_global(void *arg)
+{
+    return al_metrics_global();
+}
+
+TEST(global_registry_is_one_per_process_and_survives_free)
+{
+    pthread_t t[4];
+    void *seen[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, get_global, NULL);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], &seen[i]);
+    al_metrics *g = al_metrics_global();
+    REQUIRE(g);
+    for (int i = 0; i < 4; i++)
+        CHECK(seen[i] == g);
+    al_counter_inc(al_metrics_counter(g, "global_total", "h", NULL));
+    al_metrics_free(g); /* a no-op for the global registry */
+    char *text = al_metrics_render(al_metrics_global(), NULL);
+    REQUIRE(text);
+    CHECK(strstr(text, "global_total 1\n") != NULL);
+    free(text);
+}

@@ -101,9 +101,23 @@ al_metrics *al_metrics_new(void)
     return m;
 }
 
+static al_metrics *global_registry;
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+
+static void global_create(void)
+{
+    global_registry = al_metrics_new();
+}
+
+al_metrics *al_metrics_global(void)
+{
+    pthread_once(&global_once, global_create);
+    return global_registry;
+}
+
 void al_metrics_free(al_metrics *m)
 {
-    if (!m) return;
+    if (!m || m == global_registry) return; /* the global one lives as long as the process */
     family *f = m->first;
     while (f) {
         family *fn = f->next;

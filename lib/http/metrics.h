@@ -32,6 +32,12 @@ typedef struct al_histogram al_histogram;
 extern const double al_metrics_latency_buckets[];
 extern const size_t al_metrics_latency_buckets_len;
 
+/* The process-wide registry, created on first use (thread-safe) and never freed: the one
+ * to use from library code (lib/kafka, lib/avro) that has no registry handed to it, and
+ * the one a stage serves unless it has reasons to keep several. NULL only when out of
+ * memory. */
+al_metrics *al_metrics_global(void);
+
 /* A new, empty registry, or NULL when out of memory. Free with al_metrics_free. */
 al_metrics *al_metrics_new(void);
 /* Frees the registry and every series in it; pointers handed out become invalid. The
