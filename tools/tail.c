@@ -110,7 +110,7 @@ static char *tail_format(const rd_kafka_message_t *m, int *decode_failed)
         size_t vlen;
         for (size_t i = 0; rd_kafka_header_get_all(hdrs, i, &name, &val, &vlen) == 0; i++) {
             json_t *h = json_object();
-            json_object_set_new(h, "name", json_string(name));
+            set_bytes(h, "name", name, strlen(name));
             set_bytes(h, "value", val, vlen);
             json_array_append_new(hs, h);
         }
