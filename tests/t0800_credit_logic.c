@@ -445,10 +445,11 @@ TEST(idle_timeout_by_event_time_with_drop_and_keep)
             CHECK_NEAR(tr_id(&s, "b:0:0")->advantage, 1, 0);
             CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_no_reward, 1);
         }
-        /* a late span of the timed-out rollout is a remnant: skipped at its own timeout */
-        feed(p, mk_reward("T", "a", 1, 13, "final", 5, 0));
+        /* a span of the timed-out rollout that comes late is rejected as such */
+        CHECK_EQ_INT(feed(p, mk_reward("T", "a", 1, 13, "final", 5, 0)), 1);
+        CHECK_EQ_INT((int)al_credit_part_stats(p)->open_rollouts, 1); /* x only */
         CHECK_EQ_INT(al_credit_part_advance(p, 100, NULL, 0), 0);
-        CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_skipped, 1);
+        CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_skipped, 0);
         al_credit_part_free(p);
         sink_free(&s);
     }
@@ -568,6 +569,10 @@ TEST(rejected_spans_name_their_reason)
     CHECK_EQ_STR(code, "bad_span");
     al_span end = mk_end("T", "r", 4, 4, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
     CHECK_EQ_INT(al_credit_part_add(p, 6, &end, &code, reason, sizeof reason, err, sizeof err), 0);
+    al_span late = mk_reward("T", "r", 5, 5, "final", 1, 2);
+    CHECK_EQ_INT(al_credit_part_add(p, 7, &late, &code, reason, sizeof reason, err, sizeof err), 1);
+    CHECK_EQ_STR(code, "late_span");
+    CHECKF(strstr(reason, "after the rollout ended") != NULL, "reason: %s", reason);
     REQUIRE(s.n == 1);
     CHECK_EQ_STR(tr(&s, 0)->id, "r:0:2");
     CHECK_EQ_INT((int)s.anchor[0], 0); /* the rejected first call still anchors the group */

@@ -144,6 +144,15 @@ typedef struct cr_baseline {
     struct cr_baseline *hnext;
 } cr_baseline;
 
+/* A recently ended rollout (its key), so that a span arriving after the end is told apart
+ * from a new rollout. */
+typedef struct cr_ended {
+    char *key;
+    struct cr_ended *hnext;
+} cr_ended;
+
+#define CR_ENDED_MAX 65536 /* remembered ends per partition (oldest forgotten first) */
+
 typedef struct cr_interval {
     int64_t lo, hi;
 } cr_interval;
@@ -167,6 +176,10 @@ struct al_credit_part {
     cr_group *fifo_head, *fifo_tail;
     cr_interval *iv;
     size_t niv, capiv;
+    cr_ended **etab; /* recently ended rollouts: hash + FIFO ring */
+    size_t ecap, ecount;
+    cr_ended **ering;
+    size_t ehead;
     /* scratch buffers for building transitions, reused */
     int32_t *s_resp;
     uint8_t *s_mask;
@@ -335,6 +348,13 @@ void al_credit_part_free(al_credit_part *p)
             free(b->key);
             free(b);
         }
+    for (size_t i = 0; p->ering && i < p->ecount; i++) {
+        cr_ended *e = p->ering[(p->ehead + i) % CR_ENDED_MAX];
+        free(e->key);
+        free(e);
+    }
+    free(p->ering);
+    free(p->etab);
     free(p->rtab);
     free(p->gtab);
     free(p->btab);
@@ -753,6 +773,29 @@ static int group_emit(al_credit_part *p, cr_group *g, int timed_out, char *errst
     return rc;
 }
 
+/* Remembers that the rollout with this key ended; the oldest memory goes beyond
+ * CR_ENDED_MAX. 0, or -1 out of memory. */
+static int ended_remember(al_credit_part *p, const char *key)
+{
+    if (!p->ering && !(p->ering = calloc(CR_ENDED_MAX, sizeof *p->ering))) return -1;
+    if (TAB_FIND(p->etab, p->ecap, cr_ended, key)) return 0;
+    if (p->ecount == CR_ENDED_MAX) {
+        cr_ended *old = p->ering[p->ehead];
+        TAB_REMOVE(p->etab, p->ecap, p->ecount, cr_ended, old);
+        p->ehead = (p->ehead + 1) % CR_ENDED_MAX;
+        free(old->key);
+        free(old);
+    }
+    cr_ended *e = calloc(1, sizeof *e);
+    if (!e || !(e->key = strdup(key)) || TAB_INSERT(p->etab, p->ecap, p->ecount, cr_ended, e)) {
+        if (e) free(e->key);
+        free(e);
+        return -1;
+    }
+    p->ering[(p->ehead + p->ecount - 1) % CR_ENDED_MAX] = e;
+    return 0;
+}
+
 /* Ends rollout r (end span or idle timeout): takes it out of the open state, then either
  * skips it (a remnant without its sequence-0 span) or settles it and adds it to its group,
  * which may complete. 0, or -1 (errstr). */
@@ -762,6 +805,7 @@ static int rollout_end(al_credit_part *p, cr_rollout *r, char *errstr, size_t er
     open_unlink(p, r);
     p->stats.open_rollouts--;
     r->ended = 1;
+    if (ended_remember(p, r->key)) return al_err(errstr, errlen, "out of memory");
     if (!r->seen_seq0) {
         p->stats.rollouts_skipped++;
         first_unlink(p, r);
@@ -1001,6 +1045,11 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
     char key[600];
     snprintf(key, sizeof key, "%s\x1f%d", s->rollout_id, s->attempt);
     cr_rollout *r = TAB_FIND(p->rtab, p->rcap, cr_rollout, key);
+    if (!r && TAB_FIND(p->etab, p->ecap, cr_ended, key))
+        return reject(reason_code, "late_span", reason, reasonlen,
+                      "span %lld of rollout %s attempt %d arrived after the rollout ended "
+                      "(or timed out)",
+                      (long long)s->sequence, s->rollout_id, s->attempt);
     if (r && seq_seen(r, s->sequence))
         return reject(reason_code, "duplicate_sequence", reason, reasonlen,
                       "rollout %s attempt %d has sequence %lld twice", s->rollout_id, s->attempt,

@@ -12,6 +12,9 @@
  * (al_credit_part_advance) when a partition has been quiet for a while; that is the one
  * place wall-clock time enters, and only for partitions with no traffic.
  *
+ * Transitions carry event time too: timestamp_us is the latest span timestamp of their
+ * group (not the wall-clock time of emission), so that replays give byte-identical output.
+ *
  * Offsets: al_credit_part_safe_offset says below which offset every span is finished with:
  * it never passes the first span of a rollout that is open or waits in an open group, and
  * never falls inside the offset range of an emitted group (so that a restart re-reads either
@@ -127,7 +130,7 @@ void al_credit_part_free(al_credit_part *p);
 /* Feeds one span read at `offset` (offsets increase from call to call). Returns
  *   0  accepted (the span now belongs to a rollout, or completed one),
  *   1  rejected: *reason_code is a short metric label ("no_token_ids", "bad_span",
- *      "duplicate_sequence", "logprobs_mismatch") and reason a sentence naming the span;
+ *      "duplicate_sequence", "logprobs_mismatch", "late_span": the rollout ended already) and reason a sentence naming the span;
  *      the caller dead-letters it. A rejected call of a known rollout still counts as one
  *      of its spans (its offset may be the group's anchor), so the caller keeps holding
  *      its input like any other until the safe offset passes it.

@@ -375,6 +375,12 @@ static int on_transition(void *ud, const al_transition *t, int64_t anchor)
         return -1;
     }
     al_input *in = x->cur ? hold_find(x->cur, anchor) : NULL;
+    if (!in) {
+        /* Cannot happen (the anchor is never below the safe offset); without an input the
+         * offset could be stored before this transition is acknowledged, so stop instead. */
+        credit_fail(x, "transition %s: no held input at offset %lld", t->id, (long long)anchor);
+        return -1;
+    }
     al_kafka_out o = {.topic = x->output,
                       .partition = AL_KAFKA_PARTITION_ANY,
                       .key = t->group_key,
