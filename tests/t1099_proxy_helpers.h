@@ -164,10 +164,16 @@ static int px_http(const char *method, const char *url, const char *const *heade
     r->hlen = hd.n;
     curl_slist_free_all(h);
     curl_easy_cleanup(e);
-    return rc == CURLE_OK ? 0 : -1;
+    if (rc != CURLE_OK) { /* callers REQUIRE success: nothing to free on failure */
+        free(r->body);
+        free(r->headers);
+        r->body = r->headers = NULL;
+        return -1;
+    }
+    return 0;
 }
 
-static void px_resp_free(px_resp *r)
+static __attribute__((unused)) void px_resp_free(px_resp *r)
 {
     free(r->body);
     free(r->headers);

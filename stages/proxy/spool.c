@@ -395,7 +395,7 @@ al_spool *al_spool_open(const char *dir, uint64_t max_bytes, al_spool_fsync fsyn
         ids[nids++] = id;
     }
     closedir(d);
-    qsort(ids, nids, sizeof *ids, cmp_u64);
+    if (nids) qsort(ids, nids, sizeof *ids, cmp_u64);
     for (size_t i = 0; i < nids; i++) {
         sseg *g = seg_recover(s, ids[i]);
         if (!g) {

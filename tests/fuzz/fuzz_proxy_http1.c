@@ -1,0 +1,53 @@
+/*
+ * fuzz_proxy_http1: libFuzzer target for the proxy's network-facing parsers
+ * (stages/proxy/http1.c): the HTTP/1.1 request-head parser and the byte-preserving JSON
+ * editor. The first input byte picks the parser. Beyond "no crash", the JSON editor must
+ * keep valid JSON valid: when jansson accepts the input and the edit succeeds, jansson must
+ * accept the output, and the output must not have grown by more than "null" per edit.
+ */
+#include "../../stages/proxy/http1.h"
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1) return 0;
+    const char *in = (const char *)data + 1;
+    size_t n = size - 1;
+    if (data[0] & 1) {
+        al_http1_head h;
+        char err[128];
+        al_http1_limits lim = {1024, 16};
+        int r = al_http1_parse_head(in, n, &lim, &h, err, sizeof err);
+        if (r > 0) {
+            if ((size_t)r > n) abort();
+            for (size_t i = 0; i < h.nheaders; i++)
+                if (h.headers[i].name.p < in || h.headers[i].value.p + h.headers[i].value.n > in + n)
+                    abort();
+            (void)al_http1_header_get(&h, "content-type");
+        }
+        return 0;
+    }
+    static const char *const top[] = {"prompt_token_ids", "usage", NULL};
+    static const char *const topn[] = {"x", NULL};
+    static const char *const chr[] = {"token_ids", "prompt_token_ids", NULL};
+    static const char *const chn[] = {"logprobs", NULL};
+    al_json_strip spec = {top, topn, chr, chn};
+    size_t cap = n + 4096;
+    char *out = malloc(cap);
+    long r = al_json_strip_apply(in, n, &spec, out, cap);
+    if (r >= 0) {
+        json_t *a = json_loadb(in, n, 0, NULL);
+        if (a) {
+            json_t *b = json_loadb(out, (size_t)r, 0, NULL);
+            if (!b) abort(); /* the edit broke valid JSON */
+            json_decref(b);
+            json_decref(a);
+        }
+    }
+    free(out);
+    return 0;
+}

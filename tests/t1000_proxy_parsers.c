@@ -1,0 +1,127 @@
+/*
+ * t1000_proxy_parsers: the proxy's HTTP/1.1 head parser and its byte-preserving JSON editor
+ * (stages/proxy/http1.c), case by case.
+ */
+#include "testlib.h"
+
+#include "../stages/proxy/http1.h"
+
+#include <string.h>
+
+static int parse(const char *s, al_http1_head *h)
+{
+    char err[128];
+    al_http1_limits lim = {2048, 8};
+    return al_http1_parse_head(s, strlen(s), &lim, h, err, sizeof err);
+}
+
+TEST(head_complete_and_fields)
+{
+    al_http1_head h;
+    const char *req = "POST /r/t/r/v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\n"
+                      "Content-Type:  application/json \r\nContent-Length: 12\r\n\r\n{\"a\":1}";
+    int n = parse(req, &h);
+    CHECK_EQ_INT(n, (int)(strstr(req, "{") - req));
+    CHECK(al_slice_eq(h.method, "POST"));
+    CHECK(al_slice_eq(h.target, "/r/t/r/v1/chat/completions?x=1"));
+    CHECK_EQ_INT(h.minor_version, 1);
+    CHECK_EQ_INT(h.nheaders, 3);
+    CHECK_EQ_INT(h.content_length, 12);
+    CHECK_EQ_INT(h.keep_alive, 1);
+    const al_slice *ct = al_http1_header_get(&h, "content-type");
+    REQUIRE(ct);
+    CHECK(al_slice_eq(*ct, "application/json"));
+    CHECK(al_http1_header_get(&h, "x-missing") == NULL);
+}
+
+TEST(head_incomplete_needs_more)
+{
+    al_http1_head h;
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nHost: a\r\n", &h), 0);
+    CHECK_EQ_INT(parse("", &h), 0);
+    CHECK_EQ_INT(parse("GE", &h), 0);
+}
+
+TEST(head_keep_alive_rules)
+{
+    al_http1_head h;
+    CHECK(parse("GET / HTTP/1.0\r\n\r\n", &h) > 0 && h.keep_alive == 0);
+    CHECK(parse("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", &h) > 0 && h.keep_alive == 1);
+    CHECK(parse("GET / HTTP/1.1\r\nConnection: foo, close\r\n\r\n", &h) > 0 && h.keep_alive == 0);
+    CHECK(parse("GET / HTTP/1.1\n\n", &h) > 0 && h.keep_alive == 1); /* bare LF, like nginx */
+}
+
+TEST(head_errors_have_statuses)
+{
+    al_http1_head h;
+    CHECK_EQ_INT(parse("POST / HTTP/2.0\r\n\r\n", &h), -505);
+    CHECK_EQ_INT(parse("POST  / HTTP/1.1\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("PO(ST / HTTP/1.1\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nBad Name: x\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nA: b\r\n  folded\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nContent-Length: 99999999999999999\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", &h), -501);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nA: x\001y\r\n\r\n", &h), -400);
+    /* 9 headers > limit 8 */
+    CHECK_EQ_INT(parse("GET / HTTP/1.1\r\na:1\r\nb:1\r\nc:1\r\nd:1\r\ne:1\r\nf:1\r\ng:1\r\nh:1\r\ni:1\r\n\r\n", &h), -431);
+    /* head over 2048 bytes, complete or not */
+    char big[4096];
+    memset(big, 'a', sizeof big);
+    memcpy(big, "GET / HTTP/1.1\r\nX: ", 19);
+    big[sizeof big - 1] = '\0';
+    CHECK_EQ_INT(parse(big, &h), -431);
+    memcpy(big + sizeof big - 5, "\r\n\r\n", 5);
+    CHECK_EQ_INT(parse(big, &h), -431);
+    h.chunked = 0;
+    CHECK(parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", &h) > 0 && h.chunked);
+}
+
+static const char *strip(const char *in, const al_json_strip *spec, char *out, size_t cap)
+{
+    long n = al_json_strip_apply(in, strlen(in), spec, out, cap);
+    if (n < 0) return NULL;
+    out[n] = '\0';
+    return out;
+}
+
+TEST(json_strip_keeps_other_bytes)
+{
+    static const char *const top[] = {"prompt_token_ids", "usage", NULL};
+    static const char *const ch[] = {"token_ids", NULL};
+    static const char *const chn[] = {"logprobs", NULL};
+    al_json_strip spec = {.top_remove = top, .choice_remove = ch, .choice_null = chn};
+    char out[1024];
+    const char *r;
+    r = strip("{\"id\":\"x\",\"choices\":[{\"index\":0,\"logprobs\":{\"content\":[1]},\"token_ids\":[1,2]}],"
+              "\"prompt_token_ids\":[3]}", &spec, out, sizeof out);
+    CHECK_EQ_STR(r ? r : "(fail)", "{\"id\":\"x\",\"choices\":[{\"index\":0,\"logprobs\":null}]}");
+    /* first member removed, spacing elsewhere kept */
+    r = strip("{ \"prompt_token_ids\" : [1] ,  \"a\" : 1, \"usage\": {\"x\": 2} }", &spec, out, sizeof out);
+    CHECK_EQ_STR(r ? r : "(fail)", "{ \"a\" : 1 }");
+    /* every member removed */
+    r = strip("{\"usage\":1,\"prompt_token_ids\":2}", &spec, out, sizeof out);
+    CHECK_EQ_STR(r ? r : "(fail)", "{}");
+    /* nested objects with the same names are left alone */
+    r = strip("{\"a\":{\"usage\":1},\"choices\":[{\"m\":{\"token_ids\":[1]}}]}", &spec, out, sizeof out);
+    CHECK_EQ_STR(r ? r : "(fail)", "{\"a\":{\"usage\":1},\"choices\":[{\"m\":{\"token_ids\":[1]}}]}");
+    /* escapes in strings */
+    r = strip("{\"s\":\"a\\\"}\\u00e9\",\"usage\":[]}", &spec, out, sizeof out);
+    CHECK_EQ_STR(r ? r : "(fail)", "{\"s\":\"a\\\"}\\u00e9\"}");
+    /* invalid JSON is refused */
+    CHECK(strip("{\"a\":1,}", &spec, out, sizeof out) == NULL);
+    CHECK(strip("{\"a\":01}", &spec, out, sizeof out) == NULL);
+    CHECK(strip("[1]", &spec, out, sizeof out) == NULL);
+    CHECK(strip("{\"a\":1} x", &spec, out, sizeof out) == NULL);
+    CHECK(strip("{\"a\":\"\\x\"}", &spec, out, sizeof out) == NULL);
+    /* too small an output buffer */
+    CHECK(strip("{\"a\":12345}", &spec, out, 4) == NULL);
+    /* deep nesting is bounded, not a stack overflow */
+    static char deep[4000];
+    memset(deep, '[', sizeof deep);
+    memcpy(deep, "{\"a\":", 5);
+    deep[sizeof deep - 1] = '\0';
+    CHECK(strip(deep, &spec, out, sizeof out) == NULL);
+}
