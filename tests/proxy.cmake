@@ -24,3 +24,7 @@ if((ARCLIGHT_SANITIZE OR ARCLIGHT_FUZZ) AND AL_PROXY_CLANG)
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
   set_tests_properties(t1004_proxy_fuzz PROPERTIES TIMEOUT 120)
 endif()
+arclight_test(t1002_proxy_faults SOURCES tests/t1002_proxy_faults.c tests/fake_upstream.c
+  LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT
+  TIMEOUT 240)
+add_dependencies(t1002_proxy_faults arclight)

@@ -19,7 +19,7 @@ typedef struct px_child {
     pid_t pid;
     int port;
     char base[128]; /* http://127.0.0.1:PORT */
-    char log[256];
+    char log[1024];
 } px_child;
 
 /* A fresh temporary directory (mkdtemp) in dir (PATH_MAX). */
@@ -70,8 +70,8 @@ static int px_start(px_child *p, const char *log_path, const char *const *args,
         al_test_broker_track(pid, 0);
         p->pid = 0;
         fprintf(stderr, "proxy did not start; its log (%s) says:\n", log_path);
-        char cmd[400];
-        snprintf(cmd, sizeof cmd, "tail -20 %s >&2", log_path);
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "tail -20 '%s' >&2", log_path);
         if (system(cmd)) {
         }
         return -1;
@@ -303,7 +303,7 @@ static size_t px_spans_of(const px_msgs *m, const char *rollout, al_span *out, s
 }
 
 /* Whether needle occurs in the file at path. */
-static int px_file_contains(const char *path, const char *needle)
+static __attribute__((unused)) int px_file_contains(const char *path, const char *needle)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return 0;

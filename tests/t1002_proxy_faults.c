@@ -1,0 +1,211 @@
+/*
+ * t1002_proxy_faults: never block, never lose. The broker goes away while agents keep
+ * calling (no call fails, every span arrives once it is back), the proxy is restarted with
+ * spans still in its spool (they arrive from the next run), the spool fills up (503 with a
+ * JSON reason, then calls resume), and SIGTERM lets a call in flight finish first.
+ */
+#define _GNU_SOURCE
+#include "testlib.h"
+#include "broker_fixture.h"
+#include "t1099_proxy_helpers.h"
+
+#include <dirent.h>
+#include <jansson.h>
+#include <pthread.h>
+
+static al_test_broker B;
+static fake_upstream *U;
+static char TMP[512], UPURL[128];
+
+static const char *CHAT = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+
+static int start_proxy(px_child *p, const char *spool_name, const char *const *extra)
+{
+    static char spool[700], log[700];
+    snprintf(spool, sizeof spool, "%s/%s", TMP, spool_name);
+    snprintf(log, sizeof log, "%s/%s.log", TMP, spool_name);
+    const char *args[32] = {"--listen", "127.0.0.1:0", "--upstream", UPURL, "--bootstrap",
+                            B.bootstrap, "--spool-dir", spool, "--drain-timeout", "2"};
+    int n = 10;
+    for (int i = 0; extra && extra[i] && n < 30; i++) args[n++] = extra[i];
+    args[n] = NULL;
+    return px_start(p, log, args, NULL);
+}
+
+static int calls(const px_child *p, const char *rollout, int n, int *n503)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/r/task-x/%s/v1/chat/completions", rollout);
+    int ok = 0;
+    for (int i = 0; i < n; i++) {
+        px_resp r;
+        if (px_post(p, path, CHAT, &r) != 0) continue;
+        if (r.status == 200) ok++;
+        else if (r.status == 503 && n503 && strstr(r.body, "\"spool_full\"")) (*n503)++;
+        px_resp_free(&r);
+    }
+    return ok;
+}
+
+/* Reads the topic until every sequence 0..n-1 of rollout is there; how many distinct. */
+static int arrived(const char *rollout, int n, int timeout_ms)
+{
+    px_msgs m;
+    px_read_topic(B.bootstrap, "arclight.spans", rollout, (size_t)n, timeout_ms, &m);
+    al_span *s = calloc((size_t)m.n + 1, sizeof *s);
+    size_t k = px_spans_of(&m, rollout, s, m.n + 1);
+    char seen[1024] = {0};
+    int distinct = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (s[i].sequence >= 0 && s[i].sequence < 1024 && !seen[s[i].sequence]++) distinct++;
+        al_span_clear(&s[i]);
+    }
+    free(s);
+    px_msgs_free(&m);
+    return distinct;
+}
+
+static int count_segments(const char *spool_name)
+{
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/%s", TMP, spool_name);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".seg")) n++;
+    closedir(d);
+    return n;
+}
+
+TEST(setup)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    REQUIRE(al_test_broker_start(&B, NULL) == 0);
+    U = fake_upstream_start(0, 1);
+    REQUIRE(U);
+    snprintf(UPURL, sizeof UPURL, "http://127.0.0.1:%d", fake_upstream_port(U));
+    px_tmpdir(TMP, sizeof TMP);
+    REQUIRE(TMP[0]);
+}
+
+TEST(broker_down_agents_unaffected_spans_arrive_later)
+{
+    px_child p;
+    REQUIRE(start_proxy(&p, "spool-a", NULL) == 0);
+    CHECK_EQ_INT(calls(&p, "roll-a", 3, NULL), 3);
+    REQUIRE(al_test_broker_control(&B, "down 1", NULL, 0) == 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_EQ_INT(calls(&p, "roll-a", 20, NULL), 20);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double el = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    CHECKF(el < 5.0, "20 calls took %.2f s with the broker down", el);
+    char url[300];
+    snprintf(url, sizeof url, "%s/metrics", p.base);
+    px_resp r;
+    REQUIRE(px_http("GET", url, NULL, NULL, &r) == 0);
+    CHECK(strstr(r.body, "arclight_proxy_spool_spans") != NULL);
+    CHECK(strstr(r.body, "arclight_proxy_spool_spans 0\n") == NULL); /* some are waiting */
+    px_resp_free(&r);
+    usleep(500000);
+    REQUIRE(al_test_broker_control(&B, "up 1", NULL, 0) == 0);
+    CHECK_EQ_INT(arrived("roll-a", 23, 40000), 23);
+    CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
+    CHECK_EQ_INT(count_segments("spool-a"), 0);
+}
+
+TEST(restart_with_spooled_spans)
+{
+    px_child p;
+    REQUIRE(start_proxy(&p, "spool-b", NULL) == 0);
+    REQUIRE(al_test_broker_control(&B, "down 1", NULL, 0) == 0);
+    CHECK_EQ_INT(calls(&p, "roll-b", 10, NULL), 10);
+    CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0); /* drain timeout 2 s: spans stay on disk */
+    CHECK(count_segments("spool-b") >= 1);
+    REQUIRE(al_test_broker_control(&B, "up 1", NULL, 0) == 0);
+    REQUIRE(start_proxy(&p, "spool-b", NULL) == 0);
+    CHECK_EQ_INT(arrived("roll-b", 10, 40000), 10);
+    CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
+    CHECK_EQ_INT(count_segments("spool-b"), 0);
+}
+
+TEST(spool_full_503_then_resumes)
+{
+    px_child p;
+    const char *extra[] = {"--spool-max-bytes", "12000", NULL};
+    REQUIRE(start_proxy(&p, "spool-c", extra) == 0);
+    REQUIRE(al_test_broker_control(&B, "down 1", NULL, 0) == 0);
+    int n503 = 0;
+    int ok = calls(&p, "roll-c", 30, &n503);
+    CHECKF(ok >= 2 && n503 >= 1 && ok + n503 == 30, "%d ok, %d spool-full 503s", ok, n503);
+    char url[300];
+    snprintf(url, sizeof url, "%s/r/task-x/roll-c/v1/chat/completions", p.base);
+    px_resp r;
+    REQUIRE(px_http("POST", url, PX_JSON, CHAT, &r) == 0);
+    CHECK_EQ_INT(r.status, 503);
+    json_t *o = json_loads(r.body, 0, NULL);
+    const char *msg = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
+    CHECK(msg && strstr(msg, "spool is full"));
+    json_decref(o);
+    px_resp_free(&r);
+    REQUIRE(al_test_broker_control(&B, "up 1", NULL, 0) == 0);
+    CHECK_EQ_INT(arrived("roll-c", ok, 40000), ok);
+    /* drained: calls are taken again */
+    int again = 0;
+    for (int i = 0; i < 50 && !again; i++) {
+        px_resp q;
+        if (px_http("POST", url, PX_JSON, CHAT, &q) == 0 && q.status == 200) again = 1;
+        if (q.body) px_resp_free(&q);
+        if (!again) usleep(100000);
+    }
+    CHECK(again);
+    CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
+}
+
+typedef struct slow_call {
+    const px_child *p;
+    px_resp r;
+    int rc;
+} slow_call;
+
+static void *slow_thread(void *arg)
+{
+    slow_call *s = arg;
+    s->rc = px_post(s->p, "/r/task-x/roll-d/v1/chat/completions",
+                    "{\"model\":\"slow-stream\",\"stream\":true,\"messages\":[{\"role\":\"user\","
+                    "\"content\":\"s\"}]}",
+                    &s->r);
+    return NULL;
+}
+
+TEST(sigterm_finishes_calls_in_flight)
+{
+    px_child p;
+    const char *extra[] = {"--drain-timeout", "20", NULL};
+    REQUIRE(start_proxy(&p, "spool-d", extra) == 0);
+    slow_call s = {.p = &p};
+    pthread_t th;
+    pthread_create(&th, NULL, slow_thread, &s);
+    usleep(200000);
+    kill(p.pid, SIGTERM);
+    pthread_join(th, NULL);
+    CHECK_EQ_INT(s.rc, 0);
+    CHECK_EQ_INT(s.r.status, 200);
+    CHECK(s.r.body && strstr(s.r.body, "data: [DONE]"));
+    if (s.rc == 0) px_resp_free(&s.r);
+    CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
+    CHECK_EQ_INT(arrived("roll-d", 1, 20000), 1);
+}
+
+TEST(teardown)
+{
+    fake_upstream_stop(U);
+    al_test_broker_stop(&B);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
+    if (system(cmd)) {
+    }
+    curl_global_cleanup();
+}
