@@ -302,6 +302,12 @@ static void handle(struct evhttp_request *r, void *arg)
     q.lp = q.chat ? json_is_true(lp) : json_is_integer(lp);
     q.usage = json_is_true(json_object_get(json_object_get(req, "stream_options"), "include_usage"));
     q.tools = json_array_size(json_object_get(req, "tools")) > 0;
+    if (q.chat) { /* after a tool result the model answers in text */
+        json_t *msgs = json_object_get(req, "messages");
+        json_t *lastm = json_array_get(msgs, json_array_size(msgs) ? json_array_size(msgs) - 1 : 0);
+        const char *role = json_string_value(json_object_get(lastm, "role"));
+        if (role && !strcmp(role, "tool")) q.tools = 0;
+    }
     q.slow = !strcmp(q.model, "slow-stream");
     const char *text = NULL;
     if (q.chat) {

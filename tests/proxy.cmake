@@ -28,3 +28,7 @@ arclight_test(t1002_proxy_faults SOURCES tests/t1002_proxy_faults.c tests/fake_u
   LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT
   TIMEOUT 240)
 add_dependencies(t1002_proxy_faults arclight)
+arclight_test(t1003_proxy_node_agent SOURCES tests/t1003_proxy_node_agent.c tests/fake_upstream.c
+  LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT
+  TIMEOUT 120)
+add_dependencies(t1003_proxy_node_agent arclight)

@@ -183,7 +183,7 @@ static __attribute__((unused)) void px_resp_free(px_resp *r)
 static const char *const PX_JSON[] = {"Content-Type: application/json", NULL};
 
 /* POSTs JSON to base + path. */
-static int px_post(const px_child *p, const char *path, const char *body, px_resp *r)
+static __attribute__((unused)) int px_post(const px_child *p, const char *path, const char *body, px_resp *r)
 {
     char url[512];
     snprintf(url, sizeof url, "%s%s", p->base, path);
