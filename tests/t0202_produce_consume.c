@@ -240,6 +240,76 @@ TEST(unreachable_broker_errors_name_the_servers_and_the_reason)
     al_kafka_conf_free(c);
 }
 
+/* Produces one message to topic and flushes; returns the delivery log. */
+static void produce_one(al_producer *p, const char *topic, dr_log *log)
+{
+    char errstr[512];
+    memset(log, 0, sizeof *log);
+    al_producer_set_delivery_cb(p, on_delivery, log);
+    if (al_producer_send(p, topic, "k", 1, "v", 1, NULL, (void *)0) == 0)
+        al_producer_flush(p, 15000, errstr, sizeof errstr);
+}
+
+TEST(broker_errors_retriable_abortable_fatal)
+{
+    char errstr[512], reply[256];
+    ensure_broker();
+    REQUIRE(broker_ok);
+    al_kafka_conf *c = conf_for(broker.bootstrap);
+    al_kafka_conf_set(c, "retry.backoff.ms", "50");
+    al_producer *p = al_producer_new(c, errstr, sizeof errstr);
+    al_kafka_conf_free(c);
+    REQUIREF(p, "%s", errstr);
+    static dr_log log;
+    produce_one(p, "t0202.err", &log); /* connect, get a producer id */
+    CHECK_EQ_INT(log.failed, 0);
+
+    /* Retriable: NOT_ENOUGH_REPLICAS (19) twice, then the retry succeeds. */
+    REQUIRE(al_test_broker_control(&broker, "error 0 19 2", reply, sizeof reply) == 0);
+    produce_one(p, "t0202.err", &log);
+    CHECK_EQ_INT(log.n, 1);
+    CHECK_EQ_INT(log.failed, 0);
+
+    /* Abortable: MESSAGE_TOO_LARGE (10) fails this message only; the producer goes on. */
+    REQUIRE(al_test_broker_control(&broker, "error 0 10 1", reply, sizeof reply) == 0);
+    produce_one(p, "t0202.err", &log);
+    CHECK_EQ_INT(log.failed, 1);
+    CHECKF(strstr(log.reason, "(abortable)") != NULL, "reason: %s", log.reason);
+    produce_one(p, "t0202.err", &log);
+    CHECK_EQ_INT(log.failed, 0);
+    CHECK(al_producer_fatal(p, errstr, sizeof errstr) == 0);
+
+    /* A message-level idempotence error (INVALID_PRODUCER_EPOCH, 47): this message fails,
+     * librdkafka bumps the epoch, the producer goes on. */
+    REQUIRE(al_test_broker_control(&broker, "error 0 47 1", reply, sizeof reply) == 0);
+    produce_one(p, "t0202.err", &log);
+    CHECK_EQ_INT(log.failed, 1);
+    CHECKF(strstr(log.reason, "(retriable)") != NULL, "reason: %s", log.reason);
+    produce_one(p, "t0202.err", &log);
+    CHECK_EQ_INT(log.failed, 0);
+    CHECK(al_producer_fatal(p, errstr, sizeof errstr) == 0);
+    al_producer_free(p);
+
+    /* Fatal: a new producer is refused its producer id (InitProducerId, API 22, answered
+     * CLUSTER_AUTHORIZATION_FAILED, 31): the producer is unusable, sends are refused with
+     * __FATAL, and the reason is available. */
+    REQUIRE(al_test_broker_control(&broker, "error 22 31 1", reply, sizeof reply) == 0);
+    c = conf_for(broker.bootstrap);
+    p = al_producer_new(c, errstr, sizeof errstr);
+    al_kafka_conf_free(c);
+    REQUIREF(p, "%s", errstr);
+    produce_one(p, "t0202.err", &log);
+    CHECK_EQ_INT(log.failed, 1);
+    CHECKF(al_producer_fatal(p, errstr, sizeof errstr) == 1, "no fatal error; last: %s",
+           log.reason);
+    CHECKF(strstr(errstr, "fatal producer error") && strstr(errstr, "uthoriz"), "fatal: %s",
+           errstr);
+    CHECK_EQ_INT(al_producer_send(p, "t0202.err", "k", 1, "v", 1, NULL, NULL),
+                 RD_KAFKA_RESP_ERR__FATAL);
+    CHECK_EQ_INT(al_kafka_error_classify(RD_KAFKA_RESP_ERR__FATAL), AL_KAFKA_ERRCLASS_FATAL);
+    al_producer_free(p);
+}
+
 TEST(error_classes)
 {
     CHECK_EQ_INT(al_kafka_error_classify(RD_KAFKA_RESP_ERR_NO_ERROR), AL_KAFKA_ERRCLASS_NONE);

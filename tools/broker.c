@@ -16,6 +16,8 @@
  *   down ID | up ID        take broker ID (1..N) down (connections closed and refused) / up
  *   rtt ID MS              add MS milliseconds of round-trip delay to broker ID
  *   create NAME PARTITIONS [REPLICATION]   create a topic (the mock has no CreateTopics)
+ *   error APIKEY CODE [COUNT]  fail the next COUNT (default 1) requests of Kafka API APIKEY
+ *                          (0 Produce, 1 Fetch, 8 OffsetCommit, ...) with error CODE
  *   brokers                "ok N"
  *   ping                   "ok"
  */
@@ -110,7 +112,8 @@ static void usage(FILE *f)
             "  --topics FILE        topics to create (default broker-config/topics.conf)\n"
             "  --control HOST:PORT  loopback line protocol to take brokers down/up:\n"
             "                       'down ID', 'up ID', 'rtt ID MS', 'brokers', 'ping',\n"
-            "                       'create TOPIC PARTITIONS [REPLICATION]'\n"
+            "                       'create TOPIC PARTITIONS [REPLICATION]',\n"
+            "                       'error APIKEY CODE [COUNT]' (fail the next requests)\n"
             "  --log-level LEVEL    error, warn, info (default) or debug\n"
             "  --help               this text\n");
 }
@@ -151,9 +154,24 @@ static void control_exec(rd_kafka_mock_cluster_t *mc, int nbrokers, char *line, 
         snprintf(reply, rlen, "ok %d\n", nbrokers);
         return;
     }
+    if (!strcmp(cmd, "error")) {
+        long apikey = -1, code = 0, count = 1;
+        int k = sscanf(line, "%31s %ld %ld %ld", cmd, &apikey, &code, &count);
+        if (k < 3 || apikey < 0 || apikey > 100 || code <= 0 || code > 1000 || count < 1 ||
+            count > 1000) {
+            snprintf(reply, rlen, "error error wants APIKEY CODE [COUNT] (Kafka numbers)\n");
+            return;
+        }
+        rd_kafka_resp_err_t errs[1000];
+        for (long i = 0; i < count; i++) errs[i] = (rd_kafka_resp_err_t)code;
+        rd_kafka_mock_push_request_errors_array(mc, (int16_t)apikey, (size_t)count, errs);
+        al_log_info("broker", "control: %s (%s)", line, rd_kafka_err2str((rd_kafka_resp_err_t)code));
+        snprintf(reply, rlen, "ok\n");
+        return;
+    }
     int is_down = !strcmp(cmd, "down"), is_up = !strcmp(cmd, "up"), is_rtt = !strcmp(cmd, "rtt");
     if (!is_down && !is_up && !is_rtt) {
-        snprintf(reply, rlen, "error unknown command '%s' (down ID, up ID, rtt ID MS, create, brokers, ping)\n",
+        snprintf(reply, rlen, "error unknown command '%s' (down ID, up ID, rtt ID MS, create, error, brokers, ping)\n",
                  cmd);
         return;
     }

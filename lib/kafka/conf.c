@@ -428,9 +428,6 @@ al_kafka_errclass al_kafka_error_classify(rd_kafka_resp_err_t err)
     case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
     case RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED:
     case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-    case RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER:
-    case RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH:
-    case RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID:
     case RD_KAFKA_RESP_ERR__INVALID_ARG:
     case RD_KAFKA_RESP_ERR__FENCED:
         return AL_KAFKA_ERRCLASS_FATAL;
@@ -447,6 +444,10 @@ al_kafka_errclass al_kafka_error_classify(rd_kafka_resp_err_t err)
     case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
         return AL_KAFKA_ERRCLASS_ABORTABLE;
     default:
+        /* Includes the idempotence errors of a single message (OUT_OF_ORDER_SEQUENCE_NUMBER,
+         * INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID): librdkafka bumps the producer epoch and
+         * carries on, so sending the message again works. When the producer itself cannot go
+         * on, librdkafka raises __FATAL (al_producer_fatal). */
         return AL_KAFKA_ERRCLASS_RETRIABLE;
     }
 }
