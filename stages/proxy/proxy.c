@@ -1840,7 +1840,13 @@ static void drain_check(evutil_socket_t fd, short what, void *arg)
     proxy *px = arg;
     (void)fd;
     (void)what;
-    if (px->inflight == 0 || al_mono_us() >= px->drain_deadline_mono) {
+    /* done when no call is in flight and every answer has left (a connection still
+     * writing closes itself once written, since draining turns keep-alive off) */
+    int writing = 0;
+    for (conn *c = px->conns; c; c = c->next)
+        if (c->state != C_READ || evbuffer_get_length(bufferevent_get_output(c->bev)) > 0)
+            writing++;
+    if ((px->inflight == 0 && writing == 0) || al_mono_us() >= px->drain_deadline_mono) {
         if (px->inflight)
             al_log_warn(COMP, "drain timeout: %d calls still in flight are cut off", px->inflight);
         event_base_loopbreak(px->base);
@@ -2254,6 +2260,12 @@ int cmd_proxy(int argc, char **argv)
                 px->port, up, cf->n_upstreams - 1, cf->topic, cf->spool_dir);
     event_base_dispatch(px->base);
     rc = AL_EXIT_OK;
+    /* the final flush is bounded by --drain-timeout; a second SIGTERM must not cut it */
+    event_free(px->sig_term);
+    event_free(px->sig_int);
+    px->sig_term = px->sig_int = NULL;
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
 
 out:
     /* calls cut off by the drain timeout still get their (failed) span */
