@@ -6,3 +6,4 @@ target_include_directories(arclight_train PUBLIC ${PROJECT_SOURCE_DIR}/lib ${PRO
 target_link_libraries(arclight_train PUBLIC arclight_avro arclight_core arclight_model m)
 arclight_test(t1200_train_assembly SOURCES tests/t1200_train_assembly.c LIBS arclight_train TIMEOUT 60)
 arclight_test(t1201_train_stage SOURCES tests/t1201_train_stage.c LIBS arclight_kafka arclight_avro arclight_core TIMEOUT 240)
+arclight_test(t1202_train_pipeline SOURCES tests/t1202_train_pipeline.c LIBS arclight_kafka arclight_avro arclight_core TIMEOUT 180)

@@ -134,19 +134,12 @@ static int check_chunk(const al_train_asm *a, const al_batch_chunk *c, char *why
                -1;
     for (size_t k = 0; k < c->n_micro_batches; k++) {
         const al_micro_batch *mb = &c->micro_batches[k];
-        if (mb->n_tokens < 2 || mb->n_tokens > INT_MAX / 2)
-            return al_err(why, whylen, "micro-batch %d has %zu tokens (at least 2 needed)", mb->index,
-                          mb->n_tokens),
-                   -1;
+        if (mb->n_tokens < 1 || mb->n_tokens > INT_MAX / 2)
+            return al_err(why, whylen, "micro-batch %d has %zu tokens", mb->index, mb->n_tokens), -1;
         if (mb->n_sequences < 1 || mb->n_sequences > mb->n_tokens)
             return al_err(why, whylen, "micro-batch %d has %zu sequences for %zu tokens", mb->index,
                           mb->n_sequences, mb->n_tokens),
                    -1;
-        for (size_t s = 0; s < mb->n_sequences; s++)
-            if (mb->cu_seqlens[s + 1] <= mb->cu_seqlens[s])
-                return al_err(why, whylen, "micro-batch %d: sequence %zu is empty (cu_seqlens %d..%d)",
-                              mb->index, s, mb->cu_seqlens[s], mb->cu_seqlens[s + 1]),
-                       -1;
         for (size_t t = 0; t < mb->n_tokens; t++) {
             if (mb->token_ids[t] < 0 || mb->token_ids[t] >= a->vocab)
                 return al_err(why, whylen,
@@ -162,7 +155,8 @@ static int check_chunk(const al_train_asm *a, const al_batch_chunk *c, char *why
                 return al_err(why, whylen, "micro-batch %d token %zu: loss_mask %u is not 0 or 1",
                               mb->index, t, mb->loss_mask[t]),
                        -1;
-            if (mb->loss_mask[t] && (!isfinite(mb->advantages[t]) || !isfinite(mb->rollout_logprobs[t])))
+            /* the trainer refuses a non-finite value anywhere in the chunk, masked or not */
+            if (!isfinite(mb->advantages[t]) || !isfinite(mb->rollout_logprobs[t]))
                 return al_err(why, whylen,
                               "micro-batch %d token %zu: advantage %g / rollout logprob %g is not finite",
                               mb->index, t, mb->advantages[t], mb->rollout_logprobs[t]),
