@@ -199,6 +199,52 @@ TEST(stored_offset_waits_for_acknowledged_outputs)
     al_producer_free(p);
 }
 
+TEST(failed_output_stops_the_consumer_without_storing_its_input)
+{
+    char errstr[1024], reply[128];
+    ensure_broker();
+    REQUIRE(broker_ok);
+    REQUIRE(al_test_broker_control(&broker, "create t0202.in2 1", reply, sizeof reply) == 0);
+    al_kafka_conf *c = conf_for(broker.bootstrap);
+    al_kafka_conf_set(c, "session.timeout.ms", "3000");
+    al_producer *p = al_producer_new(c, errstr, sizeof errstr);
+    REQUIREF(p, "%s", errstr);
+    for (int i = 0; i < 3; i++) al_producer_send(p, "t0202.in2", "k", 1, "in", 2, NULL, NULL);
+    REQUIRE(al_producer_flush(p, 20000, errstr, sizeof errstr) == 0);
+    al_consumer *cons = al_consumer_new(c, "t0202-failing", p, errstr, sizeof errstr);
+    al_kafka_conf_free(c);
+    REQUIREF(cons, "%s", errstr);
+    const char *topics[] = {"t0202.in2"};
+    REQUIRE(al_consumer_subscribe(cons, topics, 1, errstr, sizeof errstr) == 0);
+
+    /* The broker refuses the next Produce request (MESSAGE_TOO_LARGE): the first input's
+     * output is lost, so the consumer must stop and never store past offset 0. */
+    REQUIRE(al_test_broker_control(&broker, "error 0 10 1", reply, sizeof reply) == 0);
+    int r = 0, inputs = 0;
+    double t0 = testlib_now();
+    while (testlib_now() - t0 < 30) {
+        rd_kafka_message_t *m;
+        r = al_consumer_poll(cons, 100, &m, errstr, sizeof errstr);
+        if (r < 0) break;
+        if (r == 0) continue;
+        al_input *in = al_consumer_input_begin(cons, m);
+        al_kafka_out o = {.topic = "t0202.out2", .partition = 0, .value = "out", .len = 3,
+                          .input = in};
+        CHECK_EQ_INT(al_producer_produce(p, &o), 0);
+        al_input_end(in);
+        rd_kafka_message_destroy(m);
+        inputs++;
+        if (inputs == 1) al_producer_flush(p, 10000, errstr, sizeof errstr);
+    }
+    CHECK_EQ_INT(r, -1);
+    CHECKF(strstr(errstr, "an output of t0202.in2 [0] offset 0 was not delivered") &&
+               strstr(errstr, "too large"),
+           "error: %s", errstr);
+    al_consumer_free(cons); /* close commits what is stored: nothing past offset 0 */
+    CHECK_EQ_INT(committed_offset(broker.bootstrap, "t0202-failing", "t0202.in2", 0), 0);
+    al_producer_free(p);
+}
+
 TEST(unreachable_broker_errors_name_the_servers_and_the_reason)
 {
     char errstr[512];
