@@ -143,6 +143,7 @@ al_input *al_consumer_input_begin(al_consumer *c, const rd_kafka_message_t *m)
     if (!in) return NULL;
     in->offset = m->offset;
     in->refs = 1;
+    if (m->err || !m->rkt) return in; /* an event (end of partition), not an input */
     const char *topic = rd_kafka_topic_name(m->rkt);
     al_part_state *ps = ps_find(c, topic, m->partition);
     if (!ps) {
