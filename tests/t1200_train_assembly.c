@@ -236,3 +236,39 @@ TEST(assembled_chunks_train_the_tiny_model)
     al_model_free(m);
     free_bufs();
 }
+
+/* An empty sequence at the end of a micro-batch (cu_seqlens 0, 3, 3) and a 1-token
+ * micro-batch are shapes the trainer takes; neither is read out of bounds. */
+TEST(empty_sequence_and_single_token_micro_batch)
+{
+    char err[256], why[512];
+    int32_t tok[3] = {5, 6, 7}, pos[3] = {0, 1, 2}, cu[3] = {0, 3, 3}, cu1[2] = {0, 1};
+    uint8_t mask[3] = {0, 1, 1};
+    float logp[3] = {-1, -1, -1}, adv[3] = {1, 1, 1};
+    const char *ids[2] = {"a:0:0", "b:0:0"};
+    int64_t pv[2] = {0, 0};
+    al_micro_batch mb[2] = {
+        {.index = 0, .n_tokens = 3, .token_ids = tok, .loss_mask = mask, .position_ids = pos,
+         .rollout_logprobs = logp, .advantages = adv, .n_sequences = 2, .cu_seqlens = cu,
+         .transition_ids = ids, .policy_versions = pv},
+        {.index = 1, .n_tokens = 1, .token_ids = tok, .loss_mask = mask + 1, .position_ids = pos,
+         .rollout_logprobs = logp, .advantages = adv, .n_sequences = 1, .cu_seqlens = cu1,
+         .transition_ids = ids, .policy_versions = pv},
+    };
+    al_batch_chunk c = {.model = "tiny", .step = 0, .chunk_index = 0, .chunk_count = 1,
+                        .step_micro_batches = 2, .step_sequences = 3, .step_tokens = 4,
+                        .step_loss_tokens = 3, .micro_batches = mb, .n_micro_batches = 2};
+    al_buf b = {0};
+    REQUIREF(al_batch_chunk_encode(&c, &b, err, sizeof err) == 0, "%s", err);
+    al_train_asm *a = al_train_asm_new("tiny", 512, 2048, -1, err, sizeof err);
+    REQUIRE(a);
+    CHECKF(add(a, &b, NULL, why) == AL_TRAIN_ASM_HELD, "%s", why);
+    al_train_ready *r = NULL;
+    REQUIRE(al_train_asm_next(a, &r) == 1);
+    CHECKF(!r->bad, "%s", r->reason);
+    CHECK_EQ_INT(r->nchunks, 2);
+    CHECK_EQ_INT((int)r->loss_tokens, 2); /* the 1-token sequence predicts nothing */
+    al_train_ready_free(r);
+    al_train_asm_free(a, NULL, NULL);
+    al_buf_free(&b);
+}

@@ -385,7 +385,8 @@ static int ready_build(al_train_ready *r, const pending_step *p)
                 loss += mb->loss_mask[t];
             }
             for (size_t s = 0; s < mb->n_sequences; s++)
-                if (mb->loss_mask[mb->cu_seqlens[s]]) loss--;
+                if (mb->cu_seqlens[s] < mb->cu_seqlens[s + 1] && mb->loss_mask[mb->cu_seqlens[s]])
+                    loss--;
             for (size_t s = 0; s < mb->n_rewards; s++)
                 if (isfinite(mb->rewards[s])) rew += mb->rewards[s], nrew++;
             al_train_chunk *tc = &r->chunks[r->nchunks++];
