@@ -9,9 +9,10 @@
  * reward and an end: 10,240 spans, about 62 MB before compression. The tokens are
  * pseudo-random, but shaped like an agent's: the 8 rollouts of a task start from the same
  * prompt and each call's context is the previous one plus its response and a tool result,
- * so that lz4 (the project's producer default) finds what it would find in real traffic. Both readers are timed from their first
- * message to their last (credit: until its transitions are acknowledged); kcat runs
- * before, between and after two credit runs, and the best run of each is compared. */
+ * so that lz4 (the project's producer default) finds what it would find in real traffic. Both
+ * readers are timed from their first message to their last (credit: until its transitions are
+ * acknowledged); kcat runs before, between and after two credit runs, and the best run of each is
+ * compared. */
 #include "avro/codec.h"
 #include "broker_fixture.h"
 
@@ -83,13 +84,16 @@ static long fill(const char *bootstrap, const char *topic, double *bytes)
                      * its last PROMPT tokens. Tokens are pseudo-random ids < 151,000. */
                     if (seq == 0) {
                         uint64_t x = 0x9E3779B97F4A7C15ULL * (uint64_t)(task + 1);
-                        for (int i = 0; i < PROMPT; i++) prompt[i] = token(&x);
+                        for (int i = 0; i < PROMPT; i++)
+                            prompt[i] = token(&x);
                     } else {
-                        uint64_t x = 0xD1B54A32D192ED03ULL * (uint64_t)(task * 64 + r * 8 + seq + 1);
+                        uint64_t x =
+                            0xD1B54A32D192ED03ULL * (uint64_t)(task * 64 + r * 8 + seq + 1);
                         static int32_t ctx[PROMPT + RESPONSE + TOOL];
                         memcpy(ctx, prompt, sizeof prompt);
                         memcpy(ctx + PROMPT, resp, sizeof resp);
-                        for (int i = 0; i < TOOL; i++) ctx[PROMPT + RESPONSE + i] = token(&x);
+                        for (int i = 0; i < TOOL; i++)
+                            ctx[PROMPT + RESPONSE + i] = token(&x);
                         memcpy(prompt, ctx + RESPONSE + TOOL, sizeof prompt);
                     }
                     uint64_t y = 0xA0761D6478BD642FULL * (uint64_t)(task * 64 + r * 8 + seq + 1);
@@ -121,12 +125,11 @@ static long fill(const char *bootstrap, const char *topic, double *bytes)
                     fprintf(stderr, "encode: %s\n", err);
                     return -1;
                 }
-                while (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic),
-                                         RD_KAFKA_V_PARTITION(task % PARTS),
-                                         RD_KAFKA_V_KEY(tid, strlen(tid)),
-                                         RD_KAFKA_V_VALUE(b.data, b.len),
-                                         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                         RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+                while (rd_kafka_producev(
+                           rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(task % PARTS),
+                           RD_KAFKA_V_KEY(tid, strlen(tid)), RD_KAFKA_V_VALUE(b.data, b.len),
+                           RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                           RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
                     rd_kafka_poll(rk, 10);
                 n++;
                 *bytes += (double)b.len;
@@ -184,8 +187,8 @@ int main(void)
         al_test_broker_stop(&b);
         return 1;
     }
-    printf("topic: %ld spans, %.1f MB in %d partitions (filled in %.1f s)\n", n, bytes / 1e6,
-           PARTS, now_s() - t0);
+    printf("topic: %ld spans, %.1f MB in %d partitions (filled in %.1f s)\n", n, bytes / 1e6, PARTS,
+           now_s() - t0);
 
     /* kcat, credit, kcat, credit, kcat: the best run of each counts */
     long kn[3];
@@ -217,11 +220,14 @@ int main(void)
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 
     int ok = st == 0;
-    for (int i = 0; i < 3; i++) ok = ok && k[i] > 0 && kn[i] == n;
-    for (int i = 0; i < 2; i++) ok = ok && cs[i] > 0 && cn[i] == n;
+    for (int i = 0; i < 3; i++)
+        ok = ok && k[i] > 0 && kn[i] == n;
+    for (int i = 0; i < 2; i++)
+        ok = ok && cs[i] > 0 && cn[i] == n;
     if (!ok) {
-        fprintf(stderr, "bench_credit: a run failed (credit exit %d, %ld and %ld of %ld spans; "
-                        "kcat %ld, %ld, %ld spans)\n",
+        fprintf(stderr,
+                "bench_credit: a run failed (credit exit %d, %ld and %ld of %ld spans; "
+                "kcat %ld, %ld, %ld spans)\n",
                 st, cn[0], cn[1], n, kn[0], kn[1], kn[2]);
         return 1;
     }

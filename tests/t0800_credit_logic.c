@@ -90,7 +90,8 @@ static int sink_fn(void *ud, const al_transition *t, int64_t anchor)
 
 static void sink_free(sink_t *s)
 {
-    for (int i = 0; i < s->n; i++) al_buf_free(&s->bytes[i]);
+    for (int i = 0; i < s->n; i++)
+        al_buf_free(&s->bytes[i]);
     al_transition_clear(&s->t);
     s->n = 0;
 }
@@ -99,8 +100,8 @@ static void sink_free(sink_t *s)
 static const al_transition *tr(sink_t *s, int i)
 {
     char err[256];
-    if (i >= s->n || al_transition_decode(s->bytes[i].data, s->bytes[i].len, &s->t, err,
-                                          sizeof err) != 0)
+    if (i >= s->n ||
+        al_transition_decode(s->bytes[i].data, s->bytes[i].len, &s->t, err, sizeof err) != 0)
         return NULL;
     return &s->t;
 }
@@ -138,8 +139,7 @@ static int feed(al_credit_part *p, al_span s)
 }
 
 /* One-call rollout of task `task` with reward v: call, reward, end (3 offsets). */
-static void feed_rollout(al_credit_part *p, const char *task, const char *rid, double v,
-                         int64_t ts)
+static void feed_rollout(al_credit_part *p, const char *task, const char *rid, double v, int64_t ts)
 {
     feed(p, mk_simple(task, rid, 0, ts));
     feed(p, mk_reward(task, rid, 1, ts, "final", v, 0));
@@ -161,7 +161,8 @@ static void run_estimator(al_credit_estimator e, double *adv)
         snprintf(rid, sizeof rid, "r%d", i);
         feed_rollout(p, "T", rid, rw[i], 1000 + i);
     }
-    for (int i = 0; i < 4; i++) adv[i] = NAN;
+    for (int i = 0; i < 4; i++)
+        adv[i] = NAN;
     for (int i = 0; i < s.n && i < 4; i++) {
         const al_transition *t = tr(&s, i);
         if (t) adv[t->rollout_id[1] - '0'] = t->advantage;
@@ -224,7 +225,7 @@ TEST(transition_fields_of_a_group)
     CHECK_NEAR(t->rollout_logprobs[1], -0.25, 1e-7);
     CHECK_NEAR(t->reward, 1, 0);
     CHECK_NEAR(t->advantage, 0.5 / (0.5 + 1e-6), 1e-9); /* (1 - 0.5) / (0.5 + eps) */
-    CHECK_EQ_INT((int)s.anchor[0], 100); /* the group's earliest span */
+    CHECK_EQ_INT((int)s.anchor[0], 100);                /* the group's earliest span */
     const al_credit_stats *st = al_credit_part_stats(p);
     CHECK_EQ_INT((int)st->groups_completed, 1);
     CHECK_EQ_INT((int)st->transitions, 2);
@@ -261,8 +262,8 @@ TEST(reinforce_running_baseline_per_task)
     for (int i = 0; i < 8; i++) {
         const al_transition *t = tr(&s, i);
         REQUIRE(t != NULL);
-        CHECKF(fabs(t->advantage - want[i]) < 1e-12, "transition %d (%s): advantage %g, want %g",
-               i, t->id, t->advantage, want[i]);
+        CHECKF(fabs(t->advantage - want[i]) < 1e-12, "transition %d (%s): advantage %g, want %g", i,
+               t->id, t->advantage, want[i]);
         CHECK_EQ_STR(t->estimator, "reinforce");
     }
     al_credit_part_free(p);
@@ -376,7 +377,8 @@ TEST(merge_builds_multi_turn_sequences_with_masks)
     static const float want_lp[] = {-0.1f, -0.2f, 0, 0, -0.3f};
     REQUIRE(t->n_response_tokens == 5 && t->n_loss_mask == 5 && t->n_rollout_logprobs == 5);
     for (int i = 0; i < 5; i++) {
-        CHECKF(t->response_token_ids[i] == want_resp[i], "token %d: %d", i, t->response_token_ids[i]);
+        CHECKF(t->response_token_ids[i] == want_resp[i], "token %d: %d", i,
+               t->response_token_ids[i]);
         CHECKF(t->loss_mask[i] == want_mask[i], "mask %d: %d", i, t->loss_mask[i]);
         CHECKF(t->rollout_logprobs[i] == want_lp[i], "logprob %d: %g", i, t->rollout_logprobs[i]);
     }
@@ -653,9 +655,12 @@ TEST(output_does_not_depend_on_how_tasks_share_partitions)
                 snprintf(rid, sizeof rid, "%c%d", task ? 'B' : 'A', i);
                 const char *t = task ? "B" : "A";
                 al_span sp;
-                if (step == 0) sp = mk_simple(t, rid, 0, 10 * i + task);
-                else if (step == 1) sp = mk_reward(t, rid, 1, 100 + i, "final", i * (task + 1), 0);
-                else sp = mk_end(t, rid, 2, 200 + i, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
+                if (step == 0)
+                    sp = mk_simple(t, rid, 0, 10 * i + task);
+                else if (step == 1)
+                    sp = mk_reward(t, rid, 1, 100 + i, "final", i * (task + 1), 0);
+                else
+                    sp = mk_end(t, rid, 2, 200 + i, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
                 feed(p1, sp);
                 feed(own, sp);
             }

@@ -55,7 +55,8 @@ static void stream_add(stream *s, const char *key, const void *val, size_t len)
 
 static void stream_free(stream *s)
 {
-    for (size_t i = 0; i < s->n; i++) free(s->m[i].val);
+    for (size_t i = 0; i < s->n; i++)
+        free(s->m[i].val);
     free(s->m);
     memset(s, 0, sizeof *s);
 }
@@ -77,7 +78,8 @@ static void build_stream(stream *s)
     int next[N_ROLL] = {0};
     uint32_t rng = 12345;
     int left = 0;
-    for (int r = 0; r < N_ROLL; r++) left += ncalls_of(r) + 2;
+    for (int r = 0; r < N_ROLL; r++)
+        left += ncalls_of(r) + 2;
     int64_t ts = 1764400000000000LL;
     al_buf b = {0};
     char err[256];
@@ -86,7 +88,8 @@ static void build_stream(stream *s)
         /* a window of 12 rollouts from the first unfinished one: about three tasks at once,
          * so that groups complete all along the stream */
         int base = 0;
-        while (base < N_ROLL && next[base] > ncalls_of(base) + 1) base++;
+        while (base < N_ROLL && next[base] > ncalls_of(base) + 1)
+            base++;
         int r = base + (int)((rng >> 8) % 12);
         if (r >= N_ROLL) continue;
         int nc = ncalls_of(r);
@@ -96,7 +99,8 @@ static void build_stream(stream *s)
         snprintf(rid, sizeof rid, "roll-%03d", r);
         int32_t prompt[16], resp[8];
         float lp[8];
-        for (int i = 0; i < 16; i++) prompt[i] = r * 100 + next[r] * 10 + i;
+        for (int i = 0; i < 16; i++)
+            prompt[i] = r * 100 + next[r] * 10 + i;
         for (int i = 0; i < 8; i++) {
             resp[i] = 50000 + r * 10 + i;
             lp[i] = -0.01f * (float)(i + 1);
@@ -154,7 +158,8 @@ static int produce(const char *topic, const msg *m, size_t n)
     if (!rk) return -1;
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++)
-        if (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(m[i].key, strlen(m[i].key)),
+        if (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic),
+                              RD_KAFKA_V_KEY(m[i].key, strlen(m[i].key)),
                               RD_KAFKA_V_VALUE(m[i].val, m[i].len),
                               RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END))
             rc = -1;
@@ -253,7 +258,8 @@ static pid_t credit_start(const char *log, const char *const *extra)
     argv[argc++] = broker.bootstrap;
     argv[argc++] = "--log-level";
     argv[argc++] = "warn";
-    for (int i = 0; extra[i] && argc < 46; i++) argv[argc++] = extra[i];
+    for (int i = 0; extra[i] && argc < 46; i++)
+        argv[argc++] = extra[i];
     argv[argc] = NULL;
     fflush(stdout);
     fflush(stderr);
@@ -286,7 +292,8 @@ static void dump_log(const char *log)
     FILE *f = fopen(log, "r");
     char line[1024];
     if (!f) return;
-    while (fgets(line, sizeof line, f)) fprintf(stderr, "    | %s", line);
+    while (fgets(line, sizeof line, f))
+        fprintf(stderr, "    | %s", line);
     fclose(f);
 }
 
@@ -324,7 +331,8 @@ static int http_get(int port, const char *path, char *buf, size_t len)
     }
     size_t got = 0;
     ssize_t r;
-    while (got + 1 < len && (r = read(fd, buf + got, len - 1 - got)) > 0) got += (size_t)r;
+    while (got + 1 < len && (r = read(fd, buf + got, len - 1 - got)) > 0)
+        got += (size_t)r;
     buf[got] = '\0';
     close(fd);
     return 0;
@@ -348,14 +356,16 @@ static int expected_index(const char *id)
     if (sscanf(id, "roll-%d:%d:%d", &r, &a, &sq) != 3 || r < 0 || r >= N_ROLL || a || sq < 0 ||
         sq >= ncalls_of(r))
         return -1;
-    for (int k = 0; k < r; k++) idx += ncalls_of(k);
+    for (int k = 0; k < r; k++)
+        idx += ncalls_of(k);
     return idx + sq;
 }
 
 static int n_expected(void)
 {
     int n = 0;
-    for (int r = 0; r < N_ROLL; r++) n += ncalls_of(r);
+    for (int r = 0; r < N_ROLL; r++)
+        n += ncalls_of(r);
     return n;
 }
 
@@ -452,8 +462,8 @@ TEST(interleaved_rollouts_across_partitions_and_dead_letters)
     int port = free_port();
     char maddr[64];
     snprintf(maddr, sizeof maddr, "127.0.0.1:%d", port);
-    const char *args[] = {"--input", "t8.spans", "--output", "t8.tr", "--group", "g1",
-                          "--group-size", "3", "--metrics", maddr, NULL};
+    const char *args[] = {"--input",      "t8.spans", "--output",  "t8.tr", "--group", "g1",
+                          "--group-size", "3",        "--metrics", maddr,   NULL};
     double t0 = testlib_now();
     pid_t w = credit_start(log, args);
     int ne = n_expected();
@@ -490,7 +500,8 @@ TEST(interleaved_rollouts_across_partitions_and_dead_letters)
         if (sn[i].count == 0) missing++;
         if (sn[i].count > 1) dup++;
     }
-    CHECKF(missing == 0 && dup == 0, "%d of %d transitions missing, %d duplicated", missing, ne, dup);
+    CHECKF(missing == 0 && dup == 0, "%d of %d transitions missing, %d duplicated", missing, ne,
+           dup);
     CHECK_EQ_INT((int)tr.n, ne);
 
     /* advantages: grpo over the 4 rollouts of each task (the end spans say 4, not 3) */
@@ -501,9 +512,11 @@ TEST(interleaved_rollouts_across_partitions_and_dead_letters)
         if (al_transition_decode(tr.r[i].val, tr.r[i].len, &t, err, sizeof err)) continue;
         int r = atoi(t.rollout_id + 5), task = r / PER_TASK;
         double mean = 0, var = 0;
-        for (int k = 0; k < PER_TASK; k++) mean += reward_of(task * PER_TASK + k) / PER_TASK;
         for (int k = 0; k < PER_TASK; k++)
-            var += (reward_of(task * PER_TASK + k) - mean) * (reward_of(task * PER_TASK + k) - mean);
+            mean += reward_of(task * PER_TASK + k) / PER_TASK;
+        for (int k = 0; k < PER_TASK; k++)
+            var +=
+                (reward_of(task * PER_TASK + k) - mean) * (reward_of(task * PER_TASK + k) - mean);
         double want = (reward_of(r) - mean) / (sqrt(var / PER_TASK) + 1e-6);
         if (fabs(t.advantage - want) > 1e-9 || t.group_size != PER_TASK ||
             strcmp(tr.r[i].key, t.task_id) || t.reward != reward_of(r)) {
@@ -560,8 +573,8 @@ TEST(determinism_on_a_replayed_recording)
     int st = system(cmd);
     CHECKF(st == 0, "record/replay failed (%d)", st);
     if (st) dump_log(log);
-    const char *args[] = {"--input", "t8.one", "--output", "t8.tr3", "--group", "g3",
-                          "--group-size", "3", "--exit-idle", "2", NULL};
+    const char *args[] = {"--input",      "t8.one", "--output",    "t8.tr3", "--group", "g3",
+                          "--group-size", "3",      "--exit-idle", "2",      NULL};
     st = wait_exit(credit_start(log, args), 90);
     CHECKF(st == 0, "credit exited with %d", st);
     recs a = {0}, b = {0};
@@ -590,8 +603,8 @@ TEST(sigkill_restart_and_a_second_worker)
     char loga[256], logb[256];
     snprintf(loga, sizeof loga, "%s/kill-a.log", tmpdir);
     snprintf(logb, sizeof logb, "%s/kill-b.log", tmpdir);
-    const char *args[] = {"--input", "t8.spans2", "--output", "t8.tr2", "--group", "g2",
-                          "--group-size", "3", NULL};
+    const char *args[] = {"--input", "t8.spans2",    "--output", "t8.tr2", "--group",
+                          "g2",      "--group-size", "3",        NULL};
     size_t half = spans.n / 2, third = spans.n / 3;
     REQUIRE(produce("t8.spans2", spans.m, third) == 0);
     commit_interval_ms = "60000"; /* the kill lands before any commit */
@@ -626,7 +639,8 @@ TEST(sigkill_restart_and_a_second_worker)
         sn = calloc((size_t)ne, sizeof *sn);
         CHECK_EQ_INT(collect(&tr, sn), 0);
         missing = 0;
-        for (int i = 0; i < ne; i++) missing += sn[i].count == 0;
+        for (int i = 0; i < ne; i++)
+            missing += sn[i].count == 0;
     }
     int dups = 0, mismatched = 0;
     for (int i = 0; sn && i < ne; i++) {
@@ -677,7 +691,8 @@ TEST(quiet_partition_times_out_its_last_rollout)
             sp.kind == AL_SPAN_KIND_LLM_CALL && sp.sequence == 0) {
             sp.task_id = "";
             al_buf b = {0};
-            if (al_span_encode(&sp, &b, err, sizeof err) == 0) stream_add(&one, sp.rollout_id, b.data, b.len);
+            if (al_span_encode(&sp, &b, err, sizeof err) == 0)
+                stream_add(&one, sp.rollout_id, b.data, b.len);
             al_buf_free(&b);
         }
         al_span_clear(&sp);
@@ -687,9 +702,24 @@ TEST(quiet_partition_times_out_its_last_rollout)
     stream_free(&one);
     char log[256];
     snprintf(log, sizeof log, "%s/quiet.log", tmpdir);
-    const char *args[] = {"--input", "t8.quiet", "--output", "t8.trq", "--group", "gq",
-                          "--idle-timeout", "1", "--quiet-flush", "1", "--on-timeout", "keep",
-                          "--timeout-reward", "0.5", "--estimator", "none", "--exit-idle", "4",
+    const char *args[] = {"--input",
+                          "t8.quiet",
+                          "--output",
+                          "t8.trq",
+                          "--group",
+                          "gq",
+                          "--idle-timeout",
+                          "1",
+                          "--quiet-flush",
+                          "1",
+                          "--on-timeout",
+                          "keep",
+                          "--timeout-reward",
+                          "0.5",
+                          "--estimator",
+                          "none",
+                          "--exit-idle",
+                          "4",
                           NULL};
     int st = wait_exit(credit_start(log, args), 60);
     CHECKF(st == 0, "credit exited with %d", st);

@@ -64,11 +64,13 @@ double al_credit_advantage(al_credit_estimator e, const double *scores, size_t n
     double sum = 0, mean, var = 0;
     if (e == AL_CREDIT_ESTIMATOR_NONE) return g;
     if (n <= 1) return 0.0; /* no group to compare with */
-    for (size_t k = 0; k < n; k++) sum += scores[k];
+    for (size_t k = 0; k < n; k++)
+        sum += scores[k];
     mean = sum / (double)n;
     switch (e) {
     case AL_CREDIT_ESTIMATOR_GRPO:
-        for (size_t k = 0; k < n; k++) var += (scores[k] - mean) * (scores[k] - mean);
+        for (size_t k = 0; k < n; k++)
+            var += (scores[k] - mean) * (scores[k] - mean);
         return (g - mean) / (sqrt(var / (double)n) + eps);
     case AL_CREDIT_ESTIMATOR_DR_GRPO:
         return g - mean;
@@ -120,9 +122,9 @@ struct cr_rollout {
     int kept;
     int use_default; /* no counted reward: default_reward at the last call */
     double default_reward;
-    double score; /* G_0: the rollout's (discounted) reward */
-    cr_rollout *hnext;                /* hash chain */
-    cr_rollout *open_prev, *open_next; /* open list (while not ended) */
+    double score;                        /* G_0: the rollout's (discounted) reward */
+    cr_rollout *hnext;                   /* hash chain */
+    cr_rollout *open_prev, *open_next;   /* open list (while not ended) */
     cr_rollout *first_prev, *first_next; /* by_first list (until emitted) */
 };
 
@@ -191,7 +193,8 @@ struct al_credit_part {
 static uint64_t str_hash(const char *s)
 {
     uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ULL;
     return h;
 }
 
@@ -199,7 +202,8 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap) return 0;
     size_t nc = *cap ? *cap * 2 : 8;
-    while (nc < need) nc *= 2;
+    while (nc < need)
+        nc *= 2;
     void *n = realloc(*arr, nc * elem);
     if (!n) return -1;
     *arr = n;
@@ -209,10 +213,11 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem)
 
 /* Generic chained hash tables of structs whose first members are `char *key` and whose
  * chain pointer is given by offset; kept at load <= 1. */
-#define TAB_FIND(tab, cap, type, k)                                                              \
+#define TAB_FIND(tab, cap, type, k)                                                                \
     ({                                                                                             \
         type *_e = (cap) ? (tab)[str_hash(k) & ((cap)-1)] : NULL;                                  \
-        while (_e && strcmp(_e->key, (k))) _e = _e->hnext;                                         \
+        while (_e && strcmp(_e->key, (k)))                                                         \
+            _e = _e->hnext;                                                                        \
         _e;                                                                                        \
     })
 
@@ -222,7 +227,8 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem)
         if ((count) + 1 > (cap)) {                                                                 \
             size_t _nc = (cap) ? (cap)*2 : 64;                                                     \
             type **_nt = calloc(_nc, sizeof *_nt);                                                 \
-            if (!_nt) _rc = -1;                                                                    \
+            if (!_nt)                                                                              \
+                _rc = -1;                                                                          \
             else {                                                                                 \
                 for (size_t _i = 0; _i < (cap); _i++)                                              \
                     for (type *_x = (tab)[_i], *_nx; _x; _x = _nx) {                               \
@@ -248,7 +254,8 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem)
 #define TAB_REMOVE(tab, cap, count, type, e)                                                       \
     do {                                                                                           \
         type **_pp = &(tab)[str_hash((e)->key) & ((cap)-1)];                                       \
-        while (*_pp && *_pp != (e)) _pp = &(*_pp)->hnext;                                          \
+        while (*_pp && *_pp != (e))                                                                \
+            _pp = &(*_pp)->hnext;                                                                  \
         if (*_pp) {                                                                                \
             *_pp = (e)->hnext;                                                                     \
             (count)--;                                                                             \
@@ -264,7 +271,8 @@ static void rollout_free(cr_rollout *r)
         free(r->calls[i].lp);
         free(r->calls[i].model);
     }
-    for (size_t i = 0; i < r->nrewards; i++) free(r->rewards[i].name);
+    for (size_t i = 0; i < r->nrewards; i++)
+        free(r->rewards[i].name);
     free(r->calls);
     free(r->rewards);
     free(r->other_seqs);
@@ -278,7 +286,8 @@ static void rollout_free(cr_rollout *r)
 static void group_free(cr_group *g)
 {
     if (!g) return;
-    for (size_t i = 0; i < g->nmembers; i++) rollout_free(g->members[i]);
+    for (size_t i = 0; i < g->nmembers; i++)
+        rollout_free(g->members[i]);
     free(g->members);
     free(g->key);
     free(g);
@@ -383,10 +392,14 @@ const al_credit_stats *al_credit_part_stats(const al_credit_part *p)
 
 static void open_unlink(al_credit_part *p, cr_rollout *r)
 {
-    if (r->open_prev) r->open_prev->open_next = r->open_next;
-    else p->open_head = r->open_next;
-    if (r->open_next) r->open_next->open_prev = r->open_prev;
-    else p->open_tail = r->open_prev;
+    if (r->open_prev)
+        r->open_prev->open_next = r->open_next;
+    else
+        p->open_head = r->open_next;
+    if (r->open_next)
+        r->open_next->open_prev = r->open_prev;
+    else
+        p->open_tail = r->open_prev;
     r->open_prev = r->open_next = NULL;
 }
 
@@ -394,26 +407,36 @@ static void open_append(al_credit_part *p, cr_rollout *r)
 {
     r->open_prev = p->open_tail;
     r->open_next = NULL;
-    if (p->open_tail) p->open_tail->open_next = r;
-    else p->open_head = r;
+    if (p->open_tail)
+        p->open_tail->open_next = r;
+    else
+        p->open_head = r;
     p->open_tail = r;
 }
 
 static void first_unlink(al_credit_part *p, cr_rollout *r)
 {
-    if (r->first_prev) r->first_prev->first_next = r->first_next;
-    else p->first_head = r->first_next;
-    if (r->first_next) r->first_next->first_prev = r->first_prev;
-    else p->first_tail = r->first_prev;
+    if (r->first_prev)
+        r->first_prev->first_next = r->first_next;
+    else
+        p->first_head = r->first_next;
+    if (r->first_next)
+        r->first_next->first_prev = r->first_prev;
+    else
+        p->first_tail = r->first_prev;
     r->first_prev = r->first_next = NULL;
 }
 
 static void fifo_unlink(al_credit_part *p, cr_group *g)
 {
-    if (g->fifo_prev) g->fifo_prev->fifo_next = g->fifo_next;
-    else p->fifo_head = g->fifo_next;
-    if (g->fifo_next) g->fifo_next->fifo_prev = g->fifo_prev;
-    else p->fifo_tail = g->fifo_prev;
+    if (g->fifo_prev)
+        g->fifo_prev->fifo_next = g->fifo_next;
+    else
+        p->fifo_head = g->fifo_next;
+    if (g->fifo_next)
+        g->fifo_next->fifo_prev = g->fifo_prev;
+    else
+        p->fifo_tail = g->fifo_prev;
     g->fifo_prev = g->fifo_next = NULL;
 }
 
@@ -422,7 +445,8 @@ static void fifo_unlink(al_credit_part *p, cr_group *g)
 static int interval_add(al_credit_part *p, int64_t lo, int64_t hi)
 {
     size_t i = 0;
-    while (i < p->niv && p->iv[i].hi < lo) i++;
+    while (i < p->niv && p->iv[i].hi < lo)
+        i++;
     size_t j = i;
     while (j < p->niv && p->iv[j].lo <= hi) {
         if (p->iv[j].lo < lo) lo = p->iv[j].lo;
@@ -450,7 +474,8 @@ int64_t al_credit_part_safe_offset(al_credit_part *p)
     int64_t s = p->first_head ? p->first_head->first_offset : p->next_offset;
     /* Drop intervals wholly below s; then step down to the start of the one s falls in. */
     size_t k = 0;
-    while (k < p->niv && p->iv[k].hi < s) k++;
+    while (k < p->niv && p->iv[k].hi < s)
+        k++;
     if (k) {
         memmove(p->iv, p->iv + k, (p->niv - k) * sizeof *p->iv);
         p->niv -= k;
@@ -478,8 +503,10 @@ static double rollout_reward(const al_credit_part *p, const cr_rollout *r, int *
     *found = 0;
     for (size_t i = 0; i < r->nrewards; i++) { /* rewards are in sequence order */
         if (!reward_counts(p, &r->rewards[i])) continue;
-        if (p->cfg.reward_mode == AL_CREDIT_REWARD_SUM) v += r->rewards[i].value;
-        else v = r->rewards[i].value;
+        if (p->cfg.reward_mode == AL_CREDIT_REWARD_SUM)
+            v += r->rewards[i].value;
+        else
+            v = r->rewards[i].value;
         *found = 1;
     }
     return v;
@@ -491,7 +518,8 @@ static double rollout_reward(const al_credit_part *p, const cr_rollout *r, int *
 static void call_rewards(const al_credit_part *p, const cr_rollout *r, double *rk, int *found)
 {
     *found = 0;
-    for (size_t k = 0; k < r->ncalls; k++) rk[k] = 0;
+    for (size_t k = 0; k < r->ncalls; k++)
+        rk[k] = 0;
     if (!r->ncalls) return;
     for (size_t i = 0; i < r->nrewards; i++) {
         const cr_reward *w = &r->rewards[i];
@@ -603,14 +631,16 @@ static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *
         if (r->use_default) rk[r->ncalls - 1] = r->default_reward;
         discounted_returns(rk, r->ncalls, p->cfg.gamma, gk);
     } else {
-        for (size_t k = 0; k < r->ncalls; k++) rk[k] = gk[k] = r->score;
+        for (size_t k = 0; k < r->ncalls; k++)
+            rk[k] = gk[k] = r->score;
     }
     int rc = 0;
     for (size_t k = 0; k < r->ncalls && !rc;) {
         /* calls k..e-1 form one sequence */
         size_t e = k + 1;
         if (p->cfg.merge)
-            while (e < r->ncalls && extends(&r->calls[e - 1], &r->calls[e])) e++;
+            while (e < r->ncalls && extends(&r->calls[e - 1], &r->calls[e]))
+                e++;
         const cr_call *c0 = &r->calls[k];
         const cr_call *cl = &r->calls[e - 1];
         size_t ntok = e - k == 1 ? c0->nr : cl->np + cl->nr - c0->np;
@@ -620,7 +650,8 @@ static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *
         for (size_t j = k; j < e; j++) {
             const cr_call *c = &r->calls[j];
             if (!c->lp) have_lp = 0;
-            if (c->policy_version >= 0 && (pv < 0 || c->policy_version < pv)) pv = c->policy_version;
+            if (c->policy_version >= 0 && (pv < 0 || c->policy_version < pv))
+                pv = c->policy_version;
             reward += rk[j];
         }
         if (ensure_scratch(p, ntok, e - k)) {
@@ -636,7 +667,8 @@ static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *
                 size_t add = c->np - from;
                 memcpy(p->s_resp + at, c->prompt + from, add * sizeof(int32_t));
                 memset(p->s_mask + at, 0, add);
-                for (size_t t = 0; t < add; t++) p->s_lp[at + t] = 0;
+                for (size_t t = 0; t < add; t++)
+                    p->s_lp[at + t] = 0;
                 if (add) masked = 1;
                 at += add;
             }
@@ -647,8 +679,10 @@ static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *
             p->s_idx[j - k] = (int32_t)c->seq;
         }
         double adv;
-        if (p->cfg.estimator == AL_CREDIT_ESTIMATOR_REINFORCE) adv = gk[k] - baseline;
-        else adv = al_credit_advantage(p->cfg.estimator, sc, n, mi, gk[k], p->cfg.eps);
+        if (p->cfg.estimator == AL_CREDIT_ESTIMATOR_REINFORCE)
+            adv = gk[k] - baseline;
+        else
+            adv = al_credit_advantage(p->cfg.estimator, sc, n, mi, gk[k], p->cfg.eps);
         char id[512];
         al_transition_id(id, sizeof id, r->rollout_id, r->attempt, (int32_t)c0->seq);
         al_transition t = {
@@ -694,8 +728,7 @@ static cr_baseline *baseline_get(al_credit_part *p, const char *key, int *create
     *created = 0;
     if (b) return b;
     b = calloc(1, sizeof *b);
-    if (!b || !(b->key = strdup(key)) ||
-        TAB_INSERT(p->btab, p->bcap, p->bcount, cr_baseline, b)) {
+    if (!b || !(b->key = strdup(key)) || TAB_INSERT(p->btab, p->bcap, p->bcount, cr_baseline, b)) {
         if (b) free(b->key);
         free(b);
         return NULL;
@@ -742,7 +775,8 @@ static int group_emit(al_credit_part *p, cr_group *g, int timed_out, char *errst
         if (p->cfg.estimator == AL_CREDIT_ESTIMATOR_REINFORCE) {
             double mean = 0;
             int created;
-            for (size_t i = 0; i < n; i++) mean += sc[i];
+            for (size_t i = 0; i < n; i++)
+                mean += sc[i];
             mean /= (double)n;
             if (!(b = baseline_get(p, g->key, &created)))
                 rc = al_err(errstr, errlen, "out of memory");
@@ -768,7 +802,8 @@ static int group_emit(al_credit_part *p, cr_group *g, int timed_out, char *errst
     free(sc);
     if (hi >= 0 && interval_add(p, lo, hi) != 0 && !rc)
         rc = al_err(errstr, errlen, "out of memory");
-    for (size_t i = 0; i < g->nmembers; i++) first_unlink(p, g->members[i]);
+    for (size_t i = 0; i < g->nmembers; i++)
+        first_unlink(p, g->members[i]);
     group_free(g);
     return rc;
 }
@@ -828,8 +863,10 @@ static int rollout_end(al_credit_part *p, cr_rollout *r, char *errstr, size_t er
         g->target = r->task_id[0] ? p->cfg.group_size : 1;
         g->opened = p->clock;
         g->fifo_prev = p->fifo_tail;
-        if (p->fifo_tail) p->fifo_tail->fifo_next = g;
-        else p->fifo_head = g;
+        if (p->fifo_tail)
+            p->fifo_tail->fifo_next = g;
+        else
+            p->fifo_head = g;
         p->fifo_tail = g;
         p->stats.open_groups++;
     }
@@ -873,10 +910,10 @@ int al_credit_part_advance(al_credit_part *p, int64_t clock_us, char *errstr, si
  * Adding spans
  * ------------------------------------------------------------------------------------------ */
 
-static int reject(const char **code, const char *c, char *reason, size_t reasonlen,
-                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static int reject(const char **code, const char *c, char *reason, size_t reasonlen,
-                  const char *fmt, ...)
+static int reject(const char **code, const char *c, char *reason, size_t reasonlen, const char *fmt,
+                  ...) __attribute__((format(printf, 5, 6)));
+static int reject(const char **code, const char *c, char *reason, size_t reasonlen, const char *fmt,
+                  ...)
 {
     va_list ap;
     *code = c;
@@ -954,8 +991,7 @@ static int add_reward(cr_rollout *r, const al_span *s)
     return 0;
 }
 
-static cr_rollout *rollout_new(al_credit_part *p, const al_span *s, const char *key,
-                               int64_t offset)
+static cr_rollout *rollout_new(al_credit_part *p, const al_span *s, const char *key, int64_t offset)
 {
     cr_rollout *r = calloc(1, sizeof *r);
     if (!r) return NULL;
@@ -973,8 +1009,10 @@ static cr_rollout *rollout_new(al_credit_part *p, const al_span *s, const char *
         return NULL;
     }
     r->first_prev = p->first_tail;
-    if (p->first_tail) p->first_tail->first_next = r;
-    else p->first_head = r;
+    if (p->first_tail)
+        p->first_tail->first_next = r;
+    else
+        p->first_head = r;
     p->first_tail = r;
     r->last_activity = p->clock;
     open_append(p, r);
@@ -988,8 +1026,7 @@ void al_credit_part_note_offset(al_credit_part *p, int64_t offset)
 }
 
 /* Checks of a call's content; 1 (rejected, with reason) or 0. */
-static int check_call(const al_span *s, const char **reason_code, char *reason,
-                      size_t reasonlen)
+static int check_call(const al_span *s, const char **reason_code, char *reason, size_t reasonlen)
 {
     const al_llm_call *lc = &s->llm_call;
     if (!lc->n_prompt_tokens || !lc->n_response_tokens)
@@ -1019,8 +1056,8 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
 
     /* Spans that cannot be placed in a rollout at all. */
     if (!s->rollout_id || !*s->rollout_id)
-        return reject(reason_code, "bad_span", reason, reasonlen,
-                      "span %s has no rollout_id", s->span_id ? s->span_id : "?");
+        return reject(reason_code, "bad_span", reason, reasonlen, "span %s has no rollout_id",
+                      s->span_id ? s->span_id : "?");
     if (strlen(s->rollout_id) > 400 || (s->task_id && strlen(s->task_id) > 400))
         return reject(reason_code, "bad_span", reason, reasonlen,
                       "span %s: rollout or task id longer than 400 bytes",
@@ -1035,8 +1072,8 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
                       s->reward.name ? s->reward.name : "", s->rollout_id);
     if (s->kind != AL_SPAN_KIND_LLM_CALL && s->kind != AL_SPAN_KIND_REWARD &&
         s->kind != AL_SPAN_KIND_ROLLOUT_END)
-        return reject(reason_code, "bad_span", reason, reasonlen,
-                      "span of rollout %s has kind %d", s->rollout_id, (int)s->kind);
+        return reject(reason_code, "bad_span", reason, reasonlen, "span of rollout %s has kind %d",
+                      s->rollout_id, (int)s->kind);
 
     /* The event clock moves first, so that what this span's time makes due fires before it. */
     if (s->timestamp_us > p->clock) p->clock = s->timestamp_us;

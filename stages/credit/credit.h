@@ -31,11 +31,11 @@
 #include <stdint.h>
 
 typedef enum al_credit_estimator {
-    AL_CREDIT_ESTIMATOR_GRPO = 0,    /* (G - mean) / (std + eps), population std */
-    AL_CREDIT_ESTIMATOR_DR_GRPO = 1, /* G - mean */
-    AL_CREDIT_ESTIMATOR_RLOO = 2,    /* G - mean of the other rollouts' scores */
+    AL_CREDIT_ESTIMATOR_GRPO = 0,      /* (G - mean) / (std + eps), population std */
+    AL_CREDIT_ESTIMATOR_DR_GRPO = 1,   /* G - mean */
+    AL_CREDIT_ESTIMATOR_RLOO = 2,      /* G - mean of the other rollouts' scores */
     AL_CREDIT_ESTIMATOR_REINFORCE = 3, /* G - running baseline of the task */
-    AL_CREDIT_ESTIMATOR_NONE = 4,    /* G */
+    AL_CREDIT_ESTIMATOR_NONE = 4,      /* G */
 } al_credit_estimator;
 
 typedef enum al_credit_reward_mode {
@@ -59,17 +59,17 @@ typedef struct al_credit_config {
     al_credit_reward_mode reward_mode;
     const char *reward_name; /* for AL_CREDIT_REWARD_NAMED (the part copies it) */
     al_credit_assign assign;
-    double gamma; /* discount of AL_CREDIT_ASSIGN_DISCOUNTED */
-    int merge;    /* merge consecutive calls whose prompts extend each other */
-    int32_t group_size;        /* when no end span of the group carries one */
-    int64_t idle_timeout_us;   /* a rollout silent this long (event time) times out; 0: never */
-    int64_t group_timeout_us;  /* a group waits this long after its first end; 0: forever */
+    double gamma;             /* discount of AL_CREDIT_ASSIGN_DISCOUNTED */
+    int merge;                /* merge consecutive calls whose prompts extend each other */
+    int32_t group_size;       /* when no end span of the group carries one */
+    int64_t idle_timeout_us;  /* a rollout silent this long (event time) times out; 0: never */
+    int64_t group_timeout_us; /* a group waits this long after its first end; 0: forever */
     al_credit_policy timeout_policy;
     double timeout_reward;
     al_credit_policy failed_policy; /* failed and aborted rollouts */
     double failed_reward;
-    int drop_equal_groups; /* drop groups whose scores are all equal (no signal) */
-    double eps;            /* grpo's std epsilon */
+    int drop_equal_groups;  /* drop groups whose scores are all equal (no signal) */
+    double eps;             /* grpo's std epsilon */
     double reinforce_alpha; /* the baseline moves by alpha * (group mean - baseline) */
 } al_credit_config;
 
@@ -128,12 +128,12 @@ al_credit_part *al_credit_part_new(const al_credit_config *cfg, const al_credit_
 void al_credit_part_free(al_credit_part *p);
 
 /* Feeds one span read at `offset` (offsets increase from call to call). Returns
- *   0  accepted (the span now belongs to a rollout, or completed one),
- *   1  rejected: *reason_code is a short metric label ("no_token_ids", "bad_span",
- *      "duplicate_sequence", "logprobs_mismatch", "late_span": the rollout ended already) and reason a sentence naming the span;
- *      the caller dead-letters it. A rejected call of a known rollout still counts as one
- *      of its spans (its offset may be the group's anchor), so the caller keeps holding
- *      its input like any other until the safe offset passes it.
+ *   0  accepted (the span now belongs to a rollout, or completed one);
+ *   1  rejected: *reason_code is a short metric label (no_token_ids, bad_span,
+ *      duplicate_sequence, logprobs_mismatch, late_span) and reason a sentence naming the
+ *      span; the caller dead-letters it. A rejected call of a known rollout still counts as
+ *      one of its spans (its offset may be the group's anchor), so the caller keeps holding
+ *      its input like any other until the safe offset passes it;
  *  -1  the sink refused a transition (errstr says why).
  * The span is read only; the part copies what it keeps. */
 int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,

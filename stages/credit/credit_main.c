@@ -155,7 +155,8 @@ static int hold_push(cpart *cp, int64_t offset, al_input *in)
         size_t nc = cp->hcap ? cp->hcap * 2 : 256;
         hold *nh = malloc(nc * sizeof *nh);
         if (!nh) return -1;
-        for (size_t i = 0; i < cp->hcount; i++) nh[i] = cp->holds[(cp->hhead + i) % cp->hcap];
+        for (size_t i = 0; i < cp->hcount; i++)
+            nh[i] = cp->holds[(cp->hhead + i) % cp->hcap];
         free(cp->holds);
         cp->holds = nh;
         cp->hcap = nc;
@@ -172,8 +173,10 @@ static al_input *hold_find(cpart *cp, int64_t offset)
     size_t lo = 0, hi = cp->hcount;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (cp->holds[(cp->hhead + mid) % cp->hcap].offset < offset) lo = mid + 1;
-        else hi = mid;
+        if (cp->holds[(cp->hhead + mid) % cp->hcap].offset < offset)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo < cp->hcount ? cp->holds[(cp->hhead + lo) % cp->hcap].in : NULL;
 }
@@ -200,37 +203,37 @@ static void metrics_init(credit_ctx *x)
     const char *rh = "Rollouts finished, by outcome";
     const char *gh = "Groups finished, by outcome";
     m->spans = al_metrics_counter(r, "arclight_credit_spans_total", "Span messages consumed", NULL);
-    m->transitions = al_metrics_counter(r, "arclight_credit_transitions_total",
-                                        "Transitions produced", NULL);
+    m->transitions =
+        al_metrics_counter(r, "arclight_credit_transitions_total", "Transitions produced", NULL);
     m->bytes_out = al_metrics_counter(r, "arclight_credit_transition_bytes_total",
                                       "Bytes of transitions produced", NULL);
-    m->r_completed = al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome",
-                                        "completed", NULL);
-    m->r_timed_out = al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome",
-                                        "timed_out", NULL);
-    m->r_dropped = al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome",
-                                      "dropped", NULL);
+    m->r_completed =
+        al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome", "completed", NULL);
+    m->r_timed_out =
+        al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome", "timed_out", NULL);
+    m->r_dropped =
+        al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome", "dropped", NULL);
     m->r_skipped = al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome",
                                       "skipped_resumed", NULL);
     m->r_no_reward = al_metrics_counter(r, "arclight_credit_rollouts_no_reward_total",
                                         "Kept rollouts without a reward span", NULL);
-    m->g_completed = al_metrics_counter(r, "arclight_credit_groups_total", gh, "outcome",
-                                        "completed", NULL);
-    m->g_timed_out = al_metrics_counter(r, "arclight_credit_groups_total", gh, "outcome",
-                                        "timed_out", NULL);
-    m->g_equal = al_metrics_counter(r, "arclight_credit_groups_total", gh, "outcome",
-                                    "dropped_equal", NULL);
-    m->g_empty = al_metrics_counter(r, "arclight_credit_groups_total", gh, "outcome",
-                                    "dropped_empty", NULL);
-    m->open_rollouts = al_metrics_gauge(r, "arclight_credit_open_rollouts",
-                                        "Rollouts not ended yet", NULL);
+    m->g_completed =
+        al_metrics_counter(r, "arclight_credit_groups_total", gh, "outcome", "completed", NULL);
+    m->g_timed_out =
+        al_metrics_counter(r, "arclight_credit_groups_total", gh, "outcome", "timed_out", NULL);
+    m->g_equal =
+        al_metrics_counter(r, "arclight_credit_groups_total", gh, "outcome", "dropped_equal", NULL);
+    m->g_empty =
+        al_metrics_counter(r, "arclight_credit_groups_total", gh, "outcome", "dropped_empty", NULL);
+    m->open_rollouts =
+        al_metrics_gauge(r, "arclight_credit_open_rollouts", "Rollouts not ended yet", NULL);
     m->open_groups = al_metrics_gauge(r, "arclight_credit_open_groups",
                                       "Groups waiting for more rollouts", NULL);
     m->reward_mean = al_metrics_gauge(r, "arclight_credit_reward_mean",
                                       "Mean reward of the last --reward-window rollouts", NULL);
-    m->reward_std = al_metrics_gauge(r, "arclight_credit_reward_std",
-                                     "Std of the reward of the last --reward-window rollouts",
-                                     NULL);
+    m->reward_std =
+        al_metrics_gauge(r, "arclight_credit_reward_std",
+                         "Std of the reward of the last --reward-window rollouts", NULL);
     al_metrics_add_process_metrics(r);
 }
 
@@ -270,9 +273,11 @@ static void on_rollout(void *ud, double score)
     x->wpos = (x->wpos + 1) % x->wcap;
     if (x->wn < x->wcap) x->wn++;
     double sum = 0, var = 0;
-    for (size_t i = 0; i < x->wn; i++) sum += x->window[i];
+    for (size_t i = 0; i < x->wn; i++)
+        sum += x->window[i];
     double mean = sum / (double)x->wn;
-    for (size_t i = 0; i < x->wn; i++) var += (x->window[i] - mean) * (x->window[i] - mean);
+    for (size_t i = 0; i < x->wn; i++)
+        var += (x->window[i] - mean) * (x->window[i] - mean);
     al_gauge_set(x->m.reward_mean, mean);
     al_gauge_set(x->m.reward_std, sqrt(var / (double)x->wn));
 }
@@ -342,8 +347,9 @@ static void on_rebalance(al_consumer *c, al_rebalance_event ev,
     for (int i = 0; i < parts->cnt; i++) {
         cpart *cp = cpart_get(x, parts->elems[i].topic, parts->elems[i].partition, 0);
         if (!cp) continue;
-        al_log_info("credit", "%s [%d] %s: dropping %llu open rollouts (their spans are "
-                              "re-read by the next owner)",
+        al_log_info("credit",
+                    "%s [%d] %s: dropping %llu open rollouts (their spans are "
+                    "re-read by the next owner)",
                     cp->topic, (int)cp->partition, ev == AL_REBALANCE_LOST ? "lost" : "revoked",
                     (unsigned long long)al_credit_part_stats(cp->part)->open_rollouts);
         cpart_drop(x, cp);
@@ -399,8 +405,8 @@ static int on_transition(void *ud, const al_transition *t, int64_t anchor)
     return 0;
 }
 
-static void dead_letter(credit_ctx *x, const rd_kafka_message_t *m, al_input *in,
-                        const char *code, const char *reason)
+static void dead_letter(credit_ctx *x, const rd_kafka_message_t *m, al_input *in, const char *code,
+                        const char *reason)
 {
     char err[512];
     deadletter_count(x, code);
@@ -439,9 +445,11 @@ static void handle_message(credit_ctx *x, const rd_kafka_message_t *m, al_span *
         const char *code = NULL;
         int r = al_credit_part_add(cp->part, m->offset, span, &code, reason, sizeof reason, err,
                                    sizeof err);
-        if (r == 1) dead_letter(x, m, in, code, reason);
-        else if (r < 0) credit_fail(x, "%s [%d] offset %lld: %s", topic, (int)m->partition,
-                                    (long long)m->offset, err);
+        if (r == 1)
+            dead_letter(x, m, in, code, reason);
+        else if (r < 0)
+            credit_fail(x, "%s [%d] offset %lld: %s", topic, (int)m->partition,
+                        (long long)m->offset, err);
     }
     cp->clock_at_last_msg = al_credit_part_clock(cp->part);
     x->cur = NULL;
@@ -494,9 +502,12 @@ static int parse_double(const char *cmd, const char *flag, const char *arg, doub
 
 static int parse_policy(const char *cmd, const char *flag, const char *arg, al_credit_policy *out)
 {
-    if (!strcmp(arg, "drop")) *out = AL_CREDIT_POLICY_DROP;
-    else if (!strcmp(arg, "keep")) *out = AL_CREDIT_POLICY_KEEP;
-    else return al_cli_usage_error(cmd, "%s %s: want drop or keep", flag, arg);
+    if (!strcmp(arg, "drop"))
+        *out = AL_CREDIT_POLICY_DROP;
+    else if (!strcmp(arg, "keep"))
+        *out = AL_CREDIT_POLICY_KEEP;
+    else
+        return al_cli_usage_error(cmd, "%s %s: want drop or keep", flag, arg);
     return 0;
 }
 
@@ -547,22 +558,35 @@ int cmd_credit(int argc, char **argv)
         case 'h':
             fputs(credit_usage, stdout);
             return AL_EXIT_OK;
-        case OPT_GROUP: group = optarg; break;
-        case OPT_INPUT: input = optarg; break;
-        case OPT_OUTPUT: x.output = optarg; break;
+        case OPT_GROUP:
+            group = optarg;
+            break;
+        case OPT_INPUT:
+            input = optarg;
+            break;
+        case OPT_OUTPUT:
+            x.output = optarg;
+            break;
         case OPT_ESTIMATOR: {
             int e = al_credit_estimator_parse(optarg);
             if (e < 0)
-                return al_cli_usage_error(cmd, "--estimator %s: want grpo, dr_grpo, rloo, "
-                                               "reinforce or none", optarg);
+                return al_cli_usage_error(cmd,
+                                          "--estimator %s: want grpo, dr_grpo, rloo, "
+                                          "reinforce or none",
+                                          optarg);
             x.cfg.estimator = (al_credit_estimator)e;
             break;
         }
         case OPT_REWARD:
-            if (!strcmp(optarg, "last")) x.cfg.reward_mode = AL_CREDIT_REWARD_LAST;
-            else if (!strcmp(optarg, "sum")) x.cfg.reward_mode = AL_CREDIT_REWARD_SUM;
-            else return al_cli_usage_error(cmd, "--reward %s: want last or sum (or --reward-name "
-                                                "NAME)", optarg);
+            if (!strcmp(optarg, "last"))
+                x.cfg.reward_mode = AL_CREDIT_REWARD_LAST;
+            else if (!strcmp(optarg, "sum"))
+                x.cfg.reward_mode = AL_CREDIT_REWARD_SUM;
+            else
+                return al_cli_usage_error(cmd,
+                                          "--reward %s: want last or sum (or --reward-name "
+                                          "NAME)",
+                                          optarg);
             break;
         case OPT_REWARD_NAME:
             if (!*optarg) return al_cli_usage_error(cmd, "--reward-name: empty name");
@@ -570,14 +594,19 @@ int cmd_credit(int argc, char **argv)
             x.cfg.reward_name = optarg;
             break;
         case OPT_CREDIT:
-            if (!strcmp(optarg, "identical")) x.cfg.assign = AL_CREDIT_ASSIGN_IDENTICAL;
-            else if (!strcmp(optarg, "discounted")) x.cfg.assign = AL_CREDIT_ASSIGN_DISCOUNTED;
-            else return al_cli_usage_error(cmd, "--credit %s: want identical or discounted", optarg);
+            if (!strcmp(optarg, "identical"))
+                x.cfg.assign = AL_CREDIT_ASSIGN_IDENTICAL;
+            else if (!strcmp(optarg, "discounted"))
+                x.cfg.assign = AL_CREDIT_ASSIGN_DISCOUNTED;
+            else
+                return al_cli_usage_error(cmd, "--credit %s: want identical or discounted", optarg);
             break;
         case OPT_GAMMA:
             if (parse_double(cmd, "--gamma", optarg, 0, 1, &x.cfg.gamma)) return AL_EXIT_USAGE;
             break;
-        case OPT_MERGE: x.cfg.merge = 1; break;
+        case OPT_MERGE:
+            x.cfg.merge = 1;
+            break;
         case OPT_GROUP_SIZE:
             if (parse_double(cmd, "--group-size", optarg, 1, 1000000, &d) || d != floor(d))
                 return al_cli_usage_error(cmd, "--group-size %s: want a whole number >= 1", optarg);
@@ -592,20 +621,24 @@ int cmd_credit(int argc, char **argv)
             x.cfg.group_timeout_us = (int64_t)(d * 1e6);
             break;
         case OPT_ON_TIMEOUT:
-            if (parse_policy(cmd, "--on-timeout", optarg, &x.cfg.timeout_policy)) return AL_EXIT_USAGE;
+            if (parse_policy(cmd, "--on-timeout", optarg, &x.cfg.timeout_policy))
+                return AL_EXIT_USAGE;
             break;
         case OPT_TIMEOUT_REWARD:
             if (parse_double(cmd, "--timeout-reward", optarg, -1e300, 1e300, &x.cfg.timeout_reward))
                 return AL_EXIT_USAGE;
             break;
         case OPT_ON_FAILED:
-            if (parse_policy(cmd, "--on-failed", optarg, &x.cfg.failed_policy)) return AL_EXIT_USAGE;
+            if (parse_policy(cmd, "--on-failed", optarg, &x.cfg.failed_policy))
+                return AL_EXIT_USAGE;
             break;
         case OPT_FAILED_REWARD:
             if (parse_double(cmd, "--failed-reward", optarg, -1e300, 1e300, &x.cfg.failed_reward))
                 return AL_EXIT_USAGE;
             break;
-        case OPT_DROP_EQUAL: x.cfg.drop_equal_groups = 1; break;
+        case OPT_DROP_EQUAL:
+            x.cfg.drop_equal_groups = 1;
+            break;
         case OPT_EPS:
             if (parse_double(cmd, "--eps", optarg, 0, 1, &x.cfg.eps)) return AL_EXIT_USAGE;
             break;
@@ -662,8 +695,8 @@ int cmd_credit(int argc, char **argv)
         goto out;
     }
     al_consumer_set_rebalance_cb(x.consumer, on_rebalance, &x);
-    if (common.metrics && !(srv = al_http_server_start(common.metrics, x.metrics, credit_health,
-                                                        &x, err, sizeof err))) {
+    if (common.metrics && !(srv = al_http_server_start(common.metrics, x.metrics, credit_health, &x,
+                                                       err, sizeof err))) {
         al_log_error(cmd, "%s", err);
         goto out;
     }
@@ -722,8 +755,9 @@ int cmd_credit(int argc, char **argv)
         double secs = first_msg ? (double)(al_mono_us() - first_msg) / 1e6 : 0;
         /* benchmarks read this line: messages and bytes from the first message to the end,
          * outputs flushed */
-        al_log_info(cmd, "stopped after %llu messages, %llu bytes, %.3f s since the first "
-                         "(the last consumed after %.3f s)",
+        al_log_info(cmd,
+                    "stopped after %llu messages, %llu bytes, %.3f s since the first "
+                    "(the last consumed after %.3f s)",
                     (unsigned long long)consumed, (unsigned long long)consumed_bytes, secs,
                     first_msg ? (double)(consumed_at - first_msg) / 1e6 : 0);
     }
@@ -732,7 +766,8 @@ out:
     /* The consumer's close revokes every partition (our callback drops their state). A
      * failed run must not commit what it has: holds are ended only after the close. */
     al_consumer_free(x.consumer);
-    while (x.nparts) cpart_drop(&x, x.parts[0]);
+    while (x.nparts)
+        cpart_drop(&x, x.parts[0]);
     al_producer_free(x.producer);
     al_kafka_conf_free(kc);
     al_span_clear(&span);
