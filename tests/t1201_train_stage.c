@@ -278,6 +278,16 @@ TEST(cli_usage)
     const char *badnum[] = {"--out", out, "--checkpoint-every", "x", NULL};
     st = run_train(broker.bootstrap, NULL, badnum);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    /* settings from a JSON file: a bad value there is a usage error too */
+    char conf[300];
+    snprintf(conf, sizeof conf, "%s/train.json", workdir);
+    FILE *f = fopen(conf, "w");
+    REQUIRE(f);
+    fputs("{\"loss\": \"gspo\", \"lr_schedule\": \"sometimes\", \"batch_size\": 3}\n", f);
+    fclose(f);
+    const char *badconf[] = {"--out", out, "--train-config", conf, NULL};
+    st = run_train(broker.bootstrap, NULL, badconf);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
 }
 
 TEST(versions_sha256_http_loss_down_and_dead_letters)
@@ -339,6 +349,13 @@ TEST(versions_sha256_http_loss_down_and_dead_letters)
             free(body);
         }
         if (i == n - 1) {
+            char root[700];
+            snprintf(root, sizeof root, "%s", pv.checkpoint_uri);
+            char *cut = strstr(root, "/checkpoints/");
+            if (cut) cut[strlen("/checkpoints/")] = '\0';
+            CHECK_EQ_INT(http_get(root, &body, &blen), 200);
+            CHECKF(body && strstr(body, "\"step-4\"") && strstr(body, "\"step-1\""), "%s", body ? body : "");
+            free(body);
             snprintf(url, sizeof url, "%s../../etc/passwd", pv.checkpoint_uri);
             CHECK_EQ_INT(http_get(url, &body, &blen), 404);
             free(body);
