@@ -61,9 +61,9 @@ static int mkdir_p(const char *path)
 /* Removes a checkpoint directory holding only the files a checkpoint writes. */
 static void remove_ckpt_dir(const char *dir)
 {
-    char p[1200];
+    char p[4096];
     for (size_t i = 0; i < sizeof ckpt_files / sizeof ckpt_files[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", dir, ckpt_files[i]);
+        if (snprintf(p, sizeof p, "%s/%s", dir, ckpt_files[i]) >= (int)sizeof p) continue;
         unlink(p);
     }
     rmdir(dir);
