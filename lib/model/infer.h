@@ -1,0 +1,75 @@
+/*
+ * infer.h: the sampling half of inference, for the serve stage. The model half (prefill and
+ * incremental decode with a KV cache) is al_model_kv_* in model.h; this file turns the
+ * logits it writes into tokens and log-probabilities, the way vLLM reports them.
+ *
+ *   - Log-probabilities are "raw": log softmax of the model's logits at temperature 1,
+ *     before temperature, top-k or top-p (vLLM V1's default logprobs mode). They are
+ *     computed in double with the row maximum subtracted, as al_logprob_forward does, so a
+ *     served logprob equals the trainer's for the same token and weights up to the float
+ *     rounding of the logits themselves.
+ *   - Sampling is deterministic for a given seed and stream: xoshiro256** seeded through
+ *     splitmix64. temperature 0 is greedy (lowest id on ties). top_k keeps the k largest
+ *     logits, top_p then keeps the smallest prefix (by probability, descending; ties by
+ *     lower id) whose mass reaches top_p; one draw picks within what is kept.
+ *   - A sampler holds scratch for one vocabulary; one sampler per thread.
+ *
+ * libc and libm only.
+ */
+#ifndef ARCLIGHT_MODEL_INFER_H
+#define ARCLIGHT_MODEL_INFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Pseudo-random stream: xoshiro256**. */
+typedef struct al_infer_rng {
+    uint64_t s[4];
+} al_infer_rng;
+
+/* Seeds from (seed, stream): different streams of one seed are independent (choice i of an
+ * n > 1 request is stream i). */
+void al_infer_rng_seed(al_infer_rng *r, uint64_t seed, uint64_t stream);
+uint64_t al_infer_rng_next(al_infer_rng *r);
+/* Uniform in [0, 1), 53 bits. */
+double al_infer_rng_uniform(al_infer_rng *r);
+
+typedef struct al_infer_sampling {
+    double temperature; /* 0: greedy; > 0 */
+    double top_p;       /* (0, 1]; 1: off */
+    int top_k;          /* 0 or -1: off; else >= 1 */
+} al_infer_sampling;
+
+/* 0 when the values are usable, else -1 with errstr naming the field (as an OpenAI-style
+ * error message: "temperature must be between 0 and 2, got 3"). */
+int al_infer_sampling_check(const al_infer_sampling *p, char *errstr, size_t errlen);
+
+typedef struct al_infer_sampler {
+    int V;
+    double *w;    /* (V) */
+    int32_t *idx; /* (V) */
+} al_infer_sampler;
+
+/* Scratch for vocabulary V. 0, or -1 when out of memory or V <= 0. */
+int al_infer_sampler_init(al_infer_sampler *s, int V);
+void al_infer_sampler_free(al_infer_sampler *s);
+
+/* Draws the next token from logits (V) with p (checked by the caller) and rng (advanced by
+ * exactly one draw unless greedy). Returns the token id. */
+int32_t al_infer_sample(al_infer_sampler *s, const float *logits, const al_infer_sampling *p,
+                        al_infer_rng *rng);
+
+/* log(sum_j exp(logits[j])) in double, max subtracted. */
+double al_infer_logsumexp(const float *logits, int V);
+/* Raw log-probability of `token` given lse = al_infer_logsumexp(logits, V). */
+static inline double al_infer_logprob(const float *logits, double lse, int32_t token)
+{
+    return (double)logits[token] - lse;
+}
+
+/* The k most likely tokens (k <= V), most likely first (ties: lower id first): ids (k)
+ * and their raw logprobs (k). Returns k, or -1 when k is out of range. */
+int al_infer_top_logprobs(const float *logits, int V, double lse, int k, int32_t *ids,
+                          double *logps);
+
+#endif

@@ -1,0 +1,554 @@
+/*
+ * engine.c: the serve engine's thread, its queue and the refcounted weight sets (engine.h).
+ */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct al_serve_engine {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    int stop;
+    al_serve_engine_opts o;
+    const al_tokenizer *tok;
+    al_serve_weights *cur; /* one reference held here */
+    al_serve_req *queue_head, *queue_tail;
+    int nqueued_seqs, nrunning;
+    size_t kv_reserved;
+    uint64_t tokens, steps, swaps;
+    int weight_sets;
+    int32_t eos[4];
+    int neos;
+    /* engine thread only */
+    al_serve_req **running; /* requests with unfinished sequences */
+    int nrun_req, cap_run_req;
+    float *logits;
+    int V;
+    al_infer_sampler sampler;
+};
+
+al_serve_weights *al_serve_weights_new(al_model *m, int64_t version)
+{
+    al_serve_weights *w = calloc(1, sizeof *w);
+    if (!w) {
+        al_model_free(m);
+        return NULL;
+    }
+    w->model = m, w->version = version, w->refs = 1;
+    return w;
+}
+
+/* Drops one reference under e->lock; returns the set to free (outside the lock) or NULL. */
+static al_serve_weights *weights_unref_locked(al_serve_engine *e, al_serve_weights *w)
+{
+    if (!w || --w->refs > 0) return NULL;
+    e->weight_sets--;
+    return w;
+}
+
+static void weights_free(al_serve_weights *w)
+{
+    if (!w) return;
+    al_model_free(w->model);
+    free(w);
+}
+
+size_t al_serve_kv_bytes(const al_model_config *c, int tokens)
+{
+    return 2 * sizeof(float) * (size_t)c->num_layers * (size_t)tokens * (size_t)c->num_kv_heads *
+           (size_t)c->head_dim;
+}
+
+al_serve_req *al_serve_req_new(const int32_t *prompt, int nprompt, int nseq)
+{
+    al_serve_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->prompt = malloc(sizeof(int32_t) * (size_t)(nprompt > 0 ? nprompt : 1));
+    r->seqs = calloc((size_t)(nseq > 0 ? nseq : 1), sizeof *r->seqs);
+    if (!r->prompt || !r->seqs) {
+        free(r->prompt);
+        free(r->seqs);
+        free(r);
+        return NULL;
+    }
+    if (nprompt > 0) memcpy(r->prompt, prompt, sizeof(int32_t) * (size_t)nprompt);
+    r->nprompt = nprompt, r->nseq = nseq, r->refs = 1, r->policy_version = -1;
+    for (int i = 0; i < nseq; i++) {
+        r->seqs[i].top_logprobs = -1;
+        r->seqs[i].stop_token = -1;
+        r->seqs[i].sampling.top_p = 1;
+    }
+    pthread_mutex_init(&r->lock, NULL);
+    return r;
+}
+
+static void seq_free(al_serve_seq *s)
+{
+    free(s->ids);
+    free(s->logps);
+    free(s->top_ids);
+    free(s->top_logps);
+    free(s->text);
+    free(s->stop_reason);
+    al_model_kv_free(s->kv);
+    al_tokenizer_stream_free(&s->ts);
+}
+
+void al_serve_req_unref(al_serve_req *r)
+{
+    if (!r) return;
+    pthread_mutex_lock(&r->lock);
+    int left = --r->refs;
+    pthread_mutex_unlock(&r->lock);
+    if (left > 0) return;
+    for (int i = 0; i < r->nseq; i++)
+        seq_free(&r->seqs[i]);
+    for (int i = 0; i < r->nstop; i++)
+        free(r->stop[i]);
+    free(r->stop);
+    free(r->stop_ids);
+    free(r->seqs);
+    free(r->prompt);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
+void al_serve_req_detach(al_serve_req *r)
+{
+    pthread_mutex_lock(&r->lock);
+    r->cancelled = 1;
+    r->notify = NULL;
+    r->notify_ud = NULL;
+    pthread_mutex_unlock(&r->lock);
+}
+
+static void notify(al_serve_req *r)
+{
+    /* Called with r->lock held, so that detach (which takes the lock) cannot free what
+     * notify_ud points to while the callback runs; the callback must not take r->lock. */
+    if (r->notify) r->notify(r, r->notify_ud);
+}
+
+/* Appends text to s->text (NUL-terminated). -1 when out of memory. */
+static int text_append(al_serve_seq *s, const char *t, size_t n)
+{
+    if (s->text_len + n + 1 > s->text_cap) {
+        size_t cap = s->text_cap ? s->text_cap * 2 : 256;
+        while (cap < s->text_len + n + 1)
+            cap *= 2;
+        char *p = realloc(s->text, cap);
+        if (!p) return -1;
+        s->text = p, s->text_cap = cap;
+    }
+    memcpy(s->text + s->text_len, t, n);
+    s->text_len += n;
+    s->text[s->text_len] = 0;
+    return 0;
+}
+
+/* After text grew from `prev` bytes: ends the sequence at the first stop string (the text
+ * is cut before it) and sets safe_len to the end of the text minus the longest tail that
+ * could still become a stop string. */
+static void check_stops(al_serve_req *r, al_serve_seq *s, size_t prev)
+{
+    for (int i = 0; i < r->nstop; i++) {
+        size_t L = strlen(r->stop[i]);
+        if (!L || s->text_len < L) continue;
+        size_t from = prev >= L - 1 ? prev - (L - 1) : 0;
+        char *hit = memmem(s->text + from, s->text_len - from, r->stop[i], L);
+        if (hit) {
+            s->text_len = (size_t)(hit - s->text);
+            s->text[s->text_len] = 0;
+            s->finish = AL_SERVE_FINISH_STOP;
+            free(s->stop_reason);
+            s->stop_reason = strdup(r->stop[i]);
+            prev = s->text_len;
+        }
+    }
+    if (s->finish) {
+        s->safe_len = s->text_len;
+        return;
+    }
+    size_t hold = 0;
+    for (int i = 0; i < r->nstop; i++) {
+        size_t L = strlen(r->stop[i]);
+        for (size_t k = L > 1 ? L - 1 : 0; k > hold; k--)
+            if (k <= s->text_len && !memcmp(s->text + s->text_len - k, r->stop[i], k)) {
+                hold = k;
+                break;
+            }
+    }
+    s->safe_len = s->text_len - hold;
+}
+
+/* Records token `id` (sampled from e->logits) in s; decides whether s is done. Under r->lock.
+ * -1 when out of memory. */
+static int seq_record(al_serve_engine *e, al_serve_req *r, al_serve_seq *s, int32_t id)
+{
+    int k = s->top_logprobs > 0 ? s->top_logprobs : 0;
+    if (s->n == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 16;
+        int32_t *ids = realloc(s->ids, sizeof(int32_t) * (size_t)cap);
+        if (ids) s->ids = ids;
+        double *lp = realloc(s->logps, sizeof(double) * (size_t)cap);
+        if (lp) s->logps = lp;
+        if (!ids || !lp) return -1;
+        if (k) {
+            int32_t *ti = realloc(s->top_ids, sizeof(int32_t) * (size_t)cap * k);
+            if (ti) s->top_ids = ti;
+            double *tl = realloc(s->top_logps, sizeof(double) * (size_t)cap * k);
+            if (tl) s->top_logps = tl;
+            if (!ti || !tl) return -1;
+        }
+        s->cap = cap;
+    }
+    s->ids[s->n] = id;
+    if (s->top_logprobs >= 0) {
+        double lse = al_infer_logsumexp(e->logits, e->V);
+        s->logps[s->n] = al_infer_logprob(e->logits, lse, id);
+        if (k)
+            al_infer_top_logprobs(e->logits, e->V, lse, k, s->top_ids + (size_t)s->n * k,
+                                  s->top_logps + (size_t)s->n * k);
+    } else {
+        s->logps[s->n] = 0;
+    }
+    s->n++;
+    __atomic_fetch_add(&e->tokens, 1, __ATOMIC_RELAXED);
+
+    int is_eos = 0;
+    if (!r->ignore_eos)
+        for (int i = 0; i < e->neos; i++)
+            is_eos |= id == e->eos[i];
+    int is_stop_id = 0;
+    for (int i = 0; i < r->nstop_ids; i++)
+        is_stop_id |= id == r->stop_ids[i];
+
+    size_t prev = s->text_len, tl = 0;
+    if (!is_eos && !is_stop_id) {
+        const char *t =
+            al_tokenizer_stream_push(e->tok, &s->ts, id, AL_TOKENIZER_SKIP_SPECIAL, &tl);
+        if (!t || text_append(s, t, tl)) return -1;
+    }
+    if (is_eos || is_stop_id) {
+        s->finish = AL_SERVE_FINISH_STOP;
+        if (is_stop_id) s->stop_token = id;
+    } else {
+        check_stops(r, s, prev);
+    }
+    if (!s->finish && (s->n >= r->max_tokens || r->nprompt + s->n >= e->o.max_model_len))
+        s->finish = AL_SERVE_FINISH_LENGTH;
+    if (s->finish && s->finish != AL_SERVE_FINISH_STOP) {
+        size_t fl = 0;
+        const char *t = al_tokenizer_stream_flush(&s->ts, &fl);
+        if (t && fl) {
+            size_t p2 = s->text_len;
+            if (text_append(s, t, fl)) return -1;
+            check_stops(r, s, p2);
+            if (s->finish == AL_SERVE_FINISH_STOP) return 0;
+        }
+        s->safe_len = s->text_len;
+    }
+    return 0;
+}
+
+/* Ends a sequence: frees its cache, releases its weights and KV reservation (engine lock
+ * taken here). */
+static void seq_release(al_serve_engine *e, al_serve_seq *s)
+{
+    al_model_kv_free(s->kv);
+    s->kv = NULL;
+    pthread_mutex_lock(&e->lock);
+    al_serve_weights *dead = weights_unref_locked(e, s->w);
+    e->kv_reserved -= s->kv_bytes;
+    e->nrunning--;
+    pthread_mutex_unlock(&e->lock);
+    s->w = NULL, s->kv_bytes = 0;
+    weights_free(dead);
+}
+
+/* Admits queued requests: every sequence gets the current weights and a KV cache. */
+static void admit(al_serve_engine *e)
+{
+    for (;;) {
+        pthread_mutex_lock(&e->lock);
+        al_serve_req *r = e->queue_head;
+        if (r) {
+            e->queue_head = r->next;
+            if (!e->queue_head) e->queue_tail = NULL;
+            e->nqueued_seqs -= r->nseq;
+            e->nrunning += r->nseq;
+            for (int i = 0; i < r->nseq; i++) {
+                r->seqs[i].w = e->cur;
+                e->cur->refs++;
+            }
+        }
+        pthread_mutex_unlock(&e->lock);
+        if (!r) return;
+        if (e->nrun_req == e->cap_run_req) {
+            int cap = e->cap_run_req ? e->cap_run_req * 2 : 16;
+            al_serve_req **p = realloc(e->running, sizeof *p * (size_t)cap);
+            if (!p) abort(); /* tiny; nothing sensible to do without it */
+            e->running = p, e->cap_run_req = cap;
+        }
+        e->running[e->nrun_req++] = r;
+        pthread_mutex_lock(&r->lock);
+        r->admitted = 1;
+        r->policy_version = r->seqs[0].w->version;
+        pthread_mutex_unlock(&r->lock);
+        for (int i = 0; i < r->nseq; i++) {
+            al_serve_seq *s = &r->seqs[i];
+            char err[256];
+            s->kv = al_model_kv_new(s->w->model, r->nprompt + r->max_tokens, err, sizeof err);
+            al_infer_rng_seed(&s->rng, s->seed, (uint64_t)i);
+            if (!s->kv) {
+                pthread_mutex_lock(&r->lock);
+                snprintf(r->error, sizeof r->error, "%s", err);
+                s->finish = AL_SERVE_FINISH_ABORT;
+                pthread_mutex_unlock(&r->lock);
+            }
+        }
+    }
+}
+
+/* One engine step: every running sequence advances by one token (a new one prefills its
+ * prompt and samples its first token). Finished requests are notified and dropped. */
+static void step(al_serve_engine *e)
+{
+    for (int ri = 0; ri < e->nrun_req; ri++) {
+        al_serve_req *r = e->running[ri];
+        pthread_mutex_lock(&r->lock);
+        int cancelled = r->cancelled;
+        pthread_mutex_unlock(&r->lock);
+        for (int i = 0; i < r->nseq; i++) {
+            al_serve_seq *s = &r->seqs[i];
+            if (s->finish || !s->kv) continue;
+            if (cancelled) {
+                pthread_mutex_lock(&r->lock);
+                s->finish = AL_SERVE_FINISH_ABORT;
+                snprintf(r->error, sizeof r->error, "cancelled");
+                pthread_mutex_unlock(&r->lock);
+                continue;
+            }
+            int rc;
+            if (al_model_kv_len(s->kv) == 0)
+                rc = al_model_kv_forward(s->w->model, s->kv, r->prompt, r->nprompt, e->logits, 1);
+            else
+                rc = al_model_kv_forward(s->w->model, s->kv, &s->ids[s->n - 1], 1, e->logits, 1);
+            pthread_mutex_lock(&r->lock);
+            if (rc != 0) {
+                snprintf(r->error, sizeof r->error, "%s", al_model_error(s->w->model));
+                s->finish = AL_SERVE_FINISH_ABORT;
+            } else {
+                int32_t id = al_infer_sample(&e->sampler, e->logits, &s->sampling, &s->rng);
+                if (seq_record(e, r, s, id) != 0) {
+                    snprintf(r->error, sizeof r->error, "out of memory");
+                    s->finish = AL_SERVE_FINISH_ABORT;
+                }
+            }
+            pthread_mutex_unlock(&r->lock);
+        }
+        /* release finished sequences; notify once per request and step */
+        int all_done = 1;
+        for (int i = 0; i < r->nseq; i++) {
+            al_serve_seq *s = &r->seqs[i];
+            if (s->finish && s->w) seq_release(e, s);
+            if (!s->finish) all_done = 0;
+        }
+        pthread_mutex_lock(&r->lock);
+        if (all_done) r->done_seqs = r->nseq;
+        if (!cancelled) notify(r);
+        pthread_mutex_unlock(&r->lock);
+        if (all_done) {
+            e->running[ri] = e->running[--e->nrun_req];
+            ri--;
+            al_serve_req_unref(r);
+        }
+    }
+    __atomic_fetch_add(&e->steps, 1, __ATOMIC_RELAXED);
+}
+
+static void *engine_main(void *arg)
+{
+    al_serve_engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->lock);
+        while (!e->stop && !e->queue_head && e->nrun_req == 0)
+            pthread_cond_wait(&e->wake, &e->lock);
+        int stop = e->stop;
+        pthread_mutex_unlock(&e->lock);
+        if (stop) break;
+        admit(e);
+        step(e);
+    }
+    /* abort what is left */
+    admit(e);
+    for (int ri = 0; ri < e->nrun_req; ri++) {
+        al_serve_req *r = e->running[ri];
+        for (int i = 0; i < r->nseq; i++) {
+            al_serve_seq *s = &r->seqs[i];
+            pthread_mutex_lock(&r->lock);
+            if (!s->finish) {
+                s->finish = AL_SERVE_FINISH_ABORT;
+                snprintf(r->error, sizeof r->error, "server shutting down");
+            }
+            pthread_mutex_unlock(&r->lock);
+            if (s->w) seq_release(e, s);
+        }
+        pthread_mutex_lock(&r->lock);
+        r->done_seqs = r->nseq;
+        notify(r);
+        pthread_mutex_unlock(&r->lock);
+        al_serve_req_unref(r);
+    }
+    e->nrun_req = 0;
+    return NULL;
+}
+
+al_serve_engine *al_serve_engine_start(al_serve_weights *w, const al_tokenizer *tok,
+                                       const al_serve_engine_opts *o, char *errstr, size_t errlen)
+{
+    al_serve_engine *e = calloc(1, sizeof *e);
+    const al_model_config *c = al_model_config_of(w->model);
+    if (!e) goto oom;
+    e->o = *o, e->tok = tok, e->cur = w, e->weight_sets = 1;
+    e->V = c->vocab_size;
+    e->logits = malloc(sizeof(float) * (size_t)e->V);
+    if (!e->logits || al_infer_sampler_init(&e->sampler, e->V)) goto oom;
+    /* what ends a sequence: the model's EOS, the tokenizer's, ChatML's end of turn */
+    int32_t cand[4] = {(int32_t)c->eos_token_id, al_tokenizer_eos_id(tok),
+                       al_tokenizer_token_to_id(tok, "<|im_end|>", 10),
+                       al_tokenizer_token_to_id(tok, "<|endoftext|>", 13)};
+    for (int i = 0; i < 4; i++) {
+        int dup = cand[i] < 0 || cand[i] >= e->V;
+        for (int j = 0; j < e->neos; j++)
+            dup |= e->eos[j] == cand[i];
+        if (!dup) e->eos[e->neos++] = cand[i];
+    }
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->wake, NULL);
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        snprintf(errstr, errlen, "serve engine: cannot start its thread");
+        pthread_mutex_destroy(&e->lock);
+        pthread_cond_destroy(&e->wake);
+        goto fail;
+    }
+    return e;
+oom:
+    snprintf(errstr, errlen, "serve engine: out of memory");
+fail:
+    if (e) {
+        free(e->logits);
+        al_infer_sampler_free(&e->sampler);
+        free(e);
+    }
+    weights_free(w);
+    return NULL;
+}
+
+void al_serve_engine_stop(al_serve_engine *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&e->lock);
+    e->stop = 1;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+    pthread_join(e->thread, NULL);
+    weights_free(weights_unref_locked(e, e->cur));
+    free(e->running);
+    free(e->logits);
+    al_infer_sampler_free(&e->sampler);
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->wake);
+    free(e);
+}
+
+int al_serve_engine_submit(al_serve_engine *e, al_serve_req *r, char *errstr, size_t errlen)
+{
+    const al_model_config *c = al_model_config_of(e->cur->model);
+    size_t need = al_serve_kv_bytes(c, r->nprompt + r->max_tokens) * (size_t)r->nseq;
+    if (need > e->o.max_kv_bytes || r->nseq > e->o.max_seqs) {
+        snprintf(errstr, errlen,
+                 "the request needs %d sequences and %.1f MiB of KV cache; this server allows "
+                 "%d sequences and %.1f MiB",
+                 r->nseq, need / 1048576.0, e->o.max_seqs, e->o.max_kv_bytes / 1048576.0);
+        return AL_SERVE_TOO_LARGE;
+    }
+    pthread_mutex_lock(&e->lock);
+    int seqs = e->nrunning + e->nqueued_seqs;
+    if (e->stop || seqs + r->nseq > e->o.max_seqs || e->kv_reserved + need > e->o.max_kv_bytes) {
+        snprintf(errstr, errlen,
+                 "server busy: %d sequences and %.1f MiB of KV cache in use (limits %d, %.1f MiB)",
+                 seqs, e->kv_reserved / 1048576.0, e->o.max_seqs, e->o.max_kv_bytes / 1048576.0);
+        pthread_mutex_unlock(&e->lock);
+        return AL_SERVE_BUSY;
+    }
+    e->kv_reserved += need;
+    for (int i = 0; i < r->nseq; i++)
+        r->seqs[i].kv_bytes = need / (size_t)r->nseq;
+    pthread_mutex_lock(&r->lock);
+    r->refs++;
+    pthread_mutex_unlock(&r->lock);
+    r->next = NULL;
+    if (e->queue_tail)
+        e->queue_tail->next = r;
+    else
+        e->queue_head = r;
+    e->queue_tail = r;
+    e->nqueued_seqs += r->nseq;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->lock);
+    return AL_SERVE_OK;
+}
+
+void al_serve_engine_set_weights(al_serve_engine *e, al_serve_weights *w)
+{
+    pthread_mutex_lock(&e->lock);
+    al_serve_weights *dead = weights_unref_locked(e, e->cur);
+    e->cur = w;
+    e->weight_sets++;
+    e->swaps++;
+    pthread_mutex_unlock(&e->lock);
+    weights_free(dead);
+}
+
+int64_t al_serve_engine_version(al_serve_engine *e)
+{
+    pthread_mutex_lock(&e->lock);
+    int64_t v = e->cur->version;
+    pthread_mutex_unlock(&e->lock);
+    return v;
+}
+
+al_serve_weights *al_serve_engine_weights_ref(al_serve_engine *e)
+{
+    pthread_mutex_lock(&e->lock);
+    al_serve_weights *w = e->cur;
+    w->refs++;
+    pthread_mutex_unlock(&e->lock);
+    return w;
+}
+
+void al_serve_engine_weights_unref(al_serve_engine *e, al_serve_weights *w)
+{
+    pthread_mutex_lock(&e->lock);
+    al_serve_weights *dead = weights_unref_locked(e, w);
+    pthread_mutex_unlock(&e->lock);
+    weights_free(dead);
+}
+
+void al_serve_engine_stats_get(al_serve_engine *e, al_serve_engine_stats *s)
+{
+    pthread_mutex_lock(&e->lock);
+    s->running = e->nrunning;
+    s->queued = e->nqueued_seqs;
+    s->kv_bytes = e->kv_reserved;
+    s->tokens_generated = __atomic_load_n(&e->tokens, __ATOMIC_RELAXED);
+    s->steps = __atomic_load_n(&e->steps, __ATOMIC_RELAXED);
+    s->swaps = e->swaps;
+    s->weight_sets = e->weight_sets;
+    pthread_mutex_unlock(&e->lock);
+}

@@ -1,0 +1,1455 @@
+/*
+ * serve_main.c: `arclight serve`, the OpenAI-compatible policy server (HTTP on libevent's
+ * evhttp; the engine on its own thread, see engine.h; weight follower in policy.h).
+ *
+ *   POST /v1/chat/completions  ChatML from the tokenizer's template, tools, tool calls parsed
+ *   POST /v1/completions       text or token-id prompts
+ *   GET  /v1/models, /health, /healthz
+ *
+ * Responses carry what vLLM's carry for training: logprobs / top_logprobs in OpenAI's shapes
+ * (raw logprobs, see model/infer.h), and with "return_token_ids": true the prompt's ids
+ * ("prompt_token_ids": top level for chat, per choice for completions, as vLLM does) and
+ * each choice's "token_ids". Every response names the weights that produced it: header
+ * x-arclight-policy-version and "policy_version" in the JSON (each chunk when streaming).
+ *
+ * Threads: the event loop (this file) never waits on the engine. The engine calls
+ * call_notify after each step, which only activates the call's event; the loop's callback
+ * then reads the progress under the request's lock and writes the reply.
+ */
+#include "core/cli.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "http/metrics.h"
+#include "http/server.h"
+#include "model/safetensors.h"
+#include "engine.h"
+#include "policy.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/thread.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <sys/socket.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define COMP "serve"
+#define MAX_N 16
+#define MAX_TOP_LOGPROBS 20
+#define MAX_BODY (64u << 20)
+
+typedef struct serve_ctx serve_ctx;
+
+typedef struct http_call {
+    serve_ctx *sc;
+    struct evhttp_request *req;
+    al_serve_req *r;
+    struct event *ev;
+    struct http_call *prev, *next; /* live calls, for shutdown */
+    int chat, stream, include_usage, logprobs, top_logprobs, return_token_ids;
+    int parse_tools, parse_reasoning;
+    char id[48];
+    int64_t created;
+    /* streaming */
+    int started;
+    int *sent_tok;
+    size_t *sent_text;
+    int *finished_sent;
+    al_chat_stream *cs;
+} http_call;
+
+struct serve_ctx {
+    struct event_base *base;
+    struct evhttp *http;
+    al_serve_engine *eng;
+    al_tokenizer *tok;
+    al_model_config cfg;
+    const char *name;
+    int max_model_len;
+    http_call *calls;
+    al_metrics *metrics;
+    al_counter *req_ok, *req_4xx, *req_429, *req_5xx, *gen_tokens, *prompt_tokens;
+    al_gauge *g_running, *g_version, *g_kv;
+};
+
+/* ------------------------------------------------------------------------------------ */
+/* JSON helpers                                                                           */
+
+/* A JSON string of arbitrary bytes: malformed UTF-8 becomes U+FFFD (as vLLM's detokenizer
+ * shows a partial character). */
+static json_t *json_bytes_str(const char *s, size_t n)
+{
+    json_t *j = json_stringn(s, n); /* NULL when not valid UTF-8 */
+    if (j) return j;
+    char *o = malloc(n * 3 + 1);
+    if (!o) return json_string("");
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t L = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        int ok = L && i + L <= n;
+        for (size_t q = 1; ok && q < L; q++)
+            ok = ((unsigned char)s[i + q] >> 6) == 2;
+        if (ok && L > 1) {
+            char tmp[5] = {0};
+            memcpy(tmp, s + i, L);
+            json_t *t = json_string(tmp); /* rejects overlongs and surrogates */
+            ok = t != NULL;
+            json_decref(t);
+        }
+        if (ok) {
+            memcpy(o + k, s + i, L);
+            k += L, i += L;
+        } else {
+            memcpy(o + k, "\xEF\xBF\xBD", 3);
+            k += 3, i += 1;
+        }
+    }
+    json_t *r = json_stringn(o, k);
+    free(o);
+    return r ? r : json_string("");
+}
+
+static json_t *json_ids(const int32_t *ids, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+static json_t *token_bytes_array(const char *b, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer((unsigned char)b[i]));
+    return a;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Replies                                                                                */
+
+static void add_common_headers(struct evhttp_request *req, const char *ctype, int64_t version)
+{
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Content-Type", ctype);
+    if (version >= 0) {
+        char v[32];
+        snprintf(v, sizeof v, "%" PRId64, version);
+        evhttp_add_header(h, "x-arclight-policy-version", v);
+    }
+}
+
+static void count_status(serve_ctx *sc, int code)
+{
+    if (code < 300)
+        al_counter_inc(sc->req_ok);
+    else if (code == 429)
+        al_counter_inc(sc->req_429);
+    else if (code < 500)
+        al_counter_inc(sc->req_4xx);
+    else
+        al_counter_inc(sc->req_5xx);
+}
+
+static void send_json(serve_ctx *sc, struct evhttp_request *req, int code, json_t *body,
+                      int64_t version)
+{
+    char *s = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    struct evbuffer *b = evbuffer_new();
+    if (s) evbuffer_add(b, s, strlen(s));
+    free(s);
+    add_common_headers(req, "application/json", version);
+    const char *reason = code == 200   ? "OK"
+                         : code == 400 ? "Bad Request"
+                         : code == 404 ? "Not Found"
+                         : code == 429 ? "Too Many Requests"
+                         : code == 405 ? "Method Not Allowed"
+                         : code == 413 ? "Payload Too Large"
+                                       : "Error";
+    evhttp_send_reply(req, code, reason, b);
+    evbuffer_free(b);
+    count_status(sc, code);
+}
+
+/* OpenAI-style error body, as vLLM sends it. */
+static void send_error(serve_ctx *sc, struct evhttp_request *req, int code, const char *param,
+                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void send_error(serve_ctx *sc, struct evhttp_request *req, int code, const char *param,
+                       const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const char *type = code == 404   ? "NotFoundError"
+                       : code == 429 ? "RateLimitError"
+                       : code >= 500 ? "InternalServerError"
+                                     : "BadRequestError";
+    json_t *e = json_pack("{s:{s:s,s:s,s:o,s:i}}", "error", "message", msg, "type", type, "param",
+                          param ? json_string(param) : json_null(), "code", code);
+    if (code == 429) evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+    send_json(sc, req, code, e, -1);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Request parsing                                                                        */
+
+typedef struct parsed {
+    al_token_ids prompt;
+    int max_tokens; /* -1: default */
+    double temperature, top_p;
+    int top_k, n, has_seed;
+    uint64_t seed;
+    int logprobs, top_logprobs; /* logprobs: 0/1 */
+    int ignore_eos;
+    char **stop;
+    int nstop;
+    int32_t *stop_ids;
+    int nstop_ids;
+} parsed;
+
+static void parsed_free(parsed *p)
+{
+    al_token_ids_free(&p->prompt);
+    for (int i = 0; i < p->nstop; i++)
+        free(p->stop[i]);
+    free(p->stop);
+    free(p->stop_ids);
+}
+
+/* A number field: 1 and *out when present, 0 when absent or null, -1 when the wrong type. */
+static int get_num(json_t *o, const char *k, double *out)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return -1;
+    *out = json_number_value(v);
+    return 1;
+}
+static int get_int(json_t *o, const char *k, int64_t *out)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v)) return 0;
+    if (json_is_integer(v)) {
+        *out = json_integer_value(v);
+        return 1;
+    }
+    if (json_is_real(v) && json_real_value(v) == (double)(int64_t)json_real_value(v)) {
+        *out = (int64_t)json_real_value(v);
+        return 1;
+    }
+    return -1;
+}
+static int get_bool(json_t *o, const char *k, int *out)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return -1;
+    *out = json_is_true(v);
+    return 1;
+}
+
+#define BAD(param, ...)                                                                            \
+    do {                                                                                           \
+        snprintf(err, errlen, __VA_ARGS__);                                                        \
+        *bad_param = param;                                                                        \
+        return -1;                                                                                 \
+    } while (0)
+
+/* The sampling fields shared by both endpoints. 0, or -1 with err and the field. */
+static int parse_sampling(serve_ctx *sc, json_t *body, parsed *p, int chat, char *err,
+                          size_t errlen, const char **bad_param)
+{
+    int64_t iv;
+    double dv;
+    int r;
+    p->max_tokens = -1, p->temperature = 1, p->top_p = 1, p->top_k = -1, p->n = 1;
+    const char *mt = chat && json_object_get(body, "max_completion_tokens")
+                         ? "max_completion_tokens"
+                         : "max_tokens";
+    if ((r = get_int(body, mt, &iv)) < 0) BAD(mt, "%s must be an integer", mt);
+    if (r && iv < 1) BAD(mt, "%s must be at least 1, got %" PRId64, mt, iv);
+    if (r) p->max_tokens = iv > INT_MAX / 2 ? INT_MAX / 2 : (int)iv;
+    if ((r = get_num(body, "temperature", &dv)) < 0)
+        BAD("temperature", "temperature must be a number");
+    if (r) p->temperature = dv;
+    if ((r = get_num(body, "top_p", &dv)) < 0) BAD("top_p", "top_p must be a number");
+    if (r) p->top_p = dv;
+    if ((r = get_int(body, "top_k", &iv)) < 0) BAD("top_k", "top_k must be an integer");
+    if (r) {
+        if (iv == 0) iv = -1; /* vLLM: 0 disables too */
+        if (iv < -1 || iv > INT_MAX)
+            BAD("top_k", "top_k must be -1 (disable) or at least 1, got %" PRId64, iv);
+        p->top_k = (int)iv;
+    }
+    al_infer_sampling s = {p->temperature, p->top_p, p->top_k};
+    if (al_infer_sampling_check(&s, err, errlen) != 0) {
+        *bad_param = !(p->temperature >= 0 && p->temperature <= 2) ? "temperature"
+                     : !(p->top_p > 0 && p->top_p <= 1)            ? "top_p"
+                                                                   : "top_k";
+        return -1;
+    }
+    if ((r = get_int(body, "n", &iv)) < 0) BAD("n", "n must be an integer");
+    if (r && (iv < 1 || iv > MAX_N))
+        BAD("n", "n must be between 1 and %d, got %" PRId64, MAX_N, iv);
+    if (r) p->n = (int)iv;
+    if ((r = get_int(body, "seed", &iv)) < 0) BAD("seed", "seed must be an integer");
+    if (r) p->has_seed = 1, p->seed = (uint64_t)iv;
+    if (get_bool(body, "ignore_eos", &p->ignore_eos) < 0)
+        BAD("ignore_eos", "ignore_eos must be a boolean");
+    json_t *st = json_object_get(body, "stop");
+    if (st && !json_is_null(st)) {
+        if (json_is_string(st)) {
+            p->stop = calloc(1, sizeof *p->stop);
+            p->stop[0] = strdup(json_string_value(st));
+            p->nstop = 1;
+        } else if (json_is_array(st)) {
+            size_t n = json_array_size(st);
+            if (n > 16) BAD("stop", "at most 16 stop strings, got %zu", n);
+            p->stop = calloc(n + 1, sizeof *p->stop);
+            for (size_t i = 0; i < n; i++) {
+                json_t *e = json_array_get(st, i);
+                if (!json_is_string(e)) BAD("stop", "stop must be a string or an array of strings");
+                p->stop[p->nstop++] = strdup(json_string_value(e));
+            }
+        } else {
+            BAD("stop", "stop must be a string or an array of strings");
+        }
+        for (int i = 0; i < p->nstop; i++)
+            if (!*p->stop[i]) BAD("stop", "stop strings must not be empty");
+    }
+    json_t *sti = json_object_get(body, "stop_token_ids");
+    if (sti && !json_is_null(sti)) {
+        if (!json_is_array(sti))
+            BAD("stop_token_ids", "stop_token_ids must be an array of token ids");
+        size_t n = json_array_size(sti);
+        p->stop_ids = malloc(sizeof(int32_t) * (n + 1));
+        for (size_t i = 0; i < n; i++) {
+            json_t *e = json_array_get(sti, i);
+            if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+                json_integer_value(e) >= sc->cfg.vocab_size)
+                BAD("stop_token_ids", "stop_token_ids[%zu] is not a token id of this model", i);
+            p->stop_ids[p->nstop_ids++] = (int32_t)json_integer_value(e);
+        }
+    }
+    /* logprobs: chat has a boolean and top_logprobs; completions an integer (top count) */
+    if (chat) {
+        if (get_bool(body, "logprobs", &p->logprobs) < 0)
+            BAD("logprobs", "logprobs must be a boolean");
+        if ((r = get_int(body, "top_logprobs", &iv)) < 0)
+            BAD("top_logprobs", "top_logprobs must be an integer");
+        if (r) {
+            if (iv < 0 || iv > MAX_TOP_LOGPROBS)
+                BAD("top_logprobs", "top_logprobs must be between 0 and %d, got %" PRId64,
+                    MAX_TOP_LOGPROBS, iv);
+            if (!p->logprobs && iv > 0)
+                BAD("top_logprobs", "top_logprobs needs logprobs set to true");
+            p->top_logprobs = (int)iv;
+        }
+    } else {
+        if ((r = get_int(body, "logprobs", &iv)) < 0)
+            BAD("logprobs", "logprobs must be an integer");
+        if (r) {
+            if (iv < 0 || iv > MAX_TOP_LOGPROBS)
+                BAD("logprobs", "logprobs must be between 0 and %d, got %" PRId64, MAX_TOP_LOGPROBS,
+                    iv);
+            p->logprobs = 1, p->top_logprobs = (int)iv;
+        }
+    }
+    return 0;
+}
+
+/* Message content: a string, null, or an array of {"type": "text", "text": ...} parts. */
+static int content_text(json_t *c, char **out)
+{
+    *out = NULL;
+    if (!c || json_is_null(c)) return 0;
+    if (json_is_string(c)) {
+        *out = strdup(json_string_value(c));
+        return 0;
+    }
+    if (!json_is_array(c)) return -1;
+    size_t cap = 1, len = 0;
+    size_t i;
+    json_t *part;
+    json_array_foreach(c, i, part)
+    {
+        json_t *t = json_object_get(part, "text");
+        if (!json_is_string(t) ||
+            strcmp(json_string_value(json_object_get(part, "type")) ?: "text", "text"))
+            return -1;
+        cap += json_string_length(t);
+    }
+    *out = malloc(cap);
+    json_array_foreach(c, i, part)
+    {
+        json_t *t = json_object_get(part, "text");
+        memcpy(*out + len, json_string_value(t), json_string_length(t));
+        len += json_string_length(t);
+    }
+    (*out)[len] = 0;
+    return 0;
+}
+
+/* Renders the chat request's messages and tools to prompt ids. 0, or -1 with err. */
+static int parse_chat_prompt(serve_ctx *sc, json_t *body, parsed *p, int *has_tools, char *err,
+                             size_t errlen, const char **bad_param)
+{
+    json_t *msgs = json_object_get(body, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        BAD("messages", "messages must be a non-empty array");
+    size_t nm = json_array_size(msgs);
+    al_chat_message *m = calloc(nm, sizeof *m);
+    char **owned = calloc(nm * 2, sizeof *owned);
+    size_t nown = 0, ntc_total = 0;
+    for (size_t i = 0; i < nm; i++) {
+        json_t *tc = json_object_get(json_array_get(msgs, i), "tool_calls");
+        if (json_is_array(tc)) ntc_total += json_array_size(tc);
+    }
+    al_chat_tool_call *calls = calloc(ntc_total + 1, sizeof *calls);
+    char **args_owned = calloc(ntc_total + 1, sizeof *args_owned);
+    size_t ncalls = 0;
+    const char **tools = NULL;
+    char **tools_owned = NULL;
+    size_t ntools = 0;
+    int rc = -1;
+    for (size_t i = 0; i < nm; i++) {
+        json_t *o = json_array_get(msgs, i);
+        if (!json_is_object(o)) {
+            snprintf(err, errlen, "messages[%zu] must be an object", i);
+            goto out;
+        }
+        const char *role = json_string_value(json_object_get(o, "role"));
+        if (!role) {
+            snprintf(err, errlen, "messages[%zu].role is missing", i);
+            goto out;
+        }
+        if (!strcmp(role, "system") || !strcmp(role, "developer"))
+            m[i].role = AL_CHAT_SYSTEM;
+        else if (!strcmp(role, "user"))
+            m[i].role = AL_CHAT_USER;
+        else if (!strcmp(role, "assistant"))
+            m[i].role = AL_CHAT_ASSISTANT;
+        else if (!strcmp(role, "tool"))
+            m[i].role = AL_CHAT_TOOL;
+        else {
+            snprintf(err, errlen,
+                     "messages[%zu].role '%s' is not one of system, user, assistant, tool", i,
+                     role);
+            goto out;
+        }
+        char *text;
+        if (content_text(json_object_get(o, "content"), &text) != 0) {
+            snprintf(err, errlen,
+                     "messages[%zu].content must be a string or an array of text parts", i);
+            goto out;
+        }
+        owned[nown++] = text;
+        m[i].content = text;
+        json_t *rc_ = json_object_get(o, "reasoning_content");
+        if (json_is_string(rc_)) m[i].reasoning_content = json_string_value(rc_);
+        json_t *tc = json_object_get(o, "tool_calls");
+        if (tc && !json_is_null(tc)) {
+            if (!json_is_array(tc)) {
+                snprintf(err, errlen, "messages[%zu].tool_calls must be an array", i);
+                goto out;
+            }
+            m[i].tool_calls = calls + ncalls;
+            size_t j;
+            json_t *c;
+            json_array_foreach(tc, j, c)
+            {
+                json_t *fn = json_object_get(c, "function");
+                const char *name = json_string_value(json_object_get(fn, "name"));
+                json_t *args = json_object_get(fn, "arguments");
+                if (!name || !(json_is_string(args) || json_is_object(args))) {
+                    snprintf(
+                        err, errlen,
+                        "messages[%zu].tool_calls[%zu] needs function.name and function.arguments",
+                        i, j);
+                    goto out;
+                }
+                calls[ncalls].name = name;
+                if (json_is_string(args)) {
+                    calls[ncalls].arguments = json_string_value(args);
+                } else {
+                    args_owned[ncalls] = json_dumps(args, JSON_COMPACT | JSON_ENSURE_ASCII);
+                    calls[ncalls].arguments = args_owned[ncalls];
+                }
+                ncalls++;
+                m[i].n_tool_calls++;
+            }
+        }
+    }
+    json_t *tl = json_object_get(body, "tools");
+    const char *tool_choice = json_string_value(json_object_get(body, "tool_choice"));
+    if (tl && !json_is_null(tl)) {
+        if (!json_is_array(tl)) {
+            snprintf(err, errlen, "tools must be an array");
+            *bad_param = "tools";
+            goto out;
+        }
+        ntools = json_array_size(tl);
+        tools = calloc(ntools + 1, sizeof *tools);
+        tools_owned = calloc(ntools + 1, sizeof *tools_owned);
+        for (size_t i = 0; i < ntools; i++) {
+            json_t *t = json_array_get(tl, i);
+            if (!json_is_object(t) ||
+                !json_is_string(json_object_get(json_object_get(t, "function"), "name"))) {
+                snprintf(
+                    err, errlen,
+                    "tools[%zu] must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                    i);
+                *bad_param = "tools";
+                goto out;
+            }
+            tools_owned[i] = json_dumps(t, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            tools[i] = tools_owned[i];
+        }
+        *has_tools = ntools > 0 && !(tool_choice && !strcmp(tool_choice, "none"));
+    }
+    int thinking = 1;
+    json_t *kw = json_object_get(body, "chat_template_kwargs");
+    if (json_is_object(kw) && json_is_boolean(json_object_get(kw, "enable_thinking")))
+        thinking = json_is_true(json_object_get(kw, "enable_thinking"));
+    int agp = 1;
+    if (json_is_boolean(json_object_get(body, "add_generation_prompt")))
+        agp = json_is_true(json_object_get(body, "add_generation_prompt"));
+    al_chat_request cr = {.messages = m,
+                          .n_messages = nm,
+                          .tools = tools,
+                          .n_tools = tools ? ntools : 0,
+                          .add_generation_prompt = agp,
+                          .enable_thinking = thinking};
+    if (al_chat_encode(sc->tok, &cr, &p->prompt, err, errlen) != 0) {
+        *bad_param = "messages";
+        goto out;
+    }
+    rc = 0;
+out:
+    if (rc && !*bad_param) *bad_param = "messages";
+    for (size_t i = 0; i < nown; i++)
+        free(owned[i]);
+    for (size_t i = 0; i < ncalls; i++)
+        free(args_owned[i]);
+    for (size_t i = 0; i < ntools && tools_owned; i++)
+        free(tools_owned[i]);
+    free(tools_owned);
+    free(tools);
+    free(args_owned);
+    free(calls);
+    free(owned);
+    free(m);
+    return rc;
+}
+
+static int parse_completion_prompt(serve_ctx *sc, json_t *body, parsed *p, char *err, size_t errlen,
+                                   const char **bad_param)
+{
+    json_t *pr = json_object_get(body, "prompt");
+    if (json_is_array(pr) && json_array_size(pr) == 1 && json_is_string(json_array_get(pr, 0)))
+        pr = json_array_get(pr, 0);
+    if (json_is_string(pr)) {
+        if (al_tokenizer_encode(sc->tok, json_string_value(pr), json_string_length(pr), 0,
+                                &p->prompt))
+            BAD("prompt", "out of memory");
+    } else if (json_is_array(pr) && json_array_size(pr) > 0 &&
+               json_is_integer(json_array_get(pr, 0))) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(pr, i, e)
+        {
+            if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+                json_integer_value(e) >= sc->cfg.vocab_size)
+                BAD("prompt", "prompt[%zu] is not a token id of this model (0..%d)", i,
+                    sc->cfg.vocab_size - 1);
+            int32_t id = (int32_t)json_integer_value(e);
+            if (p->prompt.len == p->prompt.cap) {
+                size_t cap = p->prompt.cap ? p->prompt.cap * 2 : 64;
+                int32_t *ids = realloc(p->prompt.ids, cap * sizeof *ids);
+                if (!ids) BAD("prompt", "out of memory");
+                p->prompt.ids = ids, p->prompt.cap = cap;
+            }
+            p->prompt.ids[p->prompt.len++] = id;
+        }
+    } else if (json_is_array(pr) && json_array_size(pr) > 1) {
+        BAD("prompt", "one prompt per request: send a string or an array of token ids");
+    } else {
+        BAD("prompt", "prompt must be a non-empty string or array of token ids");
+    }
+    if (p->prompt.len == 0) BAD("prompt", "the prompt is empty");
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Building responses from an engine request                                              */
+
+static const char *finish_name(const al_serve_seq *s, const http_call *c, int has_calls)
+{
+    if (s->finish == AL_SERVE_FINISH_LENGTH) return "length";
+    if (s->finish == AL_SERVE_FINISH_ABORT) return "abort";
+    return has_calls ? "tool_calls" : "stop";
+}
+
+static json_t *stop_reason_json(const al_serve_seq *s)
+{
+    if (s->stop_reason) return json_string(s->stop_reason);
+    if (s->stop_token >= 0) return json_integer(s->stop_token);
+    return json_null();
+}
+
+static json_t *token_text_json(serve_ctx *sc, int32_t id)
+{
+    size_t n = 0;
+    const char *b = al_tokenizer_id_bytes(sc->tok, id, &n);
+    return json_bytes_str(b ? b : "", b ? n : 0);
+}
+
+/* Chat logprobs entries for tokens [from, to) of s. */
+static json_t *chat_logprobs(serve_ctx *sc, const http_call *c, const al_serve_seq *s, int from,
+                             int to)
+{
+    json_t *content = json_array();
+    int k = c->top_logprobs;
+    for (int t = from; t < to; t++) {
+        size_t n = 0;
+        const char *b = al_tokenizer_id_bytes(sc->tok, s->ids[t], &n);
+        json_t *top = json_array();
+        for (int j = 0; j < k; j++) {
+            int32_t id = s->top_ids[(size_t)t * k + j];
+            size_t n2 = 0;
+            const char *b2 = al_tokenizer_id_bytes(sc->tok, id, &n2);
+            json_array_append_new(top,
+                                  json_pack("{s:o,s:f,s:o}", "token", token_text_json(sc, id),
+                                            "logprob", s->top_logps[(size_t)t * k + j], "bytes",
+                                            token_bytes_array(b2 ? b2 : "", b2 ? n2 : 0)));
+        }
+        json_array_append_new(
+            content, json_pack("{s:o,s:f,s:o,s:o}", "token", token_text_json(sc, s->ids[t]),
+                               "logprob", s->logps[t], "bytes",
+                               token_bytes_array(b ? b : "", b ? n : 0), "top_logprobs", top));
+    }
+    return json_pack("{s:o}", "content", content);
+}
+
+/* Completions (legacy) logprobs for tokens [from, to); text_offset counts from base. */
+static json_t *completion_logprobs(serve_ctx *sc, const http_call *c, const al_serve_seq *s,
+                                   int from, int to, size_t base)
+{
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    int k = c->top_logprobs;
+    size_t off = base;
+    for (int t = from; t < to; t++) {
+        size_t n = 0;
+        al_tokenizer_id_bytes(sc->tok, s->ids[t], &n);
+        json_array_append_new(tokens, token_text_json(sc, s->ids[t]));
+        json_array_append_new(lps, json_real(s->logps[t]));
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += al_tokenizer_id_is_special(sc->tok, s->ids[t]) ? 0 : n;
+        json_t *top = json_object();
+        for (int j = 0; j < k; j++) {
+            int32_t id = s->top_ids[(size_t)t * k + j];
+            json_t *key = token_text_json(sc, id);
+            if (!json_object_get(top, json_string_value(key)))
+                json_object_set_new(top, json_string_value(key),
+                                    json_real(s->top_logps[(size_t)t * k + j]));
+            json_decref(key);
+        }
+        json_array_append_new(tops, k ? top : (json_decref(top), json_null()));
+    }
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs",
+                     tops, "text_offset", offs);
+}
+
+static json_t *tool_calls_json(const al_chat_parsed *pp, int streaming)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < pp->n_calls; i++) {
+        uint8_t rnd[12];
+        char id[40], hex[25];
+        if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) memset(rnd, (int)i, sizeof rnd);
+        al_hex(rnd, sizeof rnd, hex);
+        snprintf(id, sizeof id, "chatcmpl-tool-%s", hex);
+        json_t *call = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function",
+                                 "name", pp->calls[i].name, "arguments", pp->calls[i].arguments);
+        if (streaming) json_object_set_new(call, "index", json_integer((json_int_t)i));
+        json_array_append_new(a, call);
+    }
+    return a;
+}
+
+static json_t *usage_json(const al_serve_req *r)
+{
+    int gen = 0;
+    for (int i = 0; i < r->nseq; i++)
+        gen += r->seqs[i].n;
+    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", r->nprompt, "completion_tokens", gen,
+                     "total_tokens", r->nprompt + gen);
+}
+
+/* The whole (non-streaming) response. Under r->lock. */
+static json_t *full_response(http_call *c)
+{
+    serve_ctx *sc = c->sc;
+    al_serve_req *r = c->r;
+    json_t *choices = json_array();
+    for (int i = 0; i < r->nseq; i++) {
+        al_serve_seq *s = &r->seqs[i];
+        json_t *ch;
+        if (c->chat) {
+            al_chat_parsed pp = {0};
+            unsigned fl = c->parse_reasoning ? AL_CHAT_PARSE_REASONING : 0;
+            json_t *msg = json_object();
+            json_object_set_new(msg, "role", json_string("assistant"));
+            size_t ncalls = 0;
+            if ((c->parse_tools || c->parse_reasoning) &&
+                al_chat_parse(s->text ? s->text : "", s->text_len, fl, &pp) == 0) {
+                if (!c->parse_tools &&
+                    pp.n_calls) { /* no tools asked for: the text stays as it is */
+                    json_object_set_new(msg, "content",
+                                        json_bytes_str(s->text ? s->text : "", s->text_len));
+                } else {
+                    ncalls = pp.n_calls;
+                    json_object_set_new(msg, "content",
+                                        ncalls && pp.content_len == 0
+                                            ? json_null()
+                                            : json_bytes_str(pp.content, pp.content_len));
+                    if (ncalls) json_object_set_new(msg, "tool_calls", tool_calls_json(&pp, 0));
+                }
+                if (pp.reasoning)
+                    json_object_set_new(msg, "reasoning_content",
+                                        json_bytes_str(pp.reasoning, strlen(pp.reasoning)));
+                al_chat_parsed_free(&pp);
+            } else {
+                json_object_set_new(msg, "content",
+                                    json_bytes_str(s->text ? s->text : "", s->text_len));
+            }
+            if (!json_object_get(msg, "tool_calls"))
+                json_object_set_new(msg, "tool_calls", json_array());
+            ch = json_pack("{s:i,s:o,s:o,s:s,s:o}", "index", i, "message", msg, "logprobs",
+                           c->logprobs ? chat_logprobs(sc, c, s, 0, s->n) : json_null(),
+                           "finish_reason", finish_name(s, c, ncalls > 0), "stop_reason",
+                           stop_reason_json(s));
+        } else {
+            ch = json_pack("{s:i,s:o,s:o,s:s,s:o}", "index", i, "text",
+                           json_bytes_str(s->text ? s->text : "", s->text_len), "logprobs",
+                           c->logprobs ? completion_logprobs(sc, c, s, 0, s->n, 0) : json_null(),
+                           "finish_reason", finish_name(s, c, 0), "stop_reason",
+                           stop_reason_json(s));
+            if (c->return_token_ids)
+                json_object_set_new(ch, "prompt_token_ids", json_ids(r->prompt, r->nprompt));
+        }
+        if (c->return_token_ids) json_object_set_new(ch, "token_ids", json_ids(s->ids, s->n));
+        json_array_append_new(choices, ch);
+    }
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:I}", "id", c->id, "object",
+                          c->chat ? "chat.completion" : "text_completion", "created",
+                          (json_int_t)c->created, "model", sc->name, "choices", choices, "usage",
+                          usage_json(r), "policy_version", (json_int_t)r->policy_version);
+    if (c->chat && c->return_token_ids)
+        json_object_set_new(o, "prompt_token_ids", json_ids(r->prompt, r->nprompt));
+    return o;
+}
+
+static void sse_send(struct evhttp_request *req, json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s) return;
+    struct evbuffer *b = evbuffer_new();
+    evbuffer_add_printf(b, "data: %s\n\n", s);
+    evhttp_send_reply_chunk(req, b);
+    evbuffer_free(b);
+    free(s);
+}
+
+static json_t *chunk_base(http_call *c, json_t *choices)
+{
+    return json_pack("{s:s,s:s,s:I,s:s,s:o,s:I}", "id", c->id, "object",
+                     c->chat ? "chat.completion.chunk" : "text_completion", "created",
+                     (json_int_t)c->created, "model", c->sc->name, "choices", choices,
+                     "policy_version", (json_int_t)c->r->policy_version);
+}
+
+/* Sends what is new since the last call for every choice. Under r->lock. Returns 1 when
+ * every choice has sent its end. */
+static int stream_progress(http_call *c)
+{
+    serve_ctx *sc = c->sc;
+    al_serve_req *r = c->r;
+    if (!c->started) {
+        add_common_headers(c->req, "text/event-stream", r->policy_version);
+        evhttp_add_header(evhttp_request_get_output_headers(c->req), "Cache-Control", "no-cache");
+        evhttp_send_reply_start(c->req, 200, "OK");
+        c->started = 1;
+        count_status(sc, 200);
+        if (c->chat) {
+            for (int i = 0; i < r->nseq; i++) {
+                json_t *ch = json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", i, "delta", "role",
+                                       "assistant", "content", "", "logprobs", "finish_reason");
+                json_t *o = chunk_base(c, json_pack("[o]", ch));
+                if (c->return_token_ids && i == 0)
+                    json_object_set_new(o, "prompt_token_ids", json_ids(r->prompt, r->nprompt));
+                sse_send(c->req, o);
+            }
+        }
+    }
+    int all = 1;
+    for (int i = 0; i < r->nseq; i++) {
+        al_serve_seq *s = &r->seqs[i];
+        if (c->finished_sent[i]) continue;
+        int from = c->sent_tok[i], to = s->n;
+        size_t tfrom = c->sent_text[i], tto = s->safe_len;
+        if (tto < tfrom) tto = tfrom;
+        int ending = s->finish != AL_SERVE_RUNNING;
+        if (from == to && tfrom == tto && !ending) {
+            all = 0;
+            continue;
+        }
+        json_t *ch;
+        if (c->chat) {
+            json_t *delta = json_object();
+            const char *txt = s->text ? s->text + tfrom : "";
+            size_t tl = tto - tfrom;
+            if (c->parse_tools || c->parse_reasoning) {
+                al_chat_delta d = {0};
+                if (al_chat_stream_push(&c->cs[i], txt, tl, &d) == 0) {
+                    if (d.content_len)
+                        json_object_set_new(delta, "content",
+                                            json_bytes_str(d.content, d.content_len));
+                    if (d.reasoning_len)
+                        json_object_set_new(delta, "reasoning_content",
+                                            json_bytes_str(d.reasoning, d.reasoning_len));
+                }
+            } else if (tl) {
+                json_object_set_new(delta, "content", json_bytes_str(txt, tl));
+            }
+            int ncalls = 0;
+            if (ending && (c->parse_tools || c->parse_reasoning)) {
+                al_chat_parsed pp = {0};
+                if (al_chat_stream_finish(&c->cs[i], &pp) == 0) {
+                    if (pp.content_len) {
+                        json_t *prev = json_object_get(delta, "content");
+                        char *cat = NULL;
+                        size_t pl = prev ? json_string_length(prev) : 0;
+                        cat = malloc(pl + pp.content_len + 1);
+                        if (prev) memcpy(cat, json_string_value(prev), pl);
+                        memcpy(cat + pl, pp.content, pp.content_len);
+                        json_object_set_new(delta, "content",
+                                            json_bytes_str(cat, pl + pp.content_len));
+                        free(cat);
+                    }
+                    if (pp.reasoning && *pp.reasoning)
+                        json_object_set_new(delta, "reasoning_content",
+                                            json_bytes_str(pp.reasoning, strlen(pp.reasoning)));
+                    if (pp.n_calls && c->parse_tools) {
+                        json_object_set_new(delta, "tool_calls", tool_calls_json(&pp, 1));
+                        ncalls = (int)pp.n_calls;
+                    }
+                    al_chat_parsed_free(&pp);
+                }
+            }
+            ch = json_pack("{s:i,s:o,s:o}", "index", i, "delta", delta, "logprobs",
+                           c->logprobs && to > from ? chat_logprobs(sc, c, s, from, to)
+                                                    : json_null());
+            json_object_set_new(ch, "finish_reason",
+                                ending ? json_string(finish_name(s, c, ncalls > 0)) : json_null());
+            if (ending) json_object_set_new(ch, "stop_reason", stop_reason_json(s));
+        } else {
+            ch = json_pack("{s:i,s:o,s:o}", "index", i, "text",
+                           json_bytes_str(s->text ? s->text + tfrom : "", tto - tfrom), "logprobs",
+                           c->logprobs && to > from ? completion_logprobs(sc, c, s, from, to, tfrom)
+                                                    : json_null());
+            json_object_set_new(ch, "finish_reason",
+                                ending ? json_string(finish_name(s, c, 0)) : json_null());
+            json_object_set_new(ch, "stop_reason", ending ? stop_reason_json(s) : json_null());
+            if (c->return_token_ids && from == 0)
+                json_object_set_new(ch, "prompt_token_ids", json_ids(r->prompt, r->nprompt));
+        }
+        if (c->return_token_ids)
+            json_object_set_new(ch, "token_ids", json_ids(s->ids + from, to - from));
+        sse_send(c->req, chunk_base(c, json_pack("[o]", ch)));
+        c->sent_tok[i] = to, c->sent_text[i] = tto;
+        if (ending)
+            c->finished_sent[i] = 1;
+        else
+            all = 0;
+    }
+    return all;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Call lifecycle                                                                         */
+
+static void call_free(http_call *c)
+{
+    serve_ctx *sc = c->sc;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        sc->calls = c->next;
+    if (c->next) c->next->prev = c->prev;
+    if (c->r) {
+        al_serve_req_detach(c->r);
+        al_serve_req_unref(c->r);
+    }
+    if (c->ev) event_free(c->ev);
+    if (c->cs)
+        for (int i = 0; i < MAX_N; i++)
+            al_chat_stream_free(&c->cs[i]);
+    free(c->cs);
+    free(c->sent_tok);
+    free(c->sent_text);
+    free(c->finished_sent);
+    free(c);
+}
+
+/* Engine thread, under r->lock: wake the loop. */
+static void call_notify(al_serve_req *r, void *ud)
+{
+    (void)r;
+    http_call *c = ud;
+    event_active(c->ev, EV_READ, 0);
+}
+
+/* Loop thread: the engine made progress on c. */
+static void call_progress(evutil_socket_t fd, short what, void *ud)
+{
+    (void)fd, (void)what;
+    http_call *c = ud;
+    serve_ctx *sc = c->sc;
+    al_serve_req *r = c->r;
+    if (evhttp_request_get_connection(c->req) == NULL) {
+        /* the client went away: stop generating; finishing the reply frees the request */
+        if (c->started)
+            evhttp_send_reply_end(c->req);
+        else
+            evhttp_send_reply(c->req, 499, "Client Closed Request", NULL);
+        call_free(c);
+        return;
+    }
+    pthread_mutex_lock(&r->lock);
+    int done = r->done_seqs == r->nseq;
+    if (!r->admitted) {
+        pthread_mutex_unlock(&r->lock);
+        return;
+    }
+    int aborted = 0;
+    for (int i = 0; i < r->nseq; i++)
+        aborted |= r->seqs[i].finish == AL_SERVE_FINISH_ABORT;
+    if (c->stream) {
+        if (aborted && !c->started && done) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "%s", r->error);
+            pthread_mutex_unlock(&r->lock);
+            send_error(sc, c->req, 500, NULL, "generation failed: %s", msg);
+            call_free(c);
+            return;
+        }
+        int all = stream_progress(c);
+        if (done && all) {
+            if (c->include_usage) {
+                json_t *o = chunk_base(c, json_array());
+                json_object_set_new(o, "usage", usage_json(r));
+                sse_send(c->req, o);
+            }
+            pthread_mutex_unlock(&r->lock);
+            struct evbuffer *b = evbuffer_new();
+            evbuffer_add_printf(b, "data: [DONE]\n\n");
+            evhttp_send_reply_chunk(c->req, b);
+            evbuffer_free(b);
+            evhttp_send_reply_end(c->req);
+            call_free(c);
+            return;
+        }
+        pthread_mutex_unlock(&r->lock);
+        return;
+    }
+    if (!done) {
+        pthread_mutex_unlock(&r->lock);
+        return;
+    }
+    if (aborted) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "%s", r->error);
+        pthread_mutex_unlock(&r->lock);
+        send_error(sc, c->req, 500, NULL, "generation failed: %s", msg);
+        call_free(c);
+        return;
+    }
+    json_t *o = full_response(c);
+    int64_t v = r->policy_version;
+    pthread_mutex_unlock(&r->lock);
+    send_json(sc, c->req, 200, o, v);
+    call_free(c);
+}
+
+static json_t *read_body(struct evhttp_request *req, char *err, size_t errlen)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t n = evbuffer_get_length(in);
+    if (n == 0) {
+        snprintf(err, errlen, "the request body is empty; send a JSON object");
+        return NULL;
+    }
+    unsigned char *p = evbuffer_pullup(in, (ssize_t)n);
+    json_error_t je;
+    json_t *j = json_loadb((const char *)p, n, 0, &je);
+    if (!j) {
+        snprintf(err, errlen, "the body is not valid JSON: %s (line %d, column %d)", je.text,
+                 je.line, je.column);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        snprintf(err, errlen, "the body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+static void handle_generate(serve_ctx *sc, struct evhttp_request *req, int chat)
+{
+    char err[1024] = "";
+    const char *bad = NULL;
+    json_t *body = read_body(req, err, sizeof err);
+    if (!body) {
+        send_error(sc, req, 400, NULL, "%s", err);
+        return;
+    }
+    const char *model = json_string_value(json_object_get(body, "model"));
+    json_t *mj = json_object_get(body, "model");
+    if (mj && !json_is_null(mj) && (!model || strcmp(model, sc->name) != 0)) {
+        send_error(sc, req, 404, "model", "The model `%s` does not exist.",
+                   model ? model : "(not a string)");
+        json_decref(body);
+        return;
+    }
+    parsed p = {0};
+    int has_tools = 0, stream = 0, include_usage = 0, rti = 0;
+    int rc = parse_sampling(sc, body, &p, chat, err, sizeof err, &bad);
+    if (!rc && get_bool(body, "stream", &stream) < 0)
+        rc = -1, bad = "stream", snprintf(err, sizeof err, "stream must be a boolean");
+    if (!rc && get_bool(body, "return_token_ids", &rti) < 0)
+        rc = -1, bad = "return_token_ids",
+        snprintf(err, sizeof err, "return_token_ids must be a boolean");
+    json_t *so = json_object_get(body, "stream_options");
+    if (!rc && json_is_object(so))
+        include_usage = json_is_true(json_object_get(so, "include_usage"));
+    if (!rc)
+        rc = chat ? parse_chat_prompt(sc, body, &p, &has_tools, err, sizeof err, &bad)
+                  : parse_completion_prompt(sc, body, &p, err, sizeof err, &bad);
+    json_decref(body);
+    if (rc) {
+        send_error(sc, req, 400, bad, "%s", err);
+        parsed_free(&p);
+        return;
+    }
+    int np = (int)p.prompt.len;
+    if (p.max_tokens < 0) p.max_tokens = chat ? sc->max_model_len - np : 16;
+    if (np + (p.max_tokens > 0 ? p.max_tokens : 1) > sc->max_model_len || p.max_tokens < 1) {
+        send_error(
+            sc, req, 400, chat ? "messages" : "prompt",
+            "This model's maximum context length is %d tokens. However, you requested %d tokens "
+            "(%d in the %s, %d in the completion). Please reduce the length of the %s or "
+            "completion.",
+            sc->max_model_len, np + p.max_tokens, np, chat ? "messages" : "prompt", p.max_tokens,
+            chat ? "messages" : "prompt");
+        parsed_free(&p);
+        return;
+    }
+    al_serve_req *r = al_serve_req_new(p.prompt.ids, np, p.n);
+    http_call *c = calloc(1, sizeof *c);
+    if (!r || !c) {
+        al_serve_req_unref(r);
+        free(c);
+        parsed_free(&p);
+        send_error(sc, req, 500, NULL, "out of memory");
+        return;
+    }
+    r->max_tokens = p.max_tokens, r->ignore_eos = p.ignore_eos;
+    r->stop = p.stop, r->nstop = p.nstop, p.stop = NULL, p.nstop = 0;
+    r->stop_ids = p.stop_ids, r->nstop_ids = p.nstop_ids, p.stop_ids = NULL, p.nstop_ids = 0;
+    uint64_t seed = p.seed;
+    if (!p.has_seed && getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
+        seed = (uint64_t)al_now_us();
+    for (int i = 0; i < p.n; i++) {
+        al_serve_seq *s = &r->seqs[i];
+        s->sampling = (al_infer_sampling){p.temperature, p.top_p, p.top_k};
+        s->seed = seed;
+        s->top_logprobs = p.logprobs ? p.top_logprobs : -1;
+    }
+    parsed_free(&p);
+    c->sc = sc, c->req = req, c->r = r, c->chat = chat, c->stream = stream;
+    c->include_usage = include_usage, c->logprobs = r->seqs[0].top_logprobs >= 0;
+    c->top_logprobs = c->logprobs ? r->seqs[0].top_logprobs : 0, c->return_token_ids = rti;
+    c->parse_tools = chat && has_tools;
+    c->parse_reasoning = chat && al_tokenizer_chat_template(sc->tok) == AL_CHAT_TEMPLATE_QWEN3;
+    c->created = al_now_us() / 1000000;
+    uint8_t rnd[8];
+    char hex[17];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) memset(rnd, 7, sizeof rnd);
+    al_hex(rnd, sizeof rnd, hex);
+    snprintf(c->id, sizeof c->id, "%s-%s", chat ? "chatcmpl" : "cmpl", hex);
+    c->sent_tok = calloc((size_t)r->nseq, sizeof *c->sent_tok);
+    c->sent_text = calloc((size_t)r->nseq, sizeof *c->sent_text);
+    c->finished_sent = calloc((size_t)r->nseq, sizeof *c->finished_sent);
+    c->cs = calloc(MAX_N, sizeof *c->cs);
+    for (int i = 0; i < MAX_N; i++)
+        c->cs[i].flags = c->parse_reasoning ? AL_CHAT_PARSE_REASONING : 0;
+    c->ev = event_new(sc->base, -1, 0, call_progress, c);
+    c->next = sc->calls;
+    if (sc->calls) sc->calls->prev = c;
+    sc->calls = c;
+    r->notify = call_notify, r->notify_ud = c;
+    al_counter_add(sc->prompt_tokens, np);
+    int sr = al_serve_engine_submit(sc->eng, r, err, sizeof err);
+    if (sr != AL_SERVE_OK) {
+        send_error(sc, req, sr == AL_SERVE_BUSY ? 429 : 400, NULL, "%s", err);
+        call_free(c);
+    }
+}
+
+static void handle_models(serve_ctx *sc, struct evhttp_request *req)
+{
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:s,s:i,s:I}", "id", sc->name, "object", "model",
+                          "created", (json_int_t)(al_now_us() / 1000000), "owned_by", "arclight",
+                          "root", sc->name, "max_model_len", sc->max_model_len, "policy_version",
+                          (json_int_t)al_serve_engine_version(sc->eng));
+    send_json(sc, req, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m),
+              al_serve_engine_version(sc->eng));
+}
+
+static void on_request(struct evhttp_request *req, void *ud)
+{
+    serve_ctx *sc = ud;
+    const char *uri = evhttp_request_get_uri(req);
+    char path[256];
+    size_t pl = strcspn(uri, "?");
+    snprintf(path, sizeof path, "%.*s", (int)(pl < sizeof path ? pl : sizeof path - 1), uri);
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    int is_post = cmd == EVHTTP_REQ_POST, is_get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
+    if (!strcmp(path, "/v1/chat/completions") || !strcmp(path, "/v1/completions")) {
+        if (!is_post) {
+            send_error(sc, req, 405, NULL, "use POST for %s", path);
+            return;
+        }
+        handle_generate(sc, req, path[4] == 'c' && path[5] == 'h');
+    } else if (!strcmp(path, "/v1/models") && is_get) {
+        handle_models(sc, req);
+    } else if ((!strcmp(path, "/health") || !strcmp(path, "/healthz")) && is_get) {
+        al_serve_engine_stats st;
+        al_serve_engine_stats_get(sc->eng, &st);
+        send_json(sc, req, 200,
+                  json_pack("{s:s,s:I,s:i,s:i,s:I,s:I,s:I,s:i}", "status", "ok", "policy_version",
+                            (json_int_t)al_serve_engine_version(sc->eng), "running", st.running,
+                            "queued", st.queued, "decode_steps", (json_int_t)st.steps,
+                            "generated_tokens", (json_int_t)st.tokens_generated, "weight_swaps",
+                            (json_int_t)st.swaps, "weight_sets", st.weight_sets),
+                  -1);
+    } else {
+        send_error(sc, req, 404, NULL, "no route %s %s", is_post ? "POST" : "GET", path);
+    }
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Command                                                                                */
+
+static void collect(al_metrics *m, void *ud)
+{
+    (void)m;
+    serve_ctx *sc = ud;
+    al_serve_engine_stats st;
+    al_serve_engine_stats_get(sc->eng, &st);
+    al_gauge_set(sc->g_running, st.running + st.queued);
+    al_gauge_set(sc->g_kv, (double)st.kv_bytes);
+    al_gauge_set(sc->g_version, (double)al_serve_engine_version(sc->eng));
+    static uint64_t last;
+    if (st.tokens_generated > last)
+        al_counter_add(sc->gen_tokens, (double)(st.tokens_generated - last));
+    last = st.tokens_generated;
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *ud)
+{
+    (void)sig, (void)what;
+    event_base_loopbreak(ud);
+}
+
+static const char *usage_text =
+    "usage: arclight serve --model DIR [options]\n"
+    "OpenAI-compatible policy server (vLLM-style token ids and logprobs) that follows\n"
+    "arclight.policy and hot-swaps each new version of its model.\n"
+    "  --model DIR              model directory: config.json, model.safetensors, tokenizer\n"
+    "  --tokenizer DIR          tokenizer.json (+ tokenizer_config.json) dir (default: --model)\n"
+    "  --listen HOST:PORT       default 127.0.0.1:8000 (port 0: any free port); the bound\n"
+    "                           address is printed as the first line of stdout\n"
+    "  --served-model-name NAME model id in the API and the PolicyVersion model to follow\n"
+    "                           (default: the model directory's base name)\n"
+    "  --policy-version N       version of the weights in --model (default 0)\n"
+    "  --follow-policy          follow arclight.policy on --bootstrap (default off)\n"
+    "  --policy-topic TOPIC     default arclight.policy\n"
+    "  --max-num-seqs N         sequences running or queued at once (default 64)\n"
+    "  --max-kv-mib N           KV cache all sequences may reserve (default 2048)\n"
+    "  --max-model-len N        prompt + completion tokens (default: the model's\n"
+    "                           max_position_embeddings)\n"
+    "  --threads N              OpenMP threads of the engine (default: "
+    "OMP_NUM_THREADS)\n" AL_CLI_COMMON_HELP;
+
+enum {
+    OPT_MODEL = AL_CLI_OPT_USER,
+    OPT_TOKENIZER,
+    OPT_LISTEN,
+    OPT_NAME,
+    OPT_VERSION,
+    OPT_FOLLOW,
+    OPT_TOPIC,
+    OPT_MAX_SEQS,
+    OPT_MAX_KV,
+    OPT_MAX_LEN,
+    OPT_THREADS,
+    OPT_HELP,
+};
+
+static int parse_pos(const char *cmd, const char *flag, const char *arg, long long lo, long long hi,
+                     long long *out)
+{
+    char *end;
+    long long v = strtoll(arg, &end, 10);
+    if (!*arg || *end || v < lo || v > hi) {
+        al_cli_usage_error(cmd, "%s wants an integer in [%lld, %lld], got '%s'", flag, lo, hi, arg);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, OPT_MODEL},
+        {"tokenizer", required_argument, 0, OPT_TOKENIZER},
+        {"listen", required_argument, 0, OPT_LISTEN},
+        {"served-model-name", required_argument, 0, OPT_NAME},
+        {"policy-version", required_argument, 0, OPT_VERSION},
+        {"follow-policy", no_argument, 0, OPT_FOLLOW},
+        {"policy-topic", required_argument, 0, OPT_TOPIC},
+        {"max-num-seqs", required_argument, 0, OPT_MAX_SEQS},
+        {"max-kv-mib", required_argument, 0, OPT_MAX_KV},
+        {"max-model-len", required_argument, 0, OPT_MAX_LEN},
+        {"threads", required_argument, 0, OPT_THREADS},
+        {"help", no_argument, 0, OPT_HELP},
+        AL_CLI_COMMON_OPTIONS,
+        {0, 0, 0, 0},
+    };
+    al_cli_common common;
+    al_cli_common_init(&common);
+    const char *model_dir = NULL, *tok_dir = NULL, *listen = "127.0.0.1:8000", *name = NULL;
+    const char *topic = "arclight.policy";
+    long long version = 0, max_seqs = 64, max_kv = 2048, max_len = 0, threads = 0;
+    int follow = 0, o;
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case OPT_MODEL:
+            model_dir = optarg;
+            break;
+        case OPT_TOKENIZER:
+            tok_dir = optarg;
+            break;
+        case OPT_LISTEN:
+            listen = optarg;
+            break;
+        case OPT_NAME:
+            name = optarg;
+            break;
+        case OPT_VERSION:
+            if (parse_pos("serve", "--policy-version", optarg, 0, INT64_MAX, &version))
+                return AL_EXIT_USAGE;
+            break;
+        case OPT_FOLLOW:
+            follow = 1;
+            break;
+        case OPT_TOPIC:
+            topic = optarg;
+            break;
+        case OPT_MAX_SEQS:
+            if (parse_pos("serve", "--max-num-seqs", optarg, 1, 4096, &max_seqs))
+                return AL_EXIT_USAGE;
+            break;
+        case OPT_MAX_KV:
+            if (parse_pos("serve", "--max-kv-mib", optarg, 1, 1 << 24, &max_kv))
+                return AL_EXIT_USAGE;
+            break;
+        case OPT_MAX_LEN:
+            if (parse_pos("serve", "--max-model-len", optarg, 2, 1 << 24, &max_len))
+                return AL_EXIT_USAGE;
+            break;
+        case OPT_THREADS:
+            if (parse_pos("serve", "--threads", optarg, 1, 1024, &threads)) return AL_EXIT_USAGE;
+            break;
+        case OPT_HELP:
+            fputs(usage_text, stdout);
+            return AL_EXIT_OK;
+        default: {
+            int r = al_cli_common_option(&common, o, optarg);
+            if (r == 1) break;
+            if (r < 0) return AL_EXIT_USAGE;
+            return al_cli_usage_error("serve", "unknown option");
+        }
+        }
+    }
+    if (optind < argc) return al_cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
+    if (!model_dir) return al_cli_usage_error("serve", "--model DIR is required");
+    char host[256];
+    int port;
+    if (al_cli_parse_hostport(listen, host, sizeof host, &port) != 0 || port < 0 || port > 65535)
+        return al_cli_usage_error("serve", "--listen wants HOST:PORT, got '%s'", listen);
+    if (threads > 0) {
+        char t[16];
+        snprintf(t, sizeof t, "%lld", threads);
+        setenv("OMP_NUM_THREADS", t, 1);
+    }
+
+    char err[1024];
+    int rc = AL_EXIT_FAILURE;
+    al_model *m = al_model_load_dir(model_dir, err, sizeof err);
+    if (!m) {
+        al_log_error(COMP, "cannot load the model: %s", err);
+        return AL_EXIT_FAILURE;
+    }
+    serve_ctx sc = {0};
+    sc.cfg = *al_model_config_of(m);
+    sc.tok = al_tokenizer_load_dir(tok_dir ? tok_dir : model_dir, err, sizeof err);
+    if (!sc.tok) {
+        al_log_error(COMP, "cannot load the tokenizer: %s (give --tokenizer DIR)", err);
+        al_model_free(m);
+        return AL_EXIT_FAILURE;
+    }
+    if (al_tokenizer_vocab_size(sc.tok) > sc.cfg.vocab_size) {
+        al_log_error(COMP, "the tokenizer has %d ids but the model only %d",
+                     al_tokenizer_vocab_size(sc.tok), sc.cfg.vocab_size);
+        al_model_free(m);
+        al_tokenizer_free(sc.tok);
+        return AL_EXIT_FAILURE;
+    }
+    char namebuf[256];
+    if (!name) {
+        size_t L = strlen(model_dir);
+        while (L > 1 && model_dir[L - 1] == '/')
+            L--;
+        const char *b = model_dir + L;
+        while (b > model_dir && b[-1] != '/')
+            b--;
+        snprintf(namebuf, sizeof namebuf, "%.*s", (int)(model_dir + L - b), b);
+        name = namebuf;
+    }
+    sc.name = name;
+    sc.max_model_len = max_len ? (int)max_len : sc.cfg.max_position_embeddings;
+    al_serve_engine_opts eo = {(int)max_seqs, (size_t)max_kv << 20, sc.max_model_len};
+    al_serve_weights *w = al_serve_weights_new(m, version);
+    sc.eng = w ? al_serve_engine_start(w, sc.tok, &eo, err, sizeof err) : NULL;
+    if (!sc.eng) {
+        al_log_error(COMP, "%s", w ? err : "out of memory");
+        al_tokenizer_free(sc.tok);
+        return AL_EXIT_FAILURE;
+    }
+    sc.metrics = al_metrics_new();
+    sc.req_ok = al_metrics_counter(sc.metrics, "arclight_serve_requests_total",
+                                   "HTTP requests by status", "status", "2xx", NULL);
+    sc.req_4xx = al_metrics_counter(sc.metrics, "arclight_serve_requests_total",
+                                    "HTTP requests by status", "status", "4xx", NULL);
+    sc.req_429 = al_metrics_counter(sc.metrics, "arclight_serve_requests_total",
+                                    "HTTP requests by status", "status", "429", NULL);
+    sc.req_5xx = al_metrics_counter(sc.metrics, "arclight_serve_requests_total",
+                                    "HTTP requests by status", "status", "5xx", NULL);
+    sc.gen_tokens = al_metrics_counter(sc.metrics, "arclight_serve_generated_tokens_total",
+                                       "Tokens generated", NULL);
+    sc.prompt_tokens = al_metrics_counter(sc.metrics, "arclight_serve_prompt_tokens_total",
+                                          "Prompt tokens received", NULL);
+    sc.g_running = al_metrics_gauge(sc.metrics, "arclight_serve_sequences",
+                                    "Sequences running or queued", NULL);
+    sc.g_kv =
+        al_metrics_gauge(sc.metrics, "arclight_serve_kv_bytes", "KV cache bytes reserved", NULL);
+    sc.g_version = al_metrics_gauge(sc.metrics, "arclight_serve_policy_version",
+                                    "Policy version new requests get", NULL);
+    al_metrics_on_collect(sc.metrics, collect, &sc);
+    al_http_server *msrv = NULL;
+    al_serve_policy *pol = NULL;
+    struct event *sigint = NULL, *sigterm = NULL;
+    evthread_use_pthreads();
+    sc.base = event_base_new();
+    sc.http = sc.base ? evhttp_new(sc.base) : NULL;
+    if (!sc.http) {
+        al_log_error(COMP, "libevent: cannot create the HTTP server");
+        goto out;
+    }
+    evhttp_set_max_body_size(sc.http, MAX_BODY);
+    evhttp_set_allowed_methods(sc.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD);
+    evhttp_set_gencb(sc.http, on_request, &sc);
+    const char *bind_host = host[0] ? host : "127.0.0.1";
+    struct evhttp_bound_socket *bs =
+        evhttp_bind_socket_with_handle(sc.http, bind_host, (uint16_t)port);
+    if (!bs) {
+        al_log_error(COMP, "cannot listen on %s: address in use or not local", listen);
+        goto out;
+    }
+    {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl);
+        port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                              : ((struct sockaddr_in *)&ss)->sin_port);
+    }
+    if (common.metrics &&
+        !(msrv = al_http_server_start(common.metrics, sc.metrics, NULL, NULL, err, sizeof err))) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    if (follow &&
+        !(pol = al_serve_policy_start(&common, topic, name, &sc.cfg, sc.eng, err, sizeof err))) {
+        al_log_error(COMP, "cannot follow %s: %s", topic, err);
+        goto out;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    sigint = evsignal_new(sc.base, SIGINT, on_signal, sc.base);
+    sigterm = evsignal_new(sc.base, SIGTERM, on_signal, sc.base);
+    event_add(sigint, NULL);
+    event_add(sigterm, NULL);
+    printf("%s:%d\n", strchr(bind_host, ':') ? "[::1]" : bind_host, port);
+    fflush(stdout);
+    al_log_info(COMP, "serving '%s' (policy version %lld, %s) on http://%s:%d%s%s", name, version,
+                model_dir, bind_host, port, follow ? ", following " : "", follow ? topic : "");
+    event_base_dispatch(sc.base);
+    al_log_info(COMP, "stopping");
+    rc = AL_EXIT_OK;
+out:
+    al_serve_policy_stop(pol);
+    al_http_server_stop(msrv);
+    while (sc.calls) {
+        http_call *c = sc.calls;
+        evhttp_send_error(c->req, 503, "Service Unavailable");
+        call_free(c);
+    }
+    if (sigint) event_free(sigint);
+    if (sigterm) event_free(sigterm);
+    if (sc.http) evhttp_free(sc.http);
+    al_serve_engine_stop(sc.eng);
+    if (sc.base) event_base_free(sc.base);
+    al_metrics_free(sc.metrics);
+    al_tokenizer_free(sc.tok);
+    return rc;
+}
