@@ -804,3 +804,131 @@ TEST(random_streams_keep_the_invariants)
     CHECKF(total > 1000, "only %d transitions in all rounds: the streams test little", total);
 #undef RND
 }
+
+/* The restart contract in pure logic: a worker fed a stream up to a crash point k gives out
+ * safe offset S; a fresh worker fed the stream from S to the end must bring every transition
+ * of an uninterrupted run that the first worker had not emitted, byte for byte the same, and
+ * anything it emits again must be byte-identical too. */
+typedef struct idsink {
+    char ids[512][48];
+    al_buf bytes[512];
+    int n;
+} idsink;
+
+static int idsink_fn(void *ud, const al_transition *t, int64_t anchor)
+{
+    idsink *s = ud;
+    (void)anchor;
+    if (s->n >= 512) return -1;
+    snprintf(s->ids[s->n], sizeof s->ids[0], "%s", t->id);
+    al_buf_init(&s->bytes[s->n]);
+    if (al_transition_encode(t, &s->bytes[s->n], NULL, 0)) return -1;
+    s->n++;
+    return 0;
+}
+
+static void idsink_free(idsink *s)
+{
+    for (int i = 0; i < s->n; i++)
+        al_buf_free(&s->bytes[i]);
+    s->n = 0;
+}
+
+static int idsink_find(const idsink *s, const char *id)
+{
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->ids[i], id)) return i;
+    return -1;
+}
+
+TEST(restart_from_the_safe_offset_loses_nothing)
+{
+    enum { NR = 24, MAXS = 200 };
+    static al_span stream[MAXS];
+    static char rids[NR][16], tasks[NR][16];
+    static const int32_t toks[] = {1, 2, 3, 4, 5, 6};
+    uint64_t x = 0x1234567ULL;
+    int bad_rounds = 0, crash_points = 0;
+    for (int round = 0; round < 30; round++) {
+        /* a well-formed stream: NR rollouts of 6 tasks, 1-3 calls, reward, end; interleaved */
+        int next[NR] = {0}, ncalls[NR], n = 0;
+        for (int r = 0; r < NR; r++) {
+            ncalls[r] = 1 + (int)(xorshift(&x) % 3);
+            snprintf(rids[r], sizeof rids[r], "r%d", r);
+            snprintf(tasks[r], sizeof tasks[r], "t%d", r % 6);
+        }
+        while (n < MAXS) {
+            int r = (int)(xorshift(&x) % NR);
+            if (next[r] > ncalls[r] + 1) {
+                int left = 0;
+                for (int k = 0; k < NR; k++)
+                    left += next[k] <= ncalls[k] + 1;
+                if (!left) break;
+                continue;
+            }
+            int sq = next[r]++;
+            al_span s = mk_call(tasks[r], rids[r], sq, n, toks, 2 + (size_t)sq, toks + 2, 1, NULL);
+            if (sq == ncalls[r]) {
+                s = mk_reward(tasks[r], rids[r], sq, n, "final", (double)(xorshift(&x) % 3),
+                              sq - 1);
+            } else if (sq == ncalls[r] + 1) {
+                s = mk_end(tasks[r], rids[r], sq, n, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
+            }
+            stream[n++] = s;
+        }
+        al_credit_config c;
+        al_credit_config_init(&c);
+        c.group_size = 2; /* two groups per task: a split group would change the next one */
+        c.merge = (int)(xorshift(&x) % 2);
+        c.idle_timeout_us = c.group_timeout_us = 0;
+        idsink full = {0}, before = {0}, after = {0};
+        al_credit_sink k = {.transition = idsink_fn, .ud = &full};
+        char err[256], reason[256];
+        const char *code;
+        al_credit_part *p = al_credit_part_new(&c, &k, err, sizeof err);
+        for (int i = 0; i < n; i++)
+            al_credit_part_add(p, i, &stream[i], &code, reason, sizeof reason, err, sizeof err);
+        al_credit_part_free(p);
+        for (int crash = 1; crash < n; crash += 3) {
+            k.ud = &before;
+            p = al_credit_part_new(&c, &k, err, sizeof err);
+            for (int i = 0; i < crash; i++)
+                al_credit_part_add(p, i, &stream[i], &code, reason, sizeof reason, err, sizeof err);
+            int64_t safe = al_credit_part_safe_offset(p);
+            al_credit_part_free(p);
+            k.ud = &after;
+            p = al_credit_part_new(&c, &k, err, sizeof err);
+            for (int i = (int)safe; i < n; i++)
+                al_credit_part_add(p, i, &stream[i], &code, reason, sizeof reason, err, sizeof err);
+            al_credit_part_free(p);
+            crash_points++;
+            int lost = 0, differ = 0, extra = 0;
+            for (int i = 0; i < full.n; i++) {
+                int b = idsink_find(&before, full.ids[i]), a = idsink_find(&after, full.ids[i]);
+                if (b < 0 && a < 0) lost++;
+                if (b >= 0 && (before.bytes[b].len != full.bytes[i].len ||
+                               memcmp(before.bytes[b].data, full.bytes[i].data, full.bytes[i].len)))
+                    differ++;
+                if (a >= 0 && (after.bytes[a].len != full.bytes[i].len ||
+                               memcmp(after.bytes[a].data, full.bytes[i].data, full.bytes[i].len)))
+                    differ++;
+            }
+            for (int i = 0; i < after.n; i++)
+                extra += idsink_find(&full, after.ids[i]) < 0;
+            if (lost || differ || extra) {
+                if (bad_rounds++ < 3)
+                    fprintf(stderr,
+                            "  round %d (crash at %d of %d, safe %lld, merge %d): %d lost, "
+                            "%d differ, %d unexpected\n",
+                            round, crash, n, (long long)safe, c.merge, lost, differ, extra);
+            }
+            idsink_free(&before);
+            idsink_free(&after);
+        }
+        CHECK(full.n > 0);
+        idsink_free(&full);
+        idsink_free(&before);
+        idsink_free(&after);
+    }
+    CHECKF(bad_rounds == 0, "%d of %d crash points broke the contract", bad_rounds, crash_points);
+}
