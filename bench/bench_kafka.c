@@ -44,8 +44,8 @@ static void make_message(char *buf, size_t len, long i, uint64_t *rng)
  * first 10 bytes) spread messages evenly over the partitions: the embedded broker keeps only
  * ~5 MiB per partition. */
 static const char *const common_settings[][2] = {
-    {"enable.idempotence", "true"}, {"acks", "all"},
-    {"compression.type", "lz4"},    {"linger.ms", "5"},
+    {"enable.idempotence", "true"},  {"acks", "all"},
+    {"compression.type", "lz4"},     {"linger.ms", "5"},
     {"batch.num.messages", "10000"}, {"partitioner", "murmur2_random"},
 };
 
@@ -125,8 +125,8 @@ static int sh(const char *cmd)
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
-static int run_kcat(const char *bootstrap, const char *topic, long n, size_t msglen,
-                    double *t_prod, double *t_cons)
+static int run_kcat(const char *bootstrap, const char *topic, long n, size_t msglen, double *t_prod,
+                    double *t_cons)
 {
     char path[] = "/tmp/bench_kafka.XXXXXX";
     int fd = mkstemp(path);
@@ -224,10 +224,12 @@ int main(int argc, char **argv)
     printf("embedded broker, %d partitions, %ld messages of %zu bytes (%.1f MB), lz4, acks=all, "
            "idempotent, best of %d\n",
            PARTITIONS, n, msglen, bytes, reps);
-    printf("  produce  kcat (reference) %7.1f MB/s   arclight al_producer %7.1f MB/s   ratio %.2f\n",
-           bytes / best[0], bytes / best[2], best[0] / best[2]);
-    printf("  consume  kcat (reference) %7.1f MB/s   arclight al_consumer %7.1f MB/s   ratio %.2f\n",
-           bytes / best[1], bytes / best[3], best[1] / best[3]);
+    printf(
+        "  produce  kcat (reference) %7.1f MB/s   arclight al_producer %7.1f MB/s   ratio %.2f\n",
+        bytes / best[0], bytes / best[2], best[0] / best[2]);
+    printf(
+        "  consume  kcat (reference) %7.1f MB/s   arclight al_consumer %7.1f MB/s   ratio %.2f\n",
+        bytes / best[1], bytes / best[3], best[1] / best[3]);
     printf("  (ratio = arclight throughput / kcat throughput. Consume: arclight's clock starts at\n"
            "   its first message, after the group join; kcat's time less the time kcat takes to\n"
            "   start and read one message; kcat assigns partitions without a group)\n");

@@ -118,7 +118,8 @@ static inline int al_test_broker_start(al_test_broker *b, const char *const *ext
     argv[argc++] = "127.0.0.1:0";
     argv[argc++] = "--log-level";
     argv[argc++] = "warn";
-    for (int i = 0; extra && extra[i] && argc < 63; i++) argv[argc++] = extra[i];
+    for (int i = 0; extra && extra[i] && argc < 63; i++)
+        argv[argc++] = extra[i];
     argv[argc] = NULL;
     if (pipe(pfd) != 0) {
         perror("broker fixture: pipe");

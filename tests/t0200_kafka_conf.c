@@ -37,12 +37,12 @@ TEST(conf_precedence_file_env_config_flag)
 
     al_kafka_conf *c = al_kafka_conf_load(cfg, "flag:9", errstr, sizeof errstr);
     REQUIREF(c, "load: %s", errstr);
-    CHECK_EQ_STR(al_kafka_conf_get(c, "linger.ms"), "22");              /* env over file */
-    CHECK_EQ_STR(al_kafka_conf_get(c, "batch.num.messages"), "333");    /* config over env */
-    CHECK_EQ_STR(al_kafka_conf_get(c, "client.id"), "from-config");     /* config over file */
-    CHECK_EQ_STR(al_kafka_conf_get(c, "socket.timeout.ms"), "2222");    /* env over file */
-    CHECK_EQ_STR(al_kafka_conf_get(c, "bootstrap.servers"), "flag:9");  /* flag over all */
-    CHECK_EQ_STR(al_kafka_conf_get(c, "acks"), "all");                  /* built-in default */
+    CHECK_EQ_STR(al_kafka_conf_get(c, "linger.ms"), "22");             /* env over file */
+    CHECK_EQ_STR(al_kafka_conf_get(c, "batch.num.messages"), "333");   /* config over env */
+    CHECK_EQ_STR(al_kafka_conf_get(c, "client.id"), "from-config");    /* config over file */
+    CHECK_EQ_STR(al_kafka_conf_get(c, "socket.timeout.ms"), "2222");   /* env over file */
+    CHECK_EQ_STR(al_kafka_conf_get(c, "bootstrap.servers"), "flag:9"); /* flag over all */
+    CHECK_EQ_STR(al_kafka_conf_get(c, "acks"), "all");                 /* built-in default */
     al_kafka_conf_free(c);
 
     /* No flag: the file's bootstrap.servers stays; the CLI default does not clobber it. */
@@ -190,7 +190,8 @@ TEST(tracker_random_order_against_a_model)
         rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
         left[i] = (int)((rng >> 33) % 4);
         REQUIRE(al_offset_tracker_add(t, 100 + 2 * i, left[i]) == 0);
-        for (int k = 0; k < left[i]; k++) acks[nacks++] = i;
+        for (int k = 0; k < left[i]; k++)
+            acks[nacks++] = i;
     }
     for (int i = nacks - 1; i > 0; i--) {
         rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -200,12 +201,14 @@ TEST(tracker_random_order_against_a_model)
         acks[j] = tmp;
     }
     int first = 0, bad = 0;
-    while (first < N && left[first] == 0) first++;
+    while (first < N && left[first] == 0)
+        first++;
     for (int a = 0; a < nacks; a++) {
         int i = (int)acks[a];
         if (al_offset_tracker_ack(t, 100 + 2 * i) != 0) bad++;
         left[i]--;
-        while (first < N && left[first] == 0) first++;
+        while (first < N && left[first] == 0)
+            first++;
         int64_t want = first < N ? 100 + 2 * first : 100 + 2 * (N - 1) + 1;
         if (al_offset_tracker_committable(t) != want) bad++;
     }

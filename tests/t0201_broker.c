@@ -9,7 +9,8 @@ static int run_cmd(const char *const *args, char *out, size_t outlen)
 {
     char cmd[2048];
     size_t off = (size_t)snprintf(cmd, sizeof cmd, "'%s'", al_test_bin());
-    for (int i = 0; args[i]; i++) off += (size_t)snprintf(cmd + off, sizeof cmd - off, " '%s'", args[i]);
+    for (int i = 0; args[i]; i++)
+        off += (size_t)snprintf(cmd + off, sizeof cmd - off, " '%s'", args[i]);
     snprintf(cmd + off, sizeof cmd - off, " 2>&1");
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
@@ -57,8 +58,8 @@ TEST(broker_help_and_bad_usage)
     CHECKF(strstr(out, "loopback") != NULL, "bad listen: %s", out);
     const char *bad2[] = {"broker", "--brokers", "0", NULL};
     CHECK_EQ_INT(run_cmd(bad2, out, sizeof out), 2);
-    const char *bad3[] = {"broker", "--topics", "/nonexistent/topics.conf", "--listen",
-                          "127.0.0.1:0", NULL};
+    const char *bad3[] = {"broker",   "--topics",    "/nonexistent/topics.conf",
+                          "--listen", "127.0.0.1:0", NULL};
     CHECK_EQ_INT(run_cmd(bad3, out, sizeof out), 1);
     CHECKF(strstr(out, "/nonexistent/topics.conf") != NULL, "missing topics file: %s", out);
 }
@@ -186,7 +187,8 @@ TEST(topics_create_reports_existing_and_new_topics)
     const char *bad = "ok.topic 1 1\nbad.topic many 1\n";
     REQUIRE(write(fd, bad, strlen(bad)) == (ssize_t)strlen(bad));
     close(fd);
-    const char *args2[] = {"topics", "create", "--bootstrap", "127.0.0.1:1", "--topics", path, NULL};
+    const char *args2[] = {"topics",   "create", "--bootstrap", "127.0.0.1:1",
+                           "--topics", path,     NULL};
     CHECK_EQ_INT(run_cmd(args2, out, sizeof out), 1);
     CHECKF(strstr(out, ":2:") != NULL && strstr(out, "many") != NULL, "output: %s", out);
     unlink(path);
@@ -194,8 +196,10 @@ TEST(topics_create_reports_existing_and_new_topics)
     /* Unreachable cluster: exit 1, the error names the bootstrap servers and the reason. */
     const char *args3[] = {"topics", "list", "--bootstrap", "127.0.0.1:1", "--timeout", "2", NULL};
     CHECK_EQ_INT(run_cmd(args3, out, sizeof out), 1);
-    CHECKF(strstr(out, "cannot reach Kafka at 127.0.0.1:1: Connection refused (all brokers down)") != NULL,
-           "output: %s", out);
+    CHECKF(
+        strstr(out, "cannot reach Kafka at 127.0.0.1:1: Connection refused (all brokers down)") !=
+            NULL,
+        "output: %s", out);
     const char *args4[] = {"topics", "frobnicate", NULL};
     CHECK_EQ_INT(run_cmd(args4, out, sizeof out), 2);
 }

@@ -124,8 +124,8 @@ TEST(producer_delivery_reports_reach_each_opaque)
         rd_kafka_headers_t *mh;
         const void *hv;
         size_t hl;
-        if (!rd_kafka_message_headers(m, &mh) &&
-            !rd_kafka_header_get_last(mh, "trace", &hv, &hl) && hl == 3 && !memcmp(hv, "abc", 3))
+        if (!rd_kafka_message_headers(m, &mh) && !rd_kafka_header_get_last(mh, "trace", &hv, &hl) &&
+            hl == 3 && !memcmp(hv, "abc", 3))
             with_header++;
         al_consumer_input_skip(cons, m);
         rd_kafka_message_destroy(m);
@@ -145,7 +145,8 @@ TEST(stored_offset_waits_for_acknowledged_outputs)
     al_kafka_conf *c = conf_for(broker.bootstrap);
     al_producer *p = al_producer_new(c, errstr, sizeof errstr);
     REQUIREF(p, "%s", errstr);
-    for (int i = 0; i < 20; i++) al_producer_send(p, "t0202.in", "k", 1, "in", 2, NULL, NULL);
+    for (int i = 0; i < 20; i++)
+        al_producer_send(p, "t0202.in", "k", 1, "in", 2, NULL, NULL);
     REQUIRE(al_producer_flush(p, 20000, errstr, sizeof errstr) == 0);
 
     al_consumer *cons = al_consumer_new(c, "t0202-contract", p, errstr, sizeof errstr);
@@ -172,8 +173,13 @@ TEST(stored_offset_waits_for_acknowledged_outputs)
         al_input *in = al_consumer_input_begin(cons, ms[i]);
         REQUIRE(in);
         for (int k = 0; k < 2; k++) {
-            al_kafka_out o = {.topic = "t0202.out", .partition = AL_KAFKA_PARTITION_ANY,
-                              .key = "k", .keylen = 1, .value = "out", .len = 3, .input = in};
+            al_kafka_out o = {.topic = "t0202.out",
+                              .partition = AL_KAFKA_PARTITION_ANY,
+                              .key = "k",
+                              .keylen = 1,
+                              .value = "out",
+                              .len = 3,
+                              .input = in};
             CHECK_EQ_INT(al_producer_produce(p, &o), 0);
         }
         if (ms[i]->offset == 12)
@@ -209,7 +215,8 @@ TEST(failed_output_stops_the_consumer_without_storing_its_input)
     al_kafka_conf_set(c, "session.timeout.ms", "3000");
     al_producer *p = al_producer_new(c, errstr, sizeof errstr);
     REQUIREF(p, "%s", errstr);
-    for (int i = 0; i < 3; i++) al_producer_send(p, "t0202.in2", "k", 1, "in", 2, NULL, NULL);
+    for (int i = 0; i < 3; i++)
+        al_producer_send(p, "t0202.in2", "k", 1, "in", 2, NULL, NULL);
     REQUIRE(al_producer_flush(p, 20000, errstr, sizeof errstr) == 0);
     al_consumer *cons = al_consumer_new(c, "t0202-failing", p, errstr, sizeof errstr);
     al_kafka_conf_free(c);
@@ -228,8 +235,8 @@ TEST(failed_output_stops_the_consumer_without_storing_its_input)
         if (r < 0) break;
         if (r == 0) continue;
         al_input *in = al_consumer_input_begin(cons, m);
-        al_kafka_out o = {.topic = "t0202.out2", .partition = 0, .value = "out", .len = 3,
-                          .input = in};
+        al_kafka_out o = {
+            .topic = "t0202.out2", .partition = 0, .value = "out", .len = 3, .input = in};
         CHECK_EQ_INT(al_producer_produce(p, &o), 0);
         al_input_end(in);
         rd_kafka_message_destroy(m);
@@ -254,8 +261,9 @@ TEST(unreachable_broker_errors_name_the_servers_and_the_reason)
     al_producer *p = al_producer_new(c, errstr, sizeof errstr);
     REQUIREF(p, "%s", errstr);
     CHECK(al_producer_check(p, 2000, errstr, sizeof errstr) == -1);
-    CHECKF(strstr(errstr, "cannot reach Kafka at 127.0.0.1:1: Connection refused (all brokers down)"),
-           "check: %s", errstr);
+    CHECKF(
+        strstr(errstr, "cannot reach Kafka at 127.0.0.1:1: Connection refused (all brokers down)"),
+        "check: %s", errstr);
     static dr_log log;
     memset(&log, 0, sizeof log);
     al_producer_set_delivery_cb(p, on_delivery, &log);
@@ -280,8 +288,8 @@ TEST(unreachable_broker_errors_name_the_servers_and_the_reason)
     p = al_producer_new(c, errstr, sizeof errstr);
     REQUIREF(p, "%s", errstr);
     CHECK(al_producer_check(p, 2000, errstr, sizeof errstr) == -1);
-    CHECKF(strstr(errstr, "cannot reach Kafka at no-such-host.invalid:9092: ") != NULL,
-           "check: %s", errstr);
+    CHECKF(strstr(errstr, "cannot reach Kafka at no-such-host.invalid:9092: ") != NULL, "check: %s",
+           errstr);
     al_producer_free(p);
     al_kafka_conf_free(c);
 }

@@ -52,8 +52,12 @@ static int worker_main(const char *bootstrap)
         al_input *in = al_consumer_input_begin(cons, m);
         char out[64];
         int n = snprintf(out, sizeof out, "done:%.*s", (int)m->len, (const char *)m->payload);
-        al_kafka_out o = {.topic = TOPIC_OUT, .partition = AL_KAFKA_PARTITION_ANY,
-                          .key = m->key, .keylen = m->key_len, .value = out, .len = (size_t)n,
+        al_kafka_out o = {.topic = TOPIC_OUT,
+                          .partition = AL_KAFKA_PARTITION_ANY,
+                          .key = m->key,
+                          .keylen = m->key_len,
+                          .value = out,
+                          .len = (size_t)n,
                           .input = in};
         if (al_producer_produce(p, &o) != 0) rc = 1;
         al_input_end(in);
@@ -80,8 +84,8 @@ static pid_t spawn_worker(const char *bootstrap)
 
 /* Reads B from the beginning with a fresh group; marks seen[i] for each "done:i". Returns
  * the number of distinct inputs seen and the total count of outputs in *total. */
-static int read_outputs(const char *bootstrap, const char *group, char *seen, int want,
-                        int *total, double max_s)
+static int read_outputs(const char *bootstrap, const char *group, char *seen, int want, int *total,
+                        double max_s)
 {
     char errstr[512];
     al_kafka_conf *c = al_kafka_conf_load(NULL, bootstrap, errstr, sizeof errstr);
@@ -100,7 +104,8 @@ static int read_outputs(const char *bootstrap, const char *group, char *seen, in
         if (r == 0) continue;
         int i;
         char buf[64];
-        snprintf(buf, sizeof buf, "%.*s", (int)(m->len < 60 ? m->len : 60), (const char *)m->payload);
+        snprintf(buf, sizeof buf, "%.*s", (int)(m->len < 60 ? m->len : 60),
+                 (const char *)m->payload);
         if (sscanf(buf, "done:%d", &i) == 1 && i >= 0 && i < N_INPUTS) {
             (*total)++;
             if (!seen[i]) {

@@ -34,7 +34,8 @@ static void on_rebalance(al_consumer *c, al_rebalance_event ev,
 static int owned_count(const member *m)
 {
     int n = 0;
-    for (int i = 0; i < PARTS; i++) n += m->owned[i];
+    for (int i = 0; i < PARTS; i++)
+        n += m->owned[i];
     return n;
 }
 
@@ -61,9 +62,13 @@ static int member_step(member *m, int after_join, char *errstr, size_t errlen)
     int r = al_consumer_poll(m->c, 50, &msg, errstr, errlen);
     if (r <= 0) return r;
     al_input *in = al_consumer_input_begin(m->c, msg);
-    al_kafka_out o = {.topic = "t0204.out", .partition = AL_KAFKA_PARTITION_ANY,
-                      .key = msg->key, .keylen = msg->key_len, .value = msg->payload,
-                      .len = msg->len, .input = in};
+    al_kafka_out o = {.topic = "t0204.out",
+                      .partition = AL_KAFKA_PARTITION_ANY,
+                      .key = msg->key,
+                      .keylen = msg->key_len,
+                      .value = msg->payload,
+                      .len = msg->len,
+                      .input = in};
     al_producer_produce(m->p, &o);
     al_input_end(in);
     m->consumed++;
@@ -113,8 +118,8 @@ TEST(second_consumer_joins_partitions_move_with_their_offsets)
         REQUIREF(member_step(&m2, 1, errstr, sizeof errstr) >= 0, "%s", errstr);
         if (owned_count(&m2) > 0 && owned_count(&m1) + owned_count(&m2) == PARTS) break;
     }
-    CHECKF(owned_count(&m2) > 0 && owned_count(&m1) > 0, "split: m1 %d, m2 %d",
-           owned_count(&m1), owned_count(&m2));
+    CHECKF(owned_count(&m2) > 0 && owned_count(&m1) > 0, "split: m1 %d, m2 %d", owned_count(&m1),
+           owned_count(&m2));
     CHECK_EQ_INT(owned_count(&m1) + owned_count(&m2), PARTS);
     /* Incremental: m1 gave up only what moved, never its whole assignment. */
     CHECK(m1.revoked_events >= 1);

@@ -52,7 +52,8 @@ static int bind_fixed_count;
 int bind(int fd, const struct sockaddr *addr, socklen_t len)
 {
     static int (*real_bind)(int, const struct sockaddr *, socklen_t);
-    if (!real_bind) real_bind = (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT, "bind");
+    if (!real_bind)
+        real_bind = (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT, "bind");
     if (!real_bind) {
         errno = ENOSYS;
         return -1;
@@ -97,25 +98,24 @@ typedef struct control_client {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: arclight broker [--listen HOST:PORT] [--brokers N] [--topics FILE]\n"
-            "                       [--control HOST:PORT]\n"
-            "\n"
-            "Runs the embedded Kafka broker (librdkafka's mock cluster) until SIGINT/SIGTERM.\n"
-            "Prints the bootstrap address as the first line of stdout. It keeps about 5 MiB\n"
-            "per partition in memory and drops the oldest data beyond that: for a first run,\n"
-            "demos and tests; anything meant to last runs on Kafka.\n"
-            "\n"
-            "  --listen HOST:PORT   loopback address of broker 1 (default 127.0.0.1:9092);\n"
-            "                       broker i listens on PORT+i-1; port 0 picks free ports\n"
-            "  --brokers N          number of brokers (default 1)\n"
-            "  --topics FILE        topics to create (default broker-config/topics.conf)\n"
-            "  --control HOST:PORT  loopback line protocol to take brokers down/up:\n"
-            "                       'down ID', 'up ID', 'rtt ID MS', 'brokers', 'ping',\n"
-            "                       'create TOPIC PARTITIONS [REPLICATION]',\n"
-            "                       'error APIKEY CODE [COUNT]' (fail the next requests)\n"
-            "  --log-level LEVEL    error, warn, info (default) or debug\n"
-            "  --help               this text\n");
+    fprintf(f, "usage: arclight broker [--listen HOST:PORT] [--brokers N] [--topics FILE]\n"
+               "                       [--control HOST:PORT]\n"
+               "\n"
+               "Runs the embedded Kafka broker (librdkafka's mock cluster) until SIGINT/SIGTERM.\n"
+               "Prints the bootstrap address as the first line of stdout. It keeps about 5 MiB\n"
+               "per partition in memory and drops the oldest data beyond that: for a first run,\n"
+               "demos and tests; anything meant to last runs on Kafka.\n"
+               "\n"
+               "  --listen HOST:PORT   loopback address of broker 1 (default 127.0.0.1:9092);\n"
+               "                       broker i listens on PORT+i-1; port 0 picks free ports\n"
+               "  --brokers N          number of brokers (default 1)\n"
+               "  --topics FILE        topics to create (default broker-config/topics.conf)\n"
+               "  --control HOST:PORT  loopback line protocol to take brokers down/up:\n"
+               "                       'down ID', 'up ID', 'rtt ID MS', 'brokers', 'ping',\n"
+               "                       'create TOPIC PARTITIONS [REPLICATION]',\n"
+               "                       'error APIKEY CODE [COUNT]' (fail the next requests)\n"
+               "  --log-level LEVEL    error, warn, info (default) or debug\n"
+               "  --help               this text\n");
 }
 
 /* Runs one control command line; writes the reply (with newline) into reply. */
@@ -163,15 +163,19 @@ static void control_exec(rd_kafka_mock_cluster_t *mc, int nbrokers, char *line, 
             return;
         }
         rd_kafka_resp_err_t errs[1000];
-        for (long i = 0; i < count; i++) errs[i] = (rd_kafka_resp_err_t)code;
+        for (long i = 0; i < count; i++)
+            errs[i] = (rd_kafka_resp_err_t)code;
         rd_kafka_mock_push_request_errors_array(mc, (int16_t)apikey, (size_t)count, errs);
-        al_log_info("broker", "control: %s (%s)", line, rd_kafka_err2str((rd_kafka_resp_err_t)code));
+        al_log_info("broker", "control: %s (%s)", line,
+                    rd_kafka_err2str((rd_kafka_resp_err_t)code));
         snprintf(reply, rlen, "ok\n");
         return;
     }
     int is_down = !strcmp(cmd, "down"), is_up = !strcmp(cmd, "up"), is_rtt = !strcmp(cmd, "rtt");
     if (!is_down && !is_up && !is_rtt) {
-        snprintf(reply, rlen, "error unknown command '%s' (down ID, up ID, rtt ID MS, create, error, brokers, ping)\n",
+        snprintf(reply, rlen,
+                 "error unknown command '%s' (down ID, up ID, rtt ID MS, create, error, brokers, "
+                 "ping)\n",
                  cmd);
         return;
     }
@@ -270,7 +274,8 @@ static void broker_run(rd_kafka_mock_cluster_t *mc, int nbrokers, int control_fd
             }
         }
     }
-    for (int i = 0; i < nclients; i++) close(clients[i].fd);
+    for (int i = 0; i < nclients; i++)
+        close(clients[i].fd);
 }
 
 /* Creates the topics of the file on the mock cluster; replication capped at the broker count. */
@@ -354,7 +359,8 @@ int cmd_broker(int argc, char **argv)
         }
         }
     }
-    if (optind < argc) return al_cli_usage_error("broker", "unexpected argument '%s'", argv[optind]);
+    if (optind < argc)
+        return al_cli_usage_error("broker", "unexpected argument '%s'", argv[optind]);
     struct in_addr addr;
     if (al_cli_parse_hostport(listen_arg, host, sizeof host, &port) != 0 ||
         inet_pton(AF_INET, host, &addr) != 1)
@@ -374,13 +380,14 @@ int cmd_broker(int argc, char **argv)
 
     /* librdkafka aborts when a mock listener cannot bind: find a busy port first. */
     for (int i = 0; port != 0 && i < nbrokers; i++) {
-        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr = addr,
-                                  .sin_port = htons((uint16_t)(port + i))};
+        struct sockaddr_in sin = {
+            .sin_family = AF_INET, .sin_addr = addr, .sin_port = htons((uint16_t)(port + i))};
         int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (fd < 0 || bind(fd, (struct sockaddr *)&sin, sizeof sin) != 0) {
-            al_log_error("broker", "cannot listen on %s:%d: %s (port in use by another broker "
-                                   "or program? pick another with --listen)",
+            al_log_error("broker",
+                         "cannot listen on %s:%d: %s (port in use by another broker "
+                         "or program? pick another with --listen)",
                          host, port + i, strerror(errno));
             if (fd >= 0) close(fd);
             return AL_EXIT_FAILURE;

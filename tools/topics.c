@@ -102,7 +102,8 @@ static int topics_create(rd_kafka_t *rk, const char *path, int timeout_ms)
                     al_log_warn("topics", "%s has %d partitions, the file says %d (not changed)",
                                 t[i].name, md->topics[k].partition_cnt, t[i].partitions);
             }
-        if (!exists) t[nnew++] = t[i];
+        if (!exists)
+            t[nnew++] = t[i];
         else {
             free(t[i].name);
             al_kafka_conf_free(t[i].settings);
@@ -168,7 +169,8 @@ static int topics_create(rd_kafka_t *rk, const char *path, int timeout_ms)
                      "the cluster does not support CreateTopics (%s); the embedded broker "
                      "creates its topics at start: arclight broker --topics FILE",
                      rd_kafka_event_error_string(ev));
-        for (size_t i = 0; i < n; i++) printf("%s: failed: not created\n", t[i].name);
+        for (size_t i = 0; i < n; i++)
+            printf("%s: failed: not created\n", t[i].name);
         rc = AL_EXIT_FAILURE;
     } else if (rd_kafka_event_error(ev)) {
         al_log_error("topics", "CreateTopics failed: %s", rd_kafka_event_error_string(ev));

@@ -129,8 +129,8 @@ static int conf_parse_text(al_kafka_conf *c, char *text, const char *path, char 
             if (!*key) return al_err(errstr, errlen, "%s:%d: empty key before '='", path, lineno);
             for (const char *k = key; *k; k++)
                 if (!(isalnum((unsigned char)*k) || *k == '.' || *k == '_' || *k == '-'))
-                    return al_err(errstr, errlen, "%s:%d: invalid character '%c' in key '%s'",
-                                  path, lineno, *k, key);
+                    return al_err(errstr, errlen, "%s:%d: invalid character '%c' in key '%s'", path,
+                                  lineno, *k, key);
             if (al_kafka_conf_set(c, key, val) != 0)
                 return al_err(errstr, errlen, "%s: out of memory", path);
         }
@@ -226,8 +226,8 @@ static const char *const builtin_defaults[][2] = {
     {"client.id", "arclight"},
 };
 
-al_kafka_conf *al_kafka_conf_load(const char *config_file, const char *bootstrap_flag,
-                                  char *errstr, size_t errlen)
+al_kafka_conf *al_kafka_conf_load(const char *config_file, const char *bootstrap_flag, char *errstr,
+                                  size_t errlen)
 {
     al_kafka_conf *c = al_kafka_conf_new();
     char path[4096];
@@ -245,8 +245,7 @@ al_kafka_conf *al_kafka_conf_load(const char *config_file, const char *bootstrap
         al_log_debug("kafka", "client defaults from %s", path);
     } else if (getenv("ARCLIGHT_BROKER_CONFIG") && *getenv("ARCLIGHT_BROKER_CONFIG")) {
         /* Explicitly named but absent: worth a warning, still not an error. */
-        al_log_warn("kafka", "ARCLIGHT_BROKER_CONFIG: %s not found, using built-in defaults",
-                    path);
+        al_log_warn("kafka", "ARCLIGHT_BROKER_CONFIG: %s not found, using built-in defaults", path);
     }
     al_kafka_conf_load_env(c);
     if (config_file && al_kafka_conf_load_file(c, config_file, errstr, errlen) != 0) goto fail;
@@ -384,8 +383,8 @@ static void kafka_error_cb(rd_kafka_t *rk, int err, const char *reason, void *op
     al_kafka__error_common(rk, err, reason);
 }
 
-rd_kafka_conf_t *al_kafka__conf_build(const al_kafka_conf *c, const char *const *skip,
-                                      char *errstr, size_t errlen)
+rd_kafka_conf_t *al_kafka__conf_build(const al_kafka_conf *c, const char *const *skip, char *errstr,
+                                      size_t errlen)
 {
     rd_kafka_conf_t *rc = rd_kafka_conf_new();
     char err[512];
@@ -394,10 +393,8 @@ rd_kafka_conf_t *al_kafka__conf_build(const al_kafka_conf *c, const char *const 
         for (const char *const *s = skip; s && *s; s++)
             if (!strcmp(*s, c->keys[i])) skipped = 1;
         if (skipped) continue;
-        if (rd_kafka_conf_set(rc, c->keys[i], c->values[i], err, sizeof err) !=
-            RD_KAFKA_CONF_OK) {
-            al_err(errstr, errlen, "Kafka client setting %s=%s: %s", c->keys[i], c->values[i],
-                   err);
+        if (rd_kafka_conf_set(rc, c->keys[i], c->values[i], err, sizeof err) != RD_KAFKA_CONF_OK) {
+            al_err(errstr, errlen, "Kafka client setting %s=%s: %s", c->keys[i], c->values[i], err);
             rd_kafka_conf_destroy(rc);
             return NULL;
         }
@@ -480,7 +477,8 @@ void al_kafka__unreachable_message(rd_kafka_t *rk, const char *what, char *errst
 {
     char bs[512], reason[256];
     handle_bootstrap(rk, bs, sizeof bs);
-    if (!al_kafka__reason_get(rk, reason, sizeof reason)) snprintf(reason, sizeof reason, "%s", what);
+    if (!al_kafka__reason_get(rk, reason, sizeof reason))
+        snprintf(reason, sizeof reason, "%s", what);
     al_err(errstr, errlen, "cannot reach Kafka at %s: %s (all brokers down)", bs, reason);
 }
 

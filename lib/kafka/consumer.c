@@ -84,8 +84,9 @@ static void ps_remove(al_consumer *c, const char *topic, int32_t partition)
         if (ps->partition != partition || strcmp(ps->topic, topic)) continue;
         c->parts[i] = c->parts[--c->nparts];
         if (al_offset_tracker_pending(ps->tracker))
-            al_log_info("kafka", "%s [%d] revoked with %zu inputs unfinished; the next owner "
-                                 "re-reads them from offset %lld",
+            al_log_info("kafka",
+                        "%s [%d] revoked with %zu inputs unfinished; the next owner "
+                        "re-reads them from offset %lld",
                         ps->topic, (int)ps->partition, al_offset_tracker_pending(ps->tracker),
                         (long long)ps->stored);
         ps->consumer = NULL;
@@ -94,7 +95,8 @@ static void ps_remove(al_consumer *c, const char *topic, int32_t partition)
     }
 }
 
-static void consumer_fail(al_consumer *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void consumer_fail(al_consumer *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void consumer_fail(al_consumer *c, const char *fmt, ...)
 {
     if (c->failed) return; /* the first reason is the one that matters */
@@ -236,7 +238,7 @@ static void assign_start_offsets(al_consumer *c, rd_kafka_topic_partition_list_t
         } else if (off < 0) {
             p->offset = c->start_at_end ? RD_KAFKA_OFFSET_END : RD_KAFKA_OFFSET_BEGINNING;
             al_log_debug("kafka", "%s [%d]: no committed offset, starting at the %s", p->topic,
-                        (int)p->partition, c->start_at_end ? "end" : "beginning");
+                         (int)p->partition, c->start_at_end ? "end" : "beginning");
         } else {
             p->offset = off;
             al_log_debug("kafka", "%s [%d]: resuming at committed offset %lld", p->topic,
@@ -384,7 +386,8 @@ void al_consumer_free(al_consumer *c)
     /* Close runs the revoke callback: flush, store, commit. */
     rd_kafka_resp_err_t err = rd_kafka_consumer_close(c->rk);
     if (err) al_log_warn("kafka", "consumer close: %s", rd_kafka_err2str(err));
-    while (c->nparts) ps_remove(c, c->parts[0]->topic, c->parts[0]->partition);
+    while (c->nparts)
+        ps_remove(c, c->parts[0]->topic, c->parts[0]->partition);
     al_kafka__reason_forget(c->rk);
     rd_kafka_destroy(c->rk);
     free(c->parts);
@@ -439,8 +442,9 @@ static void consumer_offset_gone(al_consumer *c, const rd_kafka_message_t *m)
                       topic, (int)part, (long long)want, (long long)lo, (long long)(hi - 1),
                       rd_kafka_message_errstr(m));
     else
-        consumer_fail(c, "%s [%d]: committed offset %lld is not available on the broker; "
-                         "refusing to skip (%s)",
+        consumer_fail(c,
+                      "%s [%d]: committed offset %lld is not available on the broker; "
+                      "refusing to skip (%s)",
                       topic, (int)part, (long long)want, rd_kafka_message_errstr(m));
 }
 

@@ -14,11 +14,10 @@
 
 /* Shared by both entry points; source_ts_us is -1 when unknown. */
 static int deadletter_publish(al_producer *p, const char *src_topic, int32_t partition,
-                              int64_t offset, int64_t source_ts_us, const void *key,
-                              size_t keylen, const void *value, size_t vlen,
-                              const rd_kafka_headers_t *headers, const char *reason,
-                              const char *stage, al_input *in, void *opaque, char *errstr,
-                              size_t errlen)
+                              int64_t offset, int64_t source_ts_us, const void *key, size_t keylen,
+                              const void *value, size_t vlen, const rd_kafka_headers_t *headers,
+                              const char *reason, const char *stage, al_input *in, void *opaque,
+                              char *errstr, size_t errlen)
 {
     al_deadletter d;
     al_buf buf;
@@ -84,11 +83,10 @@ out:
     return rc;
 }
 
-int al_deadletter_publish(al_producer *p, const char *src_topic, int32_t partition,
-                          int64_t offset, const void *key, size_t keylen, const void *value,
-                          size_t vlen, const rd_kafka_headers_t *headers, const char *reason,
-                          const char *stage, al_input *in, void *opaque, char *errstr,
-                          size_t errlen)
+int al_deadletter_publish(al_producer *p, const char *src_topic, int32_t partition, int64_t offset,
+                          const void *key, size_t keylen, const void *value, size_t vlen,
+                          const rd_kafka_headers_t *headers, const char *reason, const char *stage,
+                          al_input *in, void *opaque, char *errstr, size_t errlen)
 {
     return deadletter_publish(p, src_topic, partition, offset, -1, key, keylen, value, vlen,
                               headers, reason, stage, in, opaque, errstr, errlen);
@@ -101,7 +99,7 @@ int al_deadletter_message(al_producer *p, const rd_kafka_message_t *m, const cha
     rd_kafka_timestamp_type_t tt;
     int64_t ts_ms = rd_kafka_message_timestamp(m, &tt);
     if (rd_kafka_message_headers(m, &h) != RD_KAFKA_RESP_ERR_NO_ERROR) h = NULL;
-    return deadletter_publish(p, m->rkt ? rd_kafka_topic_name(m->rkt) : "", m->partition,
-                              m->offset, ts_ms >= 0 ? ts_ms * 1000 : -1, m->key, m->key_len,
-                              m->payload, m->len, h, reason, stage, in, NULL, errstr, errlen);
+    return deadletter_publish(p, m->rkt ? rd_kafka_topic_name(m->rkt) : "", m->partition, m->offset,
+                              ts_ms >= 0 ? ts_ms * 1000 : -1, m->key, m->key_len, m->payload,
+                              m->len, h, reason, stage, in, NULL, errstr, errlen);
 }

@@ -8,16 +8,15 @@
 
 /* librdkafka configuration from c, leaving out the keys in skip (NULL-terminated, may be
  * NULL), with arclight's log and error callbacks set. */
-rd_kafka_conf_t *al_kafka__conf_build(const al_kafka_conf *c, const char *const *skip,
-                                      char *errstr, size_t errlen);
+rd_kafka_conf_t *al_kafka__conf_build(const al_kafka_conf *c, const char *const *skip, char *errstr,
+                                      size_t errlen);
 /* What every error callback does first: logs and remembers connection failure reasons. */
 void al_kafka__error_common(rd_kafka_t *rk, int err, const char *reason);
 /* Last connection failure reason seen for rk; 1 if there is one. */
 int al_kafka__reason_get(const rd_kafka_t *rk, char *buf, size_t buflen);
 void al_kafka__reason_forget(const rd_kafka_t *rk);
 /* "cannot reach Kafka at <bootstrap>: <reason or what> (all brokers down)" */
-void al_kafka__unreachable_message(rd_kafka_t *rk, const char *what, char *errstr,
-                                   size_t errlen);
+void al_kafka__unreachable_message(rd_kafka_t *rk, const char *what, char *errstr, size_t errlen);
 
 /* Per-partition state of a consumer, shared by the al_input handles that point into it. It
  * outlives a revocation while inputs still refer to it. */

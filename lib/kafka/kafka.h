@@ -94,8 +94,8 @@ const char *al_kafka_config_file_path(const char *name, char *buf, size_t buflen
  * ARCLIGHT_KAFKA_* variables, then config_file (NULL: none; missing: error), then
  * bootstrap_flag (NULL: not given). When no layer sets bootstrap.servers it becomes
  * $ARCLIGHT_BOOTSTRAP, else 127.0.0.1:9092. NULL with errstr on failure; caller frees. */
-al_kafka_conf *al_kafka_conf_load(const char *config_file, const char *bootstrap_flag,
-                                  char *errstr, size_t errlen);
+al_kafka_conf *al_kafka_conf_load(const char *config_file, const char *bootstrap_flag, char *errstr,
+                                  size_t errlen);
 
 /* al_kafka_conf_load from the shared CLI flags. c->bootstrap counts as a flag only when it
  * differs from what al_cli_common_init would default to (so a bootstrap.servers in --config
@@ -121,8 +121,7 @@ typedef struct al_topic_spec {
 
 /* Reads a topics file. 0 with *out (an array of *n, free with al_topics_free), or -1 with
  * errstr naming the file and line (bad name, count or setting, duplicate topic). */
-int al_topics_load(const char *path, al_topic_spec **out, size_t *n, char *errstr,
-                   size_t errlen);
+int al_topics_load(const char *path, al_topic_spec **out, size_t *n, char *errstr, size_t errlen);
 void al_topics_free(al_topic_spec *t, size_t n);
 
 /* ------------------------------------------------------------------------------------------
@@ -318,11 +317,10 @@ rd_kafka_t *al_consumer_handle(al_consumer *c);
  * source topic/partition/offset, reason and stage; the original headers are kept. `in` (may be
  * NULL) counts the dead letter as one of its outputs, so the input's offset is stored only
  * once the dead letter is acknowledged. 0, or -1 with errstr (encoding or produce error). */
-int al_deadletter_publish(al_producer *p, const char *src_topic, int32_t partition,
-                          int64_t offset, const void *key, size_t keylen, const void *value,
-                          size_t vlen, const rd_kafka_headers_t *headers, const char *reason,
-                          const char *stage, al_input *in, void *opaque, char *errstr,
-                          size_t errlen);
+int al_deadletter_publish(al_producer *p, const char *src_topic, int32_t partition, int64_t offset,
+                          const void *key, size_t keylen, const void *value, size_t vlen,
+                          const rd_kafka_headers_t *headers, const char *reason, const char *stage,
+                          al_input *in, void *opaque, char *errstr, size_t errlen);
 /* Shorthand: dead-letters a consumed message m (its topic, partition, offset, timestamp,
  * key, value, headers) as an output of input `in` (may be NULL). 0 or -1 with errstr. */
 int al_deadletter_message(al_producer *p, const rd_kafka_message_t *m, const char *reason,

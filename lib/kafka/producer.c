@@ -41,8 +41,9 @@ static void producer_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *op
         char last[512];
         al_producer_last_error(p, last, sizeof last);
         snprintf(reason, sizeof reason, "delivery to %s [%d] failed: %s (%s)%s%s", topic,
-                 (int)m->partition, rd_kafka_err2str(m->err), al_kafka_errclass_name(al_kafka_error_classify(m->err)),
-                 last[0] ? "; " : "", last);
+                 (int)m->partition, rd_kafka_err2str(m->err),
+                 al_kafka_errclass_name(al_kafka_error_classify(m->err)), last[0] ? "; " : "",
+                 last);
     }
     if (p->dr_fn) {
         al_delivery d = {

@@ -76,8 +76,7 @@ static int topics_parse_line(char *line, al_topic_spec *t, const char *path, int
     return 0;
 }
 
-int al_topics_load(const char *path, al_topic_spec **out, size_t *n, char *errstr,
-                   size_t errlen)
+int al_topics_load(const char *path, al_topic_spec **out, size_t *n, char *errstr, size_t errlen)
 {
     char err[512];
     size_t len, cap = 0, cnt = 0;
@@ -114,8 +113,7 @@ int al_topics_load(const char *path, al_topic_spec **out, size_t *n, char *errst
         if (topics_parse_line(s, &t[cnt - 1], path, lineno, errstr, errlen) != 0) goto fail;
         for (size_t i = 0; i + 1 < cnt; i++)
             if (!strcmp(t[i].name, t[cnt - 1].name)) {
-                al_err(errstr, errlen, "%s:%d: topic %s is defined twice", path, lineno,
-                       t[i].name);
+                al_err(errstr, errlen, "%s:%d: topic %s is defined twice", path, lineno, t[i].name);
                 goto fail;
             }
     }

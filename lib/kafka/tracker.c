@@ -62,7 +62,8 @@ static int tracker_grow(al_offset_tracker *t)
     size_t cap = t->cap ? t->cap * 2 : 64;
     tracker_entry *r = malloc(cap * sizeof *r);
     if (!r) return -1;
-    for (size_t i = 0; i < t->n; i++) r[i] = *entry_at(t, i);
+    for (size_t i = 0; i < t->n; i++)
+        r[i] = *entry_at(t, i);
     free(t->ring);
     t->ring = r;
     t->cap = cap;
