@@ -414,6 +414,40 @@ TEST(merge_builds_multi_turn_sequences_with_masks)
     sink_free(&s);
 }
 
+TEST(merged_sequences_under_discounting_carry_per_token_advantages)
+{
+    /* two merged calls, reward 1 after call 0 and 3 after call 1, gamma 0.5, estimator
+     * none: G = [1 + 0.5 * 3, 3] = [2.5, 3] */
+    static const int32_t p0[] = {1, 2}, r0[] = {3, 4};
+    static const int32_t p1[] = {1, 2, 3, 4, 5}, r1[] = {6, 7};
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.estimator = AL_CREDIT_ESTIMATOR_NONE;
+    c.merge = 1;
+    c.assign = AL_CREDIT_ASSIGN_DISCOUNTED;
+    c.gamma = 0.5;
+    sink_t s;
+    al_credit_part *p = mk_part(&c, &s);
+    feed(p, mk_call("", "d", 0, 1, p0, 2, r0, 2, NULL));
+    feed(p, mk_reward("", "d", 1, 2, "step", 1, 0));
+    feed(p, mk_call("", "d", 2, 3, p1, 5, r1, 2, NULL));
+    feed(p, mk_reward("", "d", 3, 4, "final", 3, 2));
+    feed(p, mk_end("", "d", 4, 5, AL_ROLLOUT_STATUS_SUCCEEDED, 0));
+    REQUIRE(s.n == 1);
+    const al_transition *t = tr(&s, 0);
+    REQUIRE(t != NULL);
+    CHECK_NEAR(t->return_value, 2.5, 0);
+    CHECK_NEAR(t->advantage, 2.5, 0);
+    CHECK_NEAR(t->reward, 4, 0); /* the rewards of both calls */
+    REQUIRE(t->n_token_advantages == 5);
+    static const float want[] = {2.5f, 2.5f, 0, 3, 3};
+    for (int i = 0; i < 5; i++)
+        CHECKF(t->token_advantages[i] == want[i], "token %d: %g, want %g", i,
+               t->token_advantages[i], want[i]);
+    al_credit_part_free(p);
+    sink_free(&s);
+}
+
 TEST(idle_timeout_by_event_time_with_drop_and_keep)
 {
     al_credit_config c;

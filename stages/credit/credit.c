@@ -186,6 +186,7 @@ struct al_credit_part {
     int32_t *s_resp;
     uint8_t *s_mask;
     float *s_lp;
+    float *s_tadv;
     int32_t *s_idx;
     size_t s_cap, s_idxcap;
 };
@@ -371,6 +372,7 @@ void al_credit_part_free(al_credit_part *p)
     free(p->s_resp);
     free(p->s_mask);
     free(p->s_lp);
+    free(p->s_tadv);
     free(p->s_idx);
     free(p->reward_name);
     free(p);
@@ -594,7 +596,9 @@ static int ensure_scratch(al_credit_part *p, size_t n, size_t nidx)
         if (b) p->s_mask = b;
         float *f = realloc(p->s_lp, c * sizeof *f);
         if (f) p->s_lp = f;
-        if (!a || !b || !f) return -1;
+        float *g = realloc(p->s_tadv, c * sizeof *g);
+        if (g) p->s_tadv = g;
+        if (!a || !b || !f || !g) return -1;
         p->s_cap = c;
     }
     if (nidx > p->s_idxcap) {
@@ -612,6 +616,14 @@ static int extends(const cr_call *a, const cr_call *b)
     if (b->np < a->np + a->nr) return 0;
     return !memcmp(b->prompt, a->prompt, a->np * sizeof(int32_t)) &&
            !memcmp(b->prompt + a->np, a->resp, a->nr * sizeof(int32_t));
+}
+
+/* The advantage of a call with return g (reinforce: against the task's baseline). */
+static double call_advantage(const al_credit_part *p, double g, const double *sc, size_t n,
+                             size_t mi, double baseline)
+{
+    if (p->cfg.estimator == AL_CREDIT_ESTIMATOR_REINFORCE) return g - baseline;
+    return al_credit_advantage(p->cfg.estimator, sc, n, mi, g, p->cfg.eps);
 }
 
 /* Emits the transitions of one kept rollout of group g (member index mi among the kept
@@ -678,11 +690,24 @@ static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *
             at += c->nr;
             p->s_idx[j - k] = (int32_t)c->seq;
         }
-        double adv;
-        if (p->cfg.estimator == AL_CREDIT_ESTIMATOR_REINFORCE)
-            adv = gk[k] - baseline;
-        else
-            adv = al_credit_advantage(p->cfg.estimator, sc, n, mi, gk[k], p->cfg.eps);
+        double adv = call_advantage(p, gk[k], sc, n, mi, baseline);
+        /* A merged sequence under discounting: each call's tokens get their own call's
+         * advantage (the scalar is the first call's); the agent's tokens get 0. */
+        int per_token = p->cfg.assign == AL_CREDIT_ASSIGN_DISCOUNTED && e - k > 1;
+        if (per_token) {
+            size_t pos = 0;
+            for (size_t j = k; j < e; j++) {
+                const cr_call *c = &r->calls[j];
+                if (j > k) {
+                    size_t add = c->np - (r->calls[j - 1].np + r->calls[j - 1].nr);
+                    for (size_t t = 0; t < add; t++)
+                        p->s_tadv[pos++] = 0;
+                }
+                float a = (float)call_advantage(p, gk[j], sc, n, mi, baseline);
+                for (size_t t = 0; t < c->nr; t++)
+                    p->s_tadv[pos++] = a;
+            }
+        }
         char id[512];
         al_transition_id(id, sizeof id, r->rollout_id, r->attempt, (int32_t)c0->seq);
         al_transition t = {
@@ -706,6 +731,8 @@ static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *
             .reward = reward,
             .return_value = gk[k],
             .advantage = adv,
+            .token_advantages = per_token ? p->s_tadv : NULL,
+            .n_token_advantages = per_token ? at : 0,
             .estimator = al_credit_estimator_name(p->cfg.estimator),
             .policy_version = pv,
             .model = c0->model,
