@@ -32,3 +32,7 @@ arclight_test(t1003_proxy_node_agent SOURCES tests/t1003_proxy_node_agent.c test
   LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT
   TIMEOUT 120)
 add_dependencies(t1003_proxy_node_agent arclight)
+
+# The spool checksums records with zlib's crc32 (tools.cmake links zlib into arclight too).
+find_package(ZLIB REQUIRED)
+target_link_libraries(arclight PRIVATE ZLIB::ZLIB)

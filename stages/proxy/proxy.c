@@ -134,6 +134,8 @@ typedef struct proxy {
     int64_t drain_deadline_mono;
     uint64_t rng;
     al_buf enc;
+    CURL *easy_pool[256]; /* finished handles, reset and reused (saves their setup) */
+    size_t n_easy_pool;
     int port;
 } proxy;
 
@@ -801,8 +803,10 @@ static void call_free(call *k)
     else if (k->px->calls == k) k->px->calls = k->cnext;
     if (k->cnext) k->cnext->cprev = k->cprev;
     if (k->easy) {
-        curl_multi_remove_handle(k->px->multi, k->easy);
-        curl_easy_cleanup(k->easy);
+        proxy *px = k->px;
+        curl_multi_remove_handle(px->multi, k->easy);
+        if (px->n_easy_pool < AL_ARRAY_LEN(px->easy_pool)) px->easy_pool[px->n_easy_pool++] = k->easy;
+        else curl_easy_cleanup(k->easy);
     }
     curl_slist_free_all(k->hdrs);
     free(k->agent);
@@ -1300,7 +1304,12 @@ static int call_start(call *k)
                        : k->route == R_COMPL ? "/v1/completions"
                                              : "/v1/models";
     snprintf(k->url, sizeof k->url, "%s%s", base, path);
-    k->easy = curl_easy_init();
+    if (px->n_easy_pool) {
+        k->easy = px->easy_pool[--px->n_easy_pool];
+        curl_easy_reset(k->easy);
+    } else {
+        k->easy = curl_easy_init();
+    }
     if (!k->easy) return -1;
     k->body.len = 0;
     k->status = 0;
@@ -2287,6 +2296,7 @@ out:
     if (px->sig_int) event_free(px->sig_int);
     if (px->drain_timer) event_free(px->drain_timer);
     if (px->sweep_timer) event_free(px->sweep_timer);
+    while (px->n_easy_pool) curl_easy_cleanup(px->easy_pool[--px->n_easy_pool]);
     if (px->multi) curl_multi_cleanup(px->multi);
     if (px->base) event_base_free(px->base);
     al_metrics_free(px->metrics);

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define SPOOL_MAGIC 0x5350414cu
 #define SPOOL_FILE_MAGIC "ALSPOOL1"
@@ -72,24 +73,10 @@ struct al_spool {
     size_t rcap;
 };
 
-static uint32_t crc_table[256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[i] = c;
-    }
-}
-
+/* CRC-32 (zlib's, table-driven with SIMD where the CPU has it) */
 static uint32_t crc32_update(uint32_t crc, const void *data, size_t n)
 {
-    const uint8_t *p = data;
-    crc = ~crc;
-    for (size_t i = 0; i < n; i++) crc = crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
-    return ~crc;
+    return (uint32_t)crc32(crc, data, (uInt)n);
 }
 
 static void put32(uint8_t *p, uint32_t v)
@@ -341,7 +328,6 @@ static void *publisher_main(void *arg)
 al_spool *al_spool_open(const char *dir, uint64_t max_bytes, al_spool_fsync fsync_mode,
                         al_producer *producer, const char *topic, char *errstr, size_t errlen)
 {
-    pthread_once(&crc_once, crc_init);
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
         al_err(errstr, errlen, "cannot create spool directory %s: %s", dir, strerror(errno));
         return NULL;
