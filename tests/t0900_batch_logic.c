@@ -287,6 +287,13 @@ TEST(groups_are_never_split_and_steps_count_from_zero)
     al_batcher_free(b);
 }
 
+static int busy_lane = -1;
+static int lane_quiet(void *ctx, int32_t lane)
+{
+    (void)ctx;
+    return lane != busy_lane;
+}
+
 TEST(lane_rule_and_idle_close_groups)
 {
     al_batcher *b = new_batcher(100, 2048, 0);
@@ -312,8 +319,12 @@ TEST(lane_rule_and_idle_close_groups)
     al_batcher_add(b, make_t(&tb, "m", 2, 2, 0, 0, 5, 5, -1), 5, 300, NULL, err, sizeof err);
     al_batcher_get_stats(b, &s);
     CHECK_EQ_INT(s.open_groups, 3);
-    CHECK_EQ_INT(al_batcher_close_idle(b, 250, 100), 1); /* group 9 (last at 100) */
-    CHECK_EQ_INT(al_batcher_close_idle(b, 350, 100), 1); /* group 1 (last at 200) */
+    CHECK_EQ_INT(al_batcher_close_idle(b, 250, 100, NULL, NULL), 1); /* group 9 (last at 100) */
+    /* group 1 (last at 200) is idle at 350, but not while its lane has more to read */
+    busy_lane = 5;
+    CHECK_EQ_INT(al_batcher_close_idle(b, 350, 100, lane_quiet, NULL), 0);
+    busy_lane = -1;
+    CHECK_EQ_INT(al_batcher_close_idle(b, 350, 100, lane_quiet, NULL), 1);
     al_batcher_get_stats(b, &s);
     CHECK_EQ_INT(s.open_groups, 1);
     /* a late transition of a closed, queued group joins it */
@@ -509,7 +520,7 @@ static void run_stream(uint64_t seed, al_buf *all)
             for (int call = 0; call < rng_int(1, 2); call++)
                 al_batcher_add(b, make_t(&tb, model, g, 4, r, call, rng_int(1, 1000), rng_int(1, 1000), 5), lane, now, NULL, err, sizeof err);
         now += 10;
-        al_batcher_close_idle(b, now, 25);
+        al_batcher_close_idle(b, now, 25, NULL, NULL);
         al_batch_step *st;
         while (al_batcher_next_step(b, &st, err, sizeof err) == 1) {
             for (size_t c = 0; c < st->n_chunks; c++) al_buf_append(all, st->chunks[c].data, st->chunks[c].len);

@@ -632,11 +632,13 @@ void al_batcher_release_all(al_batcher *b, al_batch_drop_fn fn, void *ctx)
     }
 }
 
-int al_batcher_close_idle(al_batcher *b, int64_t now_us, int64_t idle_us)
+int al_batcher_close_idle(al_batcher *b, int64_t now_us, int64_t idle_us,
+                          al_batch_lane_quiet_fn quiet, void *quiet_ctx)
 {
     int n = 0;
     for (size_t i = 0; i < b->n_open;) {
-        if (b->open[i]->last_us <= now_us - idle_us) {
+        group *g = b->open[i];
+        if (g->last_us <= now_us - idle_us && (!quiet || quiet(quiet_ctx, g->lane))) {
             if (close_open(b, i) != 0) break;
             n++;
         } else {

@@ -12,8 +12,8 @@
  * Groups. Credit emits a group's transitions together, keyed by group key, so they arrive on
  * one input lane (a Kafka partition) one after the other. A group is closed when a transition
  * of another group arrives on its lane after it has seen transitions of group_size distinct
- * rollouts, or by al_batcher_close_idle once nothing came for it for a while, or by
- * al_batcher_close_all. A transition of a group that is closed but not yet in a step joins it;
+ * rollouts, or by al_batcher_close_idle once nothing came for it for a while and nothing more
+ * is waiting on its lane, or by al_batcher_close_all. A transition of a group that is closed but not yet in a step joins it;
  * one of a group already emitted starts a new group with the same id (nothing is dropped).
  *
  * Determinism: nothing here reads a clock or iterates a hash table to build output. The same
@@ -112,8 +112,15 @@ al_batch_add_result al_batcher_add(al_batcher *b, const al_transition *t, int32_
 /* Remembers an id as seen (recovery from the output topic). */
 void al_batcher_mark_seen(al_batcher *b, const char *id);
 
-/* Closes groups with no transition since before now_us - idle_us. Returns how many. */
-int al_batcher_close_idle(al_batcher *b, int64_t now_us, int64_t idle_us);
+/* Whether nothing more is waiting to be read on a lane (its partition is consumed up to its
+ * high watermark): a group's missing transitions can then not be sitting in the lane. */
+typedef int (*al_batch_lane_quiet_fn)(void *ctx, int32_t lane);
+
+/* Closes groups with no transition since before now_us - idle_us whose lane is quiet
+ * (quiet NULL: every lane is). Returns how many. A gap between two fetches of a busy
+ * partition thus never cuts a group: there the next group's first transition closes it. */
+int al_batcher_close_idle(al_batcher *b, int64_t now_us, int64_t idle_us,
+                          al_batch_lane_quiet_fn quiet, void *quiet_ctx);
 /* Closes every open group (end of input). */
 int al_batcher_close_all(al_batcher *b);
 

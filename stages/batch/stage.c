@@ -131,6 +131,8 @@ typedef struct batch_worker {
     flight *flights; /* oldest first */
     int64_t steps_done, last_step_acked;
     int64_t n_consumed, bytes_consumed, first_msg_us, last_step_us;
+    int64_t *next_offset; /* per input partition: one past the last offset consumed */
+    size_t n_next_offset;
     int fatal, closing;
     char fatal_reason[512];
     atomic_int unhealthy;
@@ -289,6 +291,33 @@ static void on_rebalance(al_consumer *c, al_rebalance_event ev,
                    "batch worker joined?); steps of a model must come from one worker, so this one "
                    "stops and the other continues from the stored offsets",
                 parts ? parts->cnt : 0, parts && parts->cnt == 1 ? "" : "s", w->o->input_topic);
+}
+
+/* A lane (input partition) is quiet when everything the broker had on it at the last fetch
+ * has been consumed; an unknown watermark counts as quiet (the idle time alone decides). */
+static int lane_quiet(void *ctx, int32_t lane)
+{
+    batch_worker *w = ctx;
+    if (lane < 0 || (size_t)lane >= w->n_next_offset || !w->cons) return 1;
+    int64_t lo = 0, hi = 0;
+    if (rd_kafka_get_watermark_offsets(al_consumer_handle(w->cons), w->o->input_topic, lane, &lo,
+                                       &hi) != RD_KAFKA_RESP_ERR_NO_ERROR || hi < 0)
+        return 1;
+    return w->next_offset[lane] >= hi;
+}
+
+static void note_consumed(batch_worker *w, int32_t partition, int64_t offset)
+{
+    if (partition < 0 || partition > 65535) return;
+    if ((size_t)partition >= w->n_next_offset) {
+        size_t n = (size_t)partition + 1;
+        int64_t *a = realloc(w->next_offset, n * sizeof *a);
+        if (!a) return;
+        memset(a + w->n_next_offset, 0, (n - w->n_next_offset) * sizeof *a);
+        w->next_offset = a;
+        w->n_next_offset = n;
+    }
+    w->next_offset[partition] = offset + 1;
 }
 
 static int health(void *ud, char *reason, size_t reasonlen)
@@ -593,7 +622,8 @@ static void usage(FILE *f)
             "  --stale drop|keep         a group with a stale sample: dropped and counted\n"
             "                            (default), or kept and counted\n"
             "  --whiten                  whiten advantages over each step's loss tokens\n"
-            "  --group-idle-ms MS        close a group after MS without a transition (default 2000)\n"
+            "  --group-idle-ms MS        close a group after MS without a transition, once its\n"
+            "                            partition is read to its end (default 2000)\n"
             "  --dedup-window N          transition ids remembered for duplicates (default 1000000)\n"
             "  --recover-chunks N        chunks per output partition read back at start (default 512)\n"
             "  --input-topic T           default arclight.transitions\n"
@@ -805,6 +835,7 @@ int cmd_batch(int argc, char **argv)
                 o.cfg.micro_batch_tokens, o.cfg.max_message_bytes);
 
     al_transition t = {0};
+    int64_t last_house = 0;
     while (!batch_stop && !w.fatal) {
         rd_kafka_message_t *m = NULL;
         int r = al_consumer_poll(w.cons, 50, &m, err, sizeof err);
@@ -816,6 +847,7 @@ int cmd_batch(int argc, char **argv)
         if (r == 1) {
             if (!w.n_consumed++) w.first_msg_us = now;
             w.bytes_consumed += (int64_t)m->len;
+            note_consumed(&w, m->partition, m->offset);
             al_input *in = al_consumer_input_begin(w.cons, m);
             char why[512];
             if (!m->payload || al_transition_decode(m->payload, m->len, &t, why, sizeof why) != 0) {
@@ -845,8 +877,13 @@ int cmd_batch(int argc, char **argv)
             }
             rd_kafka_message_destroy(m);
         }
-        policy_poll(&pf, &w, 0);
-        al_batcher_close_idle(w.batcher, now, o.group_idle_ms * 1000);
+        /* Housekeeping every 10 ms, not per message: policy versions, idle groups, gauges. */
+        int house = r == 0 || now - last_house >= 10000;
+        if (house) {
+            last_house = now;
+            policy_poll(&pf, &w, 0);
+            al_batcher_close_idle(w.batcher, now, o.group_idle_ms * 1000, lane_quiet, &w);
+        }
         al_batch_step *st;
         int s;
         while (!w.fatal && (s = al_batcher_next_step(w.batcher, &st, err, sizeof err)) != 0) {
@@ -858,11 +895,13 @@ int cmd_batch(int argc, char **argv)
         }
         al_producer_poll(w.prod, 0);
         retire_flights(&w);
-        al_batcher_stats bs;
-        al_batcher_get_stats(w.batcher, &bs);
-        al_gauge_set(w.met.open_groups, (double)bs.open_groups);
-        al_gauge_set(w.met.queued_groups, (double)bs.queued_groups);
-        al_gauge_set(w.met.queued_seqs, (double)bs.queued_sequences);
+        if (house) {
+            al_batcher_stats bs;
+            al_batcher_get_stats(w.batcher, &bs);
+            al_gauge_set(w.met.open_groups, (double)bs.open_groups);
+            al_gauge_set(w.met.queued_groups, (double)bs.queued_groups);
+            al_gauge_set(w.met.queued_seqs, (double)bs.queued_sequences);
+        }
         if (o.stop_after_step >= 0 && w.last_step_acked >= o.stop_after_step - 1) {
             al_log_info(COMP, "step %" PRId64 " acknowledged: stopping (--steps)", w.last_step_acked);
             break;
@@ -899,6 +938,7 @@ out:
     al_producer_free(w.prod);
     policy_free(&pf);
     al_batcher_free(w.batcher);
+    free(w.next_offset);
     al_http_server_stop(srv);
     al_metrics_free(w.met.reg);
     al_kafka_conf_free(kc);
