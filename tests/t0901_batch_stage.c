@@ -162,6 +162,81 @@ static int run_batch(const char *bootstrap, const char *kill_at, const char *con
     return st;
 }
 
+/* Starts `arclight batch` in the background (same flags as run_batch); its pid. */
+static pid_t spawn_batch(const char *bootstrap, const char *const *args)
+{
+    const char *argv[48];
+    int argc = 0;
+    argv[argc++] = al_test_bin();
+    argv[argc++] = "batch";
+    argv[argc++] = "--bootstrap";
+    argv[argc++] = bootstrap;
+    argv[argc++] = "--log-level";
+    argv[argc++] = "warn";
+    for (int i = 0; args[i] && argc < 47; i++) argv[argc++] = args[i];
+    argv[argc] = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        unsetenv("ARCLIGHT_BATCH_TEST_KILL_AT");
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* A free loopback port (bound and released: the stage binds it right after). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    socklen_t sl = sizeof sin;
+    if (bind(fd, (struct sockaddr *)&sin, sizeof sin) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sin, &sl) != 0) {
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    return ntohs(sin.sin_port);
+}
+
+/* GET path from 127.0.0.1:port; the whole response (status line, headers, body) into buf. */
+static int http_get(int port, const char *path, char *buf, size_t buflen)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    buf[0] = '\0';
+    if (connect(fd, (struct sockaddr *)&sin, sizeof sin) != 0) {
+        close(fd);
+        return -1;
+    }
+    char req[256];
+    snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+    if (write(fd, req, strlen(req)) < 0) {
+        close(fd);
+        return -1;
+    }
+    size_t n = 0;
+    ssize_t got;
+    while (n + 1 < buflen && (got = read(fd, buf + n, buflen - 1 - n)) > 0) n += (size_t)got;
+    buf[n] = '\0';
+    close(fd);
+    return 0;
+}
+
+/* The value of the series whose line starts with `series ` in a Prometheus text, or -1. */
+static double metric(const char *text, const char *series)
+{
+    size_t L = strlen(series);
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (!strncmp(p, series, L) && p[L] == ' ') return atof(p + L + 1);
+    return -1;
+}
+
 /* ---- transitions ------------------------------------------------------------------------------ */
 
 static uint64_t rng = 0x9E3779B97F4A7C15ULL;
@@ -331,12 +406,48 @@ TEST(steps_of_whole_groups_stale_dropped_bad_to_deadletter)
     produce(p, "arclight.transitions", 2, "task-99", buf.data, buf.len);
     REQUIRE(rd_kafka_flush(p, 10000) == 0);
 
-    /* 10 fresh groups = 40 sequences: two steps of 16 (4 groups each), 2 groups left over */
+    /* 10 fresh groups = 40 sequences: two steps of 16 (4 groups each), 2 groups left over.
+     * The worker runs until SIGTERM; its metrics tell when the work is done. */
+    int port = free_port();
+    REQUIRE(port > 0);
+    char hostport[32];
+    snprintf(hostport, sizeof hostport, "127.0.0.1:%d", port);
     const char *args[] = {"--step-sequences", "16", "--micro-batch-tokens", "4096",
                           "--max-message-bytes", "150000", "--group-idle-ms", "300",
-                          "--steps", "2", NULL};
-    int st = run_batch(b.bootstrap, NULL, args);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "batch exited with status %d", st);
+                          "--metrics", hostport, NULL};
+    pid_t pid = spawn_batch(b.bootstrap, args);
+    REQUIRE(pid > 0);
+    static char page[1 << 16];
+    double t0 = testlib_now();
+    int done = 0;
+    while (!done && testlib_now() - t0 < 60) {
+        usleep(200000);
+        if (http_get(port, "/metrics", page, sizeof page) != 0) continue;
+        done = metric(page, "arclight_batch_steps_total") == 2 &&
+               metric(page, "arclight_batch_transitions_total{result=\"stale_dropped\"}") == 8 &&
+               metric(page, "arclight_batch_transitions_total{result=\"invalid\"}") == 1;
+    }
+    CHECKF(done, "metrics never showed 2 steps, 8 stale drops and 1 invalid:\n%s", page);
+    CHECK_EQ_INT(metric(page, "arclight_batch_transitions_total{result=\"added\"}"), 48);
+    CHECK_EQ_INT(metric(page, "arclight_batch_transitions_total{result=\"duplicate\"}"), 1);
+    CHECK_EQ_INT(metric(page, "arclight_batch_transitions_total{result=\"undecodable\"}"), 1);
+    CHECK_EQ_INT(metric(page, "arclight_batch_policy_lag_count"), 32);
+    CHECK_EQ_INT(metric(page, "arclight_batch_queued_sequences"), 8);
+    double eff = metric(page, "arclight_batch_packing_efficiency");
+    CHECKF(eff > 0.3 && eff <= 1.0, "packing efficiency %g", eff);
+    CHECK(metric(page, "arclight_batch_step_tokens_count") == 2);
+    http_get(port, "/healthz", page, sizeof page);
+    CHECKF(strstr(page, " 200 ") && strstr(page, "\"ok\""), "%s", page);
+    /* a clean stop on SIGTERM */
+    kill(pid, SIGTERM);
+    int st = 0;
+    t0 = testlib_now();
+    while (waitpid(pid, &st, WNOHANG) != pid && testlib_now() - t0 < 30) usleep(20000);
+    if (testlib_now() - t0 >= 30) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "batch exited with status %d after SIGTERM", st);
 
     size_t n = 0;
     msg *m = read_topic(b.bootstrap, "arclight.batches", 2, &n);

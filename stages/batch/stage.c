@@ -625,7 +625,7 @@ static void usage(FILE *f)
             "  --group-idle-ms MS        close a group after MS without a transition, once its\n"
             "                            partition is read to its end (default 2000)\n"
             "  --dedup-window N          transition ids remembered for duplicates (default 1000000)\n"
-            "  --recover-chunks N        chunks per output partition read back at start (default 512)\n"
+            "  --recover-chunks N        chunks per output partition read back at start (default 64)\n"
             "  --input-topic T           default arclight.transitions\n"
             "  --output-topic T          default arclight.batches\n"
             "  --policy-topic T          default arclight.policy\n"
@@ -698,7 +698,7 @@ int cmd_batch(int argc, char **argv)
         .policy_topic = AL_TOPIC_POLICY,
         .group = "arclight-batch",
         .group_idle_ms = 2000,
-        .recover_chunks = 512,
+        .recover_chunks = 64,
         .stop_after_step = -1,
         .kill_step = -1,
         .kill_chunk = -1,
