@@ -335,6 +335,15 @@ static void conn_stream_end(conn *c)
     conn_finish_request(c);
 }
 
+/* Reading stays enabled for the connection's whole life (no epoll_ctl per request, and an
+ * agent that hangs up mid-call is noticed); only the read timeout is lifted while a call is
+ * with the upstream, which may take minutes. */
+static void conn_timeouts(conn *c, int reading)
+{
+    struct timeval to = {c->px->cfg.client_timeout_s, 0};
+    bufferevent_set_timeouts(c->bev, reading ? &to : NULL, &to);
+}
+
 static void conn_write_cb(struct bufferevent *bev, void *arg)
 {
     conn *c = arg;
@@ -344,7 +353,7 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
         return;
     }
     c->state = C_READ;
-    bufferevent_enable(bev, EV_READ);
+    conn_timeouts(c, 1);
     if (evbuffer_get_length(bufferevent_get_input(bev))) conn_read_cb(bev, c);
 }
 
@@ -427,10 +436,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
                    px->cfg.max_body);
         return;
     }
-    if (len < (size_t)hl + (size_t)cl) {
-        bufferevent_setwatermark(bev, EV_READ, 0, 0);
-        return;
-    }
+    if (len < (size_t)hl + (size_t)cl) return;
     c->req_len = (size_t)hl + (size_t)cl;
     c->req = malloc(c->req_len + 1);
     if (!c->req) {
@@ -445,7 +451,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
     c->t0_mono = al_mono_us();
     c->start_us = al_now_us();
     c->state = C_BUSY;
-    bufferevent_disable(bev, EV_READ);
+    conn_timeouts(c, 0);
     dispatch(c);
 }
 
@@ -487,8 +493,10 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     px->conns = c;
     px->nconns++;
     al_gauge_set(px->g_conns, px->nconns);
-    struct timeval to = {px->cfg.client_timeout_s, 0};
-    bufferevent_set_timeouts(c->bev, &to, &to);
+    conn_timeouts(c, 1);
+    /* at most one request's worth is buffered ahead (pipelining, or bytes sent while a
+     * call is in flight); beyond it libevent stops reading until we catch up */
+    bufferevent_setwatermark(c->bev, EV_READ, 0, px->cfg.max_head + px->cfg.max_body + 65536);
     bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 }
@@ -2209,7 +2217,13 @@ int cmd_proxy(int argc, char **argv)
         goto out;
     }
 
-    px->base = event_base_new();
+    /* the changelist folds curl's remove/re-add of pooled upstream sockets within one loop
+     * turn into at most one epoll_ctl */
+    struct event_config *ecfg = event_config_new();
+    if (ecfg) event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+    px->base = ecfg ? event_base_new_with_config(ecfg) : NULL;
+    if (ecfg) event_config_free(ecfg);
+    if (!px->base) px->base = event_base_new();
     px->multi = curl_multi_init();
     if (!px->base || !px->multi) {
         al_log_error(COMP, "cannot create the event loop");
