@@ -335,6 +335,30 @@ TEST(lane_rule_and_idle_close_groups)
     al_batcher_free(b);
 }
 
+TEST(a_group_fed_from_two_lanes_is_forgotten_on_both)
+{
+    al_batcher *b = new_batcher(2, 2048, 0);
+    REQUIRE(b);
+    static tbuf tb;
+    char err[256];
+    al_batch_step *st;
+    /* group 0 starts on lane 1 and goes on on lane 2 (two producers, say) */
+    al_batcher_add(b, make_t(&tb, "m", 0, 2, 0, 0, 5, 5, -1), 1, 0, NULL, err, sizeof err);
+    al_batcher_add(b, make_t(&tb, "m", 0, 2, 1, 0, 5, 5, -1), 2, 0, NULL, err, sizeof err);
+    /* group 1 on lane 1 closes group 0, which becomes step 0 and is freed */
+    al_batcher_add(b, make_t(&tb, "m", 1, 2, 0, 0, 5, 5, -1), 1, 0, NULL, err, sizeof err);
+    REQUIRE(al_batcher_next_step(b, &st, err, sizeof err) == 1);
+    CHECK_EQ_INT(st->n_sequences, 2);
+    al_batch_step_free(st);
+    /* lane 2 must not remember the freed group (ASan would see a use after free) */
+    CHECK_EQ_INT(al_batcher_add(b, make_t(&tb, "m", 2, 1, 0, 0, 5, 5, -1), 2, 0, NULL, err, sizeof err),
+                 AL_BATCH_ADDED);
+    al_batcher_stats s;
+    al_batcher_get_stats(b, &s);
+    CHECK_EQ_INT(s.open_groups, 2);
+    al_batcher_free(b);
+}
+
 static int drops;
 static void count_drop(void *ctx, void *opaque, const char *reason)
 {

@@ -13,8 +13,9 @@
 
 #define MAX_ID_BYTES 1024
 #define MAX_MODEL_BYTES 256
-/* Per-chunk bytes besides its micro-batches: header, model name, nine longs, block counts. */
-#define CHUNK_FIXED_BYTES(model_len) (64 + (int64_t)(model_len) + 10)
+/* Per-chunk bytes besides its micro-batches: header (10), model name and its length, eight
+ * longs and ints (<= 60), the array's block count and terminator (<= 6); rounded up. */
+#define CHUNK_FIXED_BYTES(model_len) (128 + (int64_t)(model_len))
 
 /* ---- duplicate window: FIFO ring of id hashes + linear-probing set ----------------------- */
 
@@ -518,8 +519,9 @@ static int close_open(al_batcher *b, size_t i)
     m->queued_tokens += g->n_tokens;
     memmove(&b->open[i], &b->open[i + 1], (b->n_open - i - 1) * sizeof *b->open);
     b->n_open--;
-    if (g->lane >= 0 && (size_t)g->lane < b->n_lanes && b->lanes[g->lane] == g)
-        b->lanes[g->lane] = NULL;
+    /* a group may have been fed from several lanes: forget it on all of them */
+    for (size_t l = 0; l < b->n_lanes; l++)
+        if (b->lanes[l] == g) b->lanes[l] = NULL;
     return 0;
 }
 
