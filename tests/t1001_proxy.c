@@ -319,12 +319,35 @@ TEST(bad_input_gets_right_4xx)
     expect_error("POST", chat, many, CHAT, 431, "headers_too_large");
 }
 
+TEST(large_body_and_expect_continue)
+{
+    /* libcurl sends "Expect: 100-continue" for a body this size and waits up to 1 s for
+     * the interim answer before sending it */
+    size_t n = 40000;
+    char *big = malloc(n + 128);
+    int k = snprintf(big, n + 128, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"");
+    memset(big + k, 'b', n);
+    strcpy(big + k + n, "\"}]}");
+    px_resp r;
+    REQUIRE(px_post(&P, "/r/task-g/roll-big/v1/chat/completions", big, &r) == 0);
+    CHECK_EQ_INT(r.status, 200);
+    CHECKF(r.total_s < 0.8, "a 40 kB request took %.3f s", r.total_s);
+    px_resp_free(&r);
+    free(big);
+    char url[300];
+    snprintf(url, sizeof url, "%s/healthz", P.base);
+    REQUIRE(px_http("HEAD", url, NULL, NULL, &r) == 0);
+    CHECK_EQ_INT(r.status, 200);
+    px_resp_free(&r);
+}
+
 TEST(spans_field_by_field)
 {
     /* calls on roll-1: 3 chat + 2 completions + 1 chat (capture check) = sequences 0..5,
      * then rewards 6, 7, 8 and the end 9 */
-    /* every span so far: roll-1 10, roll-2 5, roll-s, roll-h, untracked, roll-c 24, roll-e */
-    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", NULL, 43, 30000, &MSGS) == 0);
+    /* every span so far: roll-1 10, roll-2 5, roll-s, roll-h, untracked, roll-c 24, roll-e,
+     * roll-big */
+    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", NULL, 44, 30000, &MSGS) == 0);
     al_span s[64];
     size_t n = px_spans_of(&MSGS, "roll-1", s, 64);
     CHECK_EQ_INT(n, 10);

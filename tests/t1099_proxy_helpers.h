@@ -142,7 +142,8 @@ static int px_http(const char *method, const char *url, const char *const *heade
     for (int i = 0; headers && headers[i]; i++) h = curl_slist_append(h, headers[i]);
     px_sink b = {0}, hd = {0};
     curl_easy_setopt(e, CURLOPT_URL, url);
-    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    if (!strcmp(method, "HEAD")) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    else curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
     if (body) {
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(body));

@@ -248,6 +248,7 @@ struct conn {
     struct bufferevent *bev;
     int state;
     int keep_alive;
+    int sent_continue;
     char *req; /* head + body of the current request (owned) */
     size_t req_len;
     al_http1_head head;
@@ -280,7 +281,7 @@ static void conn_reply(conn *c, int status, const char *ctype, const char *extra
                         "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s\r\n",
                         status, status_text(status), ctype, len, extra ? extra : "",
                         c->keep_alive ? "" : "Connection: close\r\n");
-    if (len) evbuffer_add(out, body, len);
+    if (len && !(c->req && al_slice_eq(c->head.method, "HEAD"))) evbuffer_add(out, body, len);
     c->state = C_WRITING;
     count_request(px, c->route, status);
     conn_finish_request(c);
@@ -436,7 +437,16 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
                    px->cfg.max_body);
         return;
     }
-    if (len < (size_t)hl + (size_t)cl) return;
+    if (len < (size_t)hl + (size_t)cl) {
+        /* curl and others wait up to a second for this before sending a large body */
+        const al_slice *ex = al_http1_header_get(&c->head, "expect");
+        if (ex && al_slice_caseeq(*ex, "100-continue") && !c->sent_continue) {
+            c->sent_continue = 1;
+            evbuffer_add(bufferevent_get_output(bev), "HTTP/1.1 100 Continue\r\n\r\n", 25);
+        }
+        return;
+    }
+    c->sent_continue = 0;
     c->req_len = (size_t)hl + (size_t)cl;
     c->req = malloc(c->req_len + 1);
     if (!c->req) {
