@@ -133,6 +133,11 @@ typedef struct batch_worker {
     int64_t n_consumed, bytes_consumed, first_msg_us, last_step_us;
     int64_t *next_offset; /* per input partition: one past the last offset consumed */
     size_t n_next_offset;
+    /* models whose step number came from the read-back (or were warned about), and whether
+     * the read-back window left older chunks unread on some partition */
+    char **known_models;
+    size_t n_known;
+    int recover_truncated;
     int fatal, closing;
     char fatal_reason[512];
     atomic_int unhealthy;
@@ -412,9 +417,34 @@ static void recover_finish_attempt(al_batcher *b, recover_model *r)
 
 /* Reads back the last `depth` messages of each partition of the output topic: next step
  * numbers and the ids of complete steps. 0, or -1 with errstr. */
-static int recover_from_output(const al_kafka_conf *kc, const batch_opts *o, al_batcher *b,
+static int remember_model(batch_worker *w, const char *name)
+{
+    char **k = realloc(w->known_models, (w->n_known + 1) * sizeof *k);
+    if (!k) return -1;
+    w->known_models = k;
+    if (!(k[w->n_known] = strdup(name))) return -1;
+    w->n_known++;
+    return 0;
+}
+
+/* A model met for the first time in the input: its steps start at 0, which is right unless
+ * its earlier chunks lie beyond the read-back window. Says so once. */
+static void check_new_model(batch_worker *w, const char *name)
+{
+    for (size_t i = 0; i < w->n_known; i++)
+        if (!strcmp(w->known_models[i], name)) return;
+    if (w->recover_truncated)
+        al_log_warn(COMP, "model %s has no step in the last %" PRId64 " chunks of %s, so its steps "
+                          "start at 0; if it had steps before those, restart with a larger "
+                          "--recover-chunks",
+                    name, w->o->recover_chunks, w->o->output_topic);
+    remember_model(w, name);
+}
+
+static int recover_from_output(const al_kafka_conf *kc, const batch_opts *o, batch_worker *w,
                                char *errstr, size_t errlen)
 {
+    al_batcher *b = w->batcher;
     rd_kafka_t *rk = reader_new(kc, "recover", errstr, errlen);
     if (!rk) return -1;
     int rc = -1, nparts = topic_partitions(rk, o->output_topic, errstr, errlen);
@@ -438,6 +468,7 @@ static int recover_from_output(const al_kafka_conf *kc, const batch_opts *o, al_
         high[p] = hi;
         if (hi <= lo) continue;
         int64_t from = hi - o->recover_chunks > lo ? hi - o->recover_chunks : lo;
+        if (from > lo) w->recover_truncated = 1;
         rd_kafka_topic_partition_list_add(l, o->output_topic, p)->offset = from;
         active++;
     }
@@ -514,7 +545,8 @@ static int recover_from_output(const al_kafka_conf *kc, const batch_opts *o, al_
         int64_t partial = r->step >= 0 && !r->complete_seen ? r->step : -1;
         recover_finish_attempt(b, r);
         int64_t next = partial >= 0 ? partial : r->last_complete + 1;
-        if (al_batcher_set_next_step(b, r->name, next) != 0) goto oom;
+        if (al_batcher_set_next_step(b, r->name, next) != 0 || remember_model(w, r->name) != 0)
+            goto oom;
         if (partial >= 0)
             al_log_warn(COMP, "%s: step %" PRId64 " on %s is incomplete (a crash while sending); "
                               "rebuilding it under the same number", r->name, partial, o->output_topic);
@@ -794,7 +826,7 @@ int cmd_batch(int argc, char **argv)
     signal(SIGTERM, batch_on_signal);
 
     /* 1. Where the output stands: step numbers and ids already emitted. */
-    if (recover_from_output(kc, &o, w.batcher, err, sizeof err) != 0) {
+    if (recover_from_output(kc, &o, &w, err, sizeof err) != 0) {
         al_log_error(COMP, "%s", err);
         goto out;
     }
@@ -859,7 +891,10 @@ int cmd_batch(int argc, char **argv)
                 al_input_end(in);
             } else {
                 switch (al_batcher_add(w.batcher, &t, m->partition, now, in, why, sizeof why)) {
-                case AL_BATCH_ADDED: al_counter_inc(w.met.added); break;
+                case AL_BATCH_ADDED:
+                    al_counter_inc(w.met.added);
+                    check_new_model(&w, t.model);
+                    break;
                 case AL_BATCH_DUPLICATE:
                     al_counter_inc(w.met.duplicate);
                     al_input_end(in);
@@ -939,6 +974,8 @@ out:
     policy_free(&pf);
     al_batcher_free(w.batcher);
     free(w.next_offset);
+    for (size_t i = 0; i < w.n_known; i++) free(w.known_models[i]);
+    free(w.known_models);
     al_http_server_stop(srv);
     al_metrics_free(w.met.reg);
     al_kafka_conf_free(kc);
