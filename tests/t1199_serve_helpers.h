@@ -22,15 +22,15 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 
-static const char *sv_bin(void)
+static inline const char *sv_bin(void)
 {
     const char *b = getenv("ARCLIGHT_BIN");
     return b && *b ? b : "./build/arclight";
 }
 
 /* Runs a shell command; 0 when it exits 0. */
-static int sv_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sv_sh(const char *fmt, ...)
+static inline int sv_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline int sv_sh(const char *fmt, ...)
 {
     char cmd[4096];
     va_list ap;
@@ -42,7 +42,7 @@ static int sv_sh(const char *fmt, ...)
 }
 
 /* A fresh temporary directory (caller frees the string). */
-static char *sv_tmpdir(const char *tag)
+static inline char *sv_tmpdir(const char *tag)
 {
     char *d = malloc(256);
     snprintf(d, 256, "/tmp/arclight-%s-XXXXXX", tag);
@@ -54,7 +54,7 @@ static char *sv_tmpdir(const char *tag)
 }
 
 /* DIR/NAME: tiny Qwen2 (random, seed) + the tiny tokenizer. 0 or -1. */
-static int sv_make_model(const char *dir, const char *name, int seed)
+static inline int sv_make_model(const char *dir, const char *name, int seed)
 {
     return sv_sh(
         "%s model init --config tests/model/tiny-qwen2.json --out %s/%s --seed %d >/dev/null && "
@@ -68,7 +68,7 @@ typedef struct sv_server {
 } sv_server;
 
 /* Starts `arclight serve ARGS... --listen 127.0.0.1:0` and reads its address. 0 or -1. */
-static int sv_start(sv_server *s, const char *const *args)
+static inline int sv_start(sv_server *s, const char *const *args)
 {
     int fds[2];
     if (pipe(fds) != 0) return -1;
@@ -105,7 +105,7 @@ static int sv_start(sv_server *s, const char *const *args)
 }
 
 /* SIGTERM and wait; returns the exit status (or -1). */
-static int sv_stop(sv_server *s)
+static inline int sv_stop(sv_server *s)
 {
     if (s->pid <= 0) return -1;
     kill(s->pid, SIGTERM);
@@ -120,7 +120,7 @@ typedef struct sv_buf {
     size_t n;
 } sv_buf;
 
-static size_t sv_write(char *d, size_t sz, size_t n, void *ud)
+static inline size_t sv_write(char *d, size_t sz, size_t n, void *ud)
 {
     sv_buf *b = ud;
     b->p = realloc(b->p, b->n + sz * n + 1);
@@ -135,14 +135,14 @@ typedef struct sv_resp {
     sv_buf body, headers;
 } sv_resp;
 
-static void sv_resp_free(sv_resp *r)
+static inline void sv_resp_free(sv_resp *r)
 {
     free(r->body.p);
     free(r->headers.p);
     memset(r, 0, sizeof *r);
 }
 
-static CURL *sv_easy(const char *url, const char *body, sv_resp *out)
+static inline CURL *sv_easy(const char *url, const char *body, sv_resp *out)
 {
     CURL *c = curl_easy_init();
     curl_easy_setopt(c, CURLOPT_URL, url);
@@ -161,7 +161,7 @@ static CURL *sv_easy(const char *url, const char *body, sv_resp *out)
 }
 
 /* POST (body != NULL) or GET base+path. Fills *out. */
-static void sv_http(const char *base, const char *path, const char *body, sv_resp *out)
+static inline void sv_http(const char *base, const char *path, const char *body, sv_resp *out)
 {
     char url[512];
     snprintf(url, sizeof url, "%s%s", base, path);
@@ -172,7 +172,7 @@ static void sv_http(const char *base, const char *path, const char *body, sv_res
 }
 
 /* POSTs and parses the JSON reply (NULL when not JSON). *code gets the status. */
-static json_t *sv_post_json(const char *base, const char *path, const char *body, long *code)
+static inline json_t *sv_post_json(const char *base, const char *path, const char *body, long *code)
 {
     sv_resp r;
     sv_http(base, path, body, &r);
@@ -185,7 +185,7 @@ static json_t *sv_post_json(const char *base, const char *path, const char *body
     return j;
 }
 
-static json_t *sv_get_json(const char *base, const char *path)
+static inline json_t *sv_get_json(const char *base, const char *path)
 {
     sv_resp r;
     sv_http(base, path, NULL, &r);
@@ -195,8 +195,8 @@ static json_t *sv_get_json(const char *base, const char *path)
 }
 
 /* Runs n POSTs at once (curl multi); out[i] gets each reply. */
-static void sv_post_many(const char *base, const char *path, char *const *bodies, int n,
-                         sv_resp *out)
+static inline void sv_post_many(const char *base, const char *path, char *const *bodies, int n,
+                                sv_resp *out)
 {
     char url[512];
     snprintf(url, sizeof url, "%s%s", base, path);
@@ -222,7 +222,7 @@ static void sv_post_many(const char *base, const char *path, char *const *bodies
 }
 
 /* Reads a JSON integer array into ids (malloc'd); returns the count. */
-static int sv_ids(json_t *a, int32_t **ids)
+static inline int sv_ids(json_t *a, int32_t **ids)
 {
     int n = (int)json_array_size(a);
     *ids = malloc(sizeof(int32_t) * (size_t)(n + 1));
@@ -233,8 +233,8 @@ static int sv_ids(json_t *a, int32_t **ids)
 
 /* The trainer's logprob of each generated token: one packed forward over prompt+gen with the
  * weights in model_dir, al_logprob_forward at temperature 1. out (ngen) floats. 0 or -1. */
-static int sv_trainer_logprobs(const char *model_dir, const int32_t *prompt, int np,
-                               const int32_t *gen, int ng, float *out)
+static inline int sv_trainer_logprobs(const char *model_dir, const int32_t *prompt, int np,
+                                      const int32_t *gen, int ng, float *out)
 {
     char err[512];
     al_model *m = al_model_load_dir(model_dir, err, sizeof err);

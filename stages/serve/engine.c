@@ -90,6 +90,7 @@ static void seq_free(al_serve_seq *s)
 {
     free(s->ids);
     free(s->logps);
+    free(s->text_end);
     free(s->top_ids);
     free(s->top_logps);
     free(s->text);
@@ -196,7 +197,9 @@ static int seq_record(al_serve_engine *e, al_serve_req *r, al_serve_seq *s, int3
         if (ids) s->ids = ids;
         double *lp = realloc(s->logps, sizeof(double) * (size_t)cap);
         if (lp) s->logps = lp;
-        if (!ids || !lp) return -1;
+        size_t *te = realloc(s->text_end, sizeof(size_t) * (size_t)cap);
+        if (te) s->text_end = te;
+        if (!ids || !lp || !te) return -1;
         if (k) {
             int32_t *ti = realloc(s->top_ids, sizeof(int32_t) * (size_t)cap * k);
             if (ti) s->top_ids = ti;
@@ -239,6 +242,7 @@ static int seq_record(al_serve_engine *e, al_serve_req *r, al_serve_seq *s, int3
     } else {
         check_stops(r, s, prev);
     }
+    s->text_end[s->n - 1] = s->text_len;
     if (!s->finish && (s->n >= r->max_tokens || r->nprompt + s->n >= e->o.max_model_len))
         s->finish = AL_SERVE_FINISH_LENGTH;
     if (s->finish && s->finish != AL_SERVE_FINISH_STOP) {

@@ -50,6 +50,7 @@ typedef struct al_serve_seq {
     /* outputs */
     int32_t *ids;      /* (n) generated ids */
     double *logps;     /* (n) raw logprob of each */
+    size_t *text_end;  /* (n) text_len once token i was decoded (streaming splits by it) */
     int32_t *top_ids;  /* (n, top_logprobs) */
     double *top_logps; /* (n, top_logprobs) */
     int n, cap;

@@ -784,6 +784,78 @@ static json_t *chunk_base(http_call *c, json_t *choices)
                      "policy_version", (json_int_t)c->r->policy_version);
 }
 
+/* Sends one chunk for choice i: tokens [from, to), text up to byte tto of the choice's text,
+ * and the finish when `ending`. Under r->lock. */
+static void stream_chunk(http_call *c, int i, int from, int to, size_t tto, int ending)
+{
+    serve_ctx *sc = c->sc;
+    al_serve_req *r = c->r;
+    al_serve_seq *s = &r->seqs[i];
+    size_t tfrom = c->sent_text[i];
+    if (tto < tfrom) tto = tfrom;
+    json_t *ch;
+    if (c->chat) {
+        json_t *delta = json_object();
+        const char *txt = s->text ? s->text + tfrom : "";
+        size_t tl = tto - tfrom;
+        if (c->parse_tools || c->parse_reasoning) {
+            al_chat_delta d = {0};
+            if (al_chat_stream_push(&c->cs[i], txt, tl, &d) == 0) {
+                if (d.content_len)
+                    json_object_set_new(delta, "content", json_bytes_str(d.content, d.content_len));
+                if (d.reasoning_len)
+                    json_object_set_new(delta, "reasoning_content",
+                                        json_bytes_str(d.reasoning, d.reasoning_len));
+            }
+        } else if (tl) {
+            json_object_set_new(delta, "content", json_bytes_str(txt, tl));
+        }
+        int ncalls = 0;
+        if (ending && (c->parse_tools || c->parse_reasoning)) {
+            al_chat_parsed pp = {0};
+            if (al_chat_stream_finish(&c->cs[i], &pp) == 0) {
+                if (pp.content_len) {
+                    json_t *prev = json_object_get(delta, "content");
+                    char *cat = NULL;
+                    size_t pl = prev ? json_string_length(prev) : 0;
+                    cat = malloc(pl + pp.content_len + 1);
+                    if (prev) memcpy(cat, json_string_value(prev), pl);
+                    memcpy(cat + pl, pp.content, pp.content_len);
+                    json_object_set_new(delta, "content", json_bytes_str(cat, pl + pp.content_len));
+                    free(cat);
+                }
+                if (pp.reasoning && *pp.reasoning)
+                    json_object_set_new(delta, "reasoning_content",
+                                        json_bytes_str(pp.reasoning, strlen(pp.reasoning)));
+                if (pp.n_calls && c->parse_tools) {
+                    json_object_set_new(delta, "tool_calls", tool_calls_json(&pp, 1));
+                    ncalls = (int)pp.n_calls;
+                }
+                al_chat_parsed_free(&pp);
+            }
+        }
+        ch = json_pack("{s:i,s:o,s:o}", "index", i, "delta", delta, "logprobs",
+                       c->logprobs && to > from ? chat_logprobs(sc, c, s, from, to) : json_null());
+        json_object_set_new(ch, "finish_reason",
+                            ending ? json_string(finish_name(s, c, ncalls > 0)) : json_null());
+        if (ending) json_object_set_new(ch, "stop_reason", stop_reason_json(s));
+    } else {
+        ch = json_pack("{s:i,s:o,s:o}", "index", i, "text",
+                       json_bytes_str(s->text ? s->text + tfrom : "", tto - tfrom), "logprobs",
+                       c->logprobs && to > from ? completion_logprobs(sc, c, s, from, to, tfrom)
+                                                : json_null());
+        json_object_set_new(ch, "finish_reason",
+                            ending ? json_string(finish_name(s, c, 0)) : json_null());
+        json_object_set_new(ch, "stop_reason", ending ? stop_reason_json(s) : json_null());
+        if (c->return_token_ids && from == 0)
+            json_object_set_new(ch, "prompt_token_ids", json_ids(r->prompt, r->nprompt));
+    }
+    if (c->return_token_ids)
+        json_object_set_new(ch, "token_ids", json_ids(s->ids + from, to - from));
+    sse_send(c->req, chunk_base(c, json_pack("[o]", ch)));
+    c->sent_tok[i] = to, c->sent_text[i] = tto;
+}
+
 /* Sends what is new since the last call for every choice. Under r->lock. Returns 1 when
  * every choice has sent its end. */
 static int stream_progress(http_call *c)
@@ -811,82 +883,18 @@ static int stream_progress(http_call *c)
     for (int i = 0; i < r->nseq; i++) {
         al_serve_seq *s = &r->seqs[i];
         if (c->finished_sent[i]) continue;
-        int from = c->sent_tok[i], to = s->n;
-        size_t tfrom = c->sent_text[i], tto = s->safe_len;
-        if (tto < tfrom) tto = tfrom;
         int ending = s->finish != AL_SERVE_RUNNING;
-        if (from == to && tfrom == tto && !ending) {
-            all = 0;
-            continue;
+        /* one chunk per new token (as vLLM streams), the last one carrying the finish */
+        int to = s->n;
+        while (c->sent_tok[i] < to || (ending && !c->finished_sent[i])) {
+            int t = c->sent_tok[i];
+            int last = t + 1 >= to;
+            size_t tend = t < to ? s->text_end[t] : s->text_len;
+            if (last || tend > s->safe_len) tend = s->safe_len;
+            stream_chunk(c, i, t, t < to ? t + 1 : t, tend, ending && last);
+            if (ending && last) c->finished_sent[i] = 1;
         }
-        json_t *ch;
-        if (c->chat) {
-            json_t *delta = json_object();
-            const char *txt = s->text ? s->text + tfrom : "";
-            size_t tl = tto - tfrom;
-            if (c->parse_tools || c->parse_reasoning) {
-                al_chat_delta d = {0};
-                if (al_chat_stream_push(&c->cs[i], txt, tl, &d) == 0) {
-                    if (d.content_len)
-                        json_object_set_new(delta, "content",
-                                            json_bytes_str(d.content, d.content_len));
-                    if (d.reasoning_len)
-                        json_object_set_new(delta, "reasoning_content",
-                                            json_bytes_str(d.reasoning, d.reasoning_len));
-                }
-            } else if (tl) {
-                json_object_set_new(delta, "content", json_bytes_str(txt, tl));
-            }
-            int ncalls = 0;
-            if (ending && (c->parse_tools || c->parse_reasoning)) {
-                al_chat_parsed pp = {0};
-                if (al_chat_stream_finish(&c->cs[i], &pp) == 0) {
-                    if (pp.content_len) {
-                        json_t *prev = json_object_get(delta, "content");
-                        char *cat = NULL;
-                        size_t pl = prev ? json_string_length(prev) : 0;
-                        cat = malloc(pl + pp.content_len + 1);
-                        if (prev) memcpy(cat, json_string_value(prev), pl);
-                        memcpy(cat + pl, pp.content, pp.content_len);
-                        json_object_set_new(delta, "content",
-                                            json_bytes_str(cat, pl + pp.content_len));
-                        free(cat);
-                    }
-                    if (pp.reasoning && *pp.reasoning)
-                        json_object_set_new(delta, "reasoning_content",
-                                            json_bytes_str(pp.reasoning, strlen(pp.reasoning)));
-                    if (pp.n_calls && c->parse_tools) {
-                        json_object_set_new(delta, "tool_calls", tool_calls_json(&pp, 1));
-                        ncalls = (int)pp.n_calls;
-                    }
-                    al_chat_parsed_free(&pp);
-                }
-            }
-            ch = json_pack("{s:i,s:o,s:o}", "index", i, "delta", delta, "logprobs",
-                           c->logprobs && to > from ? chat_logprobs(sc, c, s, from, to)
-                                                    : json_null());
-            json_object_set_new(ch, "finish_reason",
-                                ending ? json_string(finish_name(s, c, ncalls > 0)) : json_null());
-            if (ending) json_object_set_new(ch, "stop_reason", stop_reason_json(s));
-        } else {
-            ch = json_pack("{s:i,s:o,s:o}", "index", i, "text",
-                           json_bytes_str(s->text ? s->text + tfrom : "", tto - tfrom), "logprobs",
-                           c->logprobs && to > from ? completion_logprobs(sc, c, s, from, to, tfrom)
-                                                    : json_null());
-            json_object_set_new(ch, "finish_reason",
-                                ending ? json_string(finish_name(s, c, 0)) : json_null());
-            json_object_set_new(ch, "stop_reason", ending ? stop_reason_json(s) : json_null());
-            if (c->return_token_ids && from == 0)
-                json_object_set_new(ch, "prompt_token_ids", json_ids(r->prompt, r->nprompt));
-        }
-        if (c->return_token_ids)
-            json_object_set_new(ch, "token_ids", json_ids(s->ids + from, to - from));
-        sse_send(c->req, chunk_base(c, json_pack("[o]", ch)));
-        c->sent_tok[i] = to, c->sent_text[i] = tto;
-        if (ending)
-            c->finished_sent[i] = 1;
-        else
-            all = 0;
+        if (!c->finished_sent[i]) all = 0;
     }
     return all;
 }
