@@ -243,42 +243,74 @@ static void on_delivery(const al_delivery *d, void *ctx)
     free(r);
 }
 
+/* fdatasync of every live segment. Called with the lock held; the lock is released during
+ * the syncs (only this thread closes segment fds), so appends never wait for the disk. */
 static void do_fsync(al_spool *s)
 {
-    for (sseg *g = s->head; g; g = g->next)
-        if (g->fd >= 0) fdatasync(g->fd);
+    int fds[64];
+    size_t n = 0;
+    for (sseg *g = s->head; g && n < AL_ARRAY_LEN(fds); g = g->next)
+        if (g->fd >= 0) fds[n++] = g->fd;
     s->dirty = 0;
     s->last_fsync_mono = al_mono_us();
+    pthread_mutex_unlock(&s->mu);
+    for (size_t i = 0; i < n; i++) fdatasync(fds[i]);
+    pthread_mutex_lock(&s->mu);
 }
 
-/* Produces unsent records in order, up to the in-flight window. Called with the lock held. */
+typedef struct pick {
+    sseg *g;
+    size_t idx;
+    uint64_t off;
+    uint32_t klen, vlen;
+} pick;
+
+#define PICK_BATCH 256
+
+/* Produces unsent records in order, up to the in-flight window. Called with the lock held;
+ * records are picked (marked in flight) under the lock, then read and handed to librdkafka
+ * without it, so the loop thread's appends never wait on this. Only this thread frees
+ * segments, so the picked segments stay valid. */
 static void produce_some(al_spool *s)
 {
-    for (sseg *g = s->head; g && s->inflight < SPOOL_MAX_INFLIGHT; g = g->next) {
-        while (g->scan < g->n && s->inflight < SPOOL_MAX_INFLIGHT) {
-            srec *rec = &g->recs[g->scan];
-            if (rec->state != REC_UNSENT) {
+    pick *batch = malloc(PICK_BATCH * sizeof *batch);
+    if (!batch) return;
+    for (;;) {
+        size_t nb = 0;
+        for (sseg *g = s->head; g && nb < PICK_BATCH; g = g->next) {
+            while (g->scan < g->n && nb < PICK_BATCH && s->inflight + nb < SPOOL_MAX_INFLIGHT) {
+                srec *rec = &g->recs[g->scan];
+                if (rec->state == REC_UNSENT) {
+                    rec->state = REC_INFLIGHT;
+                    batch[nb++] = (pick){g, g->scan, rec->off, rec->klen, rec->vlen};
+                }
                 g->scan++;
-                continue;
             }
-            size_t need = (size_t)rec->klen + rec->vlen;
+            if (g->scan < g->n) break; /* keep order: never run ahead into the next segment */
+        }
+        if (!nb) break;
+        s->inflight += nb;
+        pthread_mutex_unlock(&s->mu);
+        size_t i;
+        for (i = 0; i < nb; i++) {
+            pick *k = &batch[i];
+            size_t need = (size_t)k->klen + k->vlen;
             if (need > s->rcap) {
-                uint8_t *nb = realloc(s->rbuf, need);
-                if (!nb) return;
-                s->rbuf = nb;
+                uint8_t *nbuf = realloc(s->rbuf, need);
+                if (!nbuf) break;
+                s->rbuf = nbuf;
                 s->rcap = need;
             }
-            if (pread(g->fd, s->rbuf, need, (off_t)(rec->off + SPOOL_REC_HDR)) != (ssize_t)need) {
-                al_log_error("proxy", "spool: cannot read segment %016" PRIx64 ": %s", g->id,
+            if (pread(k->g->fd, s->rbuf, need, (off_t)(k->off + SPOOL_REC_HDR)) != (ssize_t)need) {
+                al_log_error("proxy", "spool: cannot read segment %016" PRIx64 ": %s", k->g->id,
                              strerror(errno));
-                s->backoff_until_mono = al_mono_us() + 1000000;
-                return;
+                break;
             }
             sref *r = malloc(sizeof *r);
-            if (!r) return;
-            *r = (sref){s, g, g->scan};
-            rd_kafka_resp_err_t err = al_producer_send(s->p, s->topic, s->rbuf, rec->klen,
-                                                       s->rbuf + rec->klen, rec->vlen, NULL, r);
+            if (!r) break;
+            *r = (sref){s, k->g, k->idx};
+            rd_kafka_resp_err_t err = al_producer_send(s->p, s->topic, s->rbuf, k->klen,
+                                                       s->rbuf + k->klen, k->vlen, NULL, r);
             if (err) {
                 free(r);
                 /* a full local queue is back-pressure; anything else is retried later too,
@@ -288,15 +320,22 @@ static void produce_some(al_spool *s)
                     s->last_warn_mono = al_mono_us();
                     al_log_warn("proxy", "spool: cannot queue span: %s", rd_kafka_err2str(err));
                 }
-                s->backoff_until_mono = al_mono_us() + 50000;
-                return;
+                break;
             }
-            rec->state = REC_INFLIGHT;
-            s->inflight++;
-            g->scan++;
         }
-        if (g->scan < g->n) return; /* keep order: never run ahead into the next segment */
+        pthread_mutex_lock(&s->mu);
+        if (i < nb) { /* the rest goes again later, from the first one not queued */
+            for (size_t k = i; k < nb; k++) {
+                batch[k].g->recs[batch[k].idx].state = REC_UNSENT;
+                if (batch[k].idx < batch[k].g->scan) batch[k].g->scan = batch[k].idx;
+            }
+            s->inflight -= nb - i;
+            s->backoff_until_mono = al_mono_us() + 50000;
+            break;
+        }
+        if (nb < PICK_BATCH) break;
     }
+    free(batch);
 }
 
 static void *publisher_main(void *arg)
@@ -535,7 +574,9 @@ long al_spool_close(al_spool *s, int timeout_ms)
     al_producer_free(s->p);
     long left = (long)s->unacked;
     while (s->head && s->head->acked == s->head->n) seg_drop_head(s);
+    pthread_mutex_lock(&s->mu);
     do_fsync(s);
+    pthread_mutex_unlock(&s->mu);
     if (left)
         al_log_warn("proxy", "spool: %ld spans not yet acknowledged stay in %s for the next start",
                     left, s->dir);
