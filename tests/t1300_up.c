@@ -1,0 +1,106 @@
+/*
+ * t1300: `arclight up --steps 2` runs the whole loop with the demo agent against a broker
+ * the test owns (--bootstrap), so that after up has exited the test can read what flowed:
+ * spans, transitions, batches and two PolicyVersions on their topics, checkpoints on disk,
+ * serve swapping in the new policy, the agent's per-version rewards, exit 0, and no child
+ * of up left running.
+ */
+#include "t1349_up_common.h"
+#include "testlib.h"
+
+static char workdir[256];
+
+/* Runs `arclight tail TOPIC --from-beginning` on the broker; returns its stdout. */
+static char *tail_topic(const char *bootstrap, const char *topic)
+{
+    char out[512], err[512];
+    snprintf(out, sizeof out, "%s/tail-%s.out", workdir, topic);
+    snprintf(err, sizeof err, "%s/tail-%s.err", workdir, topic);
+    char *argv[] = {(char *)up_bin(), "tail", (char *)topic, "--bootstrap", (char *)bootstrap,
+                    "--from-beginning", NULL};
+    pid_t p = up_start(argv, out, err);
+    int st = up_wait(p, 60);
+    CHECKF(st == 0, "tail %s: status %d", topic, st);
+    return up_slurp(out);
+}
+
+TEST(up_steps_2_end_to_end)
+{
+    snprintf(workdir, sizeof workdir, "/tmp/arclight-t1300.XXXXXX");
+    REQUIRE(mkdtemp(workdir));
+    char bout[512], berr[512], out[512], err[512], wd[512], ckpt[600];
+    snprintf(bout, sizeof bout, "%s/broker.out", workdir);
+    snprintf(berr, sizeof berr, "%s/broker.err", workdir);
+    snprintf(out, sizeof out, "%s/up.out", workdir);
+    snprintf(err, sizeof err, "%s/up.err", workdir);
+    snprintf(wd, sizeof wd, "%s/work", workdir);
+
+    char *bargv[] = {(char *)up_bin(), "broker", "--listen", "127.0.0.1:0", NULL};
+    pid_t broker = up_start(bargv, bout, berr);
+    REQUIRE(up_wait_for_text(bout, "\n", 60, broker));
+    char *bs = up_slurp(bout);
+    bs[strcspn(bs, "\n")] = '\0';
+    char bootstrap[128];
+    snprintf(bootstrap, sizeof bootstrap, "%s", bs);
+    free(bs);
+
+    double t0 = testlib_now();
+    char *argv[] = {(char *)up_bin(), "up", "--workdir", wd, "--bootstrap", bootstrap,
+                    "--listen-serve", "127.0.0.1:0", "--listen-proxy", "127.0.0.1:0",
+                    "--steps", "2", "--group-size", "4", "--step-groups", "2",
+                    "--max-tokens", "8", "--stop-timeout", "15", NULL};
+    pid_t up = up_start(argv, out, err);
+    int st = up_wait(up, 150);
+    char *o = up_slurp(out), *e = up_slurp(err);
+    CHECKF(st == 0, "up ended with wait status %d after %.1f s\n--- stdout\n%s\n--- stderr\n%s", st,
+           testlib_now() - t0, o, e);
+    fprintf(stderr, "up --steps 2 took %.1f s\n", testlib_now() - t0);
+
+    /* What a user sees: where everything is, the versions, the agent's rewards. */
+    CHECK(strstr(o, "up    | broker     ") && strstr(o, "up    | proxy      http://127.0.0.1:"));
+    CHECKF(strstr(e, "up: policy version 2 published: done"), "%s", e);
+    CHECKF(strstr(e, "train | ") && strstr(e, " v2 (batch step"), "no train line for v2:\n%s", e);
+    CHECKF(strstr(e, "serve | ") && strstr(e, "now serving policy version 1"),
+           "serve did not swap in version 1:\n%s", e);
+    CHECKF(strstr(o, "agent | demo-agent: policy v0: mean reward"), "%s", o);
+    CHECK(strstr(e, "all stopped; exit 0"));
+
+    /* No child left: every pid up started is gone. */
+    const char *names[] = {"serve", "proxy", "credit", "batch", "train", "agent"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        pid_t p = up_child_pid(e, names[i]);
+        CHECKF(p > 0, "no pid reported for %s", names[i]);
+        CHECKF(up_pid_gone(p), "%s (pid %d) still runs after up exited", names[i], (int)p);
+    }
+    CHECK(up_child_pid(e, "broker") == 0); /* --bootstrap: no embedded broker */
+
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt/step-2/model.safetensors", wd);
+    CHECKF(access(ckpt, F_OK) == 0, "%s missing", ckpt);
+
+    /* What flowed through the topics. */
+    char *spans = tail_topic(bootstrap, "arclight.spans");
+    char *trans = tail_topic(bootstrap, "arclight.transitions");
+    char *batches = tail_topic(bootstrap, "arclight.batches");
+    char *policy = tail_topic(bootstrap, "arclight.policy");
+    int nspans = up_count_lines(spans, "\"topic\":\"arclight.spans\"");
+    int ntrans = up_count_lines(trans, "\"topic\":\"arclight.transitions\"");
+    int nbatch = up_count_lines(batches, "\"topic\":\"arclight.batches\"");
+    /* Two rounds of 2 tasks x 4 rollouts at least, each a call, a reward and an end. */
+    CHECKF(nspans >= 2 * 8 * 3, "%d spans", nspans);
+    CHECKF(up_count_lines(spans, "\"_type\":\"Reward\"") >= 16, "rewards missing:\n%.3000s", spans);
+    CHECKF(up_count_lines(spans, "\"_type\":\"RolloutEnd\"") >= 16, "ends missing:\n%.3000s", spans);
+    CHECKF(ntrans >= 10, "%d transitions", ntrans); /* steps close at 5 sequences */
+    CHECKF(nbatch >= 2, "%d batch chunks", nbatch);
+    CHECKF(up_count_lines(policy, "\"version\":1,") == 1 && up_count_lines(policy, "\"version\":2,") == 1,
+           "policy versions:\n%s", policy);
+    CHECKF(up_count_lines(policy, "\"checkpoint_uri\":\"file://") == 2, "%s", policy);
+    fprintf(stderr, "flowed: %d spans, %d transitions, %d batch chunks\n", nspans, ntrans, nbatch);
+    free(spans), free(trans), free(batches), free(policy);
+    free(o), free(e);
+
+    kill(broker, SIGTERM);
+    up_wait(broker, 30);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
+    if (!testlib_cur_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", workdir);
+}
