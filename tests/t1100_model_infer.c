@@ -4,7 +4,9 @@
  * cache carry logprobs equal to what the trainer's packed forward gives for the whole
  * sequence (the importance-sampling contract); seeded sampling is deterministic; greedy,
  * top-k and top-p keep exactly the candidates they promise; the sampled frequencies follow
- * softmax(logits / T).
+ * softmax(logits / T). The batched forward (several sequences, each a prompt chunk or one
+ * decode token, in one pass) gives the logits al_model_forward gives for each whole sequence,
+ * for Qwen2 and Qwen3 shapes.
  */
 #include "testlib.h"
 
@@ -12,14 +14,15 @@
 #include "model/logprob.h"
 #include "model/model.h"
 
-static al_model *tiny_model(void)
+static al_model *tiny_model_arch(al_model_arch arch)
 {
     al_model_config c = {0};
     char err[256];
-    al_model_config_set_arch(&c, AL_MODEL_ARCH_QWEN2);
+    al_model_config_set_arch(&c, arch);
     c.vocab_size = 96, c.hidden_size = 32, c.intermediate_size = 48, c.num_layers = 2;
-    c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 8, c.rms_norm_eps = 1e-6, c.rope_theta = 1e4;
-    c.tie_word_embeddings = 1, c.max_position_embeddings = 256,
+    c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = arch == AL_MODEL_ARCH_QWEN3 ? 10 : 8;
+    c.rms_norm_eps = 1e-6, c.rope_theta = 1e4;
+    c.tie_word_embeddings = arch == AL_MODEL_ARCH_QWEN2, c.max_position_embeddings = 256,
     c.bos_token_id = c.eos_token_id = -1;
     al_model *m = al_model_new(&c, err, sizeof err);
     if (!m) return NULL;
@@ -32,6 +35,11 @@ static al_model *tiny_model(void)
             al_model_params(m)[t->offset + j] *= 8.0f;
     }
     return m;
+}
+
+static al_model *tiny_model(void)
+{
+    return tiny_model_arch(AL_MODEL_ARCH_QWEN2);
 }
 
 TEST(raw_logprobs_equal_logprob_forward)
@@ -74,8 +82,9 @@ TEST(kv_decode_logprobs_equal_trainer)
     REQUIRE(m);
     int V = al_model_config_of(m)->vocab_size;
     char err[256];
-    al_model_kv *kv = al_model_kv_new(m, 128, err, sizeof err);
-    REQUIRE(kv);
+    al_infer_kv *kv = al_infer_kv_new(al_model_config_of(m), 128, err, sizeof err);
+    al_infer_scratch *sc = al_infer_scratch_new();
+    REQUIRE(kv && sc);
     al_infer_sampler s;
     REQUIRE(al_infer_sampler_init(&s, V) == 0);
     al_infer_rng rng;
@@ -87,12 +96,16 @@ TEST(kv_decode_logprobs_equal_trainer)
         seq[i] = (int32_t)(i * 7 % V);
     float *logits = malloc(sizeof(float) * V);
     double served[G];
-    REQUIRE(al_model_kv_forward(m, kv, seq, P, logits, 1) == 0);
+    const int32_t *in[1] = {seq};
+    int nin[1] = {P};
+    REQUIRE(al_infer_forward(m, sc, &kv, in, nin, 1, logits, err, sizeof err) == 0);
     for (int g = 0; g < G; g++) {
         int32_t id = al_infer_sample(&s, logits, &sp, &rng);
         served[g] = al_infer_logprob(logits, al_infer_logsumexp(logits, V), id);
         seq[P + g] = id;
-        if (g + 1 < G) REQUIRE(al_model_kv_forward(m, kv, &id, 1, logits, 1) == 0);
+        in[0] = &seq[P + g], nin[0] = 1;
+        if (g + 1 < G)
+            REQUIRE(al_infer_forward(m, sc, &kv, in, nin, 1, logits, err, sizeof err) == 0);
     }
     /* the trainer: one packed forward over the whole sequence, logprob of each next token */
     int T = P + G;
@@ -114,7 +127,8 @@ TEST(kv_decode_logprobs_equal_trainer)
     free(all);
     free(logits);
     al_infer_sampler_free(&s);
-    al_model_kv_free(kv);
+    al_infer_kv_free(kv);
+    al_infer_scratch_free(sc);
     al_model_free(m);
 }
 
@@ -215,4 +229,82 @@ TEST(sampled_frequencies_follow_the_softmax)
     /* 5 degrees of freedom: P(chi2 > 20.5) = 0.001 */
     CHECKF(chi2 < 20.5, "chi-square %g: the draws do not follow softmax(logits/T)", chi2);
     al_infer_sampler_free(&s);
+}
+
+/* Three sequences advanced together: a prompt chunk for one while the others decode, for
+ * several steps; each sequence's logits equal the packed forward of that sequence alone. */
+static void batched_equals_whole(al_model_arch arch)
+{
+    al_model *m = tiny_model_arch(arch);
+    REQUIRE(m);
+    const al_model_config *c = al_model_config_of(m);
+    int V = c->vocab_size;
+    char err[256];
+    enum { NS = 3, MAXT = 60 };
+    int32_t seq[NS][MAXT];
+    for (int i = 0; i < NS; i++)
+        for (int t = 0; t < MAXT; t++)
+            seq[i][t] = (int32_t)((t * 13 + i * 29 + t * t) % V);
+    /* per step, how many new tokens each sequence takes (0: idle this step) */
+    static const int plan[][NS] = {{7, 0, 1}, {1, 12, 1}, {1, 1, 9},
+                                   {1, 1, 1}, {5, 1, 1},  {1, 3, 1}};
+    int nsteps = (int)(sizeof plan / sizeof plan[0]);
+    al_infer_kv *kv[NS];
+    for (int i = 0; i < NS; i++)
+        REQUIRE((kv[i] = al_infer_kv_new(c, MAXT, err, sizeof err)));
+    al_infer_scratch *sc = al_infer_scratch_new();
+    float *got = malloc(sizeof(float) * NS * V), *want = malloc(sizeof(float) * MAXT * V);
+    int32_t pos[MAXT], cu[2];
+    double worst = 0;
+    for (int st = 0; st < nsteps; st++) {
+        al_infer_kv *k[NS];
+        const int32_t *tk[NS];
+        int nt[NS], who[NS], n = 0;
+        for (int i = 0; i < NS; i++)
+            if (plan[st][i]) {
+                k[n] = kv[i], tk[n] = seq[i] + kv[i]->len, nt[n] = plan[st][i], who[n] = i;
+                n++;
+            }
+        REQUIRE(al_infer_forward(m, sc, k, tk, nt, n, got, err, sizeof err) == 0);
+        for (int b = 0; b < n; b++) {
+            int i = who[b], L = kv[i]->len;
+            for (int t = 0; t < L; t++)
+                pos[t] = t;
+            cu[0] = 0, cu[1] = L;
+            REQUIRE(al_model_forward(m, seq[i], pos, cu, 1, L, want) == 0);
+            const float *w = want + (size_t)(L - 1) * V;
+            double e = 0, sc2 = 1e-6;
+            for (int j = 0; j < V; j++) {
+                e = fmax(e, fabs((double)got[(size_t)b * V + j] - w[j]));
+                sc2 = fmax(sc2, fabs(w[j]));
+            }
+            worst = fmax(worst, e / sc2);
+        }
+    }
+    printf("  %s: max relative logit difference, batched vs whole: %.2e\n",
+           arch == AL_MODEL_ARCH_QWEN3 ? "qwen3" : "qwen2", worst);
+    CHECKF(worst < 1e-4, "batched forward differs by %g", worst);
+    /* a step past a cache's end fails and changes nothing */
+    const int32_t *tk0[1] = {seq[0]};
+    int big[1] = {MAXT};
+    al_infer_kv *k0[1] = {kv[0]};
+    int before = kv[0]->len;
+    CHECK(al_infer_forward(m, sc, k0, tk0, big, 1, got, err, sizeof err) == -1 &&
+          strstr(err, "do not fit"));
+    CHECK_EQ_INT(kv[0]->len, before);
+    for (int i = 0; i < NS; i++)
+        al_infer_kv_free(kv[i]);
+    al_infer_scratch_free(sc);
+    free(got), free(want);
+    al_model_free(m);
+}
+
+TEST(batched_forward_equals_whole_sequences_qwen2)
+{
+    batched_equals_whole(AL_MODEL_ARCH_QWEN2);
+}
+
+TEST(batched_forward_equals_whole_sequences_qwen3)
+{
+    batched_equals_whole(AL_MODEL_ARCH_QWEN3);
 }

@@ -1,7 +1,12 @@
 /*
- * infer.h: the sampling half of inference, for the serve stage. The model half (prefill and
- * incremental decode with a KV cache) is al_model_kv_* in model.h; this file turns the
- * logits it writes into tokens and log-probabilities, the way vLLM reports them.
+ * infer.h: the inference path of the model library, for the serve stage.
+ *
+ * Batched forward with KV caches (al_infer_kv, al_infer_forward): several sequences advance
+ * together in one pass, each by its own number of tokens (a prompt chunk being prefilled,
+ * or one token being decoded), so that every Linear layer is one matrix product over all
+ * their rows (what makes 16 sequences cost far less than 16 passes). Attention stays per
+ * sequence, against its own cache. Results equal al_model_forward on each whole sequence up
+ * to float rounding (test 1100). al_model_kv_* in model.h is the one-sequence form.
  *
  *   - Log-probabilities are "raw": log softmax of the model's logits at temperature 1,
  *     before temperature, top-k or top-p (vLLM V1's default logprobs mode). They are
@@ -18,6 +23,9 @@
  */
 #ifndef ARCLIGHT_MODEL_INFER_H
 #define ARCLIGHT_MODEL_INFER_H
+
+#include "model/config.h"
+#include "model/model.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -66,6 +74,34 @@ static inline double al_infer_logprob(const float *logits, double lse, int32_t t
 {
     return (double)logits[token] - lse;
 }
+
+/* ---- KV caches and the batched forward ---- */
+
+/* Keys and values of one sequence: (L, max_tokens, NKV*HD) each. */
+typedef struct al_infer_kv {
+    int L, max, len, kvw;
+    float *k, *v;
+} al_infer_kv;
+
+/* A cache for up to max_tokens tokens of a model of config c. NULL with errstr. */
+al_infer_kv *al_infer_kv_new(const al_model_config *c, int max_tokens, char *errstr, size_t errlen);
+void al_infer_kv_free(al_infer_kv *kv);
+/* Bytes a cache of max_tokens takes. */
+size_t al_infer_kv_bytes(const al_model_config *c, int max_tokens);
+
+/* Scratch of the batched forward (grows to the most rows seen). One per thread. */
+typedef struct al_infer_scratch al_infer_scratch;
+al_infer_scratch *al_infer_scratch_new(void);
+void al_infer_scratch_free(al_infer_scratch *s);
+
+/* Advances n sequences of model m: sequence i appends ntok[i] >= 1 tokens (tokens[i]) to
+ * kvs[i] and gets the logits of its last new token in row i of logits (n, V). m is only
+ * read (any number of threads may run it with their own scratch and caches). Returns 0, or
+ * -1 with errstr (a cache would overflow, a token outside the vocabulary, out of memory);
+ * on failure no cache has changed length. */
+int al_infer_forward(const al_model *m, al_infer_scratch *s, al_infer_kv *const *kvs,
+                     const int32_t *const *tokens, const int *ntok, int n, float *logits,
+                     char *errstr, size_t errlen);
 
 /* The k most likely tokens (k <= V), most likely first (ties: lower id first): ids (k)
  * and their raw logprobs (k). Returns k, or -1 when k is out of range. */

@@ -26,9 +26,16 @@ struct al_serve_engine {
     /* engine thread only */
     al_serve_req **running; /* requests with unfinished sequences */
     int nrun_req, cap_run_req;
-    float *logits;
+    float *logits; /* (cap_batch, V) */
     int V;
     al_infer_sampler sampler;
+    al_infer_scratch *scratch;
+    int cap_batch;
+    al_infer_kv **b_kv;
+    const int32_t **b_tok;
+    int *b_n;
+    al_serve_seq **b_seq;
+    al_serve_req **b_req;
 };
 
 al_serve_weights *al_serve_weights_new(al_model *m, int64_t version)
@@ -95,7 +102,7 @@ static void seq_free(al_serve_seq *s)
     free(s->top_logps);
     free(s->text);
     free(s->stop_reason);
-    al_model_kv_free(s->kv);
+    al_infer_kv_free(s->kv);
     al_tokenizer_stream_free(&s->ts);
 }
 
@@ -186,9 +193,10 @@ static void check_stops(al_serve_req *r, al_serve_seq *s, size_t prev)
     s->safe_len = s->text_len - hold;
 }
 
-/* Records token `id` (sampled from e->logits) in s; decides whether s is done. Under r->lock.
+/* Records token `id` (sampled from logits (V)) in s; decides whether s is done. Under r->lock.
  * -1 when out of memory. */
-static int seq_record(al_serve_engine *e, al_serve_req *r, al_serve_seq *s, int32_t id)
+static int seq_record(al_serve_engine *e, al_serve_req *r, al_serve_seq *s, const float *logits,
+                      int32_t id)
 {
     int k = s->top_logprobs > 0 ? s->top_logprobs : 0;
     if (s->n == s->cap) {
@@ -211,10 +219,10 @@ static int seq_record(al_serve_engine *e, al_serve_req *r, al_serve_seq *s, int3
     }
     s->ids[s->n] = id;
     if (s->top_logprobs >= 0) {
-        double lse = al_infer_logsumexp(e->logits, e->V);
-        s->logps[s->n] = al_infer_logprob(e->logits, lse, id);
+        double lse = al_infer_logsumexp(logits, e->V);
+        s->logps[s->n] = al_infer_logprob(logits, lse, id);
         if (k)
-            al_infer_top_logprobs(e->logits, e->V, lse, k, s->top_ids + (size_t)s->n * k,
+            al_infer_top_logprobs(logits, e->V, lse, k, s->top_ids + (size_t)s->n * k,
                                   s->top_logps + (size_t)s->n * k);
     } else {
         s->logps[s->n] = 0;
@@ -263,7 +271,7 @@ static int seq_record(al_serve_engine *e, al_serve_req *r, al_serve_seq *s, int3
  * taken here). */
 static void seq_release(al_serve_engine *e, al_serve_seq *s)
 {
-    al_model_kv_free(s->kv);
+    al_infer_kv_free(s->kv);
     s->kv = NULL;
     pthread_mutex_lock(&e->lock);
     al_serve_weights *dead = weights_unref_locked(e, s->w);
@@ -306,7 +314,8 @@ static void admit(al_serve_engine *e)
         for (int i = 0; i < r->nseq; i++) {
             al_serve_seq *s = &r->seqs[i];
             char err[256];
-            s->kv = al_model_kv_new(s->w->model, r->nprompt + r->max_tokens, err, sizeof err);
+            s->kv = al_infer_kv_new(al_model_config_of(s->w->model), r->nprompt + r->max_tokens,
+                                    err, sizeof err);
             al_infer_rng_seed(&s->rng, s->seed, (uint64_t)i);
             if (!s->kv) {
                 pthread_mutex_lock(&r->lock);
@@ -320,41 +329,113 @@ static void admit(al_serve_engine *e)
 
 /* One engine step: every running sequence advances by one token (a new one prefills its
  * prompt and samples its first token). Finished requests are notified and dropped. */
+/* Grows the engine's per-step arrays to n sequences. 0 or -1. */
+static int batch_ensure(al_serve_engine *e, int n)
+{
+    if (n <= e->cap_batch) return 0;
+    int cap = e->cap_batch ? e->cap_batch : 16;
+    while (cap < n)
+        cap *= 2;
+    float *lg = realloc(e->logits, sizeof(float) * (size_t)cap * e->V);
+    if (lg) e->logits = lg;
+    al_infer_kv **kv = realloc(e->b_kv, sizeof *kv * (size_t)cap);
+    if (kv) e->b_kv = kv;
+    const int32_t **tk = realloc(e->b_tok, sizeof *tk * (size_t)cap);
+    if (tk) e->b_tok = tk;
+    int *nt = realloc(e->b_n, sizeof *nt * (size_t)cap);
+    if (nt) e->b_n = nt;
+    al_serve_seq **sq = realloc(e->b_seq, sizeof *sq * (size_t)cap);
+    if (sq) e->b_seq = sq;
+    al_serve_req **rq = realloc(e->b_req, sizeof *rq * (size_t)cap);
+    if (rq) e->b_req = rq;
+    if (!lg || !kv || !tk || !nt || !sq || !rq) return -1;
+    e->cap_batch = cap;
+    return 0;
+}
+
+/* One engine step: every running sequence advances together in batched forwards (one per
+ * weight set in use): a decoding sequence by one token, a new one by a chunk of its prompt
+ * (its first token is sampled once the whole prompt is in). Finished requests are notified
+ * and dropped. */
 static void step(al_serve_engine *e)
 {
+    /* cancelled requests end here; the others' unfinished sequences form the batch */
+    int nact = 0;
     for (int ri = 0; ri < e->nrun_req; ri++) {
         al_serve_req *r = e->running[ri];
         pthread_mutex_lock(&r->lock);
         int cancelled = r->cancelled;
-        pthread_mutex_unlock(&r->lock);
         for (int i = 0; i < r->nseq; i++) {
             al_serve_seq *s = &r->seqs[i];
             if (s->finish || !s->kv) continue;
             if (cancelled) {
-                pthread_mutex_lock(&r->lock);
                 s->finish = AL_SERVE_FINISH_ABORT;
                 snprintf(r->error, sizeof r->error, "cancelled");
-                pthread_mutex_unlock(&r->lock);
                 continue;
             }
-            int rc;
-            if (al_model_kv_len(s->kv) == 0)
-                rc = al_model_kv_forward(s->w->model, s->kv, r->prompt, r->nprompt, e->logits, 1);
-            else
-                rc = al_model_kv_forward(s->w->model, s->kv, &s->ids[s->n - 1], 1, e->logits, 1);
+            if (batch_ensure(e, nact + 1) != 0) {
+                s->finish = AL_SERVE_FINISH_ABORT;
+                snprintf(r->error, sizeof r->error, "out of memory");
+                continue;
+            }
+            e->b_seq[nact] = s, e->b_req[nact] = r;
+            nact++;
+        }
+        pthread_mutex_unlock(&r->lock);
+    }
+    /* one batched forward per weight set (two only while a swap drains) */
+    for (int done = 0; done < nact;) {
+        al_serve_weights *w = NULL;
+        int n = 0;
+        for (int j = done; j < nact; j++) {
+            al_serve_seq *s = e->b_seq[j];
+            if (!w) w = s->w;
+            if (s->w != w) continue;
+            /* move j to position done + n (stable grouping) */
+            al_serve_seq *ts = e->b_seq[j];
+            al_serve_req *tr = e->b_req[j];
+            e->b_seq[j] = e->b_seq[done + n], e->b_req[j] = e->b_req[done + n];
+            e->b_seq[done + n] = ts, e->b_req[done + n] = tr;
+            n++;
+        }
+        for (int b = 0; b < n; b++) {
+            al_serve_seq *s = e->b_seq[done + b];
+            al_serve_req *r = e->b_req[done + b];
+            e->b_kv[b] = s->kv;
+            if (s->kv->len < r->nprompt) {
+                int left = r->nprompt - s->kv->len;
+                e->b_tok[b] = r->prompt + s->kv->len;
+                e->b_n[b] = left < AL_SERVE_PREFILL_CHUNK ? left : AL_SERVE_PREFILL_CHUNK;
+            } else {
+                e->b_tok[b] = &s->ids[s->n - 1];
+                e->b_n[b] = 1;
+            }
+        }
+        char err[256];
+        int rc = al_infer_forward(w->model, e->scratch, e->b_kv, e->b_tok, e->b_n, n, e->logits,
+                                  err, sizeof err);
+        for (int b = 0; b < n; b++) {
+            al_serve_seq *s = e->b_seq[done + b];
+            al_serve_req *r = e->b_req[done + b];
+            if (rc == 0 && s->kv->len < r->nprompt) continue; /* prompt not all in yet */
+            const float *lg = e->logits + (size_t)b * e->V;
             pthread_mutex_lock(&r->lock);
             if (rc != 0) {
-                snprintf(r->error, sizeof r->error, "%s", al_model_error(s->w->model));
+                snprintf(r->error, sizeof r->error, "%s", err);
                 s->finish = AL_SERVE_FINISH_ABORT;
             } else {
-                int32_t id = al_infer_sample(&e->sampler, e->logits, &s->sampling, &s->rng);
-                if (seq_record(e, r, s, id) != 0) {
+                int32_t id = al_infer_sample(&e->sampler, lg, &s->sampling, &s->rng);
+                if (seq_record(e, r, s, lg, id) != 0) {
                     snprintf(r->error, sizeof r->error, "out of memory");
                     s->finish = AL_SERVE_FINISH_ABORT;
                 }
             }
             pthread_mutex_unlock(&r->lock);
         }
+        done += n;
+    }
+    for (int ri = 0; ri < e->nrun_req; ri++) {
+        al_serve_req *r = e->running[ri];
         /* release finished sequences; notify once per request and step */
         int all_done = 1;
         for (int i = 0; i < r->nseq; i++) {
@@ -364,7 +445,7 @@ static void step(al_serve_engine *e)
         }
         pthread_mutex_lock(&r->lock);
         if (all_done) r->done_seqs = r->nseq;
-        if (!cancelled) notify(r);
+        if (!r->cancelled) notify(r);
         pthread_mutex_unlock(&r->lock);
         if (all_done) {
             e->running[ri] = e->running[--e->nrun_req];
@@ -412,6 +493,18 @@ static void *engine_main(void *arg)
     return NULL;
 }
 
+static void engine_free_batch(al_serve_engine *e)
+{
+    free(e->logits);
+    free(e->b_kv);
+    free(e->b_tok);
+    free(e->b_n);
+    free(e->b_seq);
+    free(e->b_req);
+    al_infer_scratch_free(e->scratch);
+    al_infer_sampler_free(&e->sampler);
+}
+
 al_serve_engine *al_serve_engine_start(al_serve_weights *w, const al_tokenizer *tok,
                                        const al_serve_engine_opts *o, char *errstr, size_t errlen)
 {
@@ -420,8 +513,8 @@ al_serve_engine *al_serve_engine_start(al_serve_weights *w, const al_tokenizer *
     if (!e) goto oom;
     e->o = *o, e->tok = tok, e->cur = w, e->weight_sets = 1;
     e->V = c->vocab_size;
-    e->logits = malloc(sizeof(float) * (size_t)e->V);
-    if (!e->logits || al_infer_sampler_init(&e->sampler, e->V)) goto oom;
+    e->scratch = al_infer_scratch_new();
+    if (!e->scratch || batch_ensure(e, 16) || al_infer_sampler_init(&e->sampler, e->V)) goto oom;
     /* what ends a sequence: the model's EOS, the tokenizer's, ChatML's end of turn */
     int32_t cand[4] = {(int32_t)c->eos_token_id, al_tokenizer_eos_id(tok),
                        al_tokenizer_token_to_id(tok, "<|im_end|>", 10),
@@ -445,8 +538,7 @@ oom:
     snprintf(errstr, errlen, "serve engine: out of memory");
 fail:
     if (e) {
-        free(e->logits);
-        al_infer_sampler_free(&e->sampler);
+        engine_free_batch(e);
         free(e);
     }
     weights_free(w);
@@ -463,8 +555,7 @@ void al_serve_engine_stop(al_serve_engine *e)
     pthread_join(e->thread, NULL);
     weights_free(weights_unref_locked(e, e->cur));
     free(e->running);
-    free(e->logits);
-    al_infer_sampler_free(&e->sampler);
+    engine_free_batch(e);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->wake);
     free(e);

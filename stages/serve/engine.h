@@ -3,6 +3,8 @@
  * sequence's prompt into its own KV cache, then one decode step after another over all
  * running sequences (continuous batching: sequences join and leave between steps).
  *
+ * A step is one batched forward (model/infer.h) over every running sequence.
+ *
  * Weights are refcounted sets (al_serve_weights). A sequence takes a reference to the
  * current set when it is admitted and keeps it to its end, so al_serve_engine_set_weights
  * never changes the weights under a running sequence; the old set is freed when its last
@@ -23,6 +25,10 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Prompt tokens a new sequence prefills per engine step (chunked prefill: a long prompt
+ * does not stall the sequences decoding meanwhile for more than one chunk). */
+#define AL_SERVE_PREFILL_CHUNK 256
 
 typedef struct al_serve_weights {
     al_model *model; /* owned */
@@ -62,7 +68,7 @@ typedef struct al_serve_seq {
     int32_t stop_token;     /* the stop_token_ids entry that ended it; or -1 (vLLM's
                                stop_reason is then that id; an EOS leaves both unset) */
     /* engine side */
-    al_model_kv *kv;
+    al_infer_kv *kv;
     al_serve_weights *w;
     al_tokenizer_stream ts;
     al_infer_rng rng; /* seeded from (seed, index of the sequence) at admission */
