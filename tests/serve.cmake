@@ -10,3 +10,6 @@ add_dependencies(t1102_serve_swap arclight)
 arclight_test(t1103_serve_openai_node SOURCES tests/t1103_serve_openai_node.c
   LIBS arclight_model PkgConfig::JANSSON PkgConfig::CURL TIMEOUT 120)
 add_dependencies(t1103_serve_openai_node arclight)
+arclight_test(t1104_serve_proxy SOURCES tests/t1104_serve_proxy.c
+  LIBS arclight_model arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL TIMEOUT 120)
+add_dependencies(t1104_serve_proxy arclight)
