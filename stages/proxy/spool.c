@@ -350,10 +350,32 @@ static void *publisher_main(void *arg)
         }
         /* drop fully acknowledged segments from the front; the tail too once it is done
          * and not brand new (saves re-creating a file per span under light load) */
+        sseg *dropped = NULL, **dtail = &dropped;
         while (s->head && s->head->acked == s->head->n &&
                (s->head != s->tail || s->head->sealed ||
-                (s->head->n > 0 && now - s->head->created_mono > 200000)))
-            seg_drop_head(s);
+                (s->head->n > 0 && now - s->head->created_mono > 200000))) {
+            sseg *g = s->head; /* unlinked from the list now, from the disk below */
+            s->bytes -= g->size;
+            s->head = g->next;
+            if (s->tail == g) s->tail = NULL;
+            g->next = NULL;
+            *dtail = g;
+            dtail = &g->next;
+        }
+        if (dropped) { /* unlink can take a while (freeing the pages): not under the lock */
+            pthread_mutex_unlock(&s->mu);
+            while (dropped) {
+                sseg *g = dropped;
+                dropped = g->next;
+                char path[4096];
+                seg_path(s, g->id, path, sizeof path);
+                if (unlink(path) != 0 && errno != ENOENT)
+                    al_log_warn("proxy", "spool: cannot remove %s: %s", path, strerror(errno));
+                seg_free(g);
+            }
+            pthread_mutex_lock(&s->mu);
+            now = al_mono_us();
+        }
         if (s->fsync_mode == AL_SPOOL_FSYNC_INTERVAL && s->dirty &&
             now - s->last_fsync_mono >= 1000000)
             do_fsync(s);
