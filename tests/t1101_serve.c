@@ -354,6 +354,11 @@ TEST(bad_input_gets_4xx)
                  "maximum context length is 512");
     expect_error("/v1/completions", "{\"prompt\":\"x\",\"logprobs\":50}", 400, "logprobs");
     expect_error("/v1/completions", "{}", 400, "prompt");
+    expect_error("/v1/completions", "{\"prompt\":\"x\",\"presence_penalty\":0.5}", 400,
+                 "presence_penalty");
+    expect_error("/v1/completions", "{\"prompt\":\"x\",\"logit_bias\":{\"5\":10}}", 400,
+                 "logit_bias");
+    expect_error("/v1/completions", "{\"prompt\":\"x\",\"echo\":true}", 400, "echo");
     expect_error("/v1/chat/completions", "{\"messages\":[]}", 400, "messages");
     expect_error("/v1/chat/completions", "{\"messages\":[{\"content\":\"hi\"}]}", 400, "role");
     expect_error("/v1/chat/completions",
@@ -370,6 +375,51 @@ TEST(bad_input_gets_4xx)
     CHECK_EQ_INT((int)r.code, 200);
     CHECK(r.body.p && strstr(r.body.p, "\"id\":\"tiny\""));
     sv_resp_free(&r);
+}
+
+static size_t abort_after_first(char *d, size_t sz, size_t n, void *ud)
+{
+    (void)d;
+    *(size_t *)ud += sz * n;
+    return 0; /* makes curl close the connection */
+}
+
+TEST(a_client_that_goes_away_stops_its_generation)
+{
+    REQUIRE(setup() == 0);
+    json_t *h0 = sv_get_json(g_srv.url, "/health");
+    CURL *c = curl_easy_init();
+    char url[256];
+    size_t got = 0;
+    snprintf(url, sizeof url, "%s/v1/completions", g_srv.url);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(
+        c, CURLOPT_POSTFIELDS,
+        "{\"prompt\":\"abc\",\"max_tokens\":480,\"n\":16,\"ignore_eos\":true,\"stream\":true}");
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, abort_after_first);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &got);
+    CHECK_EQ_INT(curl_easy_perform(c), CURLE_WRITE_ERROR);
+    curl_easy_cleanup(c);
+    CHECK(got > 0);
+    double t0 = testlib_now();
+    json_t *h1 = NULL;
+    while (testlib_now() - t0 < 30) {
+        json_decref(h1);
+        h1 = sv_get_json(g_srv.url, "/health");
+        if (json_integer_value(json_object_get(h1, "running")) == 0) break;
+        usleep(2000);
+    }
+    CHECK_EQ_INT(json_integer_value(json_object_get(h1, "running")), 0);
+    int64_t made = json_integer_value(json_object_get(h1, "generated_tokens")) -
+                   json_integer_value(json_object_get(h0, "generated_tokens"));
+    printf("  the client left after its first chunk: %lld of %d tokens generated\n",
+           (long long)made, 16 * 480);
+    CHECKF(made < 16 * 480, "generation went on to the end (%lld tokens)", (long long)made);
+    json_decref(h0), json_decref(h1);
+    /* the server still answers */
+    int32_t *ids;
+    CHECK_EQ_INT(gen_ids(g_srv.url, 1, 4, &ids), 4);
+    free(ids);
 }
 
 TEST(sequence_limit_gives_429_with_retry_after)

@@ -302,6 +302,28 @@ static int parse_sampling(serve_ctx *sc, json_t *body, parsed *p, int chat, char
                                                                    : "top_k";
         return -1;
     }
+    /* What would change the sampling distribution without showing in the logprobs is
+     * refused rather than ignored: the trainer's importance ratios rely on the sampler
+     * being exactly softmax(logits / T) restricted by top_k / top_p. */
+    static const char *const neutral0[] = {"presence_penalty", "frequency_penalty", "min_p",
+                                           "min_tokens", NULL};
+    for (int i = 0; neutral0[i]; i++)
+        if ((r = get_num(body, neutral0[i], &dv)) != 0 && (r < 0 || dv != 0))
+            BAD(neutral0[i], "%s is not supported by this server (only 0)", neutral0[i]);
+    if ((r = get_num(body, "repetition_penalty", &dv)) != 0 && (r < 0 || dv != 1))
+        BAD("repetition_penalty", "repetition_penalty is not supported by this server (only 1)");
+    json_t *lb = json_object_get(body, "logit_bias");
+    if (lb && !json_is_null(lb) && !(json_is_object(lb) && json_object_size(lb) == 0))
+        BAD("logit_bias", "logit_bias is not supported by this server");
+    if ((r = get_int(body, "best_of", &iv)) != 0 && (r < 0 || iv != 1))
+        BAD("best_of", "best_of is not supported by this server (only 1)");
+    int echo = 0;
+    if (get_bool(body, "echo", &echo) < 0 || echo)
+        BAD("echo", "echo is not supported by this server");
+    json_t *rf = json_object_get(body, "response_format");
+    if (rf && !json_is_null(rf) &&
+        strcmp(json_string_value(json_object_get(rf, "type")) ?: "", "text") != 0)
+        BAD("response_format", "response_format other than {\"type\": \"text\"} is not supported");
     if ((r = get_int(body, "n", &iv)) < 0) BAD("n", "n must be an integer");
     if (r && (iv < 1 || iv > MAX_N))
         BAD("n", "n must be between 1 and %d, got %" PRId64, MAX_N, iv);
