@@ -242,6 +242,8 @@ static int send_step(batch_worker *w, al_batch_step *st)
         return -1;
     }
     f->step = st;
+    al_log_debug(COMP, "%s step %" PRId64 " built: %zu chunk%s, %" PRId64 " tokens; sending", st->model,
+                 st->step, st->n_chunks, st->n_chunks == 1 ? "" : "s", st->n_tokens);
     flight **tail = &w->flights;
     while (*tail) tail = &(*tail)->next;
     *tail = f;
@@ -849,6 +851,15 @@ int cmd_batch(int argc, char **argv)
         goto out;
     }
     al_producer_set_delivery_cb(w.prod, on_delivery, &w);
+    {
+        /* Learn the output topic's leaders now, so that the first step is not held up by a
+         * metadata round trip (and an unreachable cluster shows here, not at the first step). */
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(al_producer_handle(w.prod), o.output_topic, NULL);
+        const struct rd_kafka_metadata *md = NULL;
+        if (rkt && rd_kafka_metadata(al_producer_handle(w.prod), 0, rkt, &md, 10000) == 0)
+            rd_kafka_metadata_destroy(md);
+        if (rkt) rd_kafka_topic_destroy(rkt);
+    }
     if (!(w.cons = al_consumer_new(kc, o.group, w.prod, err, sizeof err))) {
         al_log_error(COMP, "%s", err);
         goto out;
