@@ -485,7 +485,12 @@ static int recover_from_output(const al_kafka_conf *kc, const batch_opts *o, bat
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
         if (!m) continue;
         if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-            if (m->offset >= high[m->partition]) active--;
+            /* each partition once; high[] < 0 marks it done */
+            if (m->partition >= 0 && m->partition < nparts && high[m->partition] >= 0 &&
+                m->offset >= high[m->partition]) {
+                high[m->partition] = -1;
+                active--;
+            }
             rd_kafka_message_destroy(m);
             continue;
         }
@@ -494,7 +499,6 @@ static int recover_from_output(const al_kafka_conf *kc, const batch_opts *o, bat
             rd_kafka_message_destroy(m);
             goto out;
         }
-        int done_part = m->offset + 1 >= high[m->partition];
         char e[256];
         if (al_batch_chunk_decode(m->payload, m->len, &ch, e, sizeof e) == 0) {
             chunks_read++;
@@ -538,9 +542,6 @@ static int recover_from_output(const al_kafka_conf *kc, const batch_opts *o, bat
                         o->output_topic, (int)m->partition, m->offset, e);
         }
         rd_kafka_message_destroy(m);
-        if (done_part) {
-            /* the EOF event follows; counting it there */
-        }
     }
     for (size_t i = 0; i < n_models; i++) {
         recover_model *r = &models[i];
