@@ -326,6 +326,25 @@ static void handle(struct evhttp_request *r, void *arg)
         json_decref(req);
         return;
     }
+    if (!strcmp(q.model, "big-stream")) { /* 1500 chunks of 2000 characters, at once */
+        json_decref(req);
+        json_decref(q.prompt_ids);
+        struct evkeyvalq *bh = evhttp_request_get_output_headers(r);
+        evhttp_add_header(bh, "Content-Type", "text/event-stream; charset=utf-8");
+        evhttp_send_reply_start(r, 200, "OK");
+        static char big[2001];
+        memset(big, 'x', 2000);
+        struct evbuffer *b = evbuffer_new();
+        for (int i = 0; i < 1500; i++)
+            evbuffer_add_printf(b, "data: {\"id\":\"big\",\"object\":\"chat.completion.chunk\","
+                                   "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%s\"},"
+                                   "\"logprobs\":null,\"finish_reason\":null}]}\n\n", big);
+        evbuffer_add_printf(b, "data: [DONE]\n\n");
+        evhttp_send_reply_chunk(r, b);
+        evbuffer_free(b);
+        evhttp_send_reply_end(r);
+        return;
+    }
     fu_stream *s = calloc(1, sizeof *s);
     s->r = r;
     s->q = q;

@@ -147,6 +147,19 @@ TEST(streaming_bytes_equal_direct_and_chunked)
            "completions stream differs:\nproxy:\n%s\ndirect:\n%s", a.body, d.body);
     px_resp_free(&a);
     px_resp_free(&d);
+    /* a slow agent: 3 MB of stream read at 4 MB/s; the proxy pauses the upstream instead of
+     * buffering it all, and the agent still gets every byte */
+    const char *big = "{\"model\":\"big-stream\",\"stream\":true,\"messages\":[{\"role\":\"user\","
+                      "\"content\":\"b\"}]}";
+    px_recv_limit = 4 << 20;
+    REQUIRE(px_post(&P, "/r/task-a/roll-big2/v1/chat/completions", big, &a) == 0);
+    px_recv_limit = 0;
+    REQUIRE(direct("/v1/chat/completions", big, &d) == 0);
+    CHECK_EQ_INT(a.status, 200);
+    CHECKF(a.len == d.len && a.len > 3000000 && memcmp(a.body, d.body, a.len) == 0,
+           "big stream differs: %zu vs %zu bytes", a.len, d.len);
+    px_resp_free(&a);
+    px_resp_free(&d);
     /* chunks pass through as they arrive: 100 ms between upstream chunks, the first byte
      * reaches the agent long before the end */
     const char *slow = "{\"model\":\"slow-stream\",\"stream\":true,\"messages\":[{\"role\":\"user\","
@@ -346,8 +359,8 @@ TEST(spans_field_by_field)
     /* calls on roll-1: 3 chat + 2 completions + 1 chat (capture check) = sequences 0..5,
      * then rewards 6, 7, 8 and the end 9 */
     /* every span so far: roll-1 10, roll-2 5, roll-s, roll-h, untracked, roll-c 24, roll-e,
-     * roll-big */
-    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", NULL, 44, 30000, &MSGS) == 0);
+     * roll-big, roll-big2 */
+    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", NULL, 45, 30000, &MSGS) == 0);
     al_span s[64];
     size_t n = px_spans_of(&MSGS, "roll-1", s, 64);
     CHECK_EQ_INT(n, 10);

@@ -126,6 +126,9 @@ static size_t px_collect(char *d, size_t s, size_t n, void *ud)
     return s * n;
 }
 
+/* When nonzero, px_http reads answers at most this many bytes per second (a slow agent). */
+static long px_recv_limit;
+
 typedef struct px_sink {
     char *p;
     size_t n;
@@ -154,6 +157,7 @@ static int px_http(const char *method, const char *url, const char *const *heade
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, px_collect);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, &hd);
     curl_easy_setopt(e, CURLOPT_TIMEOUT, 30L);
+    if (px_recv_limit) curl_easy_setopt(e, CURLOPT_MAX_RECV_SPEED_LARGE, (curl_off_t)px_recv_limit);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     CURLcode rc = curl_easy_perform(e);
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &r->status);

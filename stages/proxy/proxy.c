@@ -108,6 +108,7 @@ typedef struct status_series {
 
 typedef struct call call;
 typedef struct conn conn;
+static int call_resume(call *k);
 
 typedef struct proxy {
     pconf cfg;
@@ -348,6 +349,7 @@ static void conn_timeouts(conn *c, int reading)
 static void conn_write_cb(struct bufferevent *bev, void *arg)
 {
     conn *c = arg;
+    if (c->state == C_STREAM && c->call && call_resume(c->call)) return;
     if (c->state != C_WRITING) return;
     if (!c->keep_alive) {
         conn_free(c);
@@ -798,6 +800,7 @@ struct call {
     int64_t start_us, first_byte_us, first_token_us, end_us;
     int64_t t0_mono, sent_mono, done_mono, pre_us;
     int headers_sent;
+    int paused; /* the agent reads slower than the upstream writes */
     ivec prompt, resp_ids;
     fvec lps;
     char *finish;
@@ -850,6 +853,17 @@ static void call_free(call *k)
 static void call_detach(call *k)
 {
     k->c = NULL;
+    call_resume(k);
+}
+
+/* Resumes a paused stream once the agent has taken what was waiting. Returns 1 when the
+ * transfer was paused (the caller's connection may have changed state meanwhile). */
+static int call_resume(call *k)
+{
+    if (!k->paused || !k->easy) return 0;
+    k->paused = 0;
+    curl_easy_pause(k->easy, CURLPAUSE_CONT);
+    return 1;
 }
 
 static void capture_ids(json_t *arr, ivec *out)
@@ -1058,6 +1072,16 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud)
 {
     call *k = ud;
     size_t n = size * nmemb;
+    /* back-pressure: with 1 MiB of a stream waiting for the agent, pause the upstream
+     * transfer (curl hands the same bytes again on resume, from conn_write_cb) */
+    if (k->headers_sent && k->c &&
+        evbuffer_get_length(bufferevent_get_output(k->c->bev)) > (1u << 20)) {
+        if (!k->paused)
+            al_log_debug(COMP, "rollout %s: the agent reads slower than the upstream writes; "
+                         "upstream paused", k->id.rollout);
+        k->paused = 1;
+        return CURL_WRITEFUNC_PAUSE;
+    }
     if (!k->first_byte_us) k->first_byte_us = al_now_us();
     if (k->status == 0) curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &k->status);
     if (al_buf_append(&k->body, ptr, n)) return 0;
