@@ -27,6 +27,8 @@ struct al_serve_policy {
     char *topic, *model;
     al_model_config cfg;
     al_serve_engine *eng;
+    atomic_int failed;
+    char reason[512]; /* written once, before failed is set */
 };
 
 typedef struct grow {
@@ -170,6 +172,8 @@ static void *policy_main(void *arg)
         int r = al_consumer_poll(p->consumer, 200, &m, err, sizeof err);
         if (r < 0) {
             al_log_error(COMP, "policy follower stopped: %s", err);
+            snprintf(p->reason, sizeof p->reason, "not following %.100s: %.380s", p->topic, err);
+            atomic_store(&p->failed, 1);
             return NULL;
         }
         if (r == 0) continue;
@@ -227,4 +231,11 @@ void al_serve_policy_stop(al_serve_policy *p)
     free(p->topic);
     free(p->model);
     free(p);
+}
+
+int al_serve_policy_failed(al_serve_policy *p, char *reason, size_t reasonlen)
+{
+    if (!p || !atomic_load(&p->failed)) return 0;
+    snprintf(reason, reasonlen, "%s", p->reason);
+    return 1;
 }

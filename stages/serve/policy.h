@@ -24,6 +24,9 @@ al_serve_policy *al_serve_policy_start(const al_cli_common *common, const char *
                                        const char *model, const al_model_config *cfg,
                                        al_serve_engine *eng, char *errstr, size_t errlen);
 void al_serve_policy_stop(al_serve_policy *p);
+/* 0 while the follower runs; 1 once it has stopped on an error (the reason in reason, for
+ * /health: the server keeps serving the weights it has but no longer follows). */
+int al_serve_policy_failed(al_serve_policy *p, char *reason, size_t reasonlen);
 
 /* Fetches the safetensors bytes a checkpoint URI points at (see above) into *out (malloc'd,
  * caller frees) and checks them against sha256_hex (64 lowercase hex; NULL or "": no check).

@@ -78,6 +78,7 @@ struct serve_ctx {
     int max_model_len;
     http_call *calls;
     al_metrics *metrics;
+    struct al_serve_policy *policy; /* NULL when not following */
     al_counter *req_ok, *req_4xx, *req_429, *req_5xx, *gen_tokens, *prompt_tokens;
     al_gauge *g_running, *g_version, *g_kv;
 };
@@ -177,6 +178,7 @@ static void send_json(serve_ctx *sc, struct evhttp_request *req, int code, json_
                          : code == 429 ? "Too Many Requests"
                          : code == 405 ? "Method Not Allowed"
                          : code == 413 ? "Payload Too Large"
+                         : code == 503 ? "Service Unavailable"
                                        : "Error";
     evhttp_send_reply(req, code, reason, b);
     evbuffer_free(b);
@@ -710,6 +712,12 @@ static void on_request(struct evhttp_request *req, void *ud)
     } else if (!strcmp(path, "/v1/models") && is_get) {
         handle_models(sc, req);
     } else if ((!strcmp(path, "/health") || !strcmp(path, "/healthz")) && is_get) {
+        char why[600];
+        if (al_serve_policy_failed(sc->policy, why, sizeof why)) {
+            send_json(sc, req, 503, json_pack("{s:s,s:s}", "status", "unhealthy", "reason", why),
+                      -1);
+            return;
+        }
         al_serve_engine_stats st;
         al_serve_engine_stats_get(sc->eng, &st);
         send_json(sc, req, 200,
@@ -983,6 +991,7 @@ int cmd_serve(int argc, char **argv)
         al_log_error(COMP, "cannot follow %s: %s", topic, err);
         goto out;
     }
+    sc.policy = pol;
     signal(SIGPIPE, SIG_IGN);
     sigint = evsignal_new(sc.base, SIGINT, on_signal, sc.base);
     sigterm = evsignal_new(sc.base, SIGTERM, on_signal, sc.base);
@@ -996,6 +1005,7 @@ int cmd_serve(int argc, char **argv)
     al_log_info(COMP, "stopping");
     rc = AL_EXIT_OK;
 out:
+    sc.policy = NULL;
     al_serve_policy_stop(pol);
     al_http_server_stop(msrv);
     while (sc.calls) {
