@@ -199,6 +199,53 @@ TEST(sigterm_finishes_calls_in_flight)
     CHECK_EQ_INT(arrived("roll-d", 1, 20000), 1);
 }
 
+TEST(span_too_large_for_kafka_is_dropped_loudly_not_blocking)
+{
+    /* the broker takes at most 4 kB per message here: a span over it can never be
+     * delivered; it must not hold back the spans after it */
+    char conf[700];
+    snprintf(conf, sizeof conf, "%s/small.conf", TMP);
+    FILE *f = fopen(conf, "w");
+    REQUIRE(f);
+    fputs("message.max.bytes=4096\n", f);
+    fclose(f);
+    px_child p;
+    const char *extra[] = {"--config", conf, NULL};
+    REQUIRE(start_proxy(&p, "spool-e", extra) == 0);
+    size_t n = 6000;
+    char *big = malloc(n + 128);
+    int k = snprintf(big, n + 128, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"");
+    memset(big + k, 'q', n);
+    strcpy(big + k + n, "\"}]}");
+    px_resp r;
+    REQUIRE(px_post(&p, "/r/task-x/roll-e/v1/chat/completions", big, &r) == 0);
+    CHECK_EQ_INT(r.status, 200);
+    px_resp_free(&r);
+    free(big);
+    CHECK_EQ_INT(calls(&p, "roll-e", 2, NULL), 2);
+    /* sequences 1 and 2 arrive; 0 was too large */
+    px_msgs m;
+    px_read_topic(B.bootstrap, "arclight.spans", "roll-e", 2, 30000, &m);
+    al_span s[8];
+    size_t got = px_spans_of(&m, "roll-e", s, 8);
+    CHECK_EQ_INT(got, 2);
+    for (size_t i = 0; i < got; i++) {
+        CHECK_EQ_INT(s[i].sequence, (int64_t)i + 1);
+        al_span_clear(&s[i]);
+    }
+    px_msgs_free(&m);
+    char url[300];
+    snprintf(url, sizeof url, "%s/metrics", p.base);
+    REQUIRE(px_http("GET", url, NULL, NULL, &r) == 0);
+    CHECK(strstr(r.body, "arclight_proxy_spans_dropped 1\n") != NULL);
+    px_resp_free(&r);
+    CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
+    char log[700];
+    snprintf(log, sizeof log, "%s/spool-e.log", TMP);
+    CHECK(px_file_contains(log, "dropped: "));
+    CHECK_EQ_INT(count_segments("spool-e"), 0);
+}
+
 TEST(teardown)
 {
     fake_upstream_stop(U);

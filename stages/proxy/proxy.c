@@ -120,7 +120,7 @@ typedef struct proxy {
     al_spool *spool;
     al_metrics *metrics;
     al_counter *spans_spooled, *spans_failed, *rejected_spool_full;
-    al_gauge *g_conns, *g_inflight, *g_spool_bytes, *g_spool_records, *g_published;
+    al_gauge *g_conns, *g_inflight, *g_spool_bytes, *g_spool_records, *g_published, *g_dropped;
     al_histogram *h_overhead, *h_upstream;
     status_series series[128];
     size_t nseries;
@@ -1931,6 +1931,7 @@ static void collect(al_metrics *m, void *ud)
     al_gauge_set(px->g_spool_bytes, (double)st.bytes);
     al_gauge_set(px->g_spool_records, (double)st.records);
     al_gauge_set(px->g_published, (double)st.published);
+    al_gauge_set(px->g_dropped, (double)st.dropped);
 }
 
 static int health(void *ud, char *reason, size_t n)
@@ -2229,6 +2230,9 @@ int cmd_proxy(int argc, char **argv)
         px->metrics, "arclight_proxy_rejected_spool_full_total", "Calls refused with 503: spool full", NULL);
     px->g_published = al_metrics_gauge(px->metrics, "arclight_proxy_spans_published",
                                        "Spans acknowledged by Kafka since start", NULL);
+    px->g_dropped = al_metrics_gauge(px->metrics, "arclight_proxy_spans_dropped",
+                                     "Spans Kafka refused for good (larger than the broker takes)",
+                                     NULL);
     px->g_spool_bytes = al_metrics_gauge(px->metrics, "arclight_proxy_spool_bytes",
                                          "Bytes in the spool (not yet acknowledged)", NULL);
     px->g_spool_records = al_metrics_gauge(px->metrics, "arclight_proxy_spool_spans",

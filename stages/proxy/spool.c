@@ -65,7 +65,7 @@ struct al_spool {
     int64_t deadline_mono;
     sseg *head, *tail;
     uint64_t next_id;
-    uint64_t bytes, unacked, published, failed, recovered;
+    uint64_t bytes, unacked, published, failed, recovered, dropped;
     size_t inflight;
     int broker_ok, dirty, closing;
     int64_t last_fsync_mono, backoff_until_mono, last_warn_mono;
@@ -211,6 +211,26 @@ static void seg_drop_head(al_spool *s)
     seg_free(g);
 }
 
+/* A record that Kafka can never take: retrying it would hold back every later span forever,
+ * so it is counted, logged with its size, and given up. Lock held. */
+static void drop_record(al_spool *s, sseg *g, size_t idx, const char *why)
+{
+    srec *rec = &g->recs[idx];
+    if (rec->state == REC_ACKED) return;
+    rec->state = REC_ACKED;
+    g->acked++;
+    s->unacked--;
+    s->dropped++;
+    al_log_error("proxy", "spool: span of %u bytes (segment %016" PRIx64 " record %zu) dropped: "
+                 "%s; raise the topic's max.message.bytes and message.max.bytes to keep such spans",
+                 rec->vlen, g->id, idx, why);
+}
+
+static int err_permanent(rd_kafka_resp_err_t err)
+{
+    return err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE;
+}
+
 static void on_delivery(const al_delivery *d, void *ctx)
 {
     sref *r = d->opaque;
@@ -219,7 +239,9 @@ static void on_delivery(const al_delivery *d, void *ctx)
     pthread_mutex_lock(&s->mu);
     srec *rec = &r->seg->recs[r->idx];
     s->inflight--;
-    if (d->err == 0) {
+    if (d->err && err_permanent(d->err)) {
+        drop_record(s, r->seg, r->idx, d->reason && *d->reason ? d->reason : rd_kafka_err2str(d->err));
+    } else if (d->err == 0) {
         rec->state = REC_ACKED;
         r->seg->acked++;
         s->unacked--;
@@ -263,7 +285,9 @@ typedef struct pick {
     size_t idx;
     uint64_t off;
     uint32_t klen, vlen;
+    int drop; /* can never be delivered (too large for the broker) */
 } pick;
+
 
 #define PICK_BATCH 256
 
@@ -282,7 +306,7 @@ static void produce_some(al_spool *s)
                 srec *rec = &g->recs[g->scan];
                 if (rec->state == REC_UNSENT) {
                     rec->state = REC_INFLIGHT;
-                    batch[nb++] = (pick){g, g->scan, rec->off, rec->klen, rec->vlen};
+                    batch[nb++] = (pick){g, g->scan, rec->off, rec->klen, rec->vlen, 0};
                 }
                 g->scan++;
             }
@@ -311,6 +335,11 @@ static void produce_some(al_spool *s)
             *r = (sref){s, k->g, k->idx};
             rd_kafka_resp_err_t err = al_producer_send(s->p, s->topic, s->rbuf, k->klen,
                                                        s->rbuf + k->klen, k->vlen, NULL, r);
+            if (err && err_permanent(err)) {
+                free(r);
+                k->drop = 1;
+                continue;
+            }
             if (err) {
                 free(r);
                 /* a full local queue is back-pressure; anything else is retried later too,
@@ -324,6 +353,11 @@ static void produce_some(al_spool *s)
             }
         }
         pthread_mutex_lock(&s->mu);
+        for (size_t k = 0; k < i; k++)
+            if (batch[k].drop) {
+                s->inflight--;
+                drop_record(s, batch[k].g, batch[k].idx, rd_kafka_err2str(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE));
+            }
         if (i < nb) { /* the rest goes again later, from the first one not queued */
             for (size_t k = i; k < nb; k++) {
                 batch[k].g->recs[batch[k].idx].state = REC_UNSENT;
@@ -574,6 +608,7 @@ void al_spool_get_stats(al_spool *s, al_spool_stats *st)
     st->published = s->published;
     st->failed = s->failed;
     st->recovered = s->recovered;
+    st->dropped = s->dropped;
     st->broker_ok = s->broker_ok;
     pthread_mutex_unlock(&s->mu);
 }

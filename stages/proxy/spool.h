@@ -38,6 +38,7 @@ typedef struct al_spool_stats {
     uint64_t published;      /* acknowledged since start */
     uint64_t failed;         /* delivery failures since start (each retried) */
     uint64_t recovered;      /* records found on disk at start */
+    uint64_t dropped;        /* refused by Kafka for good (too large), logged; never retried */
     int broker_ok;           /* last delivery succeeded */
 } al_spool_stats;
 
