@@ -84,6 +84,37 @@ TEST(completions_logprobs_equal_trainer)
     sv_resp_free(&r);
 }
 
+TEST(long_prompt_prefilled_in_chunks_matches_the_trainer)
+{
+    REQUIRE(setup() == 0);
+    /* 500 prompt tokens: two prefill chunks of the engine (256 per step) */
+    char *body = malloc(8192);
+    int k = snprintf(body, 8192, "{\"prompt\":[");
+    for (int i = 0; i < 500; i++)
+        k += snprintf(body + k, 8192 - k, "%s%d", i ? "," : "", (i * 37 + 11) % 500);
+    snprintf(body + k, 8192 - k,
+             "],\"max_tokens\":8,\"logprobs\":0,\"return_token_ids\":true,\"seed\":2}");
+    long code;
+    json_t *j = sv_post_json(g_srv.url, "/v1/completions", body, &code);
+    free(body);
+    REQUIRE(code == 200 && j);
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    int32_t *prompt, *gen;
+    int np = sv_ids(json_object_get(c0, "prompt_token_ids"), &prompt);
+    int ng = sv_ids(json_object_get(c0, "token_ids"), &gen);
+    CHECK_EQ_INT(np, 500);
+    REQUIRE(ng == 8);
+    json_t *tl = json_object_get(json_object_get(c0, "logprobs"), "token_logprobs");
+    double served[8];
+    for (int i = 0; i < ng; i++)
+        served[i] = json_real_value(json_array_get(tl, (size_t)i));
+    double worst = compare_with_trainer(prompt, np, gen, ng, served);
+    printf("  500-token prompt: max |served - trainer| = %.2e\n", worst);
+    CHECKF(worst < 1e-4, "served logprobs differ from the trainer's by %g", worst);
+    free(prompt), free(gen);
+    json_decref(j);
+}
+
 TEST(chat_logprobs_and_token_ids_like_vllm)
 {
     REQUIRE(setup() == 0);
@@ -204,6 +235,29 @@ TEST(concurrent_requests_give_the_tokens_of_one_at_a_time)
         free(bodies[i]);
         free(alone[i]);
     }
+    /* n = 2 streamed: chunks of both choices, each ending with its own finish */
+    sv_resp rs;
+    sv_http(g_srv.url, "/v1/completions",
+            "{\"prompt\":\"abc "
+            "def\",\"max_tokens\":6,\"seed\":9,\"n\":2,\"stream\":true,\"ignore_eos\":true,"
+            "\"return_token_ids\":true}",
+            &rs);
+    REQUIRE(rs.code == 200 && rs.body.p);
+    int ntk[2] = {0, 0}, fins[2] = {0, 0};
+    for (char *line = strtok(rs.body.p, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "data: {", 7)) continue;
+        json_t *cj = json_loads(line + 6, JSON_ALLOW_NUL, NULL);
+        json_t *ch = json_array_get(json_object_get(cj, "choices"), 0);
+        int idx = (int)json_integer_value(json_object_get(ch, "index"));
+        if (idx >= 0 && idx < 2) {
+            ntk[idx] += (int)json_array_size(json_object_get(ch, "token_ids"));
+            fins[idx] += json_is_string(json_object_get(ch, "finish_reason"));
+        }
+        json_decref(cj);
+    }
+    CHECKF(ntk[0] == 6 && ntk[1] == 6 && fins[0] == 1 && fins[1] == 1,
+           "n=2 stream: %d/%d tokens, %d/%d finishes", ntk[0], ntk[1], fins[0], fins[1]);
+    sv_resp_free(&rs);
     /* n = 3 in one request: three sequences decoding side by side, each its own stream */
     long code;
     json_t *j = sv_post_json(
@@ -318,6 +372,30 @@ TEST(stop_strings_cut_the_text)
     CHECK(strncmp(cut, full, first) == 0);
     CHECK_EQ_STR(json_string_value(json_object_get(c0, "finish_reason")), "stop");
     CHECK_EQ_STR(json_string_value(json_object_get(c0, "stop_reason")), json_string_value(sj));
+    /* streamed: the same cut text, nothing of the stop string leaked in a chunk */
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"hello\",\"max_tokens\":40,\"temperature\":0,\"ignore_eos\":true,"
+             "\"stop\":[%s],"
+             "\"stream\":true}",
+             sjs);
+    sv_resp r;
+    sv_http(g_srv.url, "/v1/completions", body, &r);
+    REQUIRE(r.code == 200 && r.body.p);
+    char streamed[4096] = "";
+    int stopped = 0;
+    for (char *line = strtok(r.body.p, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "data: {", 7)) continue;
+        json_t *cj = json_loads(line + 6, JSON_ALLOW_NUL, NULL);
+        json_t *ch = json_array_get(json_object_get(cj, "choices"), 0);
+        const char *t = json_string_value(json_object_get(ch, "text"));
+        if (t) strncat(streamed, t, sizeof streamed - strlen(streamed) - 1);
+        const char *f = json_string_value(json_object_get(ch, "finish_reason"));
+        if (f && !strcmp(f, "stop")) stopped++;
+        json_decref(cj);
+    }
+    CHECK_EQ_STR(streamed, cut);
+    CHECK_EQ_INT(stopped, 1);
+    sv_resp_free(&r);
     free(sjs);
     json_decref(sj);
     json_decref(j);
