@@ -36,8 +36,7 @@ static double to_ms(const char *v)
     return x;
 }
 
-static int run_wrk(const char *url, const char *lua, int threads, int conns, int dur,
-                   wrk_result *r)
+static int run_wrk(const char *url, const char *lua, int threads, int conns, int dur, wrk_result *r)
 {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "wrk -t%d -c%d -d%ds --latency -s '%s' '%s' 2>&1", threads, conns,
@@ -48,10 +47,14 @@ static int run_wrk(const char *url, const char *lua, int threads, int conns, int
     memset(r, 0, sizeof *r);
     while (fgets(line, sizeof line, f)) {
         char a[64], b[64];
-        if (sscanf(line, " 50%% %63s", a) == 1) r->p50_ms = to_ms(a);
-        else if (sscanf(line, " 99%% %63s", a) == 1) r->p99_ms = to_ms(a);
-        else if (sscanf(line, "Requests/sec: %63s", a) == 1) r->rps = atof(a);
-        else if (sscanf(line, " Non-2xx or 3xx responses: %63s", b) == 1) r->non2xx = atol(b);
+        if (sscanf(line, " 50%% %63s", a) == 1)
+            r->p50_ms = to_ms(a);
+        else if (sscanf(line, " 99%% %63s", a) == 1)
+            r->p99_ms = to_ms(a);
+        else if (sscanf(line, "Requests/sec: %63s", a) == 1)
+            r->rps = atof(a);
+        else if (sscanf(line, " Non-2xx or 3xx responses: %63s", b) == 1)
+            r->non2xx = atol(b);
     }
     return pclose(f) == 0 && r->rps > 0 ? 0 : -1;
 }
@@ -117,10 +120,14 @@ int main(int argc, char **argv)
     const char *proxy_extra[8] = {0};
     int n_extra = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--duration")) dur = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--proxy-arg") && n_extra < 7) proxy_extra[n_extra++] = argv[i + 1];
-        else if (!strcmp(argv[i], "--connections")) conns = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--duration"))
+            dur = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--proxy-arg") && n_extra < 7)
+            proxy_extra[n_extra++] = argv[i + 1];
+        else if (!strcmp(argv[i], "--connections"))
+            conns = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--threads"))
+            threads = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "usage: bench_proxy [--duration S] [--connections N] [--threads T] "
                             "[--proxy-arg ARG]...\n");
@@ -144,7 +151,8 @@ int main(int argc, char **argv)
     snprintf(lua, sizeof lua, "%s/post.lua", tmp);
     FILE *f = fopen(lua, "w");
     fprintf(f, "wrk.method = \"POST\"\n"
-               "wrk.body = '{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"What is 2+2?\"}]}'\n"
+               "wrk.body = '{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"What "
+               "is 2+2?\"}]}'\n"
                "wrk.headers[\"Content-Type\"] = \"application/json\"\n");
     fclose(f);
 
@@ -152,15 +160,16 @@ int main(int argc, char **argv)
     int nport = free_port();
     snprintf(path, sizeof path, "%s/nginx.conf", tmp);
     f = fopen(path, "w");
-    fprintf(f,
-            "%sworker_processes 1;\nerror_log %s/nginx.err warn;\npid %s/nginx.pid;\n"
-            "events { worker_connections 4096; }\n"
-            "http {\n  access_log off;\n  client_body_temp_path %s/cb;\n  proxy_temp_path %s/pt;\n"
-            "  fastcgi_temp_path %s/ft;\n  uwsgi_temp_path %s/ut;\n  scgi_temp_path %s/st;\n"
-            "  upstream up { server 127.0.0.1:%d; keepalive 128; }\n"
-            "  server {\n    listen 127.0.0.1:%d;\n    location / {\n      proxy_pass http://up;\n"
-            "      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }\n  }\n}\n",
-            geteuid() == 0 ? "user root;\n" : "", tmp, tmp, tmp, tmp, tmp, tmp, tmp, up, nport);
+    fprintf(
+        f,
+        "%sworker_processes 1;\nerror_log %s/nginx.err warn;\npid %s/nginx.pid;\n"
+        "events { worker_connections 4096; }\n"
+        "http {\n  access_log off;\n  client_body_temp_path %s/cb;\n  proxy_temp_path %s/pt;\n"
+        "  fastcgi_temp_path %s/ft;\n  uwsgi_temp_path %s/ut;\n  scgi_temp_path %s/st;\n"
+        "  upstream up { server 127.0.0.1:%d; keepalive 128; }\n"
+        "  server {\n    listen 127.0.0.1:%d;\n    location / {\n      proxy_pass http://up;\n"
+        "      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }\n  }\n}\n",
+        geteuid() == 0 ? "user root;\n" : "", tmp, tmp, tmp, tmp, tmp, tmp, tmp, up, nport);
     fclose(f);
     char nlog[600];
     snprintf(nlog, sizeof nlog, "%s/nginx.out", tmp);
@@ -172,10 +181,23 @@ int main(int argc, char **argv)
     snprintf(spool, sizeof spool, "%s/spool", tmp);
     snprintf(plog, sizeof plog, "%s/proxy.log", tmp);
     snprintf(upurl, sizeof upurl, "http://127.0.0.1:%d", up);
-    const char *pargv[32] = {al_test_bin(), "proxy", "--listen", "127.0.0.1:0", "--upstream", upurl,
-                             "--bootstrap", b.bootstrap, "--spool-dir", spool, "--no-access-log",
-                             "--log-level", "warn", "--max-connections", "4096"};
-    for (int i = 0; i < n_extra; i++) pargv[15 + i] = proxy_extra[i];
+    const char *pargv[32] = {al_test_bin(),
+                             "proxy",
+                             "--listen",
+                             "127.0.0.1:0",
+                             "--upstream",
+                             upurl,
+                             "--bootstrap",
+                             b.bootstrap,
+                             "--spool-dir",
+                             spool,
+                             "--no-access-log",
+                             "--log-level",
+                             "warn",
+                             "--max-connections",
+                             "4096"};
+    for (int i = 0; i < n_extra; i++)
+        pargv[15 + i] = proxy_extra[i];
     int pfd;
     pid_t proxy = spawn(pargv, plog, &pfd);
     char line[128];
@@ -196,7 +218,8 @@ int main(int argc, char **argv)
     if (run_wrk(url, lua, threads, conns, dur, &direct)) fprintf(stderr, "wrk direct failed\n");
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", nport);
     run_wrk(url, lua, threads, conns, 2, &ngx);
-    if (run_wrk(url, lua, threads, conns, dur, &ngx)) fprintf(stderr, "wrk nginx failed (see %s)\n", tmp);
+    if (run_wrk(url, lua, threads, conns, dur, &ngx))
+        fprintf(stderr, "wrk nginx failed (see %s)\n", tmp);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/r/bench/rollout-1/v1/chat/completions", pport);
     run_wrk(url, lua, threads, conns, 2, &arc);
     if (run_wrk(url, lua, threads, conns, dur, &arc)) fprintf(stderr, "wrk arclight failed\n");
@@ -210,7 +233,8 @@ int main(int argc, char **argv)
     snprintf(lua_rate, sizeof lua_rate, "%s/post_rate.lua", tmp);
     f = fopen(lua_rate, "w");
     fprintf(f, "wrk.method = \"POST\"\n"
-               "wrk.body = '{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"What is 2+2?\"}]}'\n"
+               "wrk.body = '{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"What "
+               "is 2+2?\"}]}'\n"
                "wrk.headers[\"Content-Type\"] = \"application/json\"\n"
                "function delay() return 16 end\n");
     fclose(f);

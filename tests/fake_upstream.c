@@ -80,7 +80,8 @@ static json_t *compl_logprobs(int from, int to)
 static json_t *ids_range(int from, int to)
 {
     json_t *a = json_array();
-    for (int i = from; i < to; i++) json_array_append_new(a, json_integer(ANSWER_IDS[i]));
+    for (int i = from; i < to; i++)
+        json_array_append_new(a, json_integer(ANSWER_IDS[i]));
     return a;
 }
 
@@ -97,9 +98,9 @@ static void whole(struct evhttp_request *r, const fu_req *q)
     if (q->chat) {
         json_t *msg;
         if (q->tools)
-            msg = json_pack("{s:s,s:n,s:[{s:s,s:s,s:{s:s,s:s}}]}", "role", "assistant",
-                            "content", "tool_calls", "id", "call_1", "type", "function",
-                            "function", "name", "get_weather", "arguments", "{\"city\":\"Paris\"}");
+            msg = json_pack("{s:s,s:n,s:[{s:s,s:s,s:{s:s,s:s}}]}", "role", "assistant", "content",
+                            "tool_calls", "id", "call_1", "type", "function", "function", "name",
+                            "get_weather", "arguments", "{\"city\":\"Paris\"}");
         else
             msg = json_pack("{s:s,s:s,s:[]}", "role", "assistant", "content", "The answer is 4.",
                             "tool_calls");
@@ -108,17 +109,16 @@ static void whole(struct evhttp_request *r, const fu_req *q)
                            q->tools ? "tool_calls" : "stop", "stop_reason", "token_ids",
                            q->ids ? ids_range(0, 4) : json_null());
     } else {
-        choice = json_pack("{s:i,s:s,s:o,s:s,s:n,s:o,s:o}", "index", 0, "text",
-                           "The answer is 4.", "logprobs",
-                           q->lp ? compl_logprobs(0, 4) : json_null(), "finish_reason", "stop",
-                           "stop_reason", "prompt_token_ids",
+        choice = json_pack("{s:i,s:s,s:o,s:s,s:n,s:o,s:o}", "index", 0, "text", "The answer is 4.",
+                           "logprobs", q->lp ? compl_logprobs(0, 4) : json_null(), "finish_reason",
+                           "stop", "stop_reason", "prompt_token_ids",
                            q->ids ? json_incref(q->prompt_ids) : json_null(), "token_ids",
                            q->ids ? ids_range(0, 4) : json_null());
     }
     json_t *o = json_pack("{s:s,s:s,s:i,s:s,s:[o],s:n,s:o,s:n,s:o,s:n}", "id", "cmpl-fake-1",
                           "object", q->chat ? "chat.completion" : "text_completion", "created",
-                          1764400000, "model", q->model, "choices", choice, "service_tier",
-                          "usage", usage_obj(q, 4), "prompt_logprobs", "prompt_token_ids",
+                          1764400000, "model", q->model, "choices", choice, "service_tier", "usage",
+                          usage_obj(q, 4), "prompt_logprobs", "prompt_token_ids",
                           q->ids && q->chat ? json_incref(q->prompt_ids) : json_null(),
                           "kv_transfer_params");
     send_json(r, 200, o);
@@ -145,8 +145,8 @@ static void chunk_send(fu_stream *s, json_t *o)
 static json_t *chunk_base(const fu_stream *s)
 {
     return json_pack("{s:s,s:s,s:i,s:s}", "id", "cmpl-fake-1", "object",
-                     s->q.chat ? "chat.completion.chunk" : "text_completion", "created",
-                     1764400000, "model", s->q.model);
+                     s->q.chat ? "chat.completion.chunk" : "text_completion", "created", 1764400000,
+                     "model", s->q.model);
 }
 
 /* One step of a stream: role chunk, 4 token chunks (or 2 tool-call chunks), the finish
@@ -165,10 +165,11 @@ static int stream_step(fu_stream *s)
         int i = s->step - 1;
         if (q->tools) {
             const char *piece = i == 0 ? "{\"city\":" : "\"Paris\"}";
-            json_t *tc = i == 0 ? json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", 0, "id", "call_1",
-                                            "type", "function", "function", "name", "get_weather",
-                                            "arguments", piece)
-                                : json_pack("{s:i,s:{s:s}}", "index", 0, "function", "arguments", piece);
+            json_t *tc =
+                i == 0
+                    ? json_pack("{s:i,s:s,s:s,s:{s:s,s:s}}", "index", 0, "id", "call_1", "type",
+                                "function", "function", "name", "get_weather", "arguments", piece)
+                    : json_pack("{s:i,s:{s:s}}", "index", 0, "function", "arguments", piece);
             choice = json_pack("{s:i,s:{s:[o]},s:o,s:n}", "index", 0, "delta", "tool_calls", tc,
                                "logprobs", q->lp ? chat_logprobs(i * 2, i * 2 + 2) : json_null(),
                                "finish_reason");
@@ -237,9 +238,9 @@ static void stream_timer(evutil_socket_t fd, short what, void *arg)
 
 static void error_reply(struct evhttp_request *r, int code, const char *msg)
 {
-    json_t *o = json_pack("{s:{s:s,s:s,s:n,s:i}}", "error", "message", msg, "type",
-                          code == 400 ? "BadRequestError" : "InternalServerError", "param",
-                          "code", code);
+    json_t *o =
+        json_pack("{s:{s:s,s:s,s:n,s:i}}", "error", "message", msg, "type",
+                  code == 400 ? "BadRequestError" : "InternalServerError", "param", "code", code);
     send_json(r, code, o);
     json_decref(o);
 }
@@ -265,9 +266,9 @@ static void handle(struct evhttp_request *r, void *arg)
     }
     pthread_mutex_unlock(&u->mu);
     if (strncmp(uri, "/v1/models", 10) == 0) {
-        json_t *o = json_pack("{s:s,s:[{s:s,s:s,s:i,s:s}]}", "object", "list", "data", "id",
-                              "fake-model", "object", "model", "created", 1764400000, "owned_by",
-                              "vllm");
+        json_t *o =
+            json_pack("{s:s,s:[{s:s,s:s,s:i,s:s}]}", "object", "list", "data", "id", "fake-model",
+                      "object", "model", "created", 1764400000, "owned_by", "vllm");
         send_json(r, 200, o);
         json_decref(o);
         free(body);
@@ -291,8 +292,9 @@ static void handle(struct evhttp_request *r, void *arg)
     if (!q.model) q.model = "fake-model";
     if (!strcmp(q.model, "fail-400") || !strcmp(q.model, "fail-500")) {
         int code = q.model[5] == '4' ? 400 : 500;
-        error_reply(r, code, code == 400 ? "This model's maximum context length is 8 tokens"
-                                         : "engine crashed");
+        error_reply(r, code,
+                    code == 400 ? "This model's maximum context length is 8 tokens"
+                                : "engine crashed");
         json_decref(req);
         return;
     }
@@ -300,7 +302,8 @@ static void handle(struct evhttp_request *r, void *arg)
     q.ids = json_is_true(json_object_get(req, "return_token_ids"));
     json_t *lp = json_object_get(req, "logprobs");
     q.lp = q.chat ? json_is_true(lp) : json_is_integer(lp);
-    q.usage = json_is_true(json_object_get(json_object_get(req, "stream_options"), "include_usage"));
+    q.usage =
+        json_is_true(json_object_get(json_object_get(req, "stream_options"), "include_usage"));
     q.tools = json_array_size(json_object_get(req, "tools")) > 0;
     if (q.chat) { /* after a tool result the model answers in text */
         json_t *msgs = json_object_get(req, "messages");
@@ -336,9 +339,11 @@ static void handle(struct evhttp_request *r, void *arg)
         memset(big, 'x', 2000);
         struct evbuffer *b = evbuffer_new();
         for (int i = 0; i < 1500; i++)
-            evbuffer_add_printf(b, "data: {\"id\":\"big\",\"object\":\"chat.completion.chunk\","
-                                   "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%s\"},"
-                                   "\"logprobs\":null,\"finish_reason\":null}]}\n\n", big);
+            evbuffer_add_printf(b,
+                                "data: {\"id\":\"big\",\"object\":\"chat.completion.chunk\","
+                                "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%s\"},"
+                                "\"logprobs\":null,\"finish_reason\":null}]}\n\n",
+                                big);
         evbuffer_add_printf(b, "data: [DONE]\n\n");
         evhttp_send_reply_chunk(r, b);
         evbuffer_free(b);
@@ -404,7 +409,8 @@ fake_upstream *fake_upstream_start(int port, int nthreads)
         evhttp_accept_socket(l->http, fd);
     }
     u->port = port;
-    for (int i = 0; i < nthreads; i++) pthread_create(&u->loops[i].th, NULL, loop_main, &u->loops[i]);
+    for (int i = 0; i < nthreads; i++)
+        pthread_create(&u->loops[i].th, NULL, loop_main, &u->loops[i]);
     return u;
 }
 
@@ -440,7 +446,8 @@ long fake_upstream_requests(fake_upstream *u)
 void fake_upstream_stop(fake_upstream *u)
 {
     if (!u) return;
-    for (int i = 0; i < u->nthreads; i++) event_base_loopbreak(u->loops[i].base);
+    for (int i = 0; i < u->nthreads; i++)
+        event_base_loopbreak(u->loops[i].base);
     for (int i = 0; i < u->nthreads; i++) {
         pthread_join(u->loops[i].th, NULL);
         evhttp_free(u->loops[i].http);

@@ -60,13 +60,20 @@ TEST(head_errors_have_statuses)
     CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nBad Name: x\r\n\r\n", &h), -400);
     CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nA: b\r\n  folded\r\n\r\n", &h), -400);
     CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", &h), -400);
-    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", &h),
+                 -400);
     CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nContent-Length: 99999999999999999\r\n\r\n", &h), -400);
     CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", &h), -501);
-    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(
+        parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", &h),
+        -400);
     CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nA: x\001y\r\n\r\n", &h), -400);
     /* 9 headers > limit 8 */
-    CHECK_EQ_INT(parse("GET / HTTP/1.1\r\na:1\r\nb:1\r\nc:1\r\nd:1\r\ne:1\r\nf:1\r\ng:1\r\nh:1\r\ni:1\r\n\r\n", &h), -431);
+    CHECK_EQ_INT(
+        parse(
+            "GET / HTTP/1.1\r\na:1\r\nb:1\r\nc:1\r\nd:1\r\ne:1\r\nf:1\r\ng:1\r\nh:1\r\ni:1\r\n\r\n",
+            &h),
+        -431);
     /* head over 2048 bytes, complete or not */
     char big[4096];
     memset(big, 'a', sizeof big);
@@ -95,18 +102,23 @@ TEST(json_strip_keeps_other_bytes)
     al_json_strip spec = {.top_remove = top, .choice_remove = ch, .choice_null = chn};
     char out[1024];
     const char *r;
-    r = strip("{\"id\":\"x\",\"choices\":[{\"index\":0,\"logprobs\":{\"content\":[1]},\"token_ids\":[1,2]}],"
-              "\"prompt_token_ids\":[3]}", &spec, out, sizeof out);
+    r = strip("{\"id\":\"x\",\"choices\":[{\"index\":0,\"logprobs\":{\"content\":[1]},\"token_"
+              "ids\":[1,2]}],"
+              "\"prompt_token_ids\":[3]}",
+              &spec, out, sizeof out);
     CHECK_EQ_STR(r ? r : "(fail)", "{\"id\":\"x\",\"choices\":[{\"index\":0,\"logprobs\":null}]}");
     /* first member removed, spacing elsewhere kept */
-    r = strip("{ \"prompt_token_ids\" : [1] ,  \"a\" : 1, \"usage\": {\"x\": 2} }", &spec, out, sizeof out);
+    r = strip("{ \"prompt_token_ids\" : [1] ,  \"a\" : 1, \"usage\": {\"x\": 2} }", &spec, out,
+              sizeof out);
     CHECK_EQ_STR(r ? r : "(fail)", "{ \"a\" : 1 }");
     /* every member removed */
     r = strip("{\"usage\":1,\"prompt_token_ids\":2}", &spec, out, sizeof out);
     CHECK_EQ_STR(r ? r : "(fail)", "{}");
     /* nested objects with the same names are left alone */
-    r = strip("{\"a\":{\"usage\":1},\"choices\":[{\"m\":{\"token_ids\":[1]}}]}", &spec, out, sizeof out);
-    CHECK_EQ_STR(r ? r : "(fail)", "{\"a\":{\"usage\":1},\"choices\":[{\"m\":{\"token_ids\":[1]}}]}");
+    r = strip("{\"a\":{\"usage\":1},\"choices\":[{\"m\":{\"token_ids\":[1]}}]}", &spec, out,
+              sizeof out);
+    CHECK_EQ_STR(r ? r : "(fail)",
+                 "{\"a\":{\"usage\":1},\"choices\":[{\"m\":{\"token_ids\":[1]}}]}");
     /* escapes in strings */
     r = strip("{\"s\":\"a\\\"}\\u00e9\",\"usage\":[]}", &spec, out, sizeof out);
     CHECK_EQ_STR(r ? r : "(fail)", "{\"s\":\"a\\\"}\\u00e9\"}");

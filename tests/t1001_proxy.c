@@ -18,7 +18,8 @@ static const char *UPKEY = "sk-up-SECRET-1234";
 static const char *AGENTKEY = "sk-agent-SECRET-9876";
 static px_msgs MSGS; /* everything on the topic, read once the calls are done */
 
-static const char *CHAT = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"What is 2+2?\"}]}";
+static const char *CHAT =
+    "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"What is 2+2?\"}]}";
 
 static int dead_port(void)
 {
@@ -58,9 +59,10 @@ TEST(setup)
     char spool[600], key_env[64];
     snprintf(spool, sizeof spool, "%s/spool", TMP);
     snprintf(key_env, sizeof key_env, "ARCLIGHT_UPSTREAM_API_KEY=%s", UPKEY);
-    const char *args[] = {"--listen", "127.0.0.1:0", "--upstream", UPURL, "--bootstrap",
-                          B.bootstrap, "--spool-dir", spool, "--agent-name", "t1001",
-                          "--max-body-bytes", "65536", "--log-level", "info", NULL};
+    const char *args[] = {
+        "--listen",         "127.0.0.1:0", "--upstream",  UPURL,          "--bootstrap",
+        B.bootstrap,        "--spool-dir", spool,         "--agent-name", "t1001",
+        "--max-body-bytes", "65536",       "--log-level", "info",         NULL};
     const char *env[] = {key_env, NULL};
     REQUIRE(px_start(&P, LOG, args, env) == 0);
 }
@@ -70,7 +72,8 @@ TEST(nonstreaming_bytes_equal_direct)
     const char *bodies[] = {
         CHAT,
         "{\"model\":\"m\",\"logprobs\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
-        "{\"model\":\"m\",\"return_token_ids\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+        "{\"model\":\"m\",\"return_token_ids\":true,\"messages\":[{\"role\":\"user\",\"content\":"
+        "\"x\"}]}",
     };
     for (size_t i = 0; i < 3; i++) {
         px_resp a, d;
@@ -121,10 +124,12 @@ TEST(streaming_bytes_equal_direct_and_chunked)
 {
     const char *bodies[] = {
         "{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}",
-        "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true},\"logprobs\":true,"
+        "{\"model\":\"m\",\"stream\":true,\"stream_options\":{\"include_usage\":true},\"logprobs\":"
+        "true,"
         "\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}",
         "{\"model\":\"m\",\"stream\":true,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
-        "\"get_weather\",\"parameters\":{}}}],\"messages\":[{\"role\":\"user\",\"content\":\"w\"}]}",
+        "\"get_weather\",\"parameters\":{}}}],\"messages\":[{\"role\":\"user\",\"content\":\"w\"}]"
+        "}",
     };
     for (size_t i = 0; i < 3; i++) {
         px_resp a, d;
@@ -162,8 +167,9 @@ TEST(streaming_bytes_equal_direct_and_chunked)
     px_resp_free(&d);
     /* chunks pass through as they arrive: 100 ms between upstream chunks, the first byte
      * reaches the agent long before the end */
-    const char *slow = "{\"model\":\"slow-stream\",\"stream\":true,\"messages\":[{\"role\":\"user\","
-                       "\"content\":\"s\"}]}";
+    const char *slow =
+        "{\"model\":\"slow-stream\",\"stream\":true,\"messages\":[{\"role\":\"user\","
+        "\"content\":\"s\"}]}";
     REQUIRE(px_post(&P, "/r/task-a/roll-2/v1/chat/completions", slow, &a) == 0);
     CHECK_EQ_INT(a.status, 200);
     CHECKF(a.total_s - a.first_byte_s > 0.3, "first byte %.3f s, end %.3f s: buffered?",
@@ -174,18 +180,22 @@ TEST(streaming_bytes_equal_direct_and_chunked)
 TEST(rewards_ends_sessions_headers_untracked)
 {
     px_resp r;
-    REQUIRE(px_post(&P, "/r/task-a/roll-1/reward", "{\"value\":1.0,\"name\":\"accuracy\"}", &r) == 0);
+    REQUIRE(px_post(&P, "/r/task-a/roll-1/reward", "{\"value\":1.0,\"name\":\"accuracy\"}", &r) ==
+            0);
     CHECK_EQ_INT(r.status, 200);
     px_resp_free(&r);
-    REQUIRE(px_post(&P, "/r/task-a/roll-1/reward", "{\"rewards\":{\"format\":0.5,\"tests\":2}}", &r) == 0);
+    REQUIRE(px_post(&P, "/r/task-a/roll-1/reward", "{\"rewards\":{\"format\":0.5,\"tests\":2}}",
+                    &r) == 0);
     CHECK_EQ_INT(r.status, 200);
     px_resp_free(&r);
-    REQUIRE(px_post(&P, "/r/task-a/roll-1/end", "{\"status\":\"succeeded\",\"group_size\":8}", &r) == 0);
+    REQUIRE(px_post(&P, "/r/task-a/roll-1/end", "{\"status\":\"succeeded\",\"group_size\":8}",
+                    &r) == 0);
     CHECK_EQ_INT(r.status, 200);
     px_resp_free(&r);
 
     /* session key */
-    REQUIRE(px_post(&P, "/v1/sessions", "{\"task_id\":\"task-s\",\"rollout_id\":\"roll-s\"}", &r) == 0);
+    REQUIRE(px_post(&P, "/v1/sessions", "{\"task_id\":\"task-s\",\"rollout_id\":\"roll-s\"}", &r) ==
+            0);
     CHECK_EQ_INT(r.status, 200);
     json_t *o = json_loads(r.body, 0, NULL);
     const char *key = json_string_value(json_object_get(o, "session_key"));
@@ -284,8 +294,8 @@ static void expect_error(const char *method, const char *path, const char *const
     json_t *o = json_loads(r.body, 0, NULL);
     const char *c = json_string_value(json_object_get(json_object_get(o, "error"), "code"));
     const char *msg = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
-    CHECKF(c && !strcmp(c, code) && msg && *msg, "%s %s: error body %s, want code %s", method,
-           path, r.body, code);
+    CHECKF(c && !strcmp(c, code) && msg && *msg, "%s %s: error body %s, want code %s", method, path,
+           r.body, code);
     json_decref(o);
     px_resp_free(&r);
 }
@@ -338,7 +348,8 @@ TEST(large_body_and_expect_continue)
      * the interim answer before sending it */
     size_t n = 40000;
     char *big = malloc(n + 128);
-    int k = snprintf(big, n + 128, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"");
+    int k =
+        snprintf(big, n + 128, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"");
     memset(big + k, 'b', n);
     strcpy(big + k + n, "\"}]}");
     px_resp r;
@@ -364,7 +375,8 @@ TEST(spans_field_by_field)
     al_span s[64];
     size_t n = px_spans_of(&MSGS, "roll-1", s, 64);
     CHECK_EQ_INT(n, 10);
-    for (size_t i = 0; i < n; i++) CHECK_EQ_INT(s[i].sequence, (int64_t)i);
+    for (size_t i = 0; i < n; i++)
+        CHECK_EQ_INT(s[i].sequence, (int64_t)i);
     if (n == 10) {
         al_span *c = &s[0];
         CHECK_EQ_STR(c->task_id, "task-a");
@@ -412,7 +424,8 @@ TEST(spans_field_by_field)
         CHECK_EQ_INT(s[9].rollout_end.status, AL_ROLLOUT_STATUS_SUCCEEDED);
         CHECK_EQ_INT(s[9].rollout_end.group_size, 8);
     }
-    for (size_t i = 0; i < n; i++) al_span_clear(&s[i]);
+    for (size_t i = 0; i < n; i++)
+        al_span_clear(&s[i]);
 
     /* streamed calls: merged response, tokens from the chunks */
     n = px_spans_of(&MSGS, "roll-2", s, 64);
@@ -432,19 +445,22 @@ TEST(spans_field_by_field)
         CHECK_EQ_STR(t->finish_reason ? t->finish_reason : "(null)", "tool_calls");
         CHECK_EQ_INT(s[3].llm_call.n_response_tokens, 4); /* completions stream */
     }
-    for (size_t i = 0; i < n; i++) al_span_clear(&s[i]);
+    for (size_t i = 0; i < n; i++)
+        al_span_clear(&s[i]);
 
     n = px_spans_of(&MSGS, "roll-s", s, 8);
     CHECK_EQ_INT(n, 1);
     if (n) CHECK_EQ_STR(s[0].task_id, "task-s");
-    for (size_t i = 0; i < n; i++) al_span_clear(&s[i]);
+    for (size_t i = 0; i < n; i++)
+        al_span_clear(&s[i]);
     n = px_spans_of(&MSGS, "roll-h", s, 8);
     CHECK_EQ_INT(n, 1);
     if (n) {
         CHECK_EQ_STR(s[0].task_id, "task-h");
         CHECK_EQ_INT(s[0].attempt, 2);
     }
-    for (size_t i = 0; i < n; i++) al_span_clear(&s[i]);
+    for (size_t i = 0; i < n; i++)
+        al_span_clear(&s[i]);
 
     /* concurrent calls: sequences 0..N-1, each once */
     n = px_spans_of(&MSGS, "roll-c", s, 64);
@@ -479,9 +495,9 @@ TEST(agent_keys_failover_and_upstream_down)
     snprintf(up2, sizeof up2, "http://127.0.0.1:%d", dead_port());
     snprintf(key_env, sizeof key_env, "ARCLIGHT_UPSTREAM_API_KEY=%s", UPKEY);
     /* two upstreams, the first one dead: every rollout still gets an answer */
-    const char *args[] = {"--listen", "127.0.0.1:0", "--upstream", up2, "--upstream", UPURL,
-                          "--bootstrap", B.bootstrap, "--spool-dir", spool, "--agent-key",
-                          AGENTKEY, "--log-level", "info", NULL};
+    const char *args[] = {"--listen",    "127.0.0.1:0", "--upstream",  up2,           "--upstream",
+                          UPURL,         "--bootstrap", B.bootstrap,   "--spool-dir", spool,
+                          "--agent-key", AGENTKEY,      "--log-level", "info",        NULL};
     const char *env[] = {key_env, NULL};
     px_child q;
     REQUIRE(px_start(&q, log2, args, env) == 0);
@@ -508,8 +524,8 @@ TEST(agent_keys_failover_and_upstream_down)
 
     /* the only upstream is down: 502 to the agent, a failed span */
     snprintf(spool, sizeof spool, "%s/spool3", TMP);
-    const char *args3[] = {"--listen", "127.0.0.1:0", "--upstream", up2, "--bootstrap",
-                           B.bootstrap, "--spool-dir", spool, NULL};
+    const char *args3[] = {"--listen",  "127.0.0.1:0", "--upstream", up2, "--bootstrap",
+                           B.bootstrap, "--spool-dir", spool,        NULL};
     REQUIRE(px_start(&q, log2, args3, NULL) == 0);
     snprintf(url, sizeof url, "%s/r/task-d/roll-down/v1/chat/completions", q.base);
     REQUIRE(px_http("POST", url, PX_JSON, CHAT, &r) == 0);
@@ -545,7 +561,8 @@ TEST(metrics_and_clean_shutdown)
     px_resp r;
     REQUIRE(px_http("GET", url, NULL, NULL, &r) == 0);
     CHECK_EQ_INT(r.status, 200);
-    CHECK(strstr(r.body, "arclight_proxy_requests_total{route=\"chat_completions\",status=\"200\"}"));
+    CHECK(
+        strstr(r.body, "arclight_proxy_requests_total{route=\"chat_completions\",status=\"200\"}"));
     CHECK(strstr(r.body, "arclight_proxy_overhead_seconds_bucket"));
     CHECK(strstr(r.body, "arclight_proxy_spool_bytes"));
     px_resp_free(&r);

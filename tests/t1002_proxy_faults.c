@@ -24,10 +24,12 @@ static int start_proxy(px_child *p, const char *spool_name, const char *const *e
     static char spool[700], log[700];
     snprintf(spool, sizeof spool, "%s/%s", TMP, spool_name);
     snprintf(log, sizeof log, "%s/%s.log", TMP, spool_name);
-    const char *args[32] = {"--listen", "127.0.0.1:0", "--upstream", UPURL, "--bootstrap",
-                            B.bootstrap, "--spool-dir", spool, "--drain-timeout", "2"};
+    const char *args[32] = {
+        "--listen",    "127.0.0.1:0", "--upstream",      UPURL, "--bootstrap", B.bootstrap,
+        "--spool-dir", spool,         "--drain-timeout", "2"};
     int n = 10;
-    for (int i = 0; extra && extra[i] && n < 30; i++) args[n++] = extra[i];
+    for (int i = 0; extra && extra[i] && n < 30; i++)
+        args[n++] = extra[i];
     args[n] = NULL;
     return px_start(p, log, args, NULL);
 }
@@ -40,8 +42,10 @@ static int calls(const px_child *p, const char *rollout, int n, int *n503)
     for (int i = 0; i < n; i++) {
         px_resp r;
         if (px_post(p, path, CHAT, &r) != 0) continue;
-        if (r.status == 200) ok++;
-        else if (r.status == 503 && n503 && strstr(r.body, "\"spool_full\"")) (*n503)++;
+        if (r.status == 200)
+            ok++;
+        else if (r.status == 503 && n503 && strstr(r.body, "\"spool_full\""))
+            (*n503)++;
         px_resp_free(&r);
     }
     return ok;
@@ -214,7 +218,8 @@ TEST(span_too_large_for_kafka_is_dropped_loudly_not_blocking)
     REQUIRE(start_proxy(&p, "spool-e", extra) == 0);
     size_t n = 6000;
     char *big = malloc(n + 128);
-    int k = snprintf(big, n + 128, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"");
+    int k =
+        snprintf(big, n + 128, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"");
     memset(big + k, 'q', n);
     strcpy(big + k + n, "\"}]}");
     px_resp r;

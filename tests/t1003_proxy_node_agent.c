@@ -22,8 +22,8 @@ TEST(openai_npm_agent_through_proxy)
     snprintf(spool, sizeof spool, "%s/spool", tmp);
     snprintf(log, sizeof log, "%s/proxy.log", tmp);
     snprintf(up, sizeof up, "http://127.0.0.1:%d", fake_upstream_port(u));
-    const char *args[] = {"--listen", "127.0.0.1:0", "--upstream", up, "--bootstrap",
-                          b.bootstrap, "--spool-dir", spool, NULL};
+    const char *args[] = {"--listen",  "127.0.0.1:0", "--upstream", up,  "--bootstrap",
+                          b.bootstrap, "--spool-dir", spool,        NULL};
     px_child p;
     REQUIRE(px_start(&p, log, args, NULL) == 0);
 
@@ -45,17 +45,21 @@ TEST(openai_npm_agent_through_proxy)
     CHECK_EQ_INT(json_integer_value(json_object_get(o, "usage")), 4);
     /* the agent sees vLLM's fields without the ones the proxy asked for filled in */
     char *keys = json_dumps(json_object_get(o, "chat_keys"), JSON_COMPACT);
-    CHECK_EQ_STR(keys ? keys : "", "[\"finish_reason\",\"index\",\"logprobs\",\"message\",\"stop_reason\",\"token_ids\"]");
+    CHECK_EQ_STR(
+        keys ? keys : "",
+        "[\"finish_reason\",\"index\",\"logprobs\",\"message\",\"stop_reason\",\"token_ids\"]");
     free(keys);
     CHECK_EQ_STR(json_string_value(json_object_get(o, "stream")), "The answer is 4.");
     CHECK_EQ_INT(json_integer_value(json_object_get(o, "stream_chunks")), 6);
     json_t *tool = json_object_get(o, "tool");
     CHECK_EQ_STR(json_string_value(json_object_get(tool, "name")), "get_weather");
-    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(tool, "args"), "city")), "Paris");
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(tool, "args"), "city")),
+                 "Paris");
     CHECK_EQ_STR(json_string_value(json_object_get(o, "final")), "The answer is 4.");
     json_t *stool = json_object_get(o, "stream_tool");
     CHECK_EQ_STR(json_string_value(json_object_get(stool, "name")), "get_weather");
-    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(stool, "args"), "city")), "Paris");
+    CHECK_EQ_STR(json_string_value(json_object_get(json_object_get(stool, "args"), "city")),
+                 "Paris");
     json_decref(o);
 
     /* five calls, five spans with tokens and logprobs, the stream flags right */
@@ -78,7 +82,8 @@ TEST(openai_npm_agent_through_proxy)
         CHECK(strstr(s[3].llm_call.request_json, "\"tool_call_id\"") != NULL);
         CHECK(strstr(s[4].llm_call.response_json, "\"tool_calls\":[{") != NULL);
     }
-    for (size_t i = 0; i < n; i++) al_span_clear(&s[i]);
+    for (size_t i = 0; i < n; i++)
+        al_span_clear(&s[i]);
     px_msgs_free(&m);
     CHECK(!px_file_contains(log, "sk-agent-local"));
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);

@@ -41,7 +41,8 @@ static int px_start(px_child *p, const char *log_path, const char *const *args,
     snprintf(p->log, sizeof p->log, "%s", log_path);
     argv[argc++] = al_test_bin();
     argv[argc++] = "proxy";
-    for (int i = 0; args[i] && argc < 62; i++) argv[argc++] = args[i];
+    for (int i = 0; args[i] && argc < 62; i++)
+        argv[argc++] = args[i];
     argv[argc] = NULL;
     if (pipe(pfd) != 0) return -1;
     fflush(stdout);
@@ -55,7 +56,8 @@ static int px_start(px_child *p, const char *log_path, const char *const *args,
         if (lfd >= 0) dup2(lfd, STDERR_FILENO);
         close(pfd[0]);
         close(pfd[1]);
-        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
@@ -142,11 +144,14 @@ static int px_http(const char *method, const char *url, const char *const *heade
     memset(r, 0, sizeof *r);
     CURL *e = curl_easy_init();
     struct curl_slist *h = NULL;
-    for (int i = 0; headers && headers[i]; i++) h = curl_slist_append(h, headers[i]);
+    for (int i = 0; headers && headers[i]; i++)
+        h = curl_slist_append(h, headers[i]);
     px_sink b = {0}, hd = {0};
     curl_easy_setopt(e, CURLOPT_URL, url);
-    if (!strcmp(method, "HEAD")) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-    else curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    if (!strcmp(method, "HEAD"))
+        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    else
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
     if (body) {
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
@@ -188,7 +193,8 @@ static __attribute__((unused)) void px_resp_free(px_resp *r)
 static const char *const PX_JSON[] = {"Content-Type: application/json", NULL};
 
 /* POSTs JSON to base + path. */
-static __attribute__((unused)) int px_post(const px_child *p, const char *path, const char *body, px_resp *r)
+static __attribute__((unused)) int px_post(const px_child *p, const char *path, const char *body,
+                                           px_resp *r)
 {
     char url[512];
     snprintf(url, sizeof url, "%s%s", p->base, path);
@@ -220,8 +226,8 @@ static void px_msgs_free(px_msgs *m)
 
 /* Reads topic from the beginning until at least `want` messages with `match` somewhere in
  * their value (NULL: any) have arrived or timeout_ms passes. Keeps every message read. */
-static int px_read_topic(const char *bootstrap, const char *topic, const char *match,
-                         size_t want, int timeout_ms, px_msgs *out)
+static int px_read_topic(const char *bootstrap, const char *topic, const char *match, size_t want,
+                         int timeout_ms, px_msgs *out)
 {
     char err[512];
     memset(out, 0, sizeof *out);
@@ -295,8 +301,10 @@ static size_t px_spans_of(const px_msgs *m, const char *rollout, al_span *out, s
             al_span_clear(&s);
             continue;
         }
-        if (strcmp(s.rollout_id, rollout) == 0) out[n++] = s;
-        else al_span_clear(&s);
+        if (strcmp(s.rollout_id, rollout) == 0)
+            out[n++] = s;
+        else
+            al_span_clear(&s);
     }
     for (size_t a = 1; a < n; a++)
         for (size_t b = a; b > 0 && out[b - 1].sequence > out[b].sequence; b--) {

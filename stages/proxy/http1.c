@@ -51,11 +51,14 @@ static int value_has_token(al_slice v, const char *tok)
 {
     size_t i = 0;
     while (i < v.n) {
-        while (i < v.n && (v.p[i] == ' ' || v.p[i] == '\t' || v.p[i] == ',')) i++;
+        while (i < v.n && (v.p[i] == ' ' || v.p[i] == '\t' || v.p[i] == ','))
+            i++;
         size_t s = i;
-        while (i < v.n && v.p[i] != ',') i++;
+        while (i < v.n && v.p[i] != ',')
+            i++;
         size_t e = i;
-        while (e > s && (v.p[e - 1] == ' ' || v.p[e - 1] == '\t')) e--;
+        while (e > s && (v.p[e - 1] == ' ' || v.p[e - 1] == '\t'))
+            e--;
         al_slice t = {v.p + s, e - s};
         if (e > s && al_slice_caseeq(t, tok)) return 1;
     }
@@ -64,8 +67,8 @@ static int value_has_token(al_slice v, const char *tok)
 
 /* Parses the head once a full "\r\n\r\n" (or bare "\n\n") is present. Bare LF line ends are
  * accepted like nginx does; obsolete line folding is refused (RFC 9112 5.2). */
-int al_http1_parse_head(const char *buf, size_t len, const al_http1_limits *lim,
-                        al_http1_head *out, char *errstr, size_t errlen)
+int al_http1_parse_head(const char *buf, size_t len, const al_http1_limits *lim, al_http1_head *out,
+                        char *errstr, size_t errlen)
 {
     size_t maxhead = lim && lim->max_head_bytes ? lim->max_head_bytes : 32768;
     size_t maxhdr = lim && lim->max_headers ? lim->max_headers : 100;
@@ -76,7 +79,8 @@ int al_http1_parse_head(const char *buf, size_t len, const al_http1_limits *lim,
     /* find the end of the head */
     size_t end = 0, scan = len < maxhead ? len : maxhead;
     size_t i0 = 0;
-    while (i0 < scan && (buf[i0] == '\r' || buf[i0] == '\n')) i0++; /* RFC 9112 2.2 */
+    while (i0 < scan && (buf[i0] == '\r' || buf[i0] == '\n'))
+        i0++; /* RFC 9112 2.2 */
     for (size_t i = i0; i < scan; i++) {
         if (buf[i] != '\n') continue;
         if (i + 1 < len && buf[i + 1] == '\n') {
@@ -89,8 +93,7 @@ int al_http1_parse_head(const char *buf, size_t len, const al_http1_limits *lim,
         }
     }
     if (!end) {
-        if (len >= maxhead)
-            return perr(431, errstr, errlen, "request header fields too large");
+        if (len >= maxhead) return perr(431, errstr, errlen, "request header fields too large");
         return 0;
     }
     if (end > maxhead) return perr(431, errstr, errlen, "request header fields too large");
@@ -98,14 +101,15 @@ int al_http1_parse_head(const char *buf, size_t len, const al_http1_limits *lim,
     const char *p = buf + i0, *e = buf + end;
     /* request line: METHOD SP TARGET SP HTTP/1.x */
     const char *m = p;
-    while (p < e && is_tchar((unsigned char)*p)) p++;
+    while (p < e && is_tchar((unsigned char)*p))
+        p++;
     if (p == m || p >= e || *p != ' ') return perr(400, errstr, errlen, "malformed request line");
     out->method = (al_slice){m, (size_t)(p - m)};
     p++;
     const char *t = p;
-    while (p < e && (unsigned char)*p > ' ' && *p != 0x7f) p++;
-    if (p == t || p >= e || *p != ' ')
-        return perr(400, errstr, errlen, "malformed request target");
+    while (p < e && (unsigned char)*p > ' ' && *p != 0x7f)
+        p++;
+    if (p == t || p >= e || *p != ' ') return perr(400, errstr, errlen, "malformed request target");
     out->target = (al_slice){t, (size_t)(p - t)};
     p++;
     if (e - p < 9 || memcmp(p, "HTTP/", 5) != 0)
@@ -126,12 +130,14 @@ int al_http1_parse_head(const char *buf, size_t len, const al_http1_limits *lim,
         if (*p == ' ' || *p == '\t')
             return perr(400, errstr, errlen, "obsolete header line folding");
         const char *n = p;
-        while (p < e && is_tchar((unsigned char)*p)) p++;
+        while (p < e && is_tchar((unsigned char)*p))
+            p++;
         if (p == n || p >= e || *p != ':')
             return perr(400, errstr, errlen, "malformed header name");
         al_slice name = {n, (size_t)(p - n)};
         p++;
-        while (p < e && (*p == ' ' || *p == '\t')) p++;
+        while (p < e && (*p == ' ' || *p == '\t'))
+            p++;
         const char *v = p;
         while (p < e && *p != '\n') {
             unsigned char c = (unsigned char)*p;
@@ -144,7 +150,8 @@ int al_http1_parse_head(const char *buf, size_t len, const al_http1_limits *lim,
         if (p >= e) return perr(400, errstr, errlen, "malformed header section");
         const char *ve = p;
         p++;
-        while (ve > v && (ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t')) ve--;
+        while (ve > v && (ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t'))
+            ve--;
         if (out->nheaders >= maxhdr) return perr(431, errstr, errlen, "too many header fields");
         al_slice val = {v, (size_t)(ve - v)};
         out->headers[out->nheaders].name = name;
@@ -213,7 +220,8 @@ static int scan_string(jscan *j)
                 if (j->e - j->s < 5) return -1;
                 for (int k = 1; k <= 4; k++) {
                     char h = j->s[k];
-                    if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F')))
+                    if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') ||
+                          (h >= 'A' && h <= 'F')))
                         return -1;
                 }
                 j->s += 4;
@@ -233,21 +241,26 @@ static int scan_number(jscan *j)
     const char *s = j->s;
     if (j->s < j->e && *j->s == '-') j->s++;
     if (j->s >= j->e) return -1;
-    if (*j->s == '0') j->s++;
+    if (*j->s == '0')
+        j->s++;
     else if (*j->s >= '1' && *j->s <= '9')
-        while (j->s < j->e && *j->s >= '0' && *j->s <= '9') j->s++;
-    else return -1;
+        while (j->s < j->e && *j->s >= '0' && *j->s <= '9')
+            j->s++;
+    else
+        return -1;
     if (j->s < j->e && *j->s == '.') {
         j->s++;
         const char *d = j->s;
-        while (j->s < j->e && *j->s >= '0' && *j->s <= '9') j->s++;
+        while (j->s < j->e && *j->s >= '0' && *j->s <= '9')
+            j->s++;
         if (j->s == d) return -1;
     }
     if (j->s < j->e && (*j->s == 'e' || *j->s == 'E')) {
         j->s++;
         if (j->s < j->e && (*j->s == '+' || *j->s == '-')) j->s++;
         const char *d = j->s;
-        while (j->s < j->e && *j->s >= '0' && *j->s <= '9') j->s++;
+        while (j->s < j->e && *j->s >= '0' && *j->s <= '9')
+            j->s++;
         if (j->s == d) return -1;
     }
     return j->s > s ? 0 : -1;
@@ -308,8 +321,8 @@ static int scan_value(jscan *j)
 }
 
 typedef struct jedit {
-    size_t start, end;  /* bytes [start, end) replaced */
-    const char *repl;   /* "" or "null" */
+    size_t start, end; /* bytes [start, end) replaced */
+    const char *repl;  /* "" or "null" */
 } jedit;
 
 #define JEDITS_MAX 512
@@ -360,13 +373,14 @@ static int walk_object(jscan *j, const char *base, const char *const *remove,
         j->s++;
         ws(j);
         size_t vstart = (size_t)(j->s - base);
-        int is_choices = top && kn == 7 && memcmp(ks, "choices", 7) == 0 && j->s < j->e &&
-                         *j->s == '[';
+        int is_choices =
+            top && kn == 7 && memcmp(ks, "choices", 7) == 0 && j->s < j->e && *j->s == '[';
         if (is_choices) {
             /* each element: an object walked with the choice lists, else scanned */
             j->s++;
             ws(j);
-            if (j->s < j->e && *j->s == ']') j->s++;
+            if (j->s < j->e && *j->s == ']')
+                j->s++;
             else
                 for (;;) {
                     ws(j);
@@ -407,12 +421,16 @@ static int walk_object(jscan *j, const char *base, const char *const *remove,
         }
         if (in_list(remove, ks, kn)) {
             int r;
-            if (kept_before) r = add_edit(ed, prev_end, mend, "");
-            else if (!last) r = add_edit(ed, mstart, next_start, "");
-            else r = add_edit(ed, mstart, mend, "");
+            if (kept_before)
+                r = add_edit(ed, prev_end, mend, "");
+            else if (!last)
+                r = add_edit(ed, mstart, next_start, "");
+            else
+                r = add_edit(ed, mstart, mend, "");
             if (r) return -1;
         } else {
-            if (in_list(nul, ks, kn) && !(mend - vstart == 4 && memcmp(base + vstart, "null", 4) == 0))
+            if (in_list(nul, ks, kn) &&
+                !(mend - vstart == 4 && memcmp(base + vstart, "null", 4) == 0))
                 if (add_edit(ed, vstart, mend, "null")) return -1;
             kept_before = 1;
         }
@@ -450,7 +468,8 @@ long al_json_strip_apply(const char *in, size_t len, const al_json_strip *spec, 
                     continue;
                 }
                 size_t keep = x->start - pos, rl = strlen(x->repl);
-                if (o + keep + rl > outcap) ok = 0;
+                if (o + keep + rl > outcap)
+                    ok = 0;
                 else {
                     memcpy(out + o, in + pos, keep);
                     o += keep;

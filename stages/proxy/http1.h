@@ -22,7 +22,7 @@ typedef struct al_http1_header {
 
 typedef struct al_http1_head {
     al_slice method, target;
-    int minor_version;      /* HTTP/1.<minor> */
+    int minor_version; /* HTTP/1.<minor> */
     al_http1_header headers[AL_HTTP1_HEADERS_CAP];
     size_t nheaders;
     int64_t content_length; /* -1: no Content-Length */
@@ -41,14 +41,14 @@ typedef struct al_http1_limits {
  *   < 0  -(HTTP status) to answer with: -400 malformed, -431 head too large or too many
  *        headers, -501 unsupported transfer coding, -505 not HTTP/1.x; errstr says why.
  * Slices in out point into buf. */
-int al_http1_parse_head(const char *buf, size_t len, const al_http1_limits *lim,
-                        al_http1_head *out, char *errstr, size_t errlen);
+int al_http1_parse_head(const char *buf, size_t len, const al_http1_limits *lim, al_http1_head *out,
+                        char *errstr, size_t errlen);
 
 /* The value of header `name` (case-insensitive), or NULL. */
 const al_slice *al_http1_header_get(const al_http1_head *h, const char *name);
 
-int al_slice_eq(al_slice s, const char *lit);      /* exact */
-int al_slice_caseeq(al_slice s, const char *lit);  /* ASCII case-insensitive */
+int al_slice_eq(al_slice s, const char *lit);     /* exact */
+int al_slice_caseeq(al_slice s, const char *lit); /* ASCII case-insensitive */
 
 /* ------------------------------------------------------------------------------------------
  * JSON editing that keeps every byte it does not touch: the proxy removes the fields it asked

@@ -82,11 +82,21 @@ typedef struct pconf {
     int access_log;
 } pconf;
 
-enum { R_CHAT = 0, R_COMPL, R_MODELS, R_REWARD, R_END, R_SESSIONS, R_HEALTH, R_METRICS, R_OTHER,
-       R_COUNT };
+enum {
+    R_CHAT = 0,
+    R_COMPL,
+    R_MODELS,
+    R_REWARD,
+    R_END,
+    R_SESSIONS,
+    R_HEALTH,
+    R_METRICS,
+    R_OTHER,
+    R_COUNT
+};
 static const char *route_names[R_COUNT] = {"chat_completions", "completions", "models",
-                                           "reward", "end", "sessions", "healthz", "metrics",
-                                           "unknown"};
+                                           "reward",           "end",         "sessions",
+                                           "healthz",          "metrics",     "unknown"};
 
 typedef struct rollout_ent {
     char *key; /* task \x1f rollout \x1f attempt */
@@ -160,7 +170,8 @@ static void rand_hex(proxy *px, char *out, size_t nhex)
     static const char hx[] = "0123456789abcdef";
     for (size_t i = 0; i < nhex; i += 16) {
         uint64_t r = rng_next(px);
-        for (size_t k = 0; k < 16 && i + k < nhex; k++) out[i + k] = hx[(r >> (4 * k)) & 15];
+        for (size_t k = 0; k < 16 && i + k < nhex; k++)
+            out[i + k] = hx[(r >> (4 * k)) & 15];
     }
     out[nhex] = '\0';
 }
@@ -199,25 +210,44 @@ static int id_valid(const char *p, size_t n)
 static const char *status_text(int st)
 {
     switch (st) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Payload Too Large";
-    case 415: return "Unsupported Media Type";
-    case 422: return "Unprocessable Entity";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    case 505: return "HTTP Version Not Supported";
-    default: return st < 300 ? "OK" : st < 500 ? "Client Error" : "Server Error";
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 411:
+        return "Length Required";
+    case 413:
+        return "Payload Too Large";
+    case 415:
+        return "Unsupported Media Type";
+    case 422:
+        return "Unprocessable Entity";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return st < 300 ? "OK" : st < 500 ? "Client Error" : "Server Error";
     }
 }
 
@@ -272,8 +302,8 @@ static void conn_finish_request(conn *c)
 
 /* Writes a whole response (head + body). The connection goes back to reading when it is
  * written (keep-alive) or closes. */
-static void conn_reply(conn *c, int status, const char *ctype, const char *extra,
-                       const char *body, size_t len)
+static void conn_reply(conn *c, int status, const char *ctype, const char *extra, const char *body,
+                       size_t len)
 {
     proxy *px = c->px;
     if (px->draining) c->keep_alive = 0;
@@ -288,20 +318,20 @@ static void conn_reply(conn *c, int status, const char *ctype, const char *extra
     conn_finish_request(c);
 }
 
-static void conn_error(conn *c, int status, const char *type, const char *code,
-                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void conn_error(conn *c, int status, const char *type, const char *code, const char *fmt,
+                       ...) __attribute__((format(printf, 5, 6)));
 
 /* An OpenAI-style error body: {"error":{"message","type","param","code"}}. */
-static void conn_error(conn *c, int status, const char *type, const char *code,
-                       const char *fmt, ...)
+static void conn_error(conn *c, int status, const char *type, const char *code, const char *fmt,
+                       ...)
 {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_t *j = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", msg, "type", type,
-                          "param", "code", code);
+    json_t *j = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", msg, "type", type, "param",
+                          "code", code);
     char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     const char *b = body ? body : "{\"error\":{\"message\":\"error\"}}";
@@ -385,8 +415,10 @@ static void conn_free(conn *c)
 {
     proxy *px = c->px;
     if (c->call) call_detach(c->call);
-    if (c->prev) c->prev->next = c->next;
-    else px->conns = c->next;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        px->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     px->nconns--;
     al_gauge_set(px->g_conns, px->nconns);
@@ -418,8 +450,8 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
     if (hl < 0) {
         c->keep_alive = 0;
         bufferevent_disable(bev, EV_READ);
-        conn_error(c, -hl, "invalid_request_error", -hl == 431 ? "headers_too_large" : "bad_request",
-                   "%s", err);
+        conn_error(c, -hl, "invalid_request_error",
+                   -hl == 431 ? "headers_too_large" : "bad_request", "%s", err);
         return;
     }
     c->keep_alive = c->head.keep_alive;
@@ -467,8 +499,8 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
     dispatch(c);
 }
 
-static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
-                      int salen, void *arg)
+static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                      void *arg)
 {
     proxy *px = arg;
     (void)l;
@@ -478,7 +510,8 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
         static const char busy[] =
             "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
             "Content-Length: 113\r\nConnection: close\r\n\r\n"
-            "{\"error\":{\"message\":\"too many connections to the proxy\",\"type\":\"server_error\","
+            "{\"error\":{\"message\":\"too many connections to the "
+            "proxy\",\"type\":\"server_error\","
             "\"param\":null,\"code\":\"overloaded\"}}";
         ssize_t w = send(fd, busy, sizeof busy - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)w;
@@ -520,7 +553,8 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 static uint64_t fnv1a(const char *s)
 {
     uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
     return h;
 }
 
@@ -615,7 +649,8 @@ static int bearer(const conn *c, al_slice *tok)
     if (!a || a->n < 7 || strncasecmp(a->p, "Bearer ", 7) != 0) return 0;
     tok->p = a->p + 7;
     tok->n = a->n - 7;
-    while (tok->n && tok->p[0] == ' ') tok->p++, tok->n--;
+    while (tok->n && tok->p[0] == ' ')
+        tok->p++, tok->n--;
     return 1;
 }
 
@@ -691,7 +726,8 @@ static void span_init(proxy *px, al_span *s, const ident *id, int64_t seq, const
     if (tp && tp->n == 55 && tp->p[2] == '-' && tp->p[35] == '-' && tp->p[52] == '-') {
         int ok = 1;
         for (size_t i = 3; i < 52 && ok; i++)
-            if (i != 35 && !((tp->p[i] >= '0' && tp->p[i] <= '9') || (tp->p[i] >= 'a' && tp->p[i] <= 'f')))
+            if (i != 35 &&
+                !((tp->p[i] >= '0' && tp->p[i] <= '9') || (tp->p[i] >= 'a' && tp->p[i] <= 'f')))
                 ok = 0;
         if (ok) {
             memcpy(trace, tp->p + 3, 32);
@@ -726,8 +762,8 @@ static int span_publish(proxy *px, const al_span *s)
         return -1;
     }
     const char *key = s->task_id && *s->task_id ? s->task_id : s->rollout_id;
-    if (al_spool_append(px->spool, key, strlen(key), px->enc.data, px->enc.len, err,
-                        sizeof err) != 0) {
+    if (al_spool_append(px->spool, key, strlen(key), px->enc.data, px->enc.len, err, sizeof err) !=
+        0) {
         al_log_error(COMP, "span of rollout %s sequence %" PRId64 " lost: %s", s->rollout_id,
                      s->sequence, err);
         al_counter_inc(px->spans_failed);
@@ -792,8 +828,8 @@ struct call {
     int stream, want_logprobs, want_token_ids, injected_usage, is_chat, capture;
     int up_idx, tries;
     char url[1100];
-    al_buf body;   /* non-streamed response, or the pending SSE bytes */
-    al_buf strip;  /* scratch for stripped JSON */
+    al_buf body;  /* non-streamed response, or the pending SSE bytes */
+    al_buf strip; /* scratch for stripped JSON */
     long status;
     char ctype[128];
     int64_t policy_version;
@@ -820,14 +856,18 @@ struct call {
 
 static void call_free(call *k)
 {
-    if (k->cprev) k->cprev->cnext = k->cnext;
-    else if (k->px->calls == k) k->px->calls = k->cnext;
+    if (k->cprev)
+        k->cprev->cnext = k->cnext;
+    else if (k->px->calls == k)
+        k->px->calls = k->cnext;
     if (k->cnext) k->cnext->cprev = k->cprev;
     if (k->easy) {
         proxy *px = k->px;
         curl_multi_remove_handle(px->multi, k->easy);
-        if (px->n_easy_pool < AL_ARRAY_LEN(px->easy_pool)) px->easy_pool[px->n_easy_pool++] = k->easy;
-        else curl_easy_cleanup(k->easy);
+        if (px->n_easy_pool < AL_ARRAY_LEN(px->easy_pool))
+            px->easy_pool[px->n_easy_pool++] = k->easy;
+        else
+            curl_easy_cleanup(k->easy);
     }
     curl_slist_free_all(k->hdrs);
     free(k->agent);
@@ -871,7 +911,8 @@ static void capture_ids(json_t *arr, ivec *out)
     size_t i;
     json_t *v;
     if (!json_is_array(arr)) return;
-    json_array_foreach(arr, i, v) if (json_is_integer(v)) ivec_push(out, (int32_t)json_integer_value(v));
+    json_array_foreach(arr, i, v) if (json_is_integer(v))
+        ivec_push(out, (int32_t)json_integer_value(v));
 }
 
 /* Reads what training needs from one response object or stream chunk: token ids, logprobs,
@@ -920,7 +961,8 @@ static void capture_object(call *k, json_t *o, int streamed)
     }
     if (!streamed) return;
     json_t *delta = json_object_get(c0, "delta");
-    const char *text = json_string_value(json_object_get(delta ? delta : c0, delta ? "content" : "text"));
+    const char *text =
+        json_string_value(json_object_get(delta ? delta : c0, delta ? "content" : "text"));
     int got = k->resp_ids.n > before;
     if (text && *text) {
         al_buf_append(&k->content, text, strlen(text));
@@ -934,9 +976,9 @@ static void capture_object(call *k, json_t *o, int streamed)
             size_t idx = (size_t)json_integer_value(json_object_get(tc, "index"));
             if (idx > 128) continue;
             while (json_array_size(k->tools) <= idx)
-                json_array_append_new(k->tools,
-                                      json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", "", "type",
-                                                "function", "function", "name", "", "arguments", ""));
+                json_array_append_new(k->tools, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", "", "type",
+                                                          "function", "function", "name", "",
+                                                          "arguments", ""));
             json_t *dst = json_array_get(k->tools, idx), *fn = json_object_get(dst, "function");
             const char *s;
             if ((s = json_string_value(json_object_get(tc, "id"))))
@@ -973,14 +1015,18 @@ static long strip_for_agent(call *k, const char *in, size_t len, int chunk)
     static const char *const ch_lp[] = {"logprobs", NULL};
     al_json_strip spec = {0};
     if (chunk) {
-        if (!k->want_token_ids) spec.top_remove = k->injected_usage ? top_ids_usage : top_ids;
-        else if (k->injected_usage) spec.top_remove = top_usage;
+        if (!k->want_token_ids)
+            spec.top_remove = k->injected_usage ? top_ids_usage : top_ids;
+        else if (k->injected_usage)
+            spec.top_remove = top_usage;
         if (!k->want_token_ids) spec.choice_remove = ch_ids;
         if (!k->want_logprobs) spec.choice_null = ch_lp;
     } else {
         if (!k->want_token_ids) spec.top_null = top_ids;
-        if (!k->want_token_ids) spec.choice_null = k->want_logprobs ? ch_ids : ch_ids_lp;
-        else if (!k->want_logprobs) spec.choice_null = ch_lp;
+        if (!k->want_token_ids)
+            spec.choice_null = k->want_logprobs ? ch_ids : ch_ids_lp;
+        else if (!k->want_logprobs)
+            spec.choice_null = ch_lp;
     }
     k->strip.len = 0;
     if (al_buf_reserve(&k->strip, len + 4096)) return -1;
@@ -990,8 +1036,8 @@ static long strip_for_agent(call *k, const char *in, size_t len, int chunk)
 static void extra_headers(call *k, char *buf, size_t n)
 {
     int64_t overhead = k->pre_us + (al_mono_us() - (k->done_mono ? k->done_mono : al_mono_us()));
-    snprintf(buf, n, "x-arclight-overhead-us: %" PRId64 "\r\nx-arclight-rollout: %s\r\n",
-             overhead, k->id.rollout);
+    snprintf(buf, n, "x-arclight-overhead-us: %" PRId64 "\r\nx-arclight-rollout: %s\r\n", overhead,
+             k->id.rollout);
     al_histogram_observe(k->px->h_overhead, (double)overhead / 1e6);
 }
 
@@ -1018,7 +1064,8 @@ static void stream_process(call *k, int final)
             }
         }
         if (!sep) {
-            if (final && pos < k->body.len && k->c) conn_stream_write(k->c, b + pos, k->body.len - pos);
+            if (final && pos < k->body.len && k->c)
+                conn_stream_write(k->c, b + pos, k->body.len - pos);
             if (final) pos = k->body.len;
             break;
         }
@@ -1077,8 +1124,10 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud)
     if (k->headers_sent && k->c &&
         evbuffer_get_length(bufferevent_get_output(k->c->bev)) > (1u << 20)) {
         if (!k->paused)
-            al_log_debug(COMP, "rollout %s: the agent reads slower than the upstream writes; "
-                         "upstream paused", k->id.rollout);
+            al_log_debug(COMP,
+                         "rollout %s: the agent reads slower than the upstream writes; "
+                         "upstream paused",
+                         k->id.rollout);
         k->paused = 1;
         return CURL_WRITEFUNC_PAUSE;
     }
@@ -1112,8 +1161,10 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *ud)
         k->status = 0;
     } else if (n > 13 && strncasecmp(buf, "content-type:", 13) == 0) {
         size_t s = 13, e = n;
-        while (s < e && buf[s] == ' ') s++;
-        while (e > s && (buf[e - 1] == '\r' || buf[e - 1] == '\n' || buf[e - 1] == ' ')) e--;
+        while (s < e && buf[s] == ' ')
+            s++;
+        while (e > s && (buf[e - 1] == '\r' || buf[e - 1] == '\n' || buf[e - 1] == ' '))
+            e--;
         snprintf(k->ctype, sizeof k->ctype, "%.*s", (int)(e - s), buf + s);
     } else if (n > 25 && strncasecmp(buf, "x-arclight-policy-version:", 26) == 0) {
         k->policy_version = strtoll(buf + 26, NULL, 10);
@@ -1145,9 +1196,9 @@ static void access_log(call *k, int status)
                 "%s status=%d upstream_status=%ld task=%s rollout=%s attempt=%d seq=%" PRId64
                 " stream=%d upstream=%s ms=%.3f overhead_us=%" PRId64 " prompt_tokens=%zu "
                 "response_tokens=%zu policy_version=%" PRId64 "%s%s",
-                k->method_path, status, k->status, k->id.task, k->id.rollout, k->id.attempt,
-                k->seq, k->stream, up, (double)(k->end_us - k->start_us) / 1000.0, k->pre_us,
-                k->prompt.n, k->resp_ids.n, k->policy_version, k->error ? " error=" : "",
+                k->method_path, status, k->status, k->id.task, k->id.rollout, k->id.attempt, k->seq,
+                k->stream, up, (double)(k->end_us - k->start_us) / 1000.0, k->pre_us, k->prompt.n,
+                k->resp_ids.n, k->policy_version, k->error ? " error=" : "",
                 k->error ? k->error : "");
 }
 
@@ -1182,7 +1233,8 @@ static void call_span(call *k)
             choice = json_pack("{s:i,s:o}", "index", 0, "text", content ? jc : json_string(""));
             if (!content) json_decref(jc);
         }
-        json_object_set_new(choice, "finish_reason", k->finish ? json_string(k->finish) : json_null());
+        json_object_set_new(choice, "finish_reason",
+                            k->finish ? json_string(k->finish) : json_null());
         json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", k->s_id ? k->s_id : "", "object",
                               k->is_chat ? "chat.completion" : "text_completion", "created",
                               (json_int_t)k->s_created, "model", k->s_model ? k->s_model : "",
@@ -1209,8 +1261,10 @@ static void call_span(call *k)
         l->response_logprobs = k->lps.v;
         l->n_response_logprobs = k->lps.n;
     } else if (k->lps.n && k->resp_ids.n) {
-        al_log_warn(COMP, "rollout %s call %" PRId64 ": %zu logprobs for %zu tokens; logprobs "
-                    "not recorded", k->id.rollout, k->seq, k->lps.n, k->resp_ids.n);
+        al_log_warn(COMP,
+                    "rollout %s call %" PRId64 ": %zu logprobs for %zu tokens; logprobs "
+                    "not recorded",
+                    k->id.rollout, k->seq, k->lps.n, k->resp_ids.n);
     }
     l->finish_reason = k->finish;
     l->http_status = (int32_t)k->status;
@@ -1309,8 +1363,10 @@ static void call_done(call *k, CURLcode rc)
         if (c) {
             char extra[512];
             extra_headers(k, extra, sizeof extra);
-            if (sl >= 0) conn_reply(c, agent_status, ct, extra, (char *)k->strip.data, (size_t)sl);
-            else conn_reply(c, agent_status, ct, extra, (char *)k->body.data, k->body.len);
+            if (sl >= 0)
+                conn_reply(c, agent_status, ct, extra, (char *)k->strip.data, (size_t)sl);
+            else
+                conn_reply(c, agent_status, ct, extra, (char *)k->body.data, k->body.len);
         }
     }
     if (c) c->call = NULL;
@@ -1395,15 +1451,18 @@ static char *rewrite_request(call *k, json_t *req)
 {
     upkind kind = k->px->cfg.kind;
     json_t *lp = json_object_get(req, "logprobs");
-    k->want_logprobs = k->is_chat ? json_is_true(lp) : (json_is_integer(lp) && json_integer_value(lp) > 0);
+    k->want_logprobs =
+        k->is_chat ? json_is_true(lp) : (json_is_integer(lp) && json_integer_value(lp) > 0);
     k->want_token_ids = json_is_true(json_object_get(req, "return_token_ids"));
     k->stream = json_is_true(json_object_get(req, "stream"));
     const char *m = json_string_value(json_object_get(req, "model"));
     if (m) k->model = strdup(m);
     if (kind != UP_OPENAI) json_object_set_new(req, "return_token_ids", json_true());
     if (!k->want_logprobs) {
-        if (k->is_chat) json_object_set_new(req, "logprobs", json_true());
-        else json_object_set_new(req, "logprobs", json_integer(1));
+        if (k->is_chat)
+            json_object_set_new(req, "logprobs", json_true());
+        else
+            json_object_set_new(req, "logprobs", json_integer(1));
     }
     if (k->stream) {
         json_t *so = json_object_get(req, "stream_options");
@@ -1424,7 +1483,8 @@ static int content_type_json(const conn *c)
     const al_slice *ct = al_http1_header_get(&c->head, "content-type");
     if (!ct) return 0;
     size_t n = 0;
-    while (n < ct->n && ct->p[n] != ';' && ct->p[n] != ' ') n++;
+    while (n < ct->n && ct->p[n] != ';' && ct->p[n] != ' ')
+        n++;
     al_slice t = {ct->p, n};
     return al_slice_caseeq(t, "application/json");
 }
@@ -1639,8 +1699,10 @@ static void handle_end(conn *c, ident *id)
     const char *st = json_string_value(json_object_get(o, "status"));
     json_t *gs = json_object_get(o, "group_size"), *rj = json_object_get(o, "reason");
     int status = st ? al_rollout_status_parse(st) : -1;
-    if (status < 0 || (gs && !json_is_null(gs) && (!json_is_integer(gs) || json_integer_value(gs) < 1 ||
-                                                  json_integer_value(gs) > 1000000)) ||
+    if (status < 0 ||
+        (gs && !json_is_null(gs) &&
+         (!json_is_integer(gs) || json_integer_value(gs) < 1 ||
+          json_integer_value(gs) > 1000000)) ||
         (rj && !json_is_null(rj) && !json_is_string(rj))) {
         json_decref(o);
         conn_error(c, 400, "invalid_request_error", "invalid_end",
@@ -1687,7 +1749,8 @@ static void handle_session(conn *c)
     json_t *a = json_object_get(o, "attempt");
     if ((json_object_get(o, "task_id") && (!t || (*t && !id_valid(t, strlen(t))))) ||
         (json_object_get(o, "rollout_id") && (!r || !id_valid(r, strlen(r)))) ||
-        (a && (!json_is_integer(a) || json_integer_value(a) < 0 || json_integer_value(a) > 999999))) {
+        (a &&
+         (!json_is_integer(a) || json_integer_value(a) < 0 || json_integer_value(a) > 999999))) {
         json_decref(o);
         conn_error(c, 400, "invalid_request_error", "invalid_identity",
                    "task_id and rollout_id must be 1-128 characters of A-Z a-z 0-9 . _ : @ -; "
@@ -1740,8 +1803,8 @@ static void dispatch(conn *c)
         if (!s2) {
             c->route = R_OTHER;
             conn_error(c, 404, "invalid_request_error", "unknown_route",
-                       "unknown route %.*s; use /r/{task}/{rollout}/v1/...", (int)(path.n > 200 ? 200 : path.n),
-                       path.p);
+                       "unknown route %.*s; use /r/{task}/{rollout}/v1/...",
+                       (int)(path.n > 200 ? 200 : path.n), path.p);
             return;
         }
         if (!id_valid(t, (size_t)(s1 - t)) || !id_valid(s1 + 1, (size_t)(s2 - s1 - 1))) {
@@ -1817,8 +1880,10 @@ static void dispatch(conn *c)
                        route == R_REWARD ? "reward" : "end");
             return;
         }
-        if (route == R_REWARD) handle_reward(c, &id);
-        else handle_end(c, &id);
+        if (route == R_REWARD)
+            handle_reward(c, &id);
+        else
+            handle_end(c, &id);
         return;
     }
     start_llm_call(c, &id);
@@ -1868,8 +1933,8 @@ static int curl_socket_cb(CURL *e, curl_socket_t s, int what, void *arg, void *s
         curl_multi_assign(px->multi, s, NULL);
         return 0;
     }
-    short kind = (short)((what & CURL_POLL_IN ? EV_READ : 0) | (what & CURL_POLL_OUT ? EV_WRITE : 0) |
-                         EV_PERSIST);
+    short kind = (short)((what & CURL_POLL_IN ? EV_READ : 0) |
+                         (what & CURL_POLL_OUT ? EV_WRITE : 0) | EV_PERSIST);
     if (!ev) {
         ev = event_new(px->base, s, kind, curl_event_cb, px);
         if (!ev) return -1;
@@ -2024,7 +2089,8 @@ static int add_upstream(pconf *cf, const char *u)
     char *d = strdup(u);
     if (!d) return -1;
     size_t n = strlen(d);
-    while (n && d[n - 1] == '/') d[--n] = '\0';
+    while (n && d[n - 1] == '/')
+        d[--n] = '\0';
     if (n >= 3 && strcmp(d + n - 3, "/v1") == 0) d[n - 3] = '\0';
     cf->upstreams[cf->n_upstreams++] = d;
     return 0;
@@ -2086,27 +2152,41 @@ int cmd_proxy(int argc, char **argv)
     optind = 1;
     while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (opt) {
-        case OPT_LISTEN: cf->listen = optarg; break;
+        case OPT_LISTEN:
+            cf->listen = optarg;
+            break;
         case OPT_UPSTREAM:
             if (add_upstream(cf, optarg)) {
-                rc = al_cli_usage_error("proxy", "--upstream %s: need an http:// or https:// URL "
-                                        "(at most 16 upstreams)", optarg);
+                rc = al_cli_usage_error("proxy",
+                                        "--upstream %s: need an http:// or https:// URL "
+                                        "(at most 16 upstreams)",
+                                        optarg);
                 goto out;
             }
             break;
         case OPT_KIND:
-            if (!strcmp(optarg, "arclight")) cf->kind = UP_ARCLIGHT;
-            else if (!strcmp(optarg, "vllm")) cf->kind = UP_VLLM;
-            else if (!strcmp(optarg, "sglang")) cf->kind = UP_SGLANG;
-            else if (!strcmp(optarg, "openai")) cf->kind = UP_OPENAI;
+            if (!strcmp(optarg, "arclight"))
+                cf->kind = UP_ARCLIGHT;
+            else if (!strcmp(optarg, "vllm"))
+                cf->kind = UP_VLLM;
+            else if (!strcmp(optarg, "sglang"))
+                cf->kind = UP_SGLANG;
+            else if (!strcmp(optarg, "openai"))
+                cf->kind = UP_OPENAI;
             else {
-                rc = al_cli_usage_error("proxy", "--upstream-kind %s: use arclight, vllm, sglang "
-                                        "or openai", optarg);
+                rc = al_cli_usage_error("proxy",
+                                        "--upstream-kind %s: use arclight, vllm, sglang "
+                                        "or openai",
+                                        optarg);
                 goto out;
             }
             break;
-        case OPT_KEY_ENV: key_env = optarg; break;
-        case OPT_FWD_AUTH: cf->forward_agent_auth = 1; break;
+        case OPT_KEY_ENV:
+            key_env = optarg;
+            break;
+        case OPT_FWD_AUTH:
+            cf->forward_agent_auth = 1;
+            break;
         case OPT_AGENT_KEY:
             if (cf->n_agent_keys >= AL_ARRAY_LEN(cf->agent_keys) || !*optarg) {
                 rc = al_cli_usage_error("proxy", "--agent-key: empty, or more than 16 keys");
@@ -2114,13 +2194,22 @@ int cmd_proxy(int argc, char **argv)
             }
             cf->agent_keys[cf->n_agent_keys++] = strdup(optarg);
             break;
-        case OPT_AGENT_NAME: cf->agent_name = optarg; break;
-        case OPT_TOPIC: cf->topic = optarg; break;
-        case OPT_SPOOL_DIR: cf->spool_dir = optarg; break;
+        case OPT_AGENT_NAME:
+            cf->agent_name = optarg;
+            break;
+        case OPT_TOPIC:
+            cf->topic = optarg;
+            break;
+        case OPT_SPOOL_DIR:
+            cf->spool_dir = optarg;
+            break;
         case OPT_SPOOL_FSYNC:
-            if (!strcmp(optarg, "never")) cf->fsync_mode = AL_SPOOL_FSYNC_NEVER;
-            else if (!strcmp(optarg, "interval")) cf->fsync_mode = AL_SPOOL_FSYNC_INTERVAL;
-            else if (!strcmp(optarg, "always")) cf->fsync_mode = AL_SPOOL_FSYNC_ALWAYS;
+            if (!strcmp(optarg, "never"))
+                cf->fsync_mode = AL_SPOOL_FSYNC_NEVER;
+            else if (!strcmp(optarg, "interval"))
+                cf->fsync_mode = AL_SPOOL_FSYNC_INTERVAL;
+            else if (!strcmp(optarg, "always"))
+                cf->fsync_mode = AL_SPOOL_FSYNC_ALWAYS;
             else {
                 rc = al_cli_usage_error("proxy", "--spool-fsync %s: use never, interval or always",
                                         optarg);
@@ -2160,7 +2249,9 @@ int cmd_proxy(int argc, char **argv)
             if (opt == OPT_DRAIN_TO) cf->drain_timeout_s = (int)v;
             break;
         }
-        case OPT_NO_ACCESS: cf->access_log = 0; break;
+        case OPT_NO_ACCESS:
+            cf->access_log = 0;
+            break;
         case OPT_HELP:
             fputs(proxy_usage, stdout);
             rc = AL_EXIT_OK;
@@ -2226,25 +2317,26 @@ int cmd_proxy(int argc, char **argv)
                                            "Spans written to the spool (then published)", NULL);
     px->spans_failed = al_metrics_counter(px->metrics, "arclight_proxy_spans_failed_total",
                                           "Spans that could not be encoded or spooled", NULL);
-    px->rejected_spool_full = al_metrics_counter(
-        px->metrics, "arclight_proxy_rejected_spool_full_total", "Calls refused with 503: spool full", NULL);
+    px->rejected_spool_full =
+        al_metrics_counter(px->metrics, "arclight_proxy_rejected_spool_full_total",
+                           "Calls refused with 503: spool full", NULL);
     px->g_published = al_metrics_gauge(px->metrics, "arclight_proxy_spans_published",
                                        "Spans acknowledged by Kafka since start", NULL);
-    px->g_dropped = al_metrics_gauge(px->metrics, "arclight_proxy_spans_dropped",
-                                     "Spans Kafka refused for good (larger than the broker takes)",
-                                     NULL);
+    px->g_dropped =
+        al_metrics_gauge(px->metrics, "arclight_proxy_spans_dropped",
+                         "Spans Kafka refused for good (larger than the broker takes)", NULL);
     px->g_spool_bytes = al_metrics_gauge(px->metrics, "arclight_proxy_spool_bytes",
                                          "Bytes in the spool (not yet acknowledged)", NULL);
     px->g_spool_records = al_metrics_gauge(px->metrics, "arclight_proxy_spool_spans",
                                            "Spans in the spool not yet acknowledged", NULL);
-    px->g_conns = al_metrics_gauge(px->metrics, "arclight_proxy_connections",
-                                   "Open agent connections", NULL);
+    px->g_conns =
+        al_metrics_gauge(px->metrics, "arclight_proxy_connections", "Open agent connections", NULL);
     px->g_inflight = al_metrics_gauge(px->metrics, "arclight_proxy_calls_in_flight",
                                       "Upstream calls in flight", NULL);
-    px->h_overhead = al_metrics_histogram(px->metrics, "arclight_proxy_overhead_seconds",
-                                          "The proxy's own time per call (not the upstream's)",
-                                          al_metrics_latency_buckets,
-                                          al_metrics_latency_buckets_len, NULL);
+    px->h_overhead =
+        al_metrics_histogram(px->metrics, "arclight_proxy_overhead_seconds",
+                             "The proxy's own time per call (not the upstream's)",
+                             al_metrics_latency_buckets, al_metrics_latency_buckets_len, NULL);
     px->h_upstream = al_metrics_histogram(px->metrics, "arclight_proxy_upstream_seconds",
                                           "Upstream call latency", al_metrics_latency_buckets,
                                           al_metrics_latency_buckets_len, NULL);
@@ -2289,12 +2381,13 @@ int cmd_proxy(int argc, char **argv)
         s6->sin6_port = htons((uint16_t)port);
         sl = (int)sizeof *s6;
     } else {
-        rc = al_cli_usage_error("proxy", "--listen %s: need a numeric address HOST:PORT", cf->listen);
+        rc = al_cli_usage_error("proxy", "--listen %s: need a numeric address HOST:PORT",
+                                cf->listen);
         goto out;
     }
-    px->listener = evconnlistener_new_bind(px->base, accept_cb, px,
-                                           LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 1024,
-                                           (struct sockaddr *)&ss, sl);
+    px->listener =
+        evconnlistener_new_bind(px->base, accept_cb, px, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE,
+                                1024, (struct sockaddr *)&ss, sl);
     if (!px->listener) {
         al_log_error(COMP, "cannot listen on %s: %s", cf->listen, strerror(errno));
         goto out;
@@ -2314,7 +2407,8 @@ int cmd_proxy(int argc, char **argv)
 
     char up[512];
     url_public(cf->upstreams[0], up, sizeof up);
-    printf("%s:%d\n", strchr(host, ':') ? "[::1]" : (strcmp(host, "localhost") ? host : "127.0.0.1"),
+    printf("%s:%d\n",
+           strchr(host, ':') ? "[::1]" : (strcmp(host, "localhost") ? host : "127.0.0.1"),
            px->port);
     fflush(stdout);
     al_log_info(COMP, "listening on port %d; upstream %s (+%zu more); spans to %s via spool %s",
@@ -2335,8 +2429,10 @@ out:
             c->call->c = NULL;
             c->call = NULL;
         }
-    while (px->calls) call_done(px->calls, CURLE_ABORTED_BY_CALLBACK);
-    while (px->conns) conn_free(px->conns);
+    while (px->calls)
+        call_done(px->calls, CURLE_ABORTED_BY_CALLBACK);
+    while (px->conns)
+        conn_free(px->conns);
     if (px->spool) {
         long left = al_spool_close(px->spool, cf->drain_timeout_s * 1000);
         if (left == 0 && rc == AL_EXIT_OK) al_log_info(COMP, "every span published; bye");
@@ -2348,7 +2444,8 @@ out:
     if (px->sig_int) event_free(px->sig_int);
     if (px->drain_timer) event_free(px->drain_timer);
     if (px->sweep_timer) event_free(px->sweep_timer);
-    while (px->n_easy_pool) curl_easy_cleanup(px->easy_pool[--px->n_easy_pool]);
+    while (px->n_easy_pool)
+        curl_easy_cleanup(px->easy_pool[--px->n_easy_pool]);
     if (px->multi) curl_multi_cleanup(px->multi);
     if (px->base) event_base_free(px->base);
     al_metrics_free(px->metrics);
@@ -2367,8 +2464,10 @@ out:
             free(s->rollout);
             free(s);
         }
-    for (size_t i = 0; i < cf->n_upstreams; i++) free(cf->upstreams[i]);
-    for (size_t i = 0; i < cf->n_agent_keys; i++) free(cf->agent_keys[i]);
+    for (size_t i = 0; i < cf->n_upstreams; i++)
+        free(cf->upstreams[i]);
+    for (size_t i = 0; i < cf->n_agent_keys; i++)
+        free(cf->agent_keys[i]);
     free(cf->upstream_key);
     al_buf_free(&px->enc);
     free(px);

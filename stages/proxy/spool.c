@@ -192,8 +192,10 @@ static int cmp_u64(const void *a, const void *b)
 
 static void seg_link(al_spool *s, sseg *g)
 {
-    if (s->tail) s->tail->next = g;
-    else s->head = g;
+    if (s->tail)
+        s->tail->next = g;
+    else
+        s->head = g;
     s->tail = g;
 }
 
@@ -221,7 +223,8 @@ static void drop_record(al_spool *s, sseg *g, size_t idx, const char *why)
     g->acked++;
     s->unacked--;
     s->dropped++;
-    al_log_error("proxy", "spool: span of %u bytes (segment %016" PRIx64 " record %zu) dropped: "
+    al_log_error("proxy",
+                 "spool: span of %u bytes (segment %016" PRIx64 " record %zu) dropped: "
                  "%s; raise the topic's max.message.bytes and message.max.bytes to keep such spans",
                  rec->vlen, g->id, idx, why);
 }
@@ -240,7 +243,8 @@ static void on_delivery(const al_delivery *d, void *ctx)
     srec *rec = &r->seg->recs[r->idx];
     s->inflight--;
     if (d->err && err_permanent(d->err)) {
-        drop_record(s, r->seg, r->idx, d->reason && *d->reason ? d->reason : rd_kafka_err2str(d->err));
+        drop_record(s, r->seg, r->idx,
+                    d->reason && *d->reason ? d->reason : rd_kafka_err2str(d->err));
     } else if (d->err == 0) {
         rec->state = REC_ACKED;
         r->seg->acked++;
@@ -276,7 +280,8 @@ static void do_fsync(al_spool *s)
     s->dirty = 0;
     s->last_fsync_mono = al_mono_us();
     pthread_mutex_unlock(&s->mu);
-    for (size_t i = 0; i < n; i++) fdatasync(fds[i]);
+    for (size_t i = 0; i < n; i++)
+        fdatasync(fds[i]);
     pthread_mutex_lock(&s->mu);
 }
 
@@ -287,7 +292,6 @@ typedef struct pick {
     uint32_t klen, vlen;
     int drop; /* can never be delivered (too large for the broker) */
 } pick;
-
 
 #define PICK_BATCH 256
 
@@ -356,7 +360,8 @@ static void produce_some(al_spool *s)
         for (size_t k = 0; k < i; k++)
             if (batch[k].drop) {
                 s->inflight--;
-                drop_record(s, batch[k].g, batch[k].idx, rd_kafka_err2str(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE));
+                drop_record(s, batch[k].g, batch[k].idx,
+                            rd_kafka_err2str(RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE));
             }
         if (i < nb) { /* the rest goes again later, from the first one not queued */
             for (size_t k = i; k < nb; k++) {
@@ -557,12 +562,14 @@ static int seg_new(al_spool *s, char *errstr, size_t errlen)
     return 0;
 }
 
-int al_spool_append(al_spool *s, const void *key, size_t keylen, const void *value,
-                     size_t vlen, char *errstr, size_t errlen)
+int al_spool_append(al_spool *s, const void *key, size_t keylen, const void *value, size_t vlen,
+                    char *errstr, size_t errlen)
 {
     if (keylen > SPOOL_MAX_RECORD || vlen > SPOOL_MAX_RECORD)
-        return al_err(errstr, errlen, "span of %zu bytes is larger than the spool's %u-byte "
-                      "record limit", vlen, SPOOL_MAX_RECORD);
+        return al_err(errstr, errlen,
+                      "span of %zu bytes is larger than the spool's %u-byte "
+                      "record limit",
+                      vlen, SPOOL_MAX_RECORD);
     uint64_t need = SPOOL_REC_HDR + keylen + vlen;
     pthread_mutex_lock(&s->mu);
     if ((!s->tail || s->tail->sealed || s->tail->size + need > SPOOL_SEG_MAX) &&
@@ -594,8 +601,10 @@ int al_spool_append(al_spool *s, const void *key, size_t keylen, const void *val
     g->size += need;
     s->bytes += need;
     s->unacked++;
-    if (s->fsync_mode == AL_SPOOL_FSYNC_ALWAYS) fdatasync(g->fd);
-    else s->dirty = 1;
+    if (s->fsync_mode == AL_SPOOL_FSYNC_ALWAYS)
+        fdatasync(g->fd);
+    else
+        s->dirty = 1;
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
@@ -627,10 +636,12 @@ long al_spool_close(al_spool *s, int timeout_ms)
     s->closing = 1;
     pthread_mutex_unlock(&s->mu);
     rd_kafka_purge(al_producer_handle(s->p), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-    for (int i = 0; i < 200 && s->inflight > 0; i++) al_producer_poll(s->p, 10);
+    for (int i = 0; i < 200 && s->inflight > 0; i++)
+        al_producer_poll(s->p, 10);
     al_producer_free(s->p);
     long left = (long)s->unacked;
-    while (s->head && s->head->acked == s->head->n) seg_drop_head(s);
+    while (s->head && s->head->acked == s->head->n)
+        seg_drop_head(s);
     pthread_mutex_lock(&s->mu);
     do_fsync(s);
     pthread_mutex_unlock(&s->mu);

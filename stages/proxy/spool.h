@@ -33,13 +33,13 @@ typedef enum al_spool_fsync {
 typedef struct al_spool al_spool;
 
 typedef struct al_spool_stats {
-    uint64_t bytes;          /* on disk, all live segments */
-    uint64_t records;        /* not yet acknowledged */
-    uint64_t published;      /* acknowledged since start */
-    uint64_t failed;         /* delivery failures since start (each retried) */
-    uint64_t recovered;      /* records found on disk at start */
-    uint64_t dropped;        /* refused by Kafka for good (too large), logged; never retried */
-    int broker_ok;           /* last delivery succeeded */
+    uint64_t bytes;     /* on disk, all live segments */
+    uint64_t records;   /* not yet acknowledged */
+    uint64_t published; /* acknowledged since start */
+    uint64_t failed;    /* delivery failures since start (each retried) */
+    uint64_t recovered; /* records found on disk at start */
+    uint64_t dropped;   /* refused by Kafka for good (too large), logged; never retried */
+    int broker_ok;      /* last delivery succeeded */
 } al_spool_stats;
 
 /* Opens (creating) dir, takes its lock (one proxy per directory), indexes the segments left
@@ -52,8 +52,8 @@ al_spool *al_spool_open(const char *dir, uint64_t max_bytes, al_spool_fsync fsyn
 /* Appends one record, even past max_bytes: the bound is enforced where calls are admitted
  * (al_spool_full), so the spans of calls already accepted are never refused. 0, or -1 with
  * errstr on an I/O error. Copies key and value. */
-int al_spool_append(al_spool *s, const void *key, size_t keylen, const void *value,
-                     size_t vlen, char *errstr, size_t errlen);
+int al_spool_append(al_spool *s, const void *key, size_t keylen, const void *value, size_t vlen,
+                    char *errstr, size_t errlen);
 
 /* Whether another `need` bytes would exceed max_bytes. */
 int al_spool_full(al_spool *s, size_t need);

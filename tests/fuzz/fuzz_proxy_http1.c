@@ -25,7 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (r > 0) {
             if ((size_t)r > n) abort();
             for (size_t i = 0; i < h.nheaders; i++)
-                if (h.headers[i].name.p < in || h.headers[i].value.p + h.headers[i].value.n > in + n)
+                if (h.headers[i].name.p < in ||
+                    h.headers[i].value.p + h.headers[i].value.n > in + n)
                     abort();
             (void)al_http1_header_get(&h, "content-type");
         }
