@@ -965,6 +965,8 @@ int cmd_serve(int argc, char **argv)
         goto out;
     }
     evhttp_set_max_body_size(sc.http, MAX_BODY);
+    /* a long generation may keep a client waiting for its whole reply */
+    evhttp_set_timeout(sc.http, 600);
     evhttp_set_allowed_methods(sc.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD);
     evhttp_set_gencb(sc.http, on_request, &sc);
     const char *bind_host = host[0] ? host : "127.0.0.1";
