@@ -253,6 +253,8 @@ static uint8_t tmask[8192];
 static float tlogp[8192];
 
 /* Encodes a transition of group g, rollout r (a 4-rollout group, one call per rollout). */
+static const char *t_model = "m"; /* model of the transitions encode_transition writes */
+
 static void encode_transition(al_buf *out, int g, int r, int np, int nr, int64_t version)
 {
     char id[64], gid[32], rid[32], task[32];
@@ -271,7 +273,7 @@ static void encode_transition(al_buf *out, int g, int r, int np, int nr, int64_t
         .response_token_ids = toks + np, .n_response_tokens = (size_t)nr, .loss_mask = tmask,
         .n_loss_mask = (size_t)nr, .rollout_logprobs = tlogp, .n_rollout_logprobs = (size_t)nr,
         .reward = r, .return_value = r, .advantage = r - 1.5, .estimator = "grpo",
-        .policy_version = version, .model = "m",
+        .policy_version = version, .model = t_model,
     };
     char err[256];
     if (al_transition_encode(&t, out, err, sizeof err) != 0) fprintf(stderr, "encode: %s\n", err);
@@ -302,7 +304,8 @@ typedef struct step_view {
 
 /* Replays chunks the way a trainer would: per step, the chunks after the last chunk 0. Checks
  * sizes and budgets on the way. Returns the number of chunks, -1 on a broken one. */
-static int view_steps(msg *m, size_t n, step_view *v, int64_t budget, size_t max_msg)
+static int view_steps_of(msg *m, size_t n, step_view *v, int64_t budget, size_t max_msg,
+                         const char *model)
 {
     memset(v, 0, MAX_STEPS * sizeof *v);
     int64_t cur = -1;
@@ -314,6 +317,10 @@ static int view_steps(msg *m, size_t n, step_view *v, int64_t budget, size_t max
             return -1;
         }
         CHECKF(m[i].len <= max_msg, "chunk of %zu bytes > %zu", m[i].len, max_msg);
+        if (model && strcmp(ch.model, model) != 0) {
+            al_batch_chunk_clear(&ch);
+            continue;
+        }
         if (ch.step < 0 || ch.step >= MAX_STEPS) {
             CHECKF(0, "step %lld out of range", (long long)ch.step);
             al_batch_chunk_clear(&ch);
@@ -341,6 +348,11 @@ static int view_steps(msg *m, size_t n, step_view *v, int64_t budget, size_t max
     }
     (void)cur;
     return (int)n;
+}
+
+static int view_steps(msg *m, size_t n, step_view *v, int64_t budget, size_t max_msg)
+{
+    return view_steps_of(m, n, v, budget, max_msg, NULL);
 }
 
 /* The step holding id in its last complete attempt, -1 if none; *times gets how many. */
@@ -531,44 +543,21 @@ TEST(same_input_same_bytes_across_runs)
     stop_broker(&b);
 }
 
-TEST(sigkill_mid_step_and_after_a_step_loses_and_duplicates_nothing)
+/* Steps 0..n-1 of the model each complete exactly once, nothing after; ids of groups g0..g1-1
+ * each in exactly one step, groups whole. */
+static void check_model_steps(msg *m, size_t n, const char *model, int nsteps, int g0, int g1,
+                              int expect_restarts)
 {
-    al_test_broker b;
-    REQUIRE(start_broker(&b) == 0);
-    rd_kafka_t *p = producer(b.bootstrap);
-    REQUIRE(p);
-    al_buf buf = {0};
-    /* 24 groups of 4 = 96 sequences = 6 steps of 16 */
-    for (int g = 0; g < 24; g++) {
-        char key[16];
-        snprintf(key, sizeof key, "task-%d", g);
-        for (int r = 0; r < 4; r++) {
-            encode_transition(&buf, g, r, rnd(200, 1500), rnd(200, 1500), -1);
-            produce(p, "arclight.transitions", g % 4, key, buf.data, buf.len);
-        }
-    }
-    REQUIRE(rd_kafka_flush(p, 10000) == 0);
-    const char *args[] = {"--step-sequences", "16", "--micro-batch-tokens", "4096",
-                          "--max-message-bytes", "150000", "--group-idle-ms", "300",
-                          "--steps", "6", NULL};
-    /* killed after chunk 0 of step 1 (a step cut short), then right after step 3 is complete
-     * (acknowledged, offsets not yet stored) */
-    int st = run_batch(b.bootstrap, "1:0", args);
-    CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "first run: status %d", st);
-    st = run_batch(b.bootstrap, "3:-1", args);
-    CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "second run: status %d", st);
-    st = run_batch(b.bootstrap, NULL, args);
-    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "third run: status %d", st);
-
-    size_t n = 0;
-    msg *m = read_topic(b.bootstrap, "arclight.batches", 2, &n);
     static step_view v[MAX_STEPS];
-    REQUIRE(view_steps(m, n, v, 4096, 150000) > 0);
-    for (int s = 0; s < 6; s++) CHECKF(v[s].complete == 1, "step %d complete %d times", s, v[s].complete);
-    CHECK(!v[6].count);
-    CHECKF(v[1].restarts == 1, "step 1 was not rebuilt (%d restarts)", v[1].restarts);
+    view_steps_of(m, n, v, 4096, 150000, model);
+    for (int s = 0; s < nsteps; s++)
+        CHECKF(v[s].complete == 1, "%s step %d complete %d times", model, s, v[s].complete);
+    CHECKF(!v[nsteps].count, "%s has a step %d", model, nsteps);
+    int restarts = 0;
+    for (int s = 0; s < nsteps; s++) restarts += v[s].restarts;
+    if (expect_restarts >= 0) CHECKF(restarts == expect_restarts, "%s: %d steps rebuilt", model, restarts);
     int missing = 0, twice = 0;
-    for (int g = 0; g < 24; g++) {
+    for (int g = g0; g < g1; g++) {
         int where0 = -2;
         for (int r = 0; r < 4; r++) {
             char id[32];
@@ -578,11 +567,80 @@ TEST(sigkill_mid_step_and_after_a_step_loses_and_duplicates_nothing)
             missing += times == 0;
             twice += times > 1;
             if (where0 == -2) where0 = at;
-            CHECKF(at == where0, "group %d split across steps", g);
+            CHECKF(at == where0, "%s group %d split across steps", model, g);
         }
     }
-    CHECK_EQ_INT(missing, 0);
-    CHECK_EQ_INT(twice, 0);
+    CHECKF(missing == 0 && twice == 0, "%s: %d transitions missing, %d twice", model, missing, twice);
+}
+
+/* Whether every step 0..n-1 of the model is complete on the topic. */
+static int model_done(msg *m, size_t n, const char *model, int nsteps)
+{
+    static step_view v[MAX_STEPS];
+    view_steps_of(m, n, v, 4096, 150000, model);
+    for (int s = 0; s < nsteps; s++)
+        if (!v[s].complete || v[s].got != v[s].count) return 0;
+    return 1;
+}
+
+TEST(sigkill_mid_step_and_after_a_step_loses_and_duplicates_nothing)
+{
+    al_test_broker b;
+    REQUIRE(start_broker(&b) == 0);
+    rd_kafka_t *p = producer(b.bootstrap);
+    REQUIRE(p);
+    al_buf buf = {0};
+    /* model m: 24 groups of 4 = 96 sequences = 6 steps of 16; model m2 (groups 100..107,
+     * interleaved): 2 steps. Steps are numbered per model. */
+    for (int g = 0; g < 24; g++) {
+        char key[16];
+        for (int k = 0; k < 2; k++) {
+            int gg = k ? 100 + g / 3 : g;
+            if (k && g % 3) continue;
+            t_model = k ? "m2" : "m";
+            snprintf(key, sizeof key, "task-%d", gg);
+            for (int r = 0; r < 4; r++) {
+                encode_transition(&buf, gg, r, rnd(200, 1500), rnd(200, 1500), -1);
+                produce(p, "arclight.transitions", gg % 4, key, buf.data, buf.len);
+            }
+        }
+    }
+    t_model = "m";
+    REQUIRE(rd_kafka_flush(p, 10000) == 0);
+    const char *args[] = {"--step-sequences", "16", "--micro-batch-tokens", "4096",
+                          "--max-message-bytes", "150000", "--group-idle-ms", "300", NULL};
+    /* killed after chunk 0 of a step 1 (a step cut short), then right after a step 3 is
+     * complete (acknowledged, its inputs' offsets not yet stored) */
+    int st = run_batch(b.bootstrap, "1:0", args);
+    CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "first run: status %d", st);
+    st = run_batch(b.bootstrap, "3:-1", args);
+    CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "second run: status %d", st);
+    /* the third run goes on until both models have all their steps, then stops on SIGTERM */
+    pid_t pid = spawn_batch(b.bootstrap, args);
+    REQUIRE(pid > 0);
+    size_t n = 0;
+    msg *m = NULL;
+    double t0 = testlib_now();
+    int done = 0;
+    while (!done && testlib_now() - t0 < 60) {
+        usleep(500000);
+        free_msgs(m, n);
+        m = read_topic(b.bootstrap, "arclight.batches", 2, &n);
+        done = model_done(m, n, "m", 6) && model_done(m, n, "m2", 2);
+    }
+    usleep(300000); /* anything more it would wrongly send */
+    kill(pid, SIGTERM);
+    waitpid(pid, &st, 0);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "third run: status %d", st);
+    free_msgs(m, n);
+    m = read_topic(b.bootstrap, "arclight.batches", 2, &n);
+    check_model_steps(m, n, "m", 6, 0, 24, -1);
+    check_model_steps(m, n, "m2", 2, 100, 108, -1);
+    /* the first kill cut a step short: one step of one model was sent again from chunk 0 */
+    static step_view v1[MAX_STEPS], v2[MAX_STEPS];
+    view_steps_of(m, n, v1, 4096, 150000, "m");
+    view_steps_of(m, n, v2, 4096, 150000, "m2");
+    CHECKF(v1[1].restarts + v2[1].restarts == 1, "step 1 rebuilt %d times", v1[1].restarts + v2[1].restarts);
     free_msgs(m, n);
     al_buf_free(&buf);
     rd_kafka_destroy(p);
