@@ -554,6 +554,31 @@ TEST(agent_keys_failover_and_upstream_down)
     CHECK(px_file_contains(log2, "proxy.access"));
 }
 
+TEST(openai_kind_asks_for_nothing_extra)
+{
+    char spool[700], log3[700];
+    snprintf(spool, sizeof spool, "%s/spool4", TMP);
+    snprintf(log3, sizeof log3, "%s/proxy4.log", TMP);
+    const char *args[] = {"--listen",        "127.0.0.1:0", "--upstream",  UPURL,
+                          "--upstream-kind", "openai",      "--bootstrap", B.bootstrap,
+                          "--spool-dir",     spool,         NULL};
+    px_child q;
+    REQUIRE(px_start(&q, log3, args, NULL) == 0);
+    char url[300];
+    snprintf(url, sizeof url, "%s/r/task-o/roll-o/v1/chat/completions", q.base);
+    px_resp a, d;
+    REQUIRE(px_http("POST", url, PX_JSON, CHAT, &a) == 0);
+    REQUIRE(direct("/v1/chat/completions", CHAT, &d) == 0);
+    CHECK_EQ_INT(a.status, 200);
+    CHECK(a.len == d.len && memcmp(a.body, d.body, a.len) == 0);
+    px_resp_free(&a);
+    px_resp_free(&d);
+    char *body = fake_upstream_last_body(U);
+    CHECK(body && !strstr(body, "return_token_ids") && !strstr(body, "logprobs"));
+    free(body);
+    CHECK_EQ_INT(px_stop(&q, SIGTERM, 30), 0);
+}
+
 TEST(metrics_and_clean_shutdown)
 {
     char url[300];

@@ -137,6 +137,7 @@ typedef struct proxy {
     rollout_ent **rtab;
     size_t rtab_size, rtab_count;
     session_ent *sessions[1024];
+    size_t nsessions;
     conn *conns;
     call *calls; /* every call in flight, attached to a connection or not */
     int nconns;
@@ -1457,8 +1458,10 @@ static char *rewrite_request(call *k, json_t *req)
     k->stream = json_is_true(json_object_get(req, "stream"));
     const char *m = json_string_value(json_object_get(req, "model"));
     if (m) k->model = strdup(m);
+    /* OpenAI's API has no token ids, and some of its models refuse logprobs: the call must
+     * not fail because of capture, so only text and usage are captured there */
     if (kind != UP_OPENAI) json_object_set_new(req, "return_token_ids", json_true());
-    if (!k->want_logprobs) {
+    if (!k->want_logprobs && kind != UP_OPENAI) {
         if (k->is_chat)
             json_object_set_new(req, "logprobs", json_true());
         else
@@ -1757,6 +1760,13 @@ static void handle_session(conn *c)
                    "attempt an integer from 0 to 999999");
         return;
     }
+    if (px->nsessions >= 1000000) {
+        json_decref(o);
+        conn_error(c, 503, "server_error", "too_many_sessions",
+                   "the proxy holds 1000000 sessions already; restart it or use "
+                   "/r/{task}/{rollout}/v1 URLs");
+        return;
+    }
     session_ent *s = calloc(1, sizeof *s);
     char gen[40];
     if (!r) {
@@ -1777,6 +1787,7 @@ static void handle_session(conn *c)
     size_t b = fnv1a(s->key) & 1023;
     s->next = px->sessions[b];
     px->sessions[b] = s;
+    px->nsessions++;
     json_t *resp = json_pack("{s:s,s:s,s:s,s:i}", "session_key", s->key, "task_id", s->task,
                              "rollout_id", s->rollout, "attempt", s->attempt);
     char *body = json_dumps(resp, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -2024,7 +2035,8 @@ static const char proxy_usage[] =
     "  --upstream URL            model server base URL, e.g. http://127.0.0.1:8000; repeat for\n"
     "                            several (sticky per rollout, failover on connection errors)\n"
     "  --upstream-kind KIND      arclight, vllm (default), sglang or openai: what to ask for\n"
-    "                            (vLLM-style return_token_ids + logprobs; openai: logprobs)\n"
+    "                            (vLLM-style return_token_ids + logprobs; openai: nothing,\n"
+    "                            text and usage only)\n"
     "  --upstream-key-env NAME   environment variable holding the upstream API key (default\n"
     "                            ARCLIGHT_UPSTREAM_API_KEY); sent as Authorization: Bearer\n"
     "  --forward-agent-auth      send the agent's own Authorization upstream (when no key is\n"
