@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: builds arclight, starts the embedded broker on
-# 127.0.0.1:9092 and follows its topics as JSON lines (arclight tail). Ctrl-C stops both.
-#   ARCLIGHT_LISTEN=127.0.0.1:19092 bash scripts/run.sh   another port
+# The main job on the embedded default: builds arclight and runs the whole loop on this
+# machine with `arclight up`: the embedded broker (127.0.0.1:9092), the policy server with a
+# tiny random model (127.0.0.1:8000), the capture proxy (127.0.0.1:8080), credit, batch,
+# train, and the demo agent (examples/demo-agent), which prints its mean reward per policy
+# version as the model learns its task. Ctrl-C stops everything.
+#   bash scripts/run.sh --steps 30                        stop after 30 policy versions
+#   bash scripts/run.sh --agent 'python3 my_agent.py'     your agent (OPENAI_BASE_URL is set)
+#   ARCLIGHT_LISTEN=127.0.0.1:19092 bash scripts/run.sh   the broker on another port
 #   BUILD_DIR=build-x bash scripts/run.sh                 another build directory
+# Every flag given to run.sh goes to `arclight up` (see `arclight up --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 listen="${ARCLIGHT_LISTEN:-127.0.0.1:9092}"
@@ -16,34 +22,6 @@ if ! { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release &&
   echo "run: the build failed (full log: $logdir/build.log)" >&2
   exit 1
 fi
-
-# Its own session: Ctrl-C reaches tail alone, and the broker is stopped after tail is done
-# (otherwise tail's last moments fill the terminal with "connection refused").
-setsid "./$build/arclight" broker --listen "$listen" >"$logdir/broker.out" 2>"$logdir/broker.log" &
-broker=$!
-cleanup() {
-  kill "$broker" 2>/dev/null || true
-  wait "$broker" 2>/dev/null || true
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# The broker prints its bootstrap address once its topics exist.
-for _ in $(seq 1 600); do
-  [ -s "$logdir/broker.out" ] && break
-  if ! kill -0 "$broker" 2>/dev/null; then
-    cat "$logdir/broker.log" >&2
-    echo "run: the embedded broker did not start (is $listen in use? set ARCLIGHT_LISTEN)" >&2
-    exit 1
-  fi
-  sleep 0.1
-done
-bootstrap="$(head -n 1 "$logdir/broker.out")"
-if [ -z "$bootstrap" ]; then
-  echo "run: the embedded broker printed no address within 60 s (log: $logdir/broker.log)" >&2
-  exit 1
-fi
-echo "run: embedded Kafka at $bootstrap (broker log: $logdir/broker.log)" >&2
-echo "run: following arclight's topics as JSON lines; Ctrl-C stops" >&2
-"./$build/arclight" tail arclight.spans arclight.transitions arclight.batches arclight.policy \
-  arclight.deadletter --bootstrap "$bootstrap" --from-beginning --follow
+echo "run: starting the loop (arclight up); watch the topics with" >&2
+echo "run:   ./$build/arclight tail arclight.spans arclight.policy --bootstrap $listen --follow" >&2
+exec "./$build/arclight" up --listen-broker "$listen" --workdir "$logdir/up" "$@"
