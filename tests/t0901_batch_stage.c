@@ -437,9 +437,10 @@ TEST(steps_of_whole_groups_stale_dropped_bad_to_deadletter)
         if (http_get(port, "/metrics", page, sizeof page) != 0) continue;
         done = metric(page, "arclight_batch_steps_total") == 2 &&
                metric(page, "arclight_batch_transitions_total{result=\"stale_dropped\"}") == 8 &&
-               metric(page, "arclight_batch_transitions_total{result=\"invalid\"}") == 1;
+               metric(page, "arclight_batch_transitions_total{result=\"invalid\"}") == 1 &&
+               metric(page, "arclight_batch_queued_sequences") == 8; /* gauges: every 10 ms */
     }
-    CHECKF(done, "metrics never showed 2 steps, 8 stale drops and 1 invalid:\n%s", page);
+    CHECKF(done, "metrics never showed 2 steps, 8 stale drops, 1 invalid, 8 queued:\n%s", page);
     CHECK_EQ_INT(metric(page, "arclight_batch_transitions_total{result=\"added\"}"), 48);
     CHECK_EQ_INT(metric(page, "arclight_batch_transitions_total{result=\"duplicate\"}"), 1);
     CHECK_EQ_INT(metric(page, "arclight_batch_transitions_total{result=\"undecodable\"}"), 1);

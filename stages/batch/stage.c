@@ -833,6 +833,14 @@ int cmd_batch(int argc, char **argv)
         al_log_error(COMP, "%s", err);
         goto out;
     }
+    for (size_t i = 0; o.stop_after_step >= 0 && i < w.n_known; i++)
+        if (al_batcher_next_step_number(w.batcher, w.known_models[i]) >= o.stop_after_step) {
+            al_log_info(COMP, "%s is at step %" PRId64 " already: nothing to do (--steps %" PRId64 ")",
+                        w.known_models[i], al_batcher_next_step_number(w.batcher, w.known_models[i]),
+                        o.stop_after_step);
+            rc = AL_EXIT_OK;
+            goto out;
+        }
     /* 2. The latest policy version of every model, before any step is built. */
     if (policy_start(&pf, kc, o.policy_topic, err, sizeof err) != 0) {
         al_log_error(COMP, "%s", err);
