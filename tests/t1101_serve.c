@@ -10,6 +10,8 @@
 #include "testlib.h"
 #include "t1199_serve_helpers.h"
 
+#include <pthread.h>
+
 static char *g_dir, g_model[300];
 static sv_server g_srv;
 
@@ -192,7 +194,7 @@ TEST(seeded_sampling_is_deterministic)
 TEST(concurrent_requests_give_the_tokens_of_one_at_a_time)
 {
     REQUIRE(setup() == 0);
-    enum { N = 6, L = 20 };
+    enum { N = 6, L = 200 }; /* long enough that the requests overlap in the engine */
     int32_t *alone[N];
     for (int i = 0; i < N; i++)
         REQUIRE(gen_ids(g_srv.url, 1000 + i, L + i, &alone[i]) == L + i);
@@ -530,6 +532,70 @@ TEST(sequence_limit_gives_429_with_retry_after)
     CHECK_EQ_INT((int)code, 400);
     json_decref(j);
     CHECK_EQ_INT(sv_stop(&s2), 0);
+}
+
+typedef struct bg_req {
+    const char *url;
+    sv_resp r;
+    volatile size_t seen;
+} bg_req;
+
+static size_t bg_write(char *d, size_t sz, size_t n, void *ud)
+{
+    bg_req *b = ud;
+    sv_write(d, sz, n, &b->r.body);
+    b->seen = b->r.body.n;
+    return sz * n;
+}
+
+static void *bg_main(void *arg)
+{
+    bg_req *b = arg;
+    CURL *c = curl_easy_init();
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/completions", b->url);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(
+        c, CURLOPT_POSTFIELDS,
+        "{\"prompt\":\"abc\",\"max_tokens\":200,\"n\":8,\"ignore_eos\":true,\"stream\":true,"
+        "\"return_token_ids\":true}");
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, bg_write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
+    if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &b->r.code);
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
+TEST(sigterm_lets_requests_in_flight_finish)
+{
+    REQUIRE(setup() == 0);
+    sv_server s2;
+    const char *args[] = {"--model", g_model, "--drain-timeout", "60", NULL};
+    REQUIRE(sv_start(&s2, args) == 0);
+    bg_req b = {.url = s2.url};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, bg_main, &b) == 0);
+    double t0 = testlib_now();
+    while (b.seen == 0 && testlib_now() - t0 < 30)
+        usleep(500);
+    REQUIRE(b.seen > 0);
+    kill(s2.pid, SIGTERM);
+    pthread_join(th, NULL);
+    int st;
+    waitpid(s2.pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_EQ_INT((int)b.r.code, 200);
+    CHECK(strstr(b.r.body.p ? b.r.body.p : "", "data: [DONE]") != NULL);
+    int toks = 0;
+    for (char *line = strtok(b.r.body.p, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "data: {", 7)) continue;
+        json_t *cj = json_loads(line + 6, JSON_ALLOW_NUL, NULL);
+        toks += (int)json_array_size(
+            json_object_get(json_array_get(json_object_get(cj, "choices"), 0), "token_ids"));
+        json_decref(cj);
+    }
+    CHECK_EQ_INT(toks, 8 * 200);
+    free(b.r.body.p);
 }
 
 TEST(server_shuts_down_cleanly)

@@ -79,6 +79,11 @@ struct serve_ctx {
     http_call *calls;
     al_metrics *metrics;
     struct al_serve_policy *policy; /* NULL when not following */
+    struct evhttp_bound_socket *bound;
+    int draining;           /* a first SIGTERM/SIGINT came: finish what is in flight */
+    double drain_timeout_s; /* then stop anyway */
+    struct event *drain_timer;
+    int open_replies; /* generation requests whose reply is not fully written yet */
     al_counter *req_ok, *req_4xx, *req_429, *req_5xx, *gen_tokens, *prompt_tokens;
     al_gauge *g_running, *g_version, *g_kv;
 };
@@ -514,6 +519,8 @@ static int stream_progress(http_call *c)
 /* ------------------------------------------------------------------------------------ */
 /* Call lifecycle                                                                         */
 
+static void reply_done(struct evhttp_request *req, void *ud);
+
 static void call_free(http_call *c)
 {
     serve_ctx *sc = c->sc;
@@ -553,12 +560,15 @@ static void call_progress(evutil_socket_t fd, short what, void *ud)
     serve_ctx *sc = c->sc;
     al_serve_req *r = c->r;
     if (evhttp_request_get_connection(c->req) == NULL) {
-        /* the client went away: stop generating; finishing the reply frees the request */
+        /* the client went away: stop generating; finishing the reply frees the request
+         * (without its on-complete callback, so the reply is counted out here) */
+        evhttp_request_set_on_complete_cb(c->req, NULL, NULL);
         if (c->started)
             evhttp_send_reply_end(c->req);
         else
             evhttp_send_reply(c->req, 499, "Client Closed Request", NULL);
         call_free(c);
+        reply_done(NULL, sc);
         return;
     }
     pthread_mutex_lock(&r->lock);
@@ -617,9 +627,26 @@ static void call_progress(evutil_socket_t fd, short what, void *ud)
     call_free(c);
 }
 
+/* libevent: the reply of a generation request has been written out (or its connection
+ * failed). A drain ends when the last one is out, not merely queued. */
+static void reply_done(struct evhttp_request *req, void *ud)
+{
+    (void)req;
+    serve_ctx *sc = ud;
+    sc->open_replies--;
+    if (sc->draining && sc->open_replies == 0) event_base_loopbreak(sc->base);
+}
+
 static void handle_generate(serve_ctx *sc, struct evhttp_request *req, int chat)
 {
     char err[1024] = "";
+    sc->open_replies++;
+    evhttp_request_set_on_complete_cb(req, reply_done, sc);
+    if (sc->draining) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        send_error(sc, req, 503, NULL, "the server is shutting down");
+        return;
+    }
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
     const char *body = len ? (const char *)evbuffer_pullup(in, (ssize_t)len) : "";
@@ -750,10 +777,33 @@ static void collect(al_metrics *m, void *ud)
     last = st.tokens_generated;
 }
 
+static void on_drain_timeout(evutil_socket_t fd, short what, void *ud)
+{
+    (void)fd, (void)what;
+    serve_ctx *sc = ud;
+    al_log_warn(COMP, "drain timeout: cutting off the requests still in flight");
+    event_base_loopbreak(sc->base);
+}
+
+/* First SIGTERM/SIGINT: stop accepting connections and let the requests in flight finish
+ * (up to --drain-timeout); a second one stops at once. */
 static void on_signal(evutil_socket_t sig, short what, void *ud)
 {
     (void)sig, (void)what;
-    event_base_loopbreak(ud);
+    serve_ctx *sc = ud;
+    if (sc->draining || sc->open_replies == 0 || sc->drain_timeout_s <= 0) {
+        event_base_loopbreak(sc->base);
+        return;
+    }
+    sc->draining = 1;
+    al_log_info(COMP, "draining: %d request(s) in flight, %.0f s at most", sc->open_replies,
+                sc->drain_timeout_s);
+    if (sc->bound) evhttp_del_accept_socket(sc->http, sc->bound);
+    sc->bound = NULL;
+    struct timeval tv = {(time_t)sc->drain_timeout_s,
+                         (suseconds_t)((sc->drain_timeout_s - (time_t)sc->drain_timeout_s) * 1e6)};
+    sc->drain_timer = evtimer_new(sc->base, on_drain_timeout, sc);
+    if (sc->drain_timer) evtimer_add(sc->drain_timer, &tv);
 }
 
 static const char *usage_text =
@@ -788,6 +838,7 @@ enum {
     OPT_MAX_KV,
     OPT_MAX_LEN,
     OPT_THREADS,
+    OPT_DRAIN,
     OPT_HELP,
 };
 
@@ -818,6 +869,7 @@ int cmd_serve(int argc, char **argv)
         {"max-kv-mib", required_argument, 0, OPT_MAX_KV},
         {"max-model-len", required_argument, 0, OPT_MAX_LEN},
         {"threads", required_argument, 0, OPT_THREADS},
+        {"drain-timeout", required_argument, 0, OPT_DRAIN},
         {"help", no_argument, 0, OPT_HELP},
         AL_CLI_COMMON_OPTIONS,
         {0, 0, 0, 0},
@@ -826,7 +878,7 @@ int cmd_serve(int argc, char **argv)
     al_cli_common_init(&common);
     const char *model_dir = NULL, *tok_dir = NULL, *listen = "127.0.0.1:8000", *name = NULL;
     const char *topic = "arclight.policy";
-    long long version = 0, max_seqs = 64, max_kv = 2048, max_len = 0, threads = 0;
+    long long version = 0, max_seqs = 64, max_kv = 2048, max_len = 0, threads = 0, drain = 30;
     int follow = 0, o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -867,6 +919,10 @@ int cmd_serve(int argc, char **argv)
             break;
         case OPT_THREADS:
             if (parse_pos("serve", "--threads", optarg, 1, 1024, &threads)) return AL_EXIT_USAGE;
+            break;
+        case OPT_DRAIN:
+            if (parse_pos("serve", "--drain-timeout", optarg, 0, 86400, &drain))
+                return AL_EXIT_USAGE;
             break;
         case OPT_HELP:
             fputs(usage_text, stdout);
@@ -925,6 +981,7 @@ int cmd_serve(int argc, char **argv)
         name = namebuf;
     }
     sc.name = name;
+    sc.drain_timeout_s = (double)drain;
     sc.max_model_len = max_len ? (int)max_len : sc.cfg.max_position_embeddings;
     al_serve_engine_opts eo = {(int)max_seqs, (size_t)max_kv << 20, sc.max_model_len};
     al_serve_weights *w = al_serve_weights_new(m, version);
@@ -995,8 +1052,9 @@ int cmd_serve(int argc, char **argv)
     }
     sc.policy = pol;
     signal(SIGPIPE, SIG_IGN);
-    sigint = evsignal_new(sc.base, SIGINT, on_signal, sc.base);
-    sigterm = evsignal_new(sc.base, SIGTERM, on_signal, sc.base);
+    sc.bound = bs;
+    sigint = evsignal_new(sc.base, SIGINT, on_signal, &sc);
+    sigterm = evsignal_new(sc.base, SIGTERM, on_signal, &sc);
     event_add(sigint, NULL);
     event_add(sigterm, NULL);
     printf("%s:%d\n", strchr(bind_host, ':') ? "[::1]" : bind_host, port);
@@ -1015,6 +1073,7 @@ out:
         evhttp_send_error(c->req, 503, "Service Unavailable");
         call_free(c);
     }
+    if (sc.drain_timer) event_free(sc.drain_timer);
     if (sigint) event_free(sigint);
     if (sigterm) event_free(sigterm);
     if (sc.http) evhttp_free(sc.http);
