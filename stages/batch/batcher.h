@@ -78,7 +78,7 @@ typedef struct al_batch_step {
     int64_t policy_version; /* the latest version known for the model when it closed; -1 */
     al_buf *chunks;         /* n_chunks encoded BatchChunk messages, in order */
     size_t n_chunks;
-    void **opaques; /* n_opaques: one per transition in the step, in arrival order */
+    void **opaques; /* n_opaques: one per transition in the step, group by group */
     size_t n_opaques;
     int32_t n_groups, n_sequences, n_micro_batches;
     int64_t n_tokens, n_loss_tokens;
