@@ -253,7 +253,7 @@ static int seq_record(al_serve_engine *e, al_serve_req *r, al_serve_seq *s, cons
     s->text_end[s->n - 1] = s->text_len;
     if (!s->finish && (s->n >= r->max_tokens || r->nprompt + s->n >= e->o.max_model_len))
         s->finish = AL_SERVE_FINISH_LENGTH;
-    if (s->finish && s->finish != AL_SERVE_FINISH_STOP) {
+    if (s->finish && !s->stop_reason) { /* held bytes of an unfinished character come out */
         size_t fl = 0;
         const char *t = al_tokenizer_stream_flush(&s->ts, &fl);
         if (t && fl) {
