@@ -532,6 +532,29 @@ TEST(sequence_limit_gives_429_with_retry_after)
     CHECK_EQ_INT((int)code, 400);
     json_decref(j);
     CHECK_EQ_INT(sv_stop(&s2), 0);
+    /* the KV-cache bound: 1 MiB holds 2048 tokens of the tiny model (512 bytes each) */
+    sv_server s3;
+    const char *args3[] = {"--model", g_model, "--max-kv-mib", "1", NULL};
+    REQUIRE(sv_start(&s3, args3) == 0);
+    char *kb[2] = {strdup("{\"prompt\":\"abc\",\"max_tokens\":1200,\"ignore_eos\":true}"),
+                   strdup("{\"prompt\":\"abc\",\"max_tokens\":1200,\"ignore_eos\":true}")};
+    sv_resp ko[2];
+    sv_post_many(s3.url, "/v1/completions", kb, 2, ko);
+    int k200 = (ko[0].code == 200) + (ko[1].code == 200), k429 = 0;
+    for (int i = 0; i < 2; i++) {
+        if (ko[i].code == 429) {
+            k429++;
+            CHECK(strstr(ko[i].body.p, "KV cache") != NULL);
+        }
+        sv_resp_free(&ko[i]);
+        free(kb[i]);
+    }
+    CHECKF(k200 == 1 && k429 == 1, "%d ok, %d busy", k200, k429);
+    j = sv_post_json(s3.url, "/v1/completions", "{\"prompt\":\"a\",\"n\":2,\"max_tokens\":1500}",
+                     &code);
+    CHECK_EQ_INT((int)code, 400);
+    json_decref(j);
+    CHECK_EQ_INT(sv_stop(&s3), 0);
 }
 
 typedef struct bg_req {
