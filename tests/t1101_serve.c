@@ -451,6 +451,11 @@ TEST(bad_input_gets_4xx)
     sv_http(g_srv.url, "/v1/nothing", NULL, &r);
     CHECK_EQ_INT((int)r.code, 404);
     sv_resp_free(&r);
+    sv_http(g_srv.url, "/metrics", NULL, &r);
+    CHECK_EQ_INT((int)r.code, 200);
+    CHECK(r.body.p && strstr(r.body.p, "arclight_serve_requests_total{status=\"4xx\"}"));
+    CHECK(r.body.p && strstr(r.body.p, "arclight_serve_generated_tokens_total"));
+    sv_resp_free(&r);
     sv_http(g_srv.url, "/v1/models", NULL, &r);
     CHECK_EQ_INT((int)r.code, 200);
     CHECK(r.body.p && strstr(r.body.p, "\"id\":\"tiny\""));

@@ -4,7 +4,7 @@
  *
  *   POST /v1/chat/completions  ChatML from the tokenizer's template, tools, tool calls parsed
  *   POST /v1/completions       text or token-id prompts
- *   GET  /v1/models, /health, /healthz
+ *   GET  /v1/models, /health, /healthz, /metrics (Prometheus)
  *
  * Responses carry what vLLM's carry for training: logprobs / top_logprobs in OpenAI's shapes
  * (raw logprobs, see model/infer.h), and with "return_token_ids": true the prompt's ids
@@ -736,6 +736,17 @@ static void on_request(struct evhttp_request *req, void *ud)
             return;
         }
         handle_generate(sc, req, path[4] == 'c' && path[5] == 'h');
+    } else if (!strcmp(path, "/metrics") && is_get) {
+        /* also on the API port, where vLLM serves it (and on --metrics when given) */
+        size_t n = 0;
+        char *text = al_metrics_render(sc->metrics, &n);
+        struct evbuffer *b = evbuffer_new();
+        if (text) evbuffer_add(b, text, n);
+        free(text);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                          "text/plain; version=0.0.4");
+        evhttp_send_reply(req, 200, "OK", b);
+        evbuffer_free(b);
     } else if (!strcmp(path, "/v1/models") && is_get) {
         handle_models(sc, req);
     } else if ((!strcmp(path, "/health") || !strcmp(path, "/healthz")) && is_get) {
