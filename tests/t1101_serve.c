@@ -455,6 +455,7 @@ TEST(bad_input_gets_4xx)
     CHECK_EQ_INT((int)r.code, 200);
     CHECK(r.body.p && strstr(r.body.p, "arclight_serve_requests_total{status=\"4xx\"}"));
     CHECK(r.body.p && strstr(r.body.p, "arclight_serve_generated_tokens_total"));
+    CHECK(r.body.p && strstr(r.body.p, "arclight_serve_time_to_first_token_seconds_count"));
     sv_resp_free(&r);
     sv_http(g_srv.url, "/v1/models", NULL, &r);
     CHECK_EQ_INT((int)r.code, 200);

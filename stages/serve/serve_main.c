@@ -60,6 +60,8 @@ typedef struct http_call {
     int parse_tools, parse_reasoning;
     char id[48];
     int64_t created;
+    int64_t t0_us;  /* al_mono_us() when the request came in */
+    int first_seen; /* time to first token observed */
     /* streaming */
     int started;
     int *sent_tok;
@@ -86,6 +88,7 @@ struct serve_ctx {
     int open_replies; /* generation requests whose reply is not fully written yet */
     al_counter *req_ok, *req_4xx, *req_429, *req_5xx, *gen_tokens, *prompt_tokens;
     al_gauge *g_running, *g_version, *g_kv;
+    al_histogram *h_request, *h_ttft;
 };
 
 /* ------------------------------------------------------------------------------------ */
@@ -577,9 +580,16 @@ static void call_progress(evutil_socket_t fd, short what, void *ud)
         pthread_mutex_unlock(&r->lock);
         return;
     }
-    int aborted = 0;
-    for (int i = 0; i < r->nseq; i++)
+    int aborted = 0, any_token = 0;
+    for (int i = 0; i < r->nseq; i++) {
         aborted |= r->seqs[i].finish == AL_SERVE_FINISH_ABORT;
+        any_token |= r->seqs[i].n > 0;
+    }
+    if (any_token && !c->first_seen) {
+        c->first_seen = 1;
+        al_histogram_observe(sc->h_ttft, (al_mono_us() - c->t0_us) / 1e6);
+    }
+    if (done && !aborted) al_histogram_observe(sc->h_request, (al_mono_us() - c->t0_us) / 1e6);
     if (c->stream) {
         if (aborted && !c->started && done) {
             char msg[300];
@@ -687,6 +697,7 @@ static void handle_generate(serve_ctx *sc, struct evhttp_request *req, int chat)
     c->parse_tools = chat && has_tools;
     c->parse_reasoning = chat && al_tokenizer_chat_template(sc->tok) == AL_CHAT_TEMPLATE_QWEN3;
     c->created = al_now_us() / 1000000;
+    c->t0_us = al_mono_us();
     uint8_t rnd[8];
     char hex[17];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) memset(rnd, 7, sizeof rnd);
@@ -1021,6 +1032,13 @@ int cmd_serve(int argc, char **argv)
         al_metrics_gauge(sc.metrics, "arclight_serve_kv_bytes", "KV cache bytes reserved", NULL);
     sc.g_version = al_metrics_gauge(sc.metrics, "arclight_serve_policy_version",
                                     "Policy version new requests get", NULL);
+    sc.h_request = al_metrics_histogram(
+        sc.metrics, "arclight_serve_request_seconds", "Generation requests, arrival to last token",
+        al_metrics_latency_buckets, al_metrics_latency_buckets_len, NULL);
+    sc.h_ttft =
+        al_metrics_histogram(sc.metrics, "arclight_serve_time_to_first_token_seconds",
+                             "Generation requests, arrival to first token",
+                             al_metrics_latency_buckets, al_metrics_latency_buckets_len, NULL);
     al_metrics_on_collect(sc.metrics, collect, &sc);
     al_http_server *msrv = NULL;
     al_serve_policy *pol = NULL;
