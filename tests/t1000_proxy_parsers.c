@@ -137,3 +137,35 @@ TEST(json_strip_keeps_other_bytes)
     deep[sizeof deep - 1] = '\0';
     CHECK(strip(deep, &spec, out, sizeof out) == NULL);
 }
+
+TEST(json_lookups_without_a_tree)
+{
+    const char *j = "{ \"a\" : [1, {\"b\":\"x\\\"y\"}, [2,3]], \"choices\":[], \"n\": -1.5e3 }";
+    size_t n = strlen(j);
+    CHECK_EQ_INT(al_json_valid(j, n), 1);
+    CHECK_EQ_INT(al_json_valid("{\"a\":1} 2", 9), 0);
+    CHECK_EQ_INT(al_json_valid("", 0), 0);
+    al_slice v, e;
+    REQUIRE(al_json_member(j, n, "a", &v) == 1);
+    CHECK(al_slice_eq(v, "[1, {\"b\":\"x\\\"y\"}, [2,3]]"));
+    REQUIRE(al_json_element(v.p, v.n, 1, &e) == 1);
+    CHECK(al_slice_eq(e, "{\"b\":\"x\\\"y\"}"));
+    CHECK_EQ_INT(al_json_element(v.p, v.n, 3, &e), 0);
+    CHECK_EQ_INT(al_json_member(j, n, "missing", &e), 0);
+    CHECK_EQ_INT(al_json_member("[1]", 3, "a", &e), -1);
+    REQUIRE(al_json_member(j, n, "n", &e) == 1);
+    CHECK(al_slice_eq(e, "-1.5e3"));
+    REQUIRE(al_json_member(j, n, "choices", &e) == 1);
+    al_json_iter it;
+    REQUIRE(al_json_iter_init(&it, e.p, e.n) == 0);
+    CHECK_EQ_INT(al_json_iter_next(&it, &e), 0);
+    REQUIRE(al_json_iter_init(&it, v.p, v.n) == 0);
+    int count = 0;
+    while (al_json_iter_next(&it, &e) == 1)
+        count++;
+    CHECK_EQ_INT(count, 3);
+    CHECK_EQ_INT(al_json_iter_init(&it, "{}", 2), -1);
+    REQUIRE(al_json_iter_init(&it, "[1,,2]", 6) == 0);
+    CHECK_EQ_INT(al_json_iter_next(&it, &e), 1);
+    CHECK_EQ_INT(al_json_iter_next(&it, &e), -1);
+}

@@ -488,3 +488,103 @@ long al_json_strip_apply(const char *in, size_t len, const al_json_strip *spec, 
     free(ed);
     return res;
 }
+
+int al_json_valid(const char *in, size_t n)
+{
+    jscan j = {in, in + n, 0};
+    if (scan_value(&j)) return 0;
+    ws(&j);
+    return j.s == j.e;
+}
+
+int al_json_member(const char *in, size_t n, const char *key, al_slice *val)
+{
+    jscan j = {in, in + n, 0};
+    size_t kl = strlen(key);
+    ws(&j);
+    if (j.s >= j.e || *j.s != '{') return -1;
+    j.s++;
+    ws(&j);
+    if (j.s < j.e && *j.s == '}') return 0;
+    for (;;) {
+        ws(&j);
+        const char *ks = j.s + 1;
+        if (scan_string(&j)) return -1;
+        size_t kn = (size_t)(j.s - ks) - 1;
+        ws(&j);
+        if (j.s >= j.e || *j.s != ':') return -1;
+        j.s++;
+        ws(&j);
+        const char *vs = j.s;
+        if (scan_value(&j)) return -1;
+        if (kn == kl && memcmp(ks, key, kl) == 0) {
+            val->p = vs;
+            val->n = (size_t)(j.s - vs);
+            return 1;
+        }
+        ws(&j);
+        if (j.s >= j.e) return -1;
+        if (*j.s == '}') return 0;
+        if (*j.s != ',') return -1;
+        j.s++;
+    }
+}
+
+int al_json_element(const char *in, size_t n, size_t i, al_slice *val)
+{
+    jscan j = {in, in + n, 0};
+    ws(&j);
+    if (j.s >= j.e || *j.s != '[') return -1;
+    j.s++;
+    ws(&j);
+    if (j.s < j.e && *j.s == ']') return 0;
+    for (size_t k = 0;; k++) {
+        ws(&j);
+        const char *vs = j.s;
+        if (scan_value(&j)) return -1;
+        if (k == i) {
+            val->p = vs;
+            val->n = (size_t)(j.s - vs);
+            return 1;
+        }
+        ws(&j);
+        if (j.s >= j.e) return -1;
+        if (*j.s == ']') return 0;
+        if (*j.s != ',') return -1;
+        j.s++;
+    }
+}
+
+int al_json_iter_init(al_json_iter *it, const char *in, size_t n)
+{
+    jscan j = {in, in + n, 0};
+    ws(&j);
+    if (j.s >= j.e || *j.s != '[') return -1;
+    it->s = j.s + 1;
+    it->e = j.e;
+    it->first = 1;
+    return 0;
+}
+
+int al_json_iter_next(al_json_iter *it, al_slice *val)
+{
+    jscan j = {it->s, it->e, 0};
+    ws(&j);
+    if (j.s >= j.e) return -1;
+    if (*j.s == ']') {
+        it->s = j.s;
+        return 0;
+    }
+    if (!it->first) {
+        if (*j.s != ',') return -1;
+        j.s++;
+        ws(&j);
+    }
+    const char *vs = j.s;
+    if (scan_value(&j)) return -1;
+    val->p = vs;
+    val->n = (size_t)(j.s - vs);
+    it->s = j.s;
+    it->first = 0;
+    return 1;
+}

@@ -70,4 +70,29 @@ typedef struct al_json_strip {
 long al_json_strip_apply(const char *in, size_t len, const al_json_strip *spec, char *out,
                          size_t outcap);
 
+/* Lookups over JSON text without building a tree (the hot path reads a few fields of each
+ * request and response). None reads outside in[0..n).
+ *
+ * al_json_valid: 1 when in[0..n) is exactly one JSON value (whitespace around it allowed,
+ * nesting at most 512 deep), 0 otherwise.
+ * al_json_member: the value of member `key` (compared as raw bytes) of the object in[0..n):
+ * 1 with *val, 0 when there is no such member, -1 when in is not an object (what follows the
+ * member found is not checked: validate first).
+ * al_json_element: the i-th element of the array in[0..n): 1 with *val, 0 when there are
+ * fewer elements, -1 when in is not an array. */
+int al_json_valid(const char *in, size_t n);
+int al_json_member(const char *in, size_t n, const char *key, al_slice *val);
+int al_json_element(const char *in, size_t n, size_t i, al_slice *val);
+
+/* Walks the elements of the array in[0..n) in one pass:
+ *     al_json_iter it; al_slice v;
+ *     if (al_json_iter_init(&it, p, n) == 0) while (al_json_iter_next(&it, &v) == 1) ...
+ * init: 0, or -1 when in is not an array; next: 1 with *val, 0 at the end, -1 on bad input. */
+typedef struct al_json_iter {
+    const char *s, *e;
+    int first;
+} al_json_iter;
+int al_json_iter_init(al_json_iter *it, const char *in, size_t n);
+int al_json_iter_next(al_json_iter *it, al_slice *val);
+
 #endif

@@ -1003,6 +1003,169 @@ static void capture_object(call *k, json_t *o, int streamed)
     if (got && !k->first_token_us) k->first_token_us = al_now_us();
 }
 
+/* ------------------------------------------------------------------------------------------
+ * Fast paths: the common request and whole response read and rewritten on the text itself
+ * (al_json_* in http1.c); jansson stays for streams, errors and unusual requests.
+ * ------------------------------------------------------------------------------------------ */
+
+static int slice_is(al_slice v, const char *lit)
+{
+    return al_slice_eq(v, lit);
+}
+
+/* Appends the integers of a JSON array; stops at the first element that is not one. */
+static void fast_ids(al_slice arr, ivec *out)
+{
+    al_json_iter it;
+    al_slice v;
+    if (al_json_iter_init(&it, arr.p, arr.n) != 0) return;
+    while (al_json_iter_next(&it, &v) == 1) {
+        long long x = 0;
+        size_t i = 0;
+        int neg = v.n && v.p[0] == '-';
+        if (neg) i++;
+        if (i >= v.n) return;
+        for (; i < v.n; i++) {
+            if (v.p[i] < '0' || v.p[i] > '9' || x > 100000000000LL) return;
+            x = x * 10 + (v.p[i] - '0');
+        }
+        ivec_push(out, (int32_t)(neg ? -x : x));
+    }
+}
+
+static double slice_num(al_slice v)
+{
+    char buf[64];
+    if (!v.n || v.n >= sizeof buf || !(v.p[0] == '-' || (v.p[0] >= '0' && v.p[0] <= '9')))
+        return 0.0;
+    memcpy(buf, v.p, v.n);
+    buf[v.n] = '\0';
+    return strtod(buf, NULL);
+}
+
+static int64_t member_int(al_slice obj, const char *key)
+{
+    al_slice v;
+    return al_json_member(obj.p, obj.n, key, &v) == 1 ? (int64_t)slice_num(v) : 0;
+}
+
+/* capture_object for a whole (validated) response, without a tree. */
+static void capture_fast(call *k, const char *body, size_t n)
+{
+    al_slice top = {body, n}, v, ch, c0, lp, arr, el, u, d;
+    if (al_json_member(top.p, top.n, "prompt_token_ids", &v) == 1) fast_ids(v, &k->prompt);
+    if (al_json_member(top.p, top.n, "usage", &u) == 1 && u.n && u.p[0] == '{') {
+        k->have_usage = 1;
+        k->usage.prompt_tokens = member_int(u, "prompt_tokens");
+        k->usage.completion_tokens = member_int(u, "completion_tokens");
+        k->usage.total_tokens = member_int(u, "total_tokens");
+        if (al_json_member(u.p, u.n, "prompt_tokens_details", &d) == 1 && d.n && d.p[0] == '{')
+            k->usage.cached_tokens = member_int(d, "cached_tokens");
+    }
+    if (al_json_member(top.p, top.n, "choices", &ch) != 1 ||
+        al_json_element(ch.p, ch.n, 0, &c0) != 1 || !c0.n || c0.p[0] != '{')
+        return;
+    if (!k->prompt.n && al_json_member(c0.p, c0.n, "prompt_token_ids", &v) == 1)
+        fast_ids(v, &k->prompt);
+    if (al_json_member(c0.p, c0.n, "token_ids", &v) == 1) fast_ids(v, &k->resp_ids);
+    if (al_json_member(c0.p, c0.n, "logprobs", &lp) == 1 && lp.n && lp.p[0] == '{') {
+        al_json_iter it;
+        if (al_json_member(lp.p, lp.n, "content", &arr) == 1 &&
+            al_json_iter_init(&it, arr.p, arr.n) == 0) {
+            while (al_json_iter_next(&it, &el) == 1)
+                fvec_push(&k->lps, al_json_member(el.p, el.n, "logprob", &v) == 1
+                                       ? (float)slice_num(v)
+                                       : 0.0f);
+        } else if (al_json_member(lp.p, lp.n, "token_logprobs", &arr) == 1 &&
+                   al_json_iter_init(&it, arr.p, arr.n) == 0) {
+            while (al_json_iter_next(&it, &el) == 1)
+                fvec_push(&k->lps, (float)slice_num(el));
+        }
+    }
+    if (al_json_member(c0.p, c0.n, "finish_reason", &v) == 1 && v.n >= 2 && v.p[0] == '"' &&
+        !memchr(v.p, '\\', v.n)) {
+        free(k->finish);
+        k->finish = strndup(v.p + 1, v.n - 2);
+    }
+}
+
+/* rewrite_request without a tree, for requests that only need fields added. NULL when the
+ * request needs the general path (invalid JSON, for the error message; a field to replace;
+ * escapes in the model name). */
+static char *rewrite_fast(call *k, const char *in, size_t n, size_t *outlen)
+{
+    upkind kind = k->px->cfg.kind;
+    al_slice v, so;
+    if (!al_json_valid(in, n)) return NULL;
+    size_t e = n;
+    while (e && (in[e - 1] == ' ' || in[e - 1] == '\t' || in[e - 1] == '\n' || in[e - 1] == '\r'))
+        e--;
+    size_t b = 0;
+    while (b < e && (in[b] == ' ' || in[b] == '\t' || in[b] == '\n' || in[b] == '\r'))
+        b++;
+    if (e - b < 2 || in[b] != '{' || in[e - 1] != '}') return NULL;
+    k->stream = al_json_member(in, n, "stream", &v) == 1 && slice_is(v, "true");
+    if (al_json_member(in, n, "logprobs", &v) == 1) {
+        if (k->is_chat)
+            k->want_logprobs = slice_is(v, "true");
+        else
+            k->want_logprobs = v.n && v.p[0] >= '1' && v.p[0] <= '9' && !memchr(v.p, '.', v.n);
+        if (!k->want_logprobs) return NULL; /* false/null/0: to be replaced */
+    }
+    if (al_json_member(in, n, "return_token_ids", &v) == 1) {
+        if (!slice_is(v, "true")) return NULL;
+        k->want_token_ids = 1;
+    }
+    int need_usage = 0;
+    if (k->stream) {
+        if (al_json_member(in, n, "stream_options", &so) == 1) {
+            if (so.n && so.p[0] == '{' && al_json_member(so.p, so.n, "include_usage", &v) == 1 &&
+                slice_is(v, "true"))
+                need_usage = 0;
+            else
+                return NULL;
+        } else {
+            need_usage = 1;
+        }
+    }
+    if (al_json_member(in, n, "model", &v) == 1 && v.n >= 2 && v.p[0] == '"') {
+        if (memchr(v.p, '\\', v.n)) return NULL;
+        k->model = strndup(v.p + 1, v.n - 2);
+    }
+    char add[160];
+    size_t al = 0;
+    add[0] = '\0';
+    if (kind != UP_OPENAI && !k->want_token_ids)
+        al += (size_t)snprintf(add + al, sizeof add - al, ",\"return_token_ids\":true");
+    if (kind != UP_OPENAI && !k->want_logprobs)
+        al += (size_t)snprintf(add + al, sizeof add - al, ",\"logprobs\":%s",
+                               k->is_chat ? "true" : "1");
+    if (need_usage) {
+        k->injected_usage = 1;
+        al += (size_t)snprintf(add + al, sizeof add - al,
+                               ",\"stream_options\":{\"include_usage\":true}");
+    }
+    /* an empty object takes the additions without their leading comma */
+    size_t inner = b + 1;
+    while (inner < e - 1 &&
+           (in[inner] == ' ' || in[inner] == '\t' || in[inner] == '\n' || in[inner] == '\r'))
+        inner++;
+    int empty = inner == e - 1;
+    const char *ad = add + (empty && al ? 1 : 0);
+    size_t adl = al - (empty && al ? 1 : 0);
+    char *out = malloc((e - b) + adl + 1);
+    if (!out) return NULL;
+    size_t o = 0;
+    memcpy(out, in + b, e - b - 1);
+    o = e - b - 1;
+    memcpy(out + o, ad, adl);
+    o += adl;
+    out[o++] = '}';
+    out[o] = '\0';
+    *outlen = o;
+    return out;
+}
+
 /* The fields the proxy asked for, taken out of the answer the way the upstream would have
  * left them out: vLLM's whole responses carry unrequested fields as null (pydantic
  * model_dump), its stream chunks omit them (exclude_unset); logprobs is null in both. */
@@ -1349,12 +1512,11 @@ static void call_done(call *k, CURLcode rc)
         const char *ct = k->ctype[0] ? k->ctype : "application/json";
         long sl = -1;
         if (k->status >= 200 && k->status < 300 && k->capture) {
-            json_t *o = json_loadb((const char *)k->body.data, k->body.len, 0, NULL);
-            if (o) {
-                capture_object(k, o, 0);
+            /* the strip pass validates the whole answer; then the fields are read off it */
+            sl = strip_for_agent(k, (const char *)k->body.data, k->body.len, 0);
+            if (sl >= 0) {
+                capture_fast(k, (const char *)k->body.data, k->body.len);
                 k->first_token_us = k->end_us;
-                json_decref(o);
-                sl = strip_for_agent(k, (const char *)k->body.data, k->body.len, 0);
             } else {
                 k->error = strdup("upstream answered with a body that is not JSON");
             }
@@ -1502,7 +1664,7 @@ static json_t *body_json(conn *c, int required)
         return NULL;
     }
     json_error_t je;
-    json_t *o = json_loadb(c->body.p, c->body.n, JSON_REJECT_DUPLICATES, &je);
+    json_t *o = json_loadb(c->body.p, c->body.n, 0, &je);
     if (!o) {
         conn_error(c, 400, "invalid_request_error", "invalid_json",
                    "request body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
@@ -1564,14 +1726,22 @@ static void start_llm_call(conn *c, ident *id)
         rand_hex(px, k->trace, 32);
     }
     if (k->capture) {
-        json_t *req = body_json(c, 1);
-        if (!req) {
-            call_free(k);
-            return;
+        size_t up_len = 0;
+        char *up = content_type_json(c) ? rewrite_fast(k, c->body.p, c->body.n, &up_len) : NULL;
+        if (!up) {
+            free(k->model);
+            k->model = NULL;
+            k->stream = k->want_logprobs = k->want_token_ids = k->injected_usage = 0;
+            json_t *req = body_json(c, 1);
+            if (!req) {
+                call_free(k);
+                return;
+            }
+            up = rewrite_request(k, req);
+            json_decref(req);
+            up_len = up ? strlen(up) : 0;
         }
         k->req_json = slice_dup(c->body);
-        char *up = rewrite_request(k, req);
-        json_decref(req);
         if (!up || !k->req_json) {
             free(up);
             call_free(k);
@@ -1579,7 +1749,7 @@ static void start_llm_call(conn *c, ident *id)
             return;
         }
         k->up_body = up;
-        k->up_len = strlen(up);
+        k->up_len = up_len;
         rollout_ent *r = rollout_get(px, id->task, id->rollout, id->attempt);
         if (!r) {
             call_free(k);

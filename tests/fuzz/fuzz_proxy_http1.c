@@ -50,5 +50,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     free(out);
+    /* the tree-less lookups the hot path uses: bounded to the input, consistent with the
+     * validator */
+    if (al_json_valid(in, n)) {
+        al_slice v, e;
+        if (al_json_member(in, n, "choices", &v) == 1) {
+            if (v.p < in || v.p + v.n > in + n || !al_json_valid(v.p, v.n)) abort();
+            al_json_iter it;
+            size_t count = 0;
+            if (al_json_iter_init(&it, v.p, v.n) == 0) {
+                while (al_json_iter_next(&it, &e) == 1) {
+                    if (e.p < v.p || e.p + e.n > v.p + v.n) abort();
+                    count++;
+                }
+                if (count && al_json_element(v.p, v.n, count - 1, &e) != 1) abort();
+                if (al_json_element(v.p, v.n, count, &e) != 0) abort();
+            }
+        }
+    }
     return 0;
 }
