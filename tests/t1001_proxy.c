@@ -18,6 +18,8 @@ static const char *UPKEY = "sk-up-SECRET-1234";
 static const char *AGENTKEY = "sk-agent-SECRET-9876";
 static px_msgs MSGS; /* everything on the topic, read once the calls are done */
 
+#define AL_TEST_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
 static const char *CHAT =
     "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"What is 2+2?\"}]}";
 
@@ -97,6 +99,29 @@ TEST(nonstreaming_bytes_equal_direct)
         CHECK_EQ_INT(a.status, 200);
         CHECKF(a.len == d.len && memcmp(a.body, d.body, a.len) == 0,
                "completions %zu differs:\nproxy:  %s\ndirect: %s", i, a.body, d.body);
+        px_resp_free(&a);
+        px_resp_free(&d);
+    }
+}
+
+TEST(unusual_request_shapes_bytes_equal_direct)
+{
+    /* fields the proxy must replace, an empty object, stream options without usage */
+    const char *bodies[] = {
+        "{\"model\":\"m\",\"logprobs\":false,\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}",
+        "{\"model\":\"m\",\"return_token_ids\":false,\"messages\":[]}",
+        " { } ",
+        "{\"model\":\"m\",\"stream\":true,\"stream_options\":{},\"messages\":[{\"role\":\"user\","
+        "\"content\":\"s\"}]}",
+        "{\"model\":\"m\\u0021\",\"messages\":[{\"role\":\"user\",\"content\":\"e\"}]}",
+    };
+    for (size_t i = 0; i < AL_TEST_LEN(bodies); i++) {
+        px_resp a, d;
+        REQUIRE(px_post(&P, "/r/task-u/roll-u/v1/chat/completions", bodies[i], &a) == 0);
+        REQUIRE(direct("/v1/chat/completions", bodies[i], &d) == 0);
+        CHECK_EQ_INT(a.status, 200);
+        CHECKF(a.len == d.len && memcmp(a.body, d.body, a.len) == 0,
+               "body %zu differs:\nproxy:  %s\ndirect: %s", i, a.body, d.body);
         px_resp_free(&a);
         px_resp_free(&d);
     }
@@ -370,8 +395,8 @@ TEST(spans_field_by_field)
     /* calls on roll-1: 3 chat + 2 completions + 1 chat (capture check) = sequences 0..5,
      * then rewards 6, 7, 8 and the end 9 */
     /* every span so far: roll-1 10, roll-2 5, roll-s, roll-h, untracked, roll-c 24, roll-e,
-     * roll-big, roll-big2 */
-    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", NULL, 45, 30000, &MSGS) == 0);
+     * roll-big, roll-big2, roll-u 5 */
+    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", NULL, 50, 30000, &MSGS) == 0);
     al_span s[64];
     size_t n = px_spans_of(&MSGS, "roll-1", s, 64);
     CHECK_EQ_INT(n, 10);
