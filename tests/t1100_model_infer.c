@@ -284,6 +284,22 @@ static void batched_equals_whole(al_model_arch arch)
     printf("  %s: max relative logit difference, batched vs whole: %.2e\n",
            arch == AL_MODEL_ARCH_QWEN3 ? "qwen3" : "qwen2", worst);
     CHECKF(worst < 1e-4, "batched forward differs by %g", worst);
+    /* a copied prefix continues exactly like the original */
+    al_infer_kv *cp = al_infer_kv_new(c, MAXT, err, sizeof err);
+    REQUIRE(cp);
+    CHECK(al_infer_kv_copy_prefix(cp, kv[1], kv[1]->len + 1) == -1);
+    REQUIRE(al_infer_kv_copy_prefix(cp, kv[1], kv[1]->len) == 0);
+    {
+        al_infer_kv *two[2] = {kv[1], cp};
+        const int32_t *tk2[2] = {seq[1] + kv[1]->len, seq[1] + kv[1]->len};
+        int one2[2] = {1, 1};
+        REQUIRE(al_infer_forward(m, sc, two, tk2, one2, 2, got, err, sizeof err) == 0);
+        double d = 0;
+        for (int j = 0; j < V; j++)
+            d = fmax(d, fabs((double)got[j] - got[V + j]));
+        CHECKF(d < 1e-5, "copied cache differs by %g", d);
+    }
+    al_infer_kv_free(cp);
     /* a step past a cache's end fails and changes nothing */
     const int32_t *tk0[1] = {seq[0]};
     int big[1] = {MAXT};

@@ -260,22 +260,37 @@ TEST(concurrent_requests_give_the_tokens_of_one_at_a_time)
     CHECKF(ntk[0] == 6 && ntk[1] == 6 && fins[0] == 1 && fins[1] == 1,
            "n=2 stream: %d/%d tokens, %d/%d finishes", ntk[0], ntk[1], fins[0], fins[1]);
     sv_resp_free(&rs);
-    /* n = 3 in one request: three sequences decoding side by side, each its own stream */
+    /* n = 3 in one request: three sequences decoding side by side, each its own stream; the
+     * prompt is prefilled once and its cache copied, and every choice's logprobs still equal
+     * the trainer's */
     long code;
     json_t *j = sv_post_json(
         g_srv.url, "/v1/completions",
         "{\"prompt\":\"abc def\",\"max_tokens\":12,\"seed\":9,\"n\":3,\"return_token_ids\":true,"
-        "\"ignore_eos\":true}",
+        "\"ignore_eos\":true,\"logprobs\":0}",
         &code);
     REQUIRE(code == 200 && j);
     json_t *ch = json_object_get(j, "choices");
-    CHECK_EQ_INT((int)json_array_size(ch), 3);
-    int32_t *x, *y;
-    sv_ids(json_object_get(json_array_get(ch, 0), "token_ids"), &x);
-    sv_ids(json_object_get(json_array_get(ch, 1), "token_ids"), &y);
-    CHECK(memcmp(x, y, sizeof(int32_t) * 12) != 0);
-    CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(ch, 2), "index")), 2);
-    free(x), free(y);
+    REQUIRE(json_array_size(ch) == 3);
+    int32_t *x[3], *prompt;
+    for (int i = 0; i < 3; i++) {
+        json_t *ci = json_array_get(ch, (size_t)i);
+        CHECK_EQ_INT(json_integer_value(json_object_get(ci, "index")), i);
+        int np = sv_ids(json_object_get(ci, "prompt_token_ids"), &prompt);
+        int ng = sv_ids(json_object_get(ci, "token_ids"), &x[i]);
+        REQUIRE(ng == 12);
+        json_t *tl = json_object_get(json_object_get(ci, "logprobs"), "token_logprobs");
+        double served[12];
+        for (int t = 0; t < 12; t++)
+            served[t] = json_real_value(json_array_get(tl, (size_t)t));
+        double worst = compare_with_trainer(prompt, np, x[i], ng, served);
+        CHECKF(worst < 1e-4, "choice %d: logprobs differ from the trainer's by %g", i, worst);
+        free(prompt);
+    }
+    CHECK(memcmp(x[0], x[1], sizeof(int32_t) * 12) != 0);
+    CHECK(memcmp(x[1], x[2], sizeof(int32_t) * 12) != 0);
+    for (int i = 0; i < 3; i++)
+        free(x[i]);
     json_decref(j);
 }
 

@@ -260,6 +260,21 @@ void al_infer_kv_free(al_infer_kv *kv)
     free(kv);
 }
 
+int al_infer_kv_copy_prefix(al_infer_kv *dst, const al_infer_kv *src, int len)
+{
+    if (len < 0 || len > src->len || len > dst->max || dst->L != src->L || dst->kvw != src->kvw)
+        return -1;
+    size_t row = (size_t)src->kvw;
+    for (int l = 0; l < src->L; l++) {
+        memcpy(dst->k + (size_t)l * dst->max * row, src->k + (size_t)l * src->max * row,
+               sizeof(float) * row * (size_t)len);
+        memcpy(dst->v + (size_t)l * dst->max * row, src->v + (size_t)l * src->max * row,
+               sizeof(float) * row * (size_t)len);
+    }
+    dst->len = len;
+    return 0;
+}
+
 struct al_infer_scratch {
     size_t rows; /* capacity in rows */
     float *mem;

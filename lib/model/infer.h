@@ -86,6 +86,10 @@ typedef struct al_infer_kv {
 /* A cache for up to max_tokens tokens of a model of config c. NULL with errstr. */
 al_infer_kv *al_infer_kv_new(const al_model_config *c, int max_tokens, char *errstr, size_t errlen);
 void al_infer_kv_free(al_infer_kv *kv);
+/* Makes dst hold the first len tokens of src (same model shape; len <= src's length and
+ * dst's capacity): n > 1 samples of one prompt prefill it once. 0, or -1 when it does not
+ * fit or the shapes differ. */
+int al_infer_kv_copy_prefix(al_infer_kv *dst, const al_infer_kv *src, int len);
 /* Bytes a cache of max_tokens takes. */
 size_t al_infer_kv_bytes(const al_model_config *c, int max_tokens);
 

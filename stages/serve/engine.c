@@ -373,6 +373,10 @@ static void step(al_serve_engine *e)
                 snprintf(r->error, sizeof r->error, "cancelled");
                 continue;
             }
+            /* n > 1: the other samples wait for the first one's prefill and copy it */
+            al_serve_seq *s0 = &r->seqs[0];
+            if (i > 0 && s->kv->len == 0 && s0->kv && !s0->finish && s0->kv->len < r->nprompt)
+                continue;
             if (batch_ensure(e, nact + 1) != 0) {
                 s->finish = AL_SERVE_FINISH_ABORT;
                 snprintf(r->error, sizeof r->error, "out of memory");
@@ -419,6 +423,7 @@ static void step(al_serve_engine *e)
             al_serve_req *r = e->b_req[done + b];
             if (rc == 0 && s->kv->len < r->nprompt) continue; /* prompt not all in yet */
             const float *lg = e->logits + (size_t)b * e->V;
+            int first = rc == 0 && s == &r->seqs[0] && s->n == 0;
             pthread_mutex_lock(&r->lock);
             if (rc != 0) {
                 snprintf(r->error, sizeof r->error, "%s", err);
@@ -428,6 +433,22 @@ static void step(al_serve_engine *e)
                 if (seq_record(e, r, s, lg, id) != 0) {
                     snprintf(r->error, sizeof r->error, "out of memory");
                     s->finish = AL_SERVE_FINISH_ABORT;
+                }
+            }
+            /* the first sample's prompt is in: the others take a copy of its cache and draw
+             * their first token from the same logits */
+            for (int j = 1; first && j < r->nseq; j++) {
+                al_serve_seq *o = &r->seqs[j];
+                if (o->finish || !o->kv || o->kv->len != 0) continue;
+                if (al_infer_kv_copy_prefix(o->kv, s->kv, r->nprompt) != 0) {
+                    snprintf(r->error, sizeof r->error, "kv cache copy failed");
+                    o->finish = AL_SERVE_FINISH_ABORT;
+                    continue;
+                }
+                int32_t id = al_infer_sample(&e->sampler, lg, &o->sampling, &o->rng);
+                if (seq_record(e, r, o, lg, id) != 0) {
+                    snprintf(r->error, sizeof r->error, "out of memory");
+                    o->finish = AL_SERVE_FINISH_ABORT;
                 }
             }
             pthread_mutex_unlock(&r->lock);
