@@ -2,11 +2,11 @@
  * 1102: hot weight swaps under load. `arclight serve --follow-policy` against the embedded
  * broker serves the tiny model (version 0) while four clients keep requests in flight;
  * PolicyVersions arrive on arclight.policy: version 1 (file://, right sha256), version 2
- * (wrong sha256: refused, version 1 keeps serving), version 3 (http://, fetched with libcurl
- * from a plain HTTP file server). No request fails; every response names its version in the
- * header and the JSON; its logprobs equal the trainer's with THAT version's weights (so no
- * request changed weights midway); the old weight sets are freed once their last request
- * ends.
+ * (wrong sha256: refused, version 1 keeps serving; so does a version of another model), version 3
+ * (http://, fetched with libcurl from a plain HTTP file server). No request fails; every response
+ * names its version in the header and the JSON; its logprobs equal the trainer's with THAT
+ * version's weights (so no request changed weights midway); the old weight sets are freed once
+ * their last request ends.
  */
 #include "testlib.h"
 #include "broker_fixture.h"
@@ -103,9 +103,10 @@ static void *load_main(void *arg)
     return NULL;
 }
 
-static void publish(rd_kafka_t *p, int64_t version, const char *uri, const char *sha)
+static void publish_for(rd_kafka_t *p, const char *model, int64_t version, const char *uri,
+                        const char *sha)
 {
-    al_policy_version pv = {.model = "tiny",
+    al_policy_version pv = {.model = model,
                             .version = version,
                             .step = version * 10,
                             .checkpoint_uri = uri,
@@ -120,6 +121,11 @@ static void publish(rd_kafka_t *p, int64_t version, const char *uri, const char 
     CHECKF(e == 0, "produce: %s", rd_kafka_err2str(e));
     rd_kafka_flush(p, 10000);
     al_buf_free(&b);
+}
+
+static void publish(rd_kafka_t *p, int64_t version, const char *uri, const char *sha)
+{
+    publish_for(p, "tiny", version, uri, sha);
 }
 
 static int64_t health_int(const char *key)
@@ -222,7 +228,9 @@ TEST(weights_swap_under_load_without_a_failed_request)
     CHECK(wait_version(1, 30) == 0);
     usleep(300000);
 
-    /* version 2: the bytes do not match the sha256; version 1 stays */
+    /* a version of another model is not ours; version 2: the bytes do not match the sha256;
+     * version 1 stays through both */
+    publish_for(prod, "other-model", 50, uri, sha);
     publish(prod, 2, uri, "0000000000000000000000000000000000000000000000000000000000000000");
     usleep(800000);
     CHECK_EQ_INT((int)health_int("policy_version"), 1);
