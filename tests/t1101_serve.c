@@ -436,6 +436,7 @@ static void expect_error(const char *path, const char *body, long want, const ch
 TEST(bad_input_gets_4xx)
 {
     REQUIRE(setup() == 0);
+    long code;
     expect_error("/v1/completions", "{not json", 400, "not valid JSON");
     expect_error("/v1/completions", "[1,2]", 400, "JSON object");
     expect_error("/v1/completions", "{\"model\":\"gpt-9\",\"prompt\":\"x\"}", 404, "gpt-9");
@@ -466,6 +467,27 @@ TEST(bad_input_gets_4xx)
     sv_http(g_srv.url, "/v1/nothing", NULL, &r);
     CHECK_EQ_INT((int)r.code, 404);
     sv_resp_free(&r);
+    /* vLLM's tokenize / detokenize agree with what generation uses */
+    json_t *tk = sv_post_json(g_srv.url, "/tokenize", "{\"prompt\":\"abc def\"}", &code);
+    CHECK_EQ_INT((int)code, 200);
+    int32_t *tids;
+    int ntk = sv_ids(json_object_get(tk, "tokens"), &tids);
+    CHECK(ntk > 0 && json_integer_value(json_object_get(tk, "count")) == ntk);
+    char body[256];
+    int k = snprintf(body, sizeof body, "{\"tokens\":[");
+    for (int i = 0; i < ntk; i++)
+        k += snprintf(body + k, sizeof body - k, "%s%d", i ? "," : "", tids[i]);
+    snprintf(body + k, sizeof body - k, "]}");
+    json_t *dt = sv_post_json(g_srv.url, "/detokenize", body, &code);
+    CHECK_EQ_STR(json_string_value(json_object_get(dt, "prompt")), "abc def");
+    json_decref(tk), json_decref(dt), free(tids);
+    json_t *tc = sv_post_json(g_srv.url, "/tokenize",
+                              "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &code);
+    CHECK(code == 200 && json_integer_value(json_object_get(tc, "count")) > 5);
+    json_decref(tc);
+    tc = sv_post_json(g_srv.url, "/detokenize", "{\"tokens\":[1,99999]}", &code);
+    CHECK_EQ_INT((int)code, 400);
+    json_decref(tc);
     sv_http(g_srv.url, "/metrics", NULL, &r);
     CHECK_EQ_INT((int)r.code, 200);
     CHECK(r.body.p && strstr(r.body.p, "arclight_serve_requests_total{status=\"4xx\"}"));

@@ -5,6 +5,7 @@
  *   POST /v1/chat/completions  ChatML from the tokenizer's template, tools, tool calls parsed
  *   POST /v1/completions       text or token-id prompts
  *   GET  /v1/models, /health, /healthz, /metrics (Prometheus)
+ *   POST /tokenize, /detokenize (vLLM's)
  *
  * Responses carry what vLLM's carry for training: logprobs / top_logprobs in OpenAI's shapes
  * (raw logprobs, see model/infer.h), and with "return_token_ids": true the prompt's ids
@@ -722,6 +723,70 @@ static void handle_generate(serve_ctx *sc, struct evhttp_request *req, int chat)
     }
 }
 
+/* vLLM's POST /tokenize: {"prompt": TEXT} or {"messages": [...]} (rendered with the chat
+ * template, as a chat request would be) -> {"tokens": [...], "count", "max_model_len"}. */
+static void handle_tokenize(serve_ctx *sc, struct evhttp_request *req)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    const char *body = len ? (const char *)evbuffer_pullup(in, (ssize_t)len) : "";
+    json_t *j = json_loadb(body, len, 0, NULL);
+    int chat = json_is_object(j) && json_object_get(j, "messages");
+    json_decref(j);
+    /* the generation parser renders and checks it; one token of room is all it needs here */
+    al_serve_parse_ctx pc = {sc->tok, sc->name, sc->cfg.vocab_size, INT_MAX / 2};
+    al_serve_request p;
+    al_serve_error pe;
+    if (al_serve_request_parse(&pc, chat, body, len, &p, &pe) != 0) {
+        send_error(sc, req, pe.status, pe.param, "%s", pe.message);
+        return;
+    }
+    send_json(sc, req, 200,
+              json_pack("{s:o,s:i,s:i}", "tokens", json_ids(p.prompt.ids, (int)p.prompt.len),
+                        "count", (int)p.prompt.len, "max_model_len", sc->max_model_len),
+              -1);
+    al_serve_request_free(&p);
+}
+
+/* vLLM's POST /detokenize: {"tokens": [...]} -> {"prompt": TEXT}. */
+static void handle_detokenize(serve_ctx *sc, struct evhttp_request *req)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    json_t *j =
+        len ? json_loadb((const char *)evbuffer_pullup(in, (ssize_t)len), len, 0, NULL) : NULL;
+    json_t *t = json_object_get(j, "tokens");
+    if (!json_is_array(t)) {
+        json_decref(j);
+        send_error(sc, req, 400, "tokens", "send {\"tokens\": [ids...]}");
+        return;
+    }
+    size_t n = json_array_size(t);
+    int32_t *ids = malloc(sizeof(int32_t) * (n + 1));
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(t, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+            json_integer_value(e) >= sc->cfg.vocab_size) {
+            free(ids);
+            json_decref(j);
+            send_error(sc, req, 400, "tokens", "tokens[%zu] is not a token id of this model", i);
+            return;
+        }
+        ids[i] = (int32_t)json_integer_value(e);
+    }
+    json_decref(j);
+    char *text = NULL;
+    size_t tl = 0;
+    if (al_tokenizer_decode(sc->tok, ids, n, AL_TOKENIZER_LOSSY, &text, &tl) != 0) {
+        free(ids);
+        send_error(sc, req, 500, NULL, "out of memory");
+        return;
+    }
+    free(ids);
+    send_json(sc, req, 200, json_pack("{s:o}", "prompt", json_bytes_str(text, tl)), -1);
+    free(text);
+}
+
 static void handle_models(serve_ctx *sc, struct evhttp_request *req)
 {
     json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:s,s:i,s:I}", "id", sc->name, "object", "model",
@@ -747,6 +812,10 @@ static void on_request(struct evhttp_request *req, void *ud)
             return;
         }
         handle_generate(sc, req, path[4] == 'c' && path[5] == 'h');
+    } else if (!strcmp(path, "/tokenize") && is_post) {
+        handle_tokenize(sc, req);
+    } else if (!strcmp(path, "/detokenize") && is_post) {
+        handle_detokenize(sc, req);
     } else if (!strcmp(path, "/metrics") && is_get) {
         /* also on the API port, where vLLM serves it (and on --metrics when given) */
         size_t n = 0;
