@@ -862,10 +862,16 @@ static void collect(al_metrics *m, void *ud)
     al_gauge_set(sc->g_running, st.running + st.queued);
     al_gauge_set(sc->g_kv, (double)st.kv_bytes);
     al_gauge_set(sc->g_version, (double)al_serve_engine_version(sc->eng));
+    /* renders run on the API loop and on the --metrics thread: hand each new token to the
+     * counter exactly once */
     static uint64_t last;
-    if (st.tokens_generated > last)
-        al_counter_add(sc->gen_tokens, (double)(st.tokens_generated - last));
-    last = st.tokens_generated;
+    uint64_t prev = __atomic_load_n(&last, __ATOMIC_RELAXED);
+    while (st.tokens_generated > prev &&
+           !__atomic_compare_exchange_n(&last, &prev, st.tokens_generated, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+    }
+    if (st.tokens_generated > prev)
+        al_counter_add(sc->gen_tokens, (double)(st.tokens_generated - prev));
 }
 
 static void on_drain_timeout(evutil_socket_t fd, short what, void *ud)
