@@ -242,7 +242,7 @@ TEST(span_too_large_for_kafka_is_dropped_loudly_not_blocking)
     char url[300];
     snprintf(url, sizeof url, "%s/metrics", p.base);
     REQUIRE(px_http("GET", url, NULL, NULL, &r) == 0);
-    CHECK(strstr(r.body, "arclight_proxy_spans_dropped 1\n") != NULL);
+    CHECK(strstr(r.body, "arclight_proxy_spans_dropped_total 1\n") != NULL);
     px_resp_free(&r);
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
     char log[700];

@@ -40,6 +40,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -130,7 +131,10 @@ typedef struct proxy {
     al_spool *spool;
     al_metrics *metrics;
     al_counter *spans_spooled, *spans_failed, *rejected_spool_full;
-    al_gauge *g_conns, *g_inflight, *g_spool_bytes, *g_spool_records, *g_published, *g_dropped;
+    al_gauge *g_conns, *g_inflight, *g_spool_bytes, *g_spool_records;
+    al_counter *c_published, *c_dropped;
+    uint64_t seen_published, seen_dropped; /* already added to the counters */
+    pthread_mutex_t collect_mu;            /* renders come from two threads */
     al_histogram *h_overhead, *h_upstream;
     status_series series[128];
     size_t nseries;
@@ -2176,8 +2180,16 @@ static void collect(al_metrics *m, void *ud)
     al_spool_get_stats(px->spool, &st);
     al_gauge_set(px->g_spool_bytes, (double)st.bytes);
     al_gauge_set(px->g_spool_records, (double)st.records);
-    al_gauge_set(px->g_published, (double)st.published);
-    al_gauge_set(px->g_dropped, (double)st.dropped);
+    /* counters from the spool's totals; /metrics renders on the loop thread and on the
+     * --metrics server's thread */
+    pthread_mutex_lock(&px->collect_mu);
+    if (st.published > px->seen_published)
+        al_counter_add(px->c_published, (double)(st.published - px->seen_published));
+    if (st.dropped > px->seen_dropped)
+        al_counter_add(px->c_dropped, (double)(st.dropped - px->seen_dropped));
+    if (st.published > px->seen_published) px->seen_published = st.published;
+    if (st.dropped > px->seen_dropped) px->seen_dropped = st.dropped;
+    pthread_mutex_unlock(&px->collect_mu);
 }
 
 static int health(void *ud, char *reason, size_t n)
@@ -2309,6 +2321,7 @@ int cmd_proxy(int argc, char **argv)
     al_cli_common_init(&common);
     proxy *px = calloc(1, sizeof *px);
     if (!px) return AL_EXIT_FAILURE;
+    pthread_mutex_init(&px->collect_mu, NULL);
     pconf *cf = &px->cfg;
     cf->listen = "127.0.0.1:8080";
     cf->kind = UP_VLLM;
@@ -2502,11 +2515,11 @@ int cmd_proxy(int argc, char **argv)
     px->rejected_spool_full =
         al_metrics_counter(px->metrics, "arclight_proxy_rejected_spool_full_total",
                            "Calls refused with 503: spool full", NULL);
-    px->g_published = al_metrics_gauge(px->metrics, "arclight_proxy_spans_published",
-                                       "Spans acknowledged by Kafka since start", NULL);
-    px->g_dropped =
-        al_metrics_gauge(px->metrics, "arclight_proxy_spans_dropped",
-                         "Spans Kafka refused for good (larger than the broker takes)", NULL);
+    px->c_published = al_metrics_counter(px->metrics, "arclight_proxy_spans_published_total",
+                                         "Spans acknowledged by Kafka", NULL);
+    px->c_dropped =
+        al_metrics_counter(px->metrics, "arclight_proxy_spans_dropped_total",
+                           "Spans Kafka refused for good (larger than the broker takes)", NULL);
     px->g_spool_bytes = al_metrics_gauge(px->metrics, "arclight_proxy_spool_bytes",
                                          "Bytes in the spool (not yet acknowledged)", NULL);
     px->g_spool_records = al_metrics_gauge(px->metrics, "arclight_proxy_spool_spans",
@@ -2652,6 +2665,7 @@ out:
         free(cf->agent_keys[i]);
     free(cf->upstream_key);
     al_buf_free(&px->enc);
+    pthread_mutex_destroy(&px->collect_mu);
     free(px);
     return rc;
 }
