@@ -251,6 +251,56 @@ TEST(span_too_large_for_kafka_is_dropped_loudly_not_blocking)
     CHECK_EQ_INT(count_segments("spool-e"), 0);
 }
 
+static int raw_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    if (connect(fd, (struct sockaddr *)&sin, sizeof sin) != 0) {
+        close(fd);
+        return -1;
+    }
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+/* Everything the server sends until it closes (or 5 s pass). */
+static void raw_read_all(int fd, char *buf, size_t n)
+{
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < n && (r = read(fd, buf + got, n - 1 - got)) > 0)
+        got += (size_t)r;
+    buf[got] = '\0';
+}
+
+TEST(connection_limit_and_request_timeout)
+{
+    px_child p;
+    const char *extra[] = {"--max-connections", "2", "--client-timeout", "1", NULL};
+    REQUIRE(start_proxy(&p, "spool-f", extra) == 0);
+    int a = raw_connect(p.port), b = raw_connect(p.port);
+    REQUIRE(a >= 0 && b >= 0);
+    usleep(100000);
+    int c = raw_connect(p.port);
+    REQUIRE(c >= 0);
+    char buf[4096];
+    raw_read_all(c, buf, sizeof buf);
+    CHECKF(strstr(buf, "HTTP/1.1 503") && strstr(buf, "\"overloaded\""), "third connection got: %s",
+           buf);
+    close(c);
+    /* a request that never completes: 408 with a JSON body after the client timeout */
+    const char *partial = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le";
+    CHECK(write(a, partial, strlen(partial)) == (ssize_t)strlen(partial));
+    raw_read_all(a, buf, sizeof buf);
+    CHECKF(strstr(buf, "HTTP/1.1 408") && strstr(buf, "\"request_timeout\""),
+           "slow request got: %s", buf);
+    close(a);
+    close(b);
+    CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
+}
+
 TEST(teardown)
 {
     fake_upstream_stop(U);
