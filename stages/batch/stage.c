@@ -30,27 +30,19 @@
 #include "http/metrics.h"
 #include "http/server.h"
 #include "kafka/kafka.h"
+#include "kafka/stage.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <signal.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define COMP "batch"
-
-static volatile sig_atomic_t batch_stop;
-static void batch_on_signal(int sig)
-{
-    (void)sig;
-    batch_stop = 1;
-}
 
 typedef struct batch_opts {
     const char *input_topic, *output_topic, *policy_topic, *group;
@@ -138,23 +130,9 @@ typedef struct batch_worker {
     char **known_models;
     size_t n_known;
     int recover_truncated;
-    int fatal, closing;
-    char fatal_reason[512];
-    atomic_int unhealthy;
+    al_stage st; /* failure latch and /healthz */
+    int closing;
 } batch_worker;
-
-static void worker_fail(batch_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void worker_fail(batch_worker *w, const char *fmt, ...)
-{
-    if (w->fatal) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(w->fatal_reason, sizeof w->fatal_reason, fmt, ap);
-    va_end(ap);
-    w->fatal = 1;
-    atomic_store(&w->unhealthy, 1);
-    al_log_error(COMP, "%s", w->fatal_reason);
-}
 
 static void end_inputs(al_batch_step *st)
 {
@@ -206,9 +184,10 @@ static void on_delivery(const al_delivery *d, void *ctx)
     if (!f) return; /* a dead letter: the consumer's tracker handles it */
     if (d->err) {
         f->failed++;
-        worker_fail(w, "chunk of %s step %" PRId64 " not delivered: %s; stopping without storing its "
-                       "inputs' offsets (a restart rebuilds the step)",
-                    f->step->model, f->step->step, d->reason);
+        al_stage_fail(&w->st,
+                      "chunk of %s step %" PRId64 " not delivered: %s; stopping without "
+                      "storing its inputs' offsets (a restart rebuilds the step)",
+                      f->step->model, f->step->step, d->reason);
         return;
     }
     f->acked++;
@@ -237,7 +216,7 @@ static int send_step(batch_worker *w, al_batch_step *st)
 {
     flight *f = calloc(1, sizeof *f);
     if (!f) {
-        worker_fail(w, "out of memory");
+        al_stage_fail(&w->st, "out of memory");
         al_batch_step_free(st);
         return -1;
     }
@@ -259,9 +238,9 @@ static int send_step(batch_worker *w, al_batch_step *st)
         };
         rd_kafka_resp_err_t err = al_producer_produce(w->prod, &out);
         if (err) {
-            worker_fail(w, "cannot send chunk %zu of %s step %" PRId64 " (%zu bytes) to %s: %s",
-                        c, st->model, st->step, st->chunks[c].len, w->o->output_topic,
-                        rd_kafka_err2str(err));
+            al_stage_fail(
+                &w->st, "cannot send chunk %zu of %s step %" PRId64 " (%zu bytes) to %s: %s", c,
+                st->model, st->step, st->chunks[c].len, w->o->output_topic, rd_kafka_err2str(err));
             return -1;
         }
         if (w->o->kill_step >= 0 && st->step == w->o->kill_step) {
@@ -292,12 +271,13 @@ static void on_rebalance(al_consumer *c, al_rebalance_event ev,
 {
     batch_worker *w = ctx;
     (void)c;
-    if (ev == AL_REBALANCE_ASSIGNED || batch_stop || w->closing) return;
-    if (parts && parts->cnt == 0) return;
-    worker_fail(w, "the consumer group took %d partition%s of %s away from this worker (another "
-                   "batch worker joined?); steps of a model must come from one worker, so this one "
-                   "stops and the other continues from the stored offsets",
-                parts ? parts->cnt : 0, parts && parts->cnt == 1 ? "" : "s", w->o->input_topic);
+    int n;
+    if (!al_stage_partitions_taken(ev, parts, w->closing, &n)) return;
+    al_stage_fail(&w->st,
+                  "the consumer group took %d partition%s of %s away from this worker (another "
+                  "batch worker joined?); steps of a model must come from one worker, so this "
+                  "one stops and the other continues from the stored offsets",
+                  n, n == 1 ? "" : "s", w->o->input_topic);
 }
 
 /* A lane (input partition) is quiet when everything the broker had on it at the last fetch
@@ -325,14 +305,6 @@ static void note_consumed(batch_worker *w, int32_t partition, int64_t offset)
         w->n_next_offset = n;
     }
     w->next_offset[partition] = offset + 1;
-}
-
-static int health(void *ud, char *reason, size_t reasonlen)
-{
-    batch_worker *w = ud;
-    if (!atomic_load(&w->unhealthy)) return 0;
-    snprintf(reason, reasonlen, "the batch worker stopped on an error");
-    return 1;
 }
 
 /* ---- assign-based readers (recovery, policy) ------------------------------------------------ */
@@ -803,10 +775,12 @@ int cmd_batch(int argc, char **argv)
 
     char err[1024];
     batch_worker w = {.o = &o, .last_step_acked = -1};
+    al_stage_init(&w.st, COMP, "the batch worker stopped on an error", 1);
     o.cfg.on_drop = on_drop;
     o.cfg.on_drop_ctx = &w;
     w.batcher = al_batcher_new(&o.cfg, err, sizeof err);
-    if (!w.batcher) return al_cli_usage_error("batch", "%s", err + (strncmp(err, "batch: ", 7) ? 0 : 7));
+    if (!w.batcher)
+        return al_cli_usage_error("batch", "%s", err + (strncmp(err, "batch: ", 7) ? 0 : 7));
 
     int rc = AL_EXIT_FAILURE;
     al_kafka_conf *kc = NULL;
@@ -820,13 +794,12 @@ int cmd_batch(int argc, char **argv)
         al_log_error(COMP, "%s", err);
         goto out;
     }
-    if (common.metrics &&
-        !(srv = al_http_server_start(common.metrics, w.met.reg, health, &w, err, sizeof err))) {
+    if (common.metrics && !(srv = al_http_server_start(common.metrics, w.met.reg, al_stage_health,
+                                                       &w.st, err, sizeof err))) {
         al_log_error(COMP, "%s", err);
         goto out;
     }
-    signal(SIGINT, batch_on_signal);
-    signal(SIGTERM, batch_on_signal);
+    al_stage_catch_signals();
 
     /* 1. Where the output stands: step numbers and ids already emitted. */
     if (recover_from_output(kc, &o, &w, err, sizeof err) != 0) {
@@ -847,7 +820,7 @@ int cmd_batch(int argc, char **argv)
         goto out;
     }
     int64_t deadline = al_mono_us() + 60 * 1000000LL;
-    while (pf.at_end < pf.nparts && !batch_stop) {
+    while (pf.at_end < pf.nparts && !al_stage_stop_requested()) {
         policy_poll(&pf, &w, 200);
         if (al_mono_us() > deadline) {
             al_log_error(COMP, "reading %s to its end took over 60 s", o.policy_topic);
@@ -873,14 +846,13 @@ int cmd_batch(int argc, char **argv)
         al_log_error(COMP, "%s", err);
         goto out;
     }
-    al_consumer_set_rebalance_cb(w.cons, on_rebalance, &w);
-    const char *topics[] = {o.input_topic};
-    if (al_consumer_subscribe(w.cons, topics, 1, err, sizeof err) != 0) {
+    if (al_stage_subscribe(w.cons, o.input_topic, on_rebalance, &w, err, sizeof err) != 0) {
         al_log_error(COMP, "%s", err);
         goto out;
     }
-    al_log_info(COMP, "consuming %s as group %s; steps of %" PRId64 " %s to %s, micro-batches of %" PRId64
-                      " tokens, chunks under %" PRId64 " bytes",
+    al_log_info(COMP,
+                "consuming %s as group %s; steps of %" PRId64 " %s to %s, micro-batches of %" PRId64
+                " tokens, chunks under %" PRId64 " bytes",
                 o.input_topic, o.group,
                 o.cfg.step_sequences ? o.cfg.step_sequences : o.cfg.step_tokens,
                 o.cfg.step_sequences ? "sequences" : "tokens", o.output_topic,
@@ -888,11 +860,11 @@ int cmd_batch(int argc, char **argv)
 
     al_transition t = {0};
     int64_t last_house = 0;
-    while (!batch_stop && !w.fatal) {
+    while (!al_stage_stop_requested() && !al_stage_failed(&w.st)) {
         rd_kafka_message_t *m = NULL;
         int r = al_consumer_poll(w.cons, 50, &m, err, sizeof err);
         if (r < 0) {
-            worker_fail(&w, "%s", err);
+            al_stage_fail(&w.st, "%s", err);
             break;
         }
         int64_t now = al_mono_us();
@@ -906,8 +878,8 @@ int cmd_batch(int argc, char **argv)
                 if (!m->payload) snprintf(why, sizeof why, "empty value (tombstone): not a Transition");
                 al_counter_inc(w.met.undecodable);
                 if (al_deadletter_message(w.prod, m, why, "batch", in, err, sizeof err) != 0)
-                    worker_fail(&w, "cannot dead-letter %s [%d] offset %" PRId64 ": %s", o.input_topic,
-                                (int)m->partition, m->offset, err);
+                    al_stage_fail(&w.st, "cannot dead-letter %s [%d] offset %" PRId64 ": %s",
+                                  o.input_topic, (int)m->partition, m->offset, err);
                 al_input_end(in);
             } else {
                 switch (al_batcher_add(w.batcher, &t, m->partition, now, in, why, sizeof why)) {
@@ -924,8 +896,8 @@ int cmd_batch(int argc, char **argv)
                     al_log_warn(COMP, "%s [%d] offset %" PRId64 ": %s", o.input_topic, (int)m->partition,
                                 m->offset, why);
                     if (al_deadletter_message(w.prod, m, why, "batch", in, err, sizeof err) != 0)
-                        worker_fail(&w, "cannot dead-letter %s [%d] offset %" PRId64 ": %s",
-                                    o.input_topic, (int)m->partition, m->offset, err);
+                        al_stage_fail(&w.st, "cannot dead-letter %s [%d] offset %" PRId64 ": %s",
+                                      o.input_topic, (int)m->partition, m->offset, err);
                     al_input_end(in);
                     break;
                 }
@@ -941,9 +913,10 @@ int cmd_batch(int argc, char **argv)
         }
         al_batch_step *st;
         int s;
-        while (!w.fatal && (s = al_batcher_next_step(w.batcher, &st, err, sizeof err)) != 0) {
+        while (!al_stage_failed(&w.st) &&
+               (s = al_batcher_next_step(w.batcher, &st, err, sizeof err)) != 0) {
             if (s < 0) {
-                worker_fail(&w, "%s", err);
+                al_stage_fail(&w.st, "%s", err);
                 break;
             }
             send_step(&w, st);
@@ -965,17 +938,18 @@ int cmd_batch(int argc, char **argv)
     al_transition_clear(&t);
     /* Finish what is in flight so that its inputs' offsets can be stored and committed. */
     if (w.prod && al_producer_flush(w.prod, 30000, err, sizeof err) != 0)
-        worker_fail(&w, "at exit: %s", err);
+        al_stage_fail(&w.st, "at exit: %s", err);
     retire_flights(&w);
     if (w.steps_done && w.last_step_us > w.first_msg_us) {
         double sec = (double)(w.last_step_us - w.first_msg_us) / 1e6;
-        al_log_info(COMP, "consumed %" PRId64 " transitions (%.1f MB) and sent %" PRId64
-                          " steps in %.3f s from the first message to the last step: %.0f "
-                          "transitions/s",
+        al_log_info(COMP,
+                    "consumed %" PRId64 " transitions (%.1f MB) and sent %" PRId64
+                    " steps in %.3f s from the first message to the last step: %.0f "
+                    "transitions/s",
                     w.n_consumed, (double)w.bytes_consumed / 1e6, w.steps_done, sec,
                     (double)w.n_consumed / sec);
     }
-    rc = w.fatal ? AL_EXIT_FAILURE : AL_EXIT_OK;
+    rc = al_stage_failed(&w.st) ? AL_EXIT_FAILURE : AL_EXIT_OK;
 out:
     /* Inputs of transitions not in an acknowledged step stay unfinished: the consumer commits
      * only what is stored, and a restart re-reads them. Their handles are released after the

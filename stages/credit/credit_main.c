@@ -23,22 +23,14 @@
 #include "http/metrics.h"
 #include "http/server.h"
 #include "kafka/kafka.h"
+#include "kafka/stage.h"
 
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static volatile sig_atomic_t credit_stop;
-
-static void credit_on_signal(int sig)
-{
-    (void)sig;
-    credit_stop = 1;
-}
 
 static const char credit_usage[] =
     "usage: arclight credit [options]\n"
@@ -139,8 +131,7 @@ typedef struct credit_ctx {
     size_t nparts, capparts;
     al_buf buf;
     cpart *cur; /* the part whose sink is running */
-    int failed;
-    char fail_reason[512];
+    al_stage st; /* failure latch; /healthz gives its reason */
     double *window;
     size_t wcap, wn, wpos;
 } credit_ctx;
@@ -360,31 +351,21 @@ static void on_rebalance(al_consumer *c, al_rebalance_event ev,
  * Messages
  * ------------------------------------------------------------------------------------------ */
 
-static void credit_fail(credit_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void credit_fail(credit_ctx *x, const char *fmt, ...)
-{
-    if (x->failed) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(x->fail_reason, sizeof x->fail_reason, fmt, ap);
-    va_end(ap);
-    x->failed = 1;
-}
-
 /* The sink: encodes and produces one transition as an output of its group's anchor input. */
 static int on_transition(void *ud, const al_transition *t, int64_t anchor)
 {
     credit_ctx *x = ud;
     char err[512];
     if (al_transition_encode(t, &x->buf, err, sizeof err) != 0) {
-        credit_fail(x, "encoding transition %s: %s", t->id, err);
+        al_stage_fail(&x->st, "encoding transition %s: %s", t->id, err);
         return -1;
     }
     al_input *in = x->cur ? hold_find(x->cur, anchor) : NULL;
     if (!in) {
         /* Cannot happen (the anchor is never below the safe offset); without an input the
          * offset could be stored before this transition is acknowledged, so stop instead. */
-        credit_fail(x, "transition %s: no held input at offset %lld", t->id, (long long)anchor);
+        al_stage_fail(&x->st, "transition %s: no held input at offset %lld", t->id,
+                      (long long)anchor);
         return -1;
     }
     al_kafka_out o = {.topic = x->output,
@@ -397,7 +378,8 @@ static int on_transition(void *ud, const al_transition *t, int64_t anchor)
                       .input = in};
     rd_kafka_resp_err_t e = al_producer_produce(x->producer, &o);
     if (e) {
-        credit_fail(x, "producing transition %s to %s: %s", t->id, x->output, rd_kafka_err2str(e));
+        al_stage_fail(&x->st, "producing transition %s to %s: %s", t->id, x->output,
+                      rd_kafka_err2str(e));
         return -1;
     }
     al_counter_inc(x->m.transitions);
@@ -412,8 +394,8 @@ static void dead_letter(credit_ctx *x, const rd_kafka_message_t *m, al_input *in
     deadletter_count(x, code);
     al_log_debug("credit", "dead letter (%s): %s", code, reason);
     if (al_deadletter_message(x->producer, m, reason, "credit", in, err, sizeof err) != 0)
-        credit_fail(x, "dead-lettering %s [%d] offset %lld: %s", rd_kafka_topic_name(m->rkt),
-                    (int)m->partition, (long long)m->offset, err);
+        al_stage_fail(&x->st, "dead-lettering %s [%d] offset %lld: %s", rd_kafka_topic_name(m->rkt),
+                      (int)m->partition, (long long)m->offset, err);
 }
 
 /* One consumed message: held, decoded, fed to its partition's part; outputs produced. */
@@ -423,14 +405,14 @@ static void handle_message(credit_ctx *x, const rd_kafka_message_t *m, al_span *
     const char *topic = rd_kafka_topic_name(m->rkt);
     cpart *cp = cpart_get(x, topic, m->partition, 1);
     if (!cp) {
-        credit_fail(x, "out of memory for %s [%d]", topic, (int)m->partition);
+        al_stage_fail(&x->st, "out of memory for %s [%d]", topic, (int)m->partition);
         return;
     }
     al_input *in = al_consumer_input_begin(x->consumer, m);
     if (!in || hold_push(cp, m->offset, in) != 0) {
         if (in) al_input_end(in);
-        credit_fail(x, "out of memory holding %s [%d] offset %lld", topic, (int)m->partition,
-                    (long long)m->offset);
+        al_stage_fail(&x->st, "out of memory holding %s [%d] offset %lld", topic, (int)m->partition,
+                      (long long)m->offset);
         return;
     }
     al_counter_inc(x->m.spans);
@@ -448,8 +430,8 @@ static void handle_message(credit_ctx *x, const rd_kafka_message_t *m, al_span *
         if (r == 1)
             dead_letter(x, m, in, code, reason);
         else if (r < 0)
-            credit_fail(x, "%s [%d] offset %lld: %s", topic, (int)m->partition,
-                        (long long)m->offset, err);
+            al_stage_fail(&x->st, "%s [%d] offset %lld: %s", topic, (int)m->partition,
+                          (long long)m->offset, err);
     }
     cp->clock_at_last_msg = al_credit_part_clock(cp->part);
     x->cur = NULL;
@@ -469,19 +451,11 @@ static void quiet_flush(credit_ctx *x, int64_t quiet_us)
         if (quiet < quiet_us || cp->clock_at_last_msg <= 0) continue;
         x->cur = cp;
         if (al_credit_part_advance(cp->part, cp->clock_at_last_msg + quiet, err, sizeof err))
-            credit_fail(x, "%s [%d]: %s", cp->topic, (int)cp->partition, err);
+            al_stage_fail(&x->st, "%s [%d]: %s", cp->topic, (int)cp->partition, err);
         x->cur = NULL;
         hold_release(cp, 0);
         metrics_sync(x, cp);
     }
-}
-
-static int credit_health(void *ud, char *reason, size_t len)
-{
-    credit_ctx *x = ud;
-    if (!x->failed) return 0;
-    snprintf(reason, len, "%s", x->fail_reason);
-    return 1;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -546,6 +520,7 @@ int cmd_credit(int argc, char **argv)
     al_cli_common_init(&common);
     credit_ctx x;
     memset(&x, 0, sizeof x);
+    al_stage_init(&x.st, "credit", NULL, 0); /* the loop's end logs the reason */
     al_credit_config_init(&x.cfg);
     const char *group = "arclight-credit", *input = AL_TOPIC_SPANS;
     x.output = AL_TOPIC_TRANSITIONS;
@@ -694,30 +669,27 @@ int cmd_credit(int argc, char **argv)
         al_log_error(cmd, "%s", err);
         goto out;
     }
-    al_consumer_set_rebalance_cb(x.consumer, on_rebalance, &x);
-    if (common.metrics && !(srv = al_http_server_start(common.metrics, x.metrics, credit_health, &x,
-                                                       err, sizeof err))) {
+    if (common.metrics && !(srv = al_http_server_start(common.metrics, x.metrics, al_stage_health,
+                                                       &x.st, err, sizeof err))) {
         al_log_error(cmd, "%s", err);
         goto out;
     }
-    const char *topics[] = {input};
-    if (al_consumer_subscribe(x.consumer, topics, 1, err, sizeof err) != 0) {
+    if (al_stage_subscribe(x.consumer, input, on_rebalance, &x, err, sizeof err) != 0) {
         al_log_error(cmd, "%s", err);
         goto out;
     }
-    signal(SIGINT, credit_on_signal);
-    signal(SIGTERM, credit_on_signal);
+    al_stage_catch_signals();
     al_log_info(cmd, "consuming %s as group %s -> %s (estimator %s)", input, group, x.output,
                 al_credit_estimator_name(x.cfg.estimator));
 
     uint64_t consumed = 0, consumed_bytes = 0;
     int64_t first_msg = 0;
     int64_t last_msg = al_mono_us(), last_quiet_check = 0;
-    while (!credit_stop && !x.failed) {
+    while (!al_stage_stop_requested() && !al_stage_failed(&x.st)) {
         rd_kafka_message_t *m;
         int r = al_consumer_poll(x.consumer, 100, &m, err, sizeof err);
         if (r < 0) {
-            credit_fail(&x, "%s", err);
+            al_stage_fail(&x.st, "%s", err);
             break;
         }
         int64_t now = al_mono_us();
@@ -742,8 +714,8 @@ int cmd_credit(int argc, char **argv)
         double idle_limit = consumed || exit_idle_s > 30 ? exit_idle_s : 30;
         if (exit_idle_s > 0 && now - last_msg > (int64_t)(idle_limit * 1e6)) break;
     }
-    if (x.failed) {
-        al_log_error(cmd, "stopping: %s", x.fail_reason);
+    if (al_stage_failed(&x.st)) {
+        al_log_error(cmd, "stopping: %s", al_stage_reason(&x.st));
     } else {
         int64_t consumed_at = al_mono_us();
         if (al_producer_flush(x.producer, 30000, err, sizeof err) != 0)

@@ -31,6 +31,7 @@
 #include "http/metrics.h"
 #include "http/server.h"
 #include "kafka/kafka.h"
+#include "kafka/stage.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/model.h"
@@ -44,8 +45,6 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,13 +52,6 @@
 #include <unistd.h>
 
 #define COMP "train"
-
-static volatile sig_atomic_t train_stop;
-static void train_on_signal(int sig)
-{
-    (void)sig;
-    train_stop = 1;
-}
 
 /* Trainer settings as flags: --NAME with '_' written '-', handed to al_trainer_config_set. */
 static const char *const setting_keys[] = {
@@ -123,31 +115,9 @@ typedef struct train_worker {
     int64_t version, last_full, batch_step;
     char last_metrics[2048]; /* metrics JSON of the last update (for the SIGTERM checkpoint) */
     applied *applied_head;
-    int fatal, closing;
-    char fatal_reason[512];
-    atomic_int unhealthy;
+    al_stage st; /* failure latch and /healthz */
+    int closing;
 } train_worker;
-
-static void worker_fail(train_worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void worker_fail(train_worker *w, const char *fmt, ...)
-{
-    if (w->fatal) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(w->fatal_reason, sizeof w->fatal_reason, fmt, ap);
-    va_end(ap);
-    w->fatal = 1;
-    atomic_store(&w->unhealthy, 1);
-    al_log_error(COMP, "%s", w->fatal_reason);
-}
-
-static int health(void *ud, char *reason, size_t reasonlen)
-{
-    train_worker *w = ud;
-    if (!atomic_load(&w->unhealthy)) return 0;
-    snprintf(reason, reasonlen, "the trainer stopped on an error");
-    return 1;
-}
 
 static void metrics_init(train_metrics *m)
 {
@@ -361,8 +331,8 @@ static void deadletter_msgs(train_worker *w, void **msgs, size_t n, const char *
     for (size_t i = 0; i < n; i++) {
         held_msg *h = msgs[i];
         if (al_deadletter_message(w->prod, h->m, reason, "train", h->in, err, sizeof err) != 0)
-            worker_fail(w, "cannot dead-letter %s [%d] offset %" PRId64 ": %s", w->o->input_topic,
-                        (int)h->m->partition, h->m->offset, err);
+            al_stage_fail(&w->st, "cannot dead-letter %s [%d] offset %" PRId64 ": %s",
+                          w->o->input_topic, (int)h->m->partition, h->m->offset, err);
         al_counter_inc(w->met.bad);
     }
 }
@@ -403,7 +373,8 @@ static void apply_step(train_worker *w, al_train_ready *r)
     int full = w->version % w->o->checkpoint_every == 0;
     char sha[65];
     if (save_version(w, full, w->last_metrics, sha, err, sizeof err) != 0) {
-        worker_fail(w, "cannot write version %" PRId64 " under %s: %s", w->version, w->out_abs, err);
+        al_stage_fail(&w->st, "cannot write version %" PRId64 " under %s: %s", w->version,
+                      w->out_abs, err);
         ready_release(r);
         return;
     }
@@ -414,7 +385,7 @@ static void apply_step(train_worker *w, al_train_ready *r)
     applied *a = calloc(1, sizeof *a);
     if (!a || !(a->hs = calloc(r->n_current + r->n_retired + 1, sizeof *a->hs))) {
         free(a);
-        worker_fail(w, "out of memory");
+        al_stage_fail(&w->st, "out of memory");
         ready_release(r);
         return;
     }
@@ -434,7 +405,7 @@ static void apply_step(train_worker *w, al_train_ready *r)
     *tail = a;
     if (publish_version(w, w->version, batch_step, sha, &st, reward_mean, batch_policy, a, err,
                         sizeof err) != 0) {
-        worker_fail(w, "%s", err);
+        al_stage_fail(&w->st, "%s", err);
         return;
     }
     if (w->o->kill_version >= 0 && w->o->kill_after_ack) {
@@ -467,9 +438,10 @@ static void on_delivery(const al_delivery *d, void *ctx)
     applied *a = d->opaque;
     if (!a) return; /* a dead letter, or the resume version: the tracker / flush sees it */
     if (d->err) {
-        worker_fail(w, "PolicyVersion %" PRId64 " not delivered: %s; stopping without storing its "
-                       "chunks' offsets (a restart with --resume publishes it again)",
-                    a->version, d->reason);
+        al_stage_fail(&w->st,
+                      "PolicyVersion %" PRId64 " not delivered: %s; stopping without storing its "
+                      "chunks' offsets (a restart with --resume publishes it again)",
+                      a->version, d->reason);
         return;
     }
     a->acked = 1;
@@ -504,15 +476,17 @@ static void on_rebalance(al_consumer *c, al_rebalance_event ev,
 {
     train_worker *w = ctx;
     (void)c;
-    if (ev == AL_REBALANCE_ASSIGNED || train_stop || w->closing) return;
-    if (parts && parts->cnt == 0) return;
-    worker_fail(w, "the consumer group took %d partition%s of %s away from this trainer (another "
-                   "trainer of the model joined group %s?); one trainer per model, so this one stops",
-                parts ? parts->cnt : 0, parts && parts->cnt == 1 ? "" : "s", w->o->input_topic,
-                w->o->group);
+    int n;
+    if (!al_stage_partitions_taken(ev, parts, w->closing, &n)) return;
+    al_stage_fail(
+        &w->st,
+        "the consumer group took %d partition%s of %s away from this trainer (another "
+        "trainer of the model joined group %s?); one trainer per model, so this one stops",
+        n, n == 1 ? "" : "s", w->o->input_topic, w->o->group);
 }
 
-/* ---- resume ------------------------------------------------------------------------------------ */
+/* ---- resume ------------------------------------------------------------------------------------
+ */
 
 static double json_num(json_t *o, const char *k, double dflt)
 {
@@ -777,6 +751,7 @@ int cmd_train(int argc, char **argv)
     }
 
     train_worker w = {.o = &o, .batch_step = -1};
+    al_stage_init(&w.st, COMP, "the trainer stopped on an error", 1);
     int rc = AL_EXIT_FAILURE;
     al_kafka_conf *kc = NULL;
     al_http_server *msrv = NULL;
@@ -822,8 +797,8 @@ int cmd_train(int argc, char **argv)
         al_log_error(COMP, "%s", err);
         goto out;
     }
-    if (common.metrics &&
-        !(msrv = al_http_server_start(common.metrics, w.met.reg, health, &w, err, sizeof err))) {
+    if (common.metrics && !(msrv = al_http_server_start(common.metrics, w.met.reg, al_stage_health,
+                                                        &w.st, err, sizeof err))) {
         al_log_error(COMP, "%s", err);
         goto out;
     }
@@ -831,8 +806,7 @@ int cmd_train(int argc, char **argv)
         al_log_error(COMP, "%s", err);
         goto out;
     }
-    signal(SIGINT, train_on_signal);
-    signal(SIGTERM, train_on_signal);
+    al_stage_catch_signals();
     if (!(w.prod = al_producer_new(kc, err, sizeof err))) {
         al_log_error(COMP, "%s", err);
         goto out;
@@ -856,9 +830,7 @@ int cmd_train(int argc, char **argv)
         al_log_error(COMP, "%s", err);
         goto out;
     }
-    al_consumer_set_rebalance_cb(w.cons, on_rebalance, &w);
-    const char *topics[] = {o.input_topic};
-    if (al_consumer_subscribe(w.cons, topics, 1, err, sizeof err) != 0) {
+    if (al_stage_subscribe(w.cons, o.input_topic, on_rebalance, &w, err, sizeof err) != 0) {
         al_log_error(COMP, "%s", err);
         goto out;
     }
@@ -871,11 +843,11 @@ int cmd_train(int argc, char **argv)
                     w.version + 1);
     }
 
-    while (!train_stop && !w.fatal) {
+    while (!al_stage_stop_requested() && !al_stage_failed(&w.st)) {
         rd_kafka_message_t *m = NULL;
         int r = al_consumer_poll(w.cons, 100, &m, err, sizeof err);
         if (r < 0) {
-            worker_fail(&w, "%s", err);
+            al_stage_fail(&w.st, "%s", err);
             break;
         }
         if (r == 1) {
@@ -884,7 +856,7 @@ int cmd_train(int argc, char **argv)
             if (!h || !in) {
                 free(h);
                 rd_kafka_message_destroy(m);
-                worker_fail(&w, "out of memory");
+                al_stage_fail(&w.st, "out of memory");
                 break;
             }
             h->m = m;
@@ -912,7 +884,9 @@ int cmd_train(int argc, char **argv)
             }
         }
         al_train_ready *ready;
-        while (!w.fatal && !train_stop && al_train_asm_next(w.asmb, &ready) == 1) apply_step(&w, ready);
+        while (!al_stage_failed(&w.st) && !al_stage_stop_requested() &&
+               al_train_asm_next(w.asmb, &ready) == 1)
+            apply_step(&w, ready);
         al_producer_poll(w.prod, 0);
         retire_applied(&w);
         al_gauge_set(w.met.pending, (double)al_train_asm_pending(w.asmb));
@@ -923,15 +897,15 @@ int cmd_train(int argc, char **argv)
         }
     }
     /* A clean stop: checkpoint the last update so that its chunks need not be re-applied. */
-    if (!w.fatal && w.version > w.last_full) {
+    if (!al_stage_failed(&w.st) && w.version > w.last_full) {
         char sha[65];
         if (save_version(&w, 1, w.last_metrics, sha, err, sizeof err) != 0)
-            worker_fail(&w, "checkpoint at exit: %s", err);
+            al_stage_fail(&w.st, "checkpoint at exit: %s", err);
     }
     if (w.prod && al_producer_flush(w.prod, 30000, err, sizeof err) != 0)
-        worker_fail(&w, "at exit: %s", err);
-    if (!w.fatal) retire_applied(&w);
-    rc = w.fatal ? AL_EXIT_FAILURE : AL_EXIT_OK;
+        al_stage_fail(&w.st, "at exit: %s", err);
+    if (!al_stage_failed(&w.st)) retire_applied(&w);
+    rc = al_stage_failed(&w.st) ? AL_EXIT_FAILURE : AL_EXIT_OK;
 out:
     /* Steps not acknowledged and checkpointed keep their inputs unfinished: the consumer
      * commits only what is stored, and a restart re-reads them. Their handles are released
