@@ -8,6 +8,7 @@
  * decode token, in one pass) gives the logits al_model_forward gives for each whole sequence,
  * for Qwen2 and Qwen3 shapes.
  */
+#define _GNU_SOURCE
 #include "testlib.h"
 
 #include "model/infer.h"
@@ -323,4 +324,58 @@ TEST(batched_forward_equals_whole_sequences_qwen2)
 TEST(batched_forward_equals_whole_sequences_qwen3)
 {
     batched_equals_whole(AL_MODEL_ARCH_QWEN3);
+}
+
+/* top_p alone over a large vocabulary keeps exactly the prefix a full sort keeps, whether
+ * that prefix is short (peaked logits) or most of the vocabulary (flat ones). */
+static int cmp_desc(const void *a, const void *b, void *l)
+{
+    const float *lg = l;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (lg[x] != lg[y]) return lg[x] > lg[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static void top_p_matches_full_sort(double scale, double top_p, double T, int N)
+{
+    enum { V = 5000 };
+    static float logits[V];
+    static int32_t order[V];
+    static int seen[V], in_set[V];
+    al_infer_rng r;
+    al_infer_rng_seed(&r, 77, 0);
+    for (int j = 0; j < V; j++)
+        logits[j] = (float)(al_infer_rng_uniform(&r) * scale);
+    for (int j = 0; j < V; j++)
+        order[j] = j, seen[j] = 0, in_set[j] = 0;
+    qsort_r(order, V, sizeof(int32_t), cmp_desc, logits);
+    double mx = logits[order[0]], total = 0, acc = 0;
+    for (int j = 0; j < V; j++)
+        total += exp((logits[j] - mx) / T);
+    int keep = 0;
+    while (keep < V) {
+        acc += exp((logits[order[keep]] - mx) / T);
+        in_set[order[keep++]] = 1;
+        if (acc >= top_p * total) break;
+    }
+    al_infer_sampler s;
+    REQUIRE(al_infer_sampler_init(&s, V) == 0);
+    al_infer_sampling sp = {T, top_p, -1};
+    int outside = 0, distinct = 0;
+    for (int i = 0; i < N; i++) {
+        int32_t id = al_infer_sample(&s, logits, &sp, &r);
+        outside += !in_set[id];
+        distinct += !seen[id]++;
+    }
+    printf("  top_p %.2f, scale %g: the full sort keeps %d ids; %d distinct drawn, %d outside\n",
+           top_p, scale, keep, distinct, outside);
+    CHECK_EQ_INT(outside, 0);
+    CHECK(distinct >= (keep < 20 ? keep : 20));
+    al_infer_sampler_free(&s);
+}
+
+TEST(top_p_over_a_large_vocabulary_keeps_the_sorted_prefix)
+{
+    top_p_matches_full_sort(30.0, 0.6, 0.8, 1500); /* peaked: a short prefix */
+    top_p_matches_full_sort(0.5, 0.9, 1.0, 300);   /* flat: most of the vocabulary */
 }

@@ -99,9 +99,6 @@ double al_infer_logsumexp(const float *logits, int V)
 
 /* Order for candidate ids: larger logit first, then lower id (a total order, so qsort's
  * instability cannot change a result). */
-/* qsort has no context argument in C11: the comparator reads the logits through this
- * thread-local pointer, set just before the call. */
-static _Thread_local const float *g_sort_logits;
 static int cmp_logit_desc_with(const float *l, int32_t a, int32_t b)
 {
     if (l[a] > l[b]) return -1;
@@ -149,11 +146,6 @@ static void top_k_ids(const float *l, int V, int k, int32_t *out)
     }
 }
 
-static int cmp_sort(const void *a, const void *b)
-{
-    return cmp_logit_desc_with(g_sort_logits, *(const int32_t *)a, *(const int32_t *)b);
-}
-
 int32_t al_infer_sample(al_infer_sampler *s, const float *logits, const al_infer_sampling *p,
                         al_infer_rng *rng)
 {
@@ -167,15 +159,31 @@ int32_t al_infer_sample(al_infer_sampler *s, const float *logits, const al_infer
     int k = (p->top_k > 0 && p->top_k < V) ? p->top_k : V;
     int use_p = p->top_p < 1;
     int n;
+    double mass = -1; /* top_p's reference mass when not all candidates are listed */
     if (k < V) {
         top_k_ids(logits, V, k, s->idx);
         n = k;
     } else if (use_p) {
+        /* top_p alone: the prefix it keeps is usually short (a peaked distribution), so it is
+         * looked for among the kk largest logits, kk growing until their mass reaches top_p,
+         * instead of sorting the whole vocabulary for every token. The prefix found is the
+         * one a full sort gives (same order, ties by lower id). */
+        double inv_t = 1.0 / p->temperature, mx = -INFINITY;
         for (int32_t j = 0; j < V; j++)
-            s->idx[j] = j;
-        g_sort_logits = logits;
-        qsort(s->idx, (size_t)V, sizeof(int32_t), cmp_sort);
-        n = V;
+            if (logits[j] > mx) mx = logits[j];
+        mass = 0;
+        for (int32_t j = 0; j < V; j++)
+            mass += exp(((double)logits[j] - mx) * inv_t);
+        int kk = V < 64 ? V : 64;
+        for (;;) {
+            top_k_ids(logits, V, kk, s->idx);
+            double acc = 0;
+            for (int i = 0; i < kk; i++)
+                acc += exp(((double)logits[s->idx[i]] - mx) * inv_t);
+            if (acc >= p->top_p * mass || kk == V) break;
+            kk = kk > V / 16 ? V : kk * 16;
+        }
+        n = kk;
     } else {
         for (int32_t j = 0; j < V; j++)
             s->idx[j] = j;
@@ -187,7 +195,7 @@ int32_t al_infer_sample(al_infer_sampler *s, const float *logits, const al_infer
     for (int i = 0; i < n; i++)
         sum += s->w[i] = exp(((double)logits[s->idx[i]] - mx) * inv_t);
     if (use_p) { /* candidates are sorted here: keep the prefix reaching top_p */
-        double acc = 0, target = p->top_p * sum;
+        double acc = 0, target = p->top_p * (mass >= 0 ? mass : sum);
         int keep = n;
         for (int i = 0; i < n; i++) {
             acc += s->w[i];
