@@ -305,6 +305,30 @@ static void conn_finish_request(conn *c)
     c->req_len = 0;
 }
 
+/* The output buffer, with writing enabled (conn_write_now turns it off when it could write
+ * everything itself). */
+static struct evbuffer *conn_out(conn *c)
+{
+    bufferevent_enable(c->bev, EV_WRITE);
+    return bufferevent_get_output(c->bev);
+}
+
+/* Writes the finished answer now instead of waiting a loop turn for EPOLLOUT: on a socket
+ * that can take it (the usual case) that saves the epoll_ctl pair and the wait. The write
+ * callback (back to reading, or close) still runs, deferred to this loop turn, so that no
+ * caller sees the connection change under it. What cannot be written now is left to
+ * libevent as before, and so are errors. */
+static void conn_write_now(conn *c)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    if (evbuffer_write(out, bufferevent_getfd(c->bev)) < 0) return;
+    if (evbuffer_get_length(out) == 0) {
+        bufferevent_disable(c->bev, EV_WRITE);
+        bufferevent_trigger(c->bev, EV_WRITE,
+                            BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    }
+}
+
 /* Writes a whole response (head + body). The connection goes back to reading when it is
  * written (keep-alive) or closes. */
 static void conn_reply(conn *c, int status, const char *ctype, const char *extra, const char *body,
@@ -312,7 +336,7 @@ static void conn_reply(conn *c, int status, const char *ctype, const char *extra
 {
     proxy *px = c->px;
     if (px->draining) c->keep_alive = 0;
-    struct evbuffer *out = bufferevent_get_output(c->bev);
+    struct evbuffer *out = conn_out(c);
     evbuffer_add_printf(out,
                         "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s\r\n",
                         status, status_text(status), ctype, len, extra ? extra : "",
@@ -321,6 +345,7 @@ static void conn_reply(conn *c, int status, const char *ctype, const char *extra
     c->state = C_WRITING;
     count_request(px, c->route, status);
     conn_finish_request(c);
+    conn_write_now(c);
 }
 
 static void conn_error(conn *c, int status, const char *type, const char *code, const char *fmt,
@@ -347,7 +372,7 @@ static void conn_error(conn *c, int status, const char *type, const char *code, 
 static void conn_stream_begin(conn *c, int status, const char *ctype, const char *extra)
 {
     if (c->px->draining) c->keep_alive = 0;
-    evbuffer_add_printf(bufferevent_get_output(c->bev),
+    evbuffer_add_printf(conn_out(c),
                         "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n"
                         "Cache-Control: no-cache\r\n%s%s\r\n",
                         status, status_text(status), ctype, extra ? extra : "",
@@ -359,7 +384,7 @@ static void conn_stream_begin(conn *c, int status, const char *ctype, const char
 static void conn_stream_write(conn *c, const char *data, size_t len)
 {
     if (!len) return;
-    struct evbuffer *out = bufferevent_get_output(c->bev);
+    struct evbuffer *out = conn_out(c);
     evbuffer_add_printf(out, "%zx\r\n", len);
     evbuffer_add(out, data, len);
     evbuffer_add(out, "\r\n", 2);
@@ -367,9 +392,10 @@ static void conn_stream_write(conn *c, const char *data, size_t len)
 
 static void conn_stream_end(conn *c)
 {
-    evbuffer_add(bufferevent_get_output(c->bev), "0\r\n\r\n", 5);
+    evbuffer_add(conn_out(c), "0\r\n\r\n", 5);
     c->state = C_WRITING;
     conn_finish_request(c);
+    conn_write_now(c);
 }
 
 /* Reading stays enabled for the connection's whole life (no epoll_ctl per request, and an
@@ -481,7 +507,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
         const al_slice *ex = al_http1_header_get(&c->head, "expect");
         if (ex && al_slice_caseeq(*ex, "100-continue") && !c->sent_continue) {
             c->sent_continue = 1;
-            evbuffer_add(bufferevent_get_output(bev), "HTTP/1.1 100 Continue\r\n\r\n", 25);
+            evbuffer_add(conn_out(c), "HTTP/1.1 100 Continue\r\n\r\n", 25);
         }
         return;
     }
