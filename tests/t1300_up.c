@@ -16,7 +16,7 @@ static char *tail_topic(const char *bootstrap, const char *topic)
     char out[512], err[512];
     snprintf(out, sizeof out, "%s/tail-%s.out", workdir, topic);
     snprintf(err, sizeof err, "%s/tail-%s.err", workdir, topic);
-    char *argv[] = {(char *)up_bin(), "tail", (char *)topic, "--bootstrap", (char *)bootstrap,
+    char *argv[] = {(char *)up_bin(),   "tail", (char *)topic, "--bootstrap", (char *)bootstrap,
                     "--from-beginning", NULL};
     pid_t p = up_start(argv, out, err);
     int st = up_wait(p, 60);
@@ -45,10 +45,27 @@ TEST(up_steps_2_end_to_end)
     free(bs);
 
     double t0 = testlib_now();
-    char *argv[] = {(char *)up_bin(), "up", "--workdir", wd, "--bootstrap", bootstrap,
-                    "--listen-serve", "127.0.0.1:0", "--listen-proxy", "127.0.0.1:0",
-                    "--steps", "2", "--group-size", "4", "--step-groups", "2",
-                    "--max-tokens", "8", "--stop-timeout", "15", NULL};
+    char *argv[] = {(char *)up_bin(),
+                    "up",
+                    "--workdir",
+                    wd,
+                    "--bootstrap",
+                    bootstrap,
+                    "--listen-serve",
+                    "127.0.0.1:0",
+                    "--listen-proxy",
+                    "127.0.0.1:0",
+                    "--steps",
+                    "2",
+                    "--group-size",
+                    "4",
+                    "--step-groups",
+                    "2",
+                    "--max-tokens",
+                    "8",
+                    "--stop-timeout",
+                    "15",
+                    NULL};
     pid_t up = up_start(argv, out, err);
     int st = up_wait(up, 150);
     char *o = up_slurp(out), *e = up_slurp(err);
@@ -88,10 +105,12 @@ TEST(up_steps_2_end_to_end)
     /* Two rounds of 2 tasks x 4 rollouts at least, each a call, a reward and an end. */
     CHECKF(nspans >= 2 * 8 * 3, "%d spans", nspans);
     CHECKF(up_count_lines(spans, "\"_type\":\"Reward\"") >= 16, "rewards missing:\n%.3000s", spans);
-    CHECKF(up_count_lines(spans, "\"_type\":\"RolloutEnd\"") >= 16, "ends missing:\n%.3000s", spans);
+    CHECKF(up_count_lines(spans, "\"_type\":\"RolloutEnd\"") >= 16, "ends missing:\n%.3000s",
+           spans);
     CHECKF(ntrans >= 10, "%d transitions", ntrans); /* steps close at 5 sequences */
     CHECKF(nbatch >= 2, "%d batch chunks", nbatch);
-    CHECKF(up_count_lines(policy, "\"version\":1,") == 1 && up_count_lines(policy, "\"version\":2,") == 1,
+    CHECKF(up_count_lines(policy, "\"version\":1,") == 1 &&
+               up_count_lines(policy, "\"version\":2,") == 1,
            "policy versions:\n%s", policy);
     CHECKF(up_count_lines(policy, "\"checkpoint_uri\":\"file://") == 2, "%s", policy);
     fprintf(stderr, "flowed: %d spans, %d transitions, %d batch chunks\n", nspans, ntrans, nbatch);

@@ -12,7 +12,8 @@ static int run_usage(char *const extra[], char *err_out, size_t errlen)
 {
     char *argv[16] = {(char *)up_bin(), "up"};
     int n = 2;
-    for (int i = 0; extra[i] && n < 15; i++) argv[n++] = extra[i];
+    for (int i = 0; extra[i] && n < 15; i++)
+        argv[n++] = extra[i];
     argv[n] = NULL;
     char out[] = "/tmp/arclight-t1301-usage.out", err[] = "/tmp/arclight-t1301-usage.err";
     int st = up_wait(up_start(argv, out, err), 30);
@@ -51,10 +52,25 @@ static pid_t start_loop(const char *dir, char *out, char *err, size_t len)
     snprintf(out, len, "%s/up.out", dir);
     snprintf(err, len, "%s/up.err", dir);
     snprintf(wd, sizeof wd, "%s/work", dir);
-    char *argv[] = {(char *)up_bin(), "up", "--workdir", wd, "--listen-broker", "127.0.0.1:0",
-                    "--listen-serve", "127.0.0.1:0", "--listen-proxy", "127.0.0.1:0",
-                    "--group-size", "2", "--step-groups", "1", "--max-tokens", "4",
-                    "--stop-timeout", "15", NULL};
+    char *argv[] = {(char *)up_bin(),
+                    "up",
+                    "--workdir",
+                    wd,
+                    "--listen-broker",
+                    "127.0.0.1:0",
+                    "--listen-serve",
+                    "127.0.0.1:0",
+                    "--listen-proxy",
+                    "127.0.0.1:0",
+                    "--group-size",
+                    "2",
+                    "--step-groups",
+                    "1",
+                    "--max-tokens",
+                    "4",
+                    "--stop-timeout",
+                    "15",
+                    NULL};
     pid_t up = up_start(argv, out, err);
     if (!up_wait_for_text(out, "demo-agent: policy v0: mean reward", 120, up)) {
         char *o = up_slurp(out), *e = up_slurp(err);

@@ -16,10 +16,29 @@ TEST(up_demo_reward_goes_up)
     snprintf(err, sizeof err, "%s/up.err", dir);
     snprintf(wd, sizeof wd, "%s/work", dir);
     double t0 = testlib_now();
-    char *argv[] = {(char *)up_bin(), "up", "--workdir", wd, "--listen-broker", "127.0.0.1:0",
-                    "--listen-serve", "127.0.0.1:0", "--listen-proxy", "127.0.0.1:0",
-                    "--steps", "16", "--group-size", "4", "--step-groups", "4", "--lr", "2e-2",
-                    "--max-tokens", "8", "--seed", "3", NULL};
+    char *argv[] = {(char *)up_bin(),
+                    "up",
+                    "--workdir",
+                    wd,
+                    "--listen-broker",
+                    "127.0.0.1:0",
+                    "--listen-serve",
+                    "127.0.0.1:0",
+                    "--listen-proxy",
+                    "127.0.0.1:0",
+                    "--steps",
+                    "16",
+                    "--group-size",
+                    "4",
+                    "--step-groups",
+                    "4",
+                    "--lr",
+                    "2e-2",
+                    "--max-tokens",
+                    "8",
+                    "--seed",
+                    "3",
+                    NULL};
     pid_t up = up_start(argv, out, err);
     int st = up_wait(up, 200);
     char *o = up_slurp(out), *e = up_slurp(err);

@@ -74,7 +74,8 @@ static inline char *up_slurp(const char *path)
 
 /* Polls the file until it contains needle or timeout_s passes (or pid, if > 0, exits).
  * 1 when found. */
-static inline int up_wait_for_text(const char *path, const char *needle, double timeout_s, pid_t pid)
+static inline int up_wait_for_text(const char *path, const char *needle, double timeout_s,
+                                   pid_t pid)
 {
     for (double waited = 0; waited < timeout_s; waited += 0.1) {
         char *s = up_slurp(path);

@@ -40,18 +40,18 @@
 enum { UP_MAX_CHILDREN = 8, UP_LINE_MAX = 8192 };
 
 typedef struct up_stream {
-    int fd;           /* -1 once at EOF */
-    FILE *to;         /* stdout or stderr */
+    int fd;   /* -1 once at EOF */
+    FILE *to; /* stdout or stderr */
     char buf[UP_LINE_MAX];
     size_t len;
 } up_stream;
 
 typedef struct up_child {
     char name[16];
-    pid_t pid;          /* 0: never started */
-    int running;        /* not yet reaped */
-    int status;         /* waitpid status once reaped */
-    up_stream out, err; /* its stdout and stderr */
+    pid_t pid;            /* 0: never started */
+    int running;          /* not yet reaped */
+    int status;           /* waitpid status once reaped */
+    up_stream out, err;   /* its stdout and stderr */
     char first_line[256]; /* first stdout line (a server's bound address) */
     int got_first_line;
 } up_child;
@@ -211,7 +211,8 @@ static up_child *up_spawn(up_state *st, const char *name, char **argv, char **en
         signal(SIGPIPE, SIG_DFL);
         dup2(po[1], 1);
         dup2(pe[1], 2);
-        for (char **e = env_extra; e && *e; e++) putenv(*e);
+        for (char **e = env_extra; e && *e; e++)
+            putenv(*e);
         if (argv[0]) {
             execvp(argv[0], argv);
         } else {
@@ -259,7 +260,16 @@ static int up_wait_first_line(up_state *st, up_child *k, int timeout_s)
         if (st->stop_requested) return -1;
         if (!k->running && k->out.fd < 0) {
             char why[96];
-            al_log_error(COMP, "%s %s before it was ready", k->name, up_describe(k, why, sizeof why));
+            al_log_error(COMP, "%s %s before it was ready", k->name,
+                         up_describe(k, why, sizeof why));
+            return -1;
+        }
+        for (int i = 0; i < st->nkids; i++) {
+            up_child *o = &st->kids[i];
+            if (o == k || o->running || !strcmp(o->name, "model")) continue;
+            char why[96];
+            al_log_error(COMP, "%s (pid %d) %s while %s was starting", o->name, (int)o->pid,
+                         up_describe(o, why, sizeof why), k->name);
             return -1;
         }
         if (al_mono_us() > deadline) {
@@ -292,18 +302,21 @@ static void up_stop_child(up_state *st, up_child *k, int timeout_s)
     if (k->running) {
         kill(-k->pid, SIGTERM);
         int64_t deadline = al_mono_us() + (int64_t)timeout_s * 1000000;
-        while (k->running && al_mono_us() < deadline) up_pump(st, 50);
+        while (k->running && al_mono_us() < deadline)
+            up_pump(st, 50);
         if (k->running) {
             al_log_warn(COMP, "%s did not stop within %d s of SIGTERM; killing it", k->name,
                         timeout_s);
             kill(-k->pid, SIGKILL);
-            while (k->running) up_pump(st, 50);
+            while (k->running)
+                up_pump(st, 50);
         }
     }
     /* What is left in the group (the agent's own children) goes too. */
     kill(-k->pid, SIGKILL);
     int64_t drain_until = al_mono_us() + 2000000;
-    while ((k->out.fd >= 0 || k->err.fd >= 0) && al_mono_us() < drain_until) up_pump(st, 50);
+    while ((k->out.fd >= 0 || k->err.fd >= 0) && al_mono_us() < drain_until)
+        up_pump(st, 50);
     if (k->out.fd >= 0) close(k->out.fd), k->out.fd = -1;
     if (k->err.fd >= 0) close(k->err.fd), k->err.fd = -1;
 }
@@ -312,12 +325,13 @@ static void up_stop_child(up_state *st, up_child *k, int timeout_s)
  * broker that is still there. */
 static void up_stop_all(up_state *st, int timeout_s)
 {
-    static const char *order[] = {"agent", "proxy", "credit", "batch", "train", "serve", "model",
-                                  "broker"};
+    static const char *order[] = {"agent", "proxy", "credit", "batch",
+                                  "train", "serve", "model",  "broker"};
     for (size_t o = 0; o < sizeof order / sizeof order[0]; o++)
         for (int i = 0; i < st->nkids; i++)
             if (!strcmp(st->kids[i].name, order[o])) up_stop_child(st, &st->kids[i], timeout_s);
-    for (int i = 0; i < st->nkids; i++) up_stop_child(st, &st->kids[i], timeout_s);
+    for (int i = 0; i < st->nkids; i++)
+        up_stop_child(st, &st->kids[i], timeout_s);
 }
 
 static int up_mkdirs(const char *path)
@@ -386,7 +400,8 @@ static void up_argv_set(up_argv *a, const char *first, ...)
         a->v[a->n++] = NULL;
         a->v[a->n++] = (char *)first;
     }
-    for (const char *s; (s = va_arg(ap, const char *)) && a->n < 62;) a->v[a->n++] = (char *)s;
+    for (const char *s; (s = va_arg(ap, const char *)) && a->n < 62;)
+        a->v[a->n++] = (char *)s;
     va_end(ap);
     a->v[a->n] = NULL;
 }
@@ -505,14 +520,24 @@ int cmd_up(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case UP_OPT_WORKDIR: workdir_arg = optarg; break;
-        case UP_OPT_MODEL: model_arg = optarg; break;
-        case UP_OPT_MODEL_CONFIG: model_config = optarg; break;
-        case UP_OPT_TOKENIZER: tokenizer_arg = optarg; break;
+        case UP_OPT_WORKDIR:
+            workdir_arg = optarg;
+            break;
+        case UP_OPT_MODEL:
+            model_arg = optarg;
+            break;
+        case UP_OPT_MODEL_CONFIG:
+            model_config = optarg;
+            break;
+        case UP_OPT_TOKENIZER:
+            tokenizer_arg = optarg;
+            break;
         case UP_OPT_SEED:
             if (up_parse_long("--seed", optarg, 0, LONG_MAX, &seed)) return AL_EXIT_USAGE;
             break;
-        case UP_OPT_AGENT: agent_arg = optarg; break;
+        case UP_OPT_AGENT:
+            agent_arg = optarg;
+            break;
         case UP_OPT_LISTEN_BROKER:
             if (up_check_listen("--listen-broker", optarg)) return AL_EXIT_USAGE;
             listen_broker = optarg;
@@ -549,7 +574,9 @@ int cmd_up(int argc, char **argv)
             if (up_parse_long("--stop-timeout", optarg, 1, 3600, &stop_timeout))
                 return AL_EXIT_USAGE;
             break;
-        case UP_OPT_HELP: fputs(up_usage, stdout); return AL_EXIT_OK;
+        case UP_OPT_HELP:
+            fputs(up_usage, stdout);
+            return AL_EXIT_OK;
         default: {
             if (c == AL_CLI_OPT_BOOTSTRAP) bootstrap_given = 1;
             int r = al_cli_common_option(&common, c, optarg);
@@ -666,8 +693,8 @@ int cmd_up(int argc, char **argv)
         if (!strncmp(name, "tiny-", 5) || !*name) snprintf(name, sizeof name, "tiny");
         snprintf(model_dir, sizeof model_dir, "%s/%.255s", workdir, name);
         if (!up_exists(model_dir, "model.safetensors")) {
-            char *a[] = {NULL, "model", "init", "--config", config_path, "--out", model_dir,
-                         "--seed", seed_s, NULL};
+            char *a[] = {NULL,    "model",   "init",   "--config", config_path,
+                         "--out", model_dir, "--seed", seed_s,     NULL};
             up_child *k = up_spawn(st, "model", a, NULL);
             if (!k || up_run_to_end(st, k) < 0) goto out;
         }
@@ -682,8 +709,8 @@ int cmd_up(int argc, char **argv)
 
     /* 3. serve, following arclight.policy for this model. */
     {
-        up_child *k = UP_START("serve", "serve", "--model", model_dir, "--tokenizer",
-                               tokenizer_dir, "--listen", listen_serve, "--served-model-name", name,
+        up_child *k = UP_START("serve", "serve", "--model", model_dir, "--tokenizer", tokenizer_dir,
+                               "--listen", listen_serve, "--served-model-name", name,
                                "--follow-policy", "--threads", "1");
         if (!k || up_wait_first_line(st, k, 120) < 0) goto out;
         const char *addr = k->first_line;
@@ -754,8 +781,7 @@ int cmd_up(int argc, char **argv)
         }
         up_child *gone = NULL;
         for (int i = 0; i < st->nkids && !gone; i++)
-            if (!st->kids[i].running && strcmp(st->kids[i].name, "model") != 0)
-                gone = &st->kids[i];
+            if (!st->kids[i].running && strcmp(st->kids[i].name, "model") != 0) gone = &st->kids[i];
         if (!gone) continue;
         int exit0 = WIFEXITED(gone->status) && WEXITSTATUS(gone->status) == 0;
         if (exit0 && steps && !strcmp(gone->name, "train")) {
@@ -783,9 +809,9 @@ out:
         up_child *k = &st->kids[i];
         if (!done_ok || !strcmp(k->name, "model")) continue;
         /* After a clean stop, say who did not stop cleanly (SIGKILL, crash, error). */
-        int clean = (WIFEXITED(k->status) && (WEXITSTATUS(k->status) == 0 ||
-                                              WEXITSTATUS(k->status) == 130 ||
-                                              WEXITSTATUS(k->status) == 143)) ||
+        int clean = (WIFEXITED(k->status) &&
+                     (WEXITSTATUS(k->status) == 0 || WEXITSTATUS(k->status) == 130 ||
+                      WEXITSTATUS(k->status) == 143)) ||
                     (WIFSIGNALED(k->status) &&
                      (WTERMSIG(k->status) == SIGTERM || WTERMSIG(k->status) == SIGINT));
         if (!clean)
