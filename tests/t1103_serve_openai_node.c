@@ -6,7 +6,9 @@
  * is the tiny model taught one by this test: it asks the server for the exact prompt ids of
  * the client's tool conversations (return_token_ids) and checks that greedy decoding gives
  * the wanted answers (a <tool_call> for get_weather, then "Sunny in Paris." after the tool
- * result); when it does not (the fixture predates a change of the prompt rendering), it
+ * result; with Qwen3's template on the same weights, a <think> block before "Hi.", which
+ * comes back as reasoning_content); when it does not (the fixture predates a change of the
+ * prompt rendering), it
  * fine-tunes the model with lib/model's trainer (SFT) until it does and serves that.
  */
 #include "testlib.h"
@@ -21,7 +23,7 @@
     "city\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},"  \
     "\"required\":[\"city\"]}}}]"
 
-static const char *const k_prompts[3] = {
+static const char *const k_prompts[4] = {
     "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"tools\":" TOOLS,
     "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},{\"role\":\"assistant\","
     "\"content\":null,\"tool_calls\":[{\"id\":\"chatcmpl-tool-1\",\"type\":\"function\","
@@ -30,13 +32,16 @@ static const char *const k_prompts[3] = {
     "\\\"Paris\\\"}\"}}]},{\"role\":\"tool\","
     "\"tool_call_id\":\"chatcmpl-tool-1\",\"content\":\"{\\\"temp_c\\\": 21}\"}],\"tools\":" TOOLS,
     "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather again?\"}],\"tools\":" TOOLS,
+    /* served with Qwen3's template (a second server on the same weights) */
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"Think first.\"}]",
 };
-static const char *const k_answers[3] = {
+static const char *const k_answers[4] = {
     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
     "\"Paris\"}}\n</tool_call><|im_end|>",
     "Sunny in Paris.<|im_end|>",
     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
     "\"Paris\"}}\n</tool_call><|im_end|>",
+    "<think>\nok\n</think>\n\nHi.<|im_end|>",
 };
 
 typedef struct example {
@@ -141,15 +146,35 @@ TEST(openai_npm_client_against_arclight_serve)
     const char *args[] = {
         "--model", model, "--served-model-name", "arclight-tiny", "--policy-version", "4", NULL};
     REQUIRE(sv_start(&s, args) == 0);
+    /* the same weights behind Qwen3's chat template (reasoning parsed out of <think>) */
+    char model3[300], q3path[1024];
+    snprintf(model3, sizeof model3, "%s/think-tiny", dir);
+    const char *bdir = getenv("ARCLIGHT_BUILD_DIR");
+    snprintf(q3path, sizeof q3path, "%s/tokenizer/qwen3/tokenizer_config.json",
+             bdir && *bdir ? bdir : "build");
+    json_t *tc = json_load_file("tests/tokenizer/tiny/tokenizer_config.json", 0, NULL);
+    json_t *q3 = json_load_file(q3path, 0, NULL);
+    REQUIRE(tc && q3 && json_is_string(json_object_get(q3, "chat_template")));
+    json_object_set(tc, "chat_template", json_object_get(q3, "chat_template"));
+    REQUIRE(sv_sh("mkdir -p %s && cp %s/config.json %s/model.safetensors "
+                  "tests/tokenizer/tiny/tokenizer.json %s/",
+                  model3, fixture, fixture, model3) == 0);
+    char tcpath[400];
+    snprintf(tcpath, sizeof tcpath, "%s/tokenizer_config.json", model3);
+    REQUIRE(json_dump_file(tc, tcpath, 0) == 0);
+    json_decref(tc), json_decref(q3);
+    sv_server s3;
+    const char *args3[] = {"--model", model3, "--served-model-name", "arclight-tiny", NULL};
+    REQUIRE(sv_start(&s3, args3) == 0);
     char err[256];
     al_tokenizer *tok = al_tokenizer_load_dir("tests/tokenizer/tiny", err, sizeof err);
     REQUIRE(tok);
-    example ex[3];
-    for (int i = 0; i < 3; i++) {
+    example ex[4];
+    for (int i = 0; i < 4; i++) {
         char body[2048];
         snprintf(body, sizeof body, "%s,\"max_tokens\":1,\"return_token_ids\":true}", k_prompts[i]);
         long code;
-        json_t *j = sv_post_json(s.url, "/v1/chat/completions", body, &code);
+        json_t *j = sv_post_json(i < 3 ? s.url : s3.url, "/v1/chat/completions", body, &code);
         REQUIRE(code == 200 && j);
         int32_t *p;
         ex[i].np = sv_ids(json_object_get(j, "prompt_token_ids"), &p);
@@ -167,8 +192,8 @@ TEST(openai_npm_client_against_arclight_serve)
     al_tokenizer_free(tok);
     char tuned[400];
     snprintf(tuned, sizeof tuned, "%s/tuned", dir);
-    int steps = tune(model, tuned, ex, 3);
-    for (int i = 0; i < 3; i++)
+    int steps = tune(model, tuned, ex, 4);
+    for (int i = 0; i < 4; i++)
         free(ex[i].ids);
     REQUIRE(steps >= 0);
     if (steps > 0) {
@@ -177,8 +202,12 @@ TEST(openai_npm_client_against_arclight_serve)
             REQUIRE(sv_sh("mkdir -p %s && cp %s/config.json %s/model.safetensors %s/", fixture,
                           tuned, tuned, fixture) == 0);
         CHECK_EQ_INT(sv_stop(&s), 0);
-        REQUIRE(sv_sh("cp %s/config.json %s/model.safetensors %s/", tuned, tuned, model) == 0);
+        CHECK_EQ_INT(sv_stop(&s3), 0);
+        REQUIRE(sv_sh("cp %s/config.json %s/model.safetensors %s/ && cp %s/config.json "
+                      "%s/model.safetensors %s/",
+                      tuned, tuned, model, tuned, tuned, model3) == 0);
         REQUIRE(sv_start(&s, args) == 0);
+        REQUIRE(sv_start(&s3, args3) == 0);
     }
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "OPENAI_BASE_URL='%s/v1' node tests/agents/serve_openai.js", s.url);
@@ -218,6 +247,44 @@ TEST(openai_npm_client_against_arclight_serve)
     CHECK_EQ_INT(json_integer_value(json_object_get(bad, "status")), 400);
     CHECK_EQ_STR(json_string_value(json_object_get(bad, "param")), "temperature");
     json_decref(o);
+
+    /* Qwen3 template: the <think> block comes back as reasoning_content, whole and streamed */
+    long code;
+    json_t *rj = sv_post_json(
+        s3.url, "/v1/chat/completions",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"Think first.\"}],\"temperature\":0}",
+        &code);
+    REQUIRE(code == 200 && rj);
+    json_t *msg = json_object_get(json_array_get(json_object_get(rj, "choices"), 0), "message");
+    const char *reasoning = json_string_value(json_object_get(msg, "reasoning_content"));
+    const char *content = json_string_value(json_object_get(msg, "content"));
+    printf("  qwen3 template: reasoning %s, content %s\n", reasoning ? reasoning : "(none)",
+           content ? content : "(none)");
+    CHECK(reasoning && strstr(reasoning, "ok") && !strstr(reasoning, "think>"));
+    CHECK(content && strstr(content, "Hi.") && !strstr(content, "ok") &&
+          !strstr(content, "think>"));
+    sv_resp sr;
+    sv_http(s3.url, "/v1/chat/completions",
+            "{\"messages\":[{\"role\":\"user\",\"content\":\"Think "
+            "first.\"}],\"temperature\":0,\"stream\":true}",
+            &sr);
+    REQUIRE(sr.code == 200 && sr.body.p);
+    char sreason[256] = "", scontent[256] = "";
+    for (char *ln = strtok(sr.body.p, "\n"); ln; ln = strtok(NULL, "\n")) {
+        if (strncmp(ln, "data: {", 7)) continue;
+        json_t *cj = json_loads(ln + 6, JSON_ALLOW_NUL, NULL);
+        json_t *d = json_object_get(json_array_get(json_object_get(cj, "choices"), 0), "delta");
+        const char *x = json_string_value(json_object_get(d, "reasoning_content"));
+        if (x) strncat(sreason, x, sizeof sreason - strlen(sreason) - 1);
+        x = json_string_value(json_object_get(d, "content"));
+        if (x) strncat(scontent, x, sizeof scontent - strlen(scontent) - 1);
+        json_decref(cj);
+    }
+    CHECK_EQ_STR(sreason, reasoning ? reasoning : "");
+    CHECK_EQ_STR(scontent, content ? content : "");
+    sv_resp_free(&sr);
+    json_decref(rj);
+    CHECK_EQ_INT(sv_stop(&s3), 0);
     CHECK_EQ_INT(sv_stop(&s), 0);
     sv_sh("rm -rf %s", dir);
     free(dir);
