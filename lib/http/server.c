@@ -158,14 +158,17 @@ static void server_free(al_http_server *s)
     free(s);
 }
 
-al_http_server *al_http_server_start(const char *hostport, al_metrics *metrics,
-                                     al_http_health_fn health, void *health_ud, char *errstr,
-                                     size_t errlen)
+/* Shared by every server: binds, learns the port, starts the loop thread. handler NULL means
+ * the built-in /metrics and /healthz (on_request with the server itself). NULL with errstr. */
+static al_http_server *server_start(const char *hostport, const al_http_server_opts *o,
+                                    al_http_handler_fn handler, void *ud, al_metrics *metrics,
+                                    al_http_health_fn health, void *health_ud, char *errstr,
+                                    size_t errlen)
 {
     char host[256];
     int port;
     if (al_cli_parse_hostport(hostport, host, sizeof host, &port) != 0) {
-        al_err(errstr, errlen, "metrics address '%s' is not HOST:PORT", hostport ? hostport : "");
+        al_err(errstr, errlen, "%s '%s' is not HOST:PORT", o->addr_name, hostport ? hostport : "");
         return NULL;
     }
     pthread_once(&evthread_once, evthread_setup);
@@ -175,7 +178,7 @@ al_http_server *al_http_server_start(const char *hostport, al_metrics *metrics,
     }
     al_http_server *s = calloc(1, sizeof *s);
     if (!s) {
-        al_err(errstr, errlen, "out of memory starting the metrics server");
+        al_err(errstr, errlen, "out of memory starting the %s server", o->name);
         return NULL;
     }
     s->metrics = metrics;
@@ -186,21 +189,22 @@ al_http_server *al_http_server_start(const char *hostport, al_metrics *metrics,
     s->stop_ev = s->base ? event_new(s->base, -1, 0, on_stop, s) : NULL;
     if (!s->http || !s->stop_ev) {
         server_free(s);
-        al_err(errstr, errlen, "cannot create the metrics server's event loop");
+        al_err(errstr, errlen, "cannot create the %s server's event loop", o->name);
         return NULL;
     }
-    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
-                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
-    evhttp_set_timeout(s->http, 30);
+    if (o->methods) evhttp_set_allowed_methods(s->http, (ev_uint16_t)o->methods);
+    evhttp_set_timeout(s->http, o->timeout_s);
     evhttp_set_max_headers_size(s->http, 16384);
-    evhttp_set_max_body_size(s->http, 65536);
-    evhttp_set_gencb(s->http, on_request, s);
+    evhttp_set_max_body_size(s->http, (ev_ssize_t)o->max_body);
+    if (handler)
+        evhttp_set_gencb(s->http, handler, ud);
+    else
+        evhttp_set_gencb(s->http, on_request, s);
     errno = 0;
     struct evhttp_bound_socket *bs =
         evhttp_bind_socket_with_handle(s->http, host, (ev_uint16_t)port);
     if (!bs) {
-        al_err(errstr, errlen, "cannot listen on %s for metrics: %s", hostport,
+        al_err(errstr, errlen, "cannot listen on %s for %s: %s", hostport, o->serves,
                errno ? strerror(errno) : "bind failed");
         server_free(s);
         return NULL;
@@ -213,13 +217,41 @@ al_http_server *al_http_server_start(const char *hostport, al_metrics *metrics,
         if (ss.ss_family == AF_INET6) s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     }
     if (pthread_create(&s->thread, NULL, server_thread, s) != 0) {
-        al_err(errstr, errlen, "cannot start the metrics server thread");
+        al_err(errstr, errlen, "cannot start the %s server thread", o->name);
         server_free(s);
         return NULL;
     }
     s->thread_started = 1;
-    al_log_debug("http", "serving /metrics and /healthz on %s (port %d)", host, s->port);
     return s;
+}
+
+/* The metrics server's settings: scrapes are small and quick. */
+static const al_http_server_opts metrics_opts = {
+    .addr_name = "metrics address",
+    .name = "metrics",
+    .serves = "metrics",
+    .timeout_s = 30,
+    .max_body = 65536,
+    .methods = EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
+               EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH,
+};
+
+al_http_server *al_http_server_start(const char *hostport, al_metrics *metrics,
+                                     al_http_health_fn health, void *health_ud, char *errstr,
+                                     size_t errlen)
+{
+    al_http_server *s = server_start(hostport, &metrics_opts, NULL, NULL, metrics, health,
+                                     health_ud, errstr, errlen);
+    if (!s) return NULL;
+    al_log_debug("http", "serving /metrics and /healthz on %s (port %d)", hostport, s->port);
+    return s;
+}
+
+al_http_server *al_http_server_start_handler(const char *hostport, const al_http_server_opts *opts,
+                                             al_http_handler_fn handler, void *ud, char *errstr,
+                                             size_t errlen)
+{
+    return server_start(hostport, opts, handler, ud, NULL, NULL, NULL, errstr, errlen);
 }
 
 int al_http_server_port(const al_http_server *s)

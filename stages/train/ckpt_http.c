@@ -3,44 +3,26 @@
  */
 #include "ckpt_http.h"
 
-#include "core/cli.h"
-#include "core/log.h"
 #include "core/util.h"
+#include "http/server.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
-#include <errno.h>
 #include <event2/buffer.h>
-#include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
-#include <event2/thread.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The loop, its thread and the socket are lib/http's (al_http_server_start_handler); this
+ * file is the request handler. */
 struct al_ckpt_http {
     char *root;
-    struct event_base *base;
-    struct evhttp *http;
-    struct event *stop_ev;
-    pthread_t thread;
-    int thread_started;
-    int port;
+    al_http_server *srv;
 };
-
-static pthread_once_t ck_evthread_once = PTHREAD_ONCE_INIT;
-static int ck_evthread_ok;
-static void ck_evthread_setup(void)
-{
-    ck_evthread_ok = evthread_use_pthreads() == 0;
-}
 
 static void reply_json(struct evhttp_request *req, int code, const char *reason, const char *body)
 {
@@ -200,99 +182,45 @@ static void on_request(struct evhttp_request *req, void *arg)
     evbuffer_free(b);
 }
 
-static void *server_thread(void *arg)
-{
-    al_ckpt_http *s = arg;
-    event_base_dispatch(s->base);
-    return NULL;
-}
-
-static void on_stop(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    al_ckpt_http *s = arg;
-    event_base_loopbreak(s->base);
-}
-
-static void server_free(al_ckpt_http *s)
-{
-    if (s->stop_ev) event_free(s->stop_ev);
-    if (s->http) evhttp_free(s->http);
-    if (s->base) event_base_free(s->base);
-    free(s->root);
-    free(s);
-}
+/* Checkpoints are large and fetched by servers on slow links: a long idle timeout; no
+ * request has a body worth reading. */
+static const al_http_server_opts ckpt_opts = {
+    .addr_name = "--listen",
+    .name = "checkpoint",
+    .serves = "checkpoints",
+    .timeout_s = 120,
+    .max_body = 4096,
+    .methods = EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
+               EVHTTP_REQ_DELETE,
+};
 
 al_ckpt_http *al_ckpt_http_start(const char *hostport, const char *root, char *errstr,
                                  size_t errlen)
 {
-    char host[256];
-    int port;
-    if (al_cli_parse_hostport(hostport, host, sizeof host, &port) != 0) {
-        al_err(errstr, errlen, "--listen '%s' is not HOST:PORT", hostport ? hostport : "");
-        return NULL;
-    }
-    pthread_once(&ck_evthread_once, ck_evthread_setup);
-    if (!ck_evthread_ok) {
-        al_err(errstr, errlen, "libevent has no pthreads support");
-        return NULL;
-    }
     al_ckpt_http *s = calloc(1, sizeof *s);
     if (!s || !(s->root = strdup(root))) {
         free(s);
         al_err(errstr, errlen, "out of memory");
         return NULL;
     }
-    s->base = event_base_new();
-    s->http = s->base ? evhttp_new(s->base) : NULL;
-    s->stop_ev = s->base ? event_new(s->base, -1, 0, on_stop, s) : NULL;
-    if (!s->http || !s->stop_ev) {
-        server_free(s);
-        al_err(errstr, errlen, "cannot create the checkpoint server's event loop");
+    if (!(s->srv = al_http_server_start_handler(hostport, &ckpt_opts, on_request, s, errstr,
+                                                errlen))) {
+        free(s->root);
+        free(s);
         return NULL;
     }
-    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
-                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE);
-    evhttp_set_timeout(s->http, 120);
-    evhttp_set_max_headers_size(s->http, 16384);
-    evhttp_set_max_body_size(s->http, 4096);
-    evhttp_set_gencb(s->http, on_request, s);
-    errno = 0;
-    struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(s->http, host, (ev_uint16_t)port);
-    if (!bs) {
-        al_err(errstr, errlen, "cannot listen on %s for checkpoints: %s", hostport,
-               errno ? strerror(errno) : "bind failed");
-        server_free(s);
-        return NULL;
-    }
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    s->port = port;
-    if (getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl) == 0) {
-        if (ss.ss_family == AF_INET) s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        if (ss.ss_family == AF_INET6) s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    }
-    if (pthread_create(&s->thread, NULL, server_thread, s) != 0) {
-        al_err(errstr, errlen, "cannot start the checkpoint server thread");
-        server_free(s);
-        return NULL;
-    }
-    s->thread_started = 1;
     return s;
 }
 
 int al_ckpt_http_port(const al_ckpt_http *s)
 {
-    return s ? s->port : -1;
+    return s ? al_http_server_port(s->srv) : -1;
 }
 
 void al_ckpt_http_stop(al_ckpt_http *s)
 {
     if (!s) return;
-    if (s->thread_started) {
-        event_active(s->stop_ev, EV_READ, 0);
-        pthread_join(s->thread, NULL);
-    }
-    server_free(s);
+    al_http_server_stop(s->srv); /* joins the thread: no request reads root after this */
+    free(s->root);
+    free(s);
 }
