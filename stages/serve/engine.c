@@ -14,6 +14,7 @@ struct al_serve_engine {
     pthread_t thread;
     int stop;
     al_serve_engine_opts o;
+    al_model_config cfg; /* the served shape (every weight set has it); read without the lock */
     const al_tokenizer *tok;
     al_serve_weights *cur; /* one reference held here */
     al_serve_req *queue_head, *queue_tail;
@@ -532,7 +533,7 @@ al_serve_engine *al_serve_engine_start(al_serve_weights *w, const al_tokenizer *
     al_serve_engine *e = calloc(1, sizeof *e);
     const al_model_config *c = al_model_config_of(w->model);
     if (!e) goto oom;
-    e->o = *o, e->tok = tok, e->cur = w, e->weight_sets = 1;
+    e->o = *o, e->tok = tok, e->cur = w, e->weight_sets = 1, e->cfg = *c;
     e->V = c->vocab_size;
     e->scratch = al_infer_scratch_new();
     if (!e->scratch || batch_ensure(e, 16) || al_infer_sampler_init(&e->sampler, e->V)) goto oom;
@@ -584,7 +585,7 @@ void al_serve_engine_stop(al_serve_engine *e)
 
 int al_serve_engine_submit(al_serve_engine *e, al_serve_req *r, char *errstr, size_t errlen)
 {
-    const al_model_config *c = al_model_config_of(e->cur->model);
+    const al_model_config *c = &e->cfg; /* not e->cur: a swap may free it meanwhile */
     size_t need = al_serve_kv_bytes(c, r->nprompt + r->max_tokens) * (size_t)r->nseq;
     if (need > e->o.max_kv_bytes || r->nseq > e->o.max_seqs) {
         snprintf(errstr, errlen,
