@@ -45,27 +45,13 @@ TEST(up_steps_2_end_to_end)
     free(bs);
 
     double t0 = testlib_now();
-    char *argv[] = {(char *)up_bin(),
-                    "up",
-                    "--workdir",
-                    wd,
-                    "--bootstrap",
-                    bootstrap,
-                    "--listen-serve",
-                    "127.0.0.1:0",
-                    "--listen-proxy",
-                    "127.0.0.1:0",
-                    "--steps",
-                    "2",
-                    "--group-size",
-                    "4",
-                    "--step-groups",
-                    "2",
-                    "--max-tokens",
-                    "8",
-                    "--stop-timeout",
-                    "15",
-                    NULL};
+    /* clang-format off */
+    char *argv[] = {(char *)up_bin(), "up", "--workdir", wd, "--bootstrap", bootstrap,
+                    "--listen-serve", "127.0.0.1:0", "--listen-proxy", "127.0.0.1:0",
+                    "--steps", "2", "--group-size", "4", "--step-groups", "2",
+                    "--max-tokens", "8", "--stop-timeout", "15",
+                    "--credit-args", "--estimator rloo --group-timeout 600", NULL};
+    /* clang-format on */
     pid_t up = up_start(argv, out, err);
     int st = up_wait(up, 150);
     char *o = up_slurp(out), *e = up_slurp(err);
@@ -81,6 +67,7 @@ TEST(up_steps_2_end_to_end)
            "serve did not swap in version 1:\n%s", e);
     CHECKF(strstr(o, "agent | demo-agent: policy v0: mean reward"), "%s", o);
     CHECK(strstr(e, "all stopped; exit 0"));
+    CHECKF(strstr(e, "(estimator rloo)"), "--credit-args did not reach credit:\n%s", e);
 
     /* No child left: every pid up started is gone. */
     const char *names[] = {"serve", "proxy", "credit", "batch", "train", "agent"};

@@ -40,6 +40,8 @@ TEST(up_usage)
     CHECKF(strstr(e, "no config.json"), "%s", e);
     char *extra[] = {"stray", NULL};
     CHECK_EQ_INT(run_usage(extra, e, sizeof e), 2);
+    char *metrics[] = {"--metrics", "127.0.0.1:0", NULL};
+    CHECK_EQ_INT(run_usage(metrics, e, sizeof e), 2);
     char *help[] = {"--help", NULL};
     CHECK_EQ_INT(run_usage(help, e, sizeof e), 0);
 }

@@ -386,8 +386,9 @@ static void up_source_dir(char *out, size_t len)
 
 /* An argument vector for up_spawn: v[0] NULL (the arclight binary), then the arguments. */
 typedef struct up_argv {
-    char *v[64];
+    char *v[96];
     int n;
+    char extra[4096]; /* --STAGE-args, split in place */
 } up_argv;
 
 /* Sets the arguments (NULL-terminated list); a first argument "+" appends instead. */
@@ -406,11 +407,20 @@ static void up_argv_set(up_argv *a, const char *first, ...)
     a->v[a->n] = NULL;
 }
 
-/* Appends the shared Kafka flags every stage gets. */
-static void up_argv_common(up_argv *a, const char *bootstrap, const al_cli_common *common)
+/* Appends the shared Kafka flags every stage gets, then the user's extra flags for it
+ * (whitespace-separated; later flags override earlier ones in every stage's parser). */
+static void up_argv_common(up_argv *a, const char *bootstrap, const al_cli_common *common,
+                           const char *extra)
 {
     up_argv_set(a, "+", "--bootstrap", bootstrap, (char *)NULL);
     if (common->config) up_argv_set(a, "+", "--config", common->config, (char *)NULL);
+    if (!extra) return;
+    snprintf(a->extra, sizeof a->extra, "%s", extra);
+    char *save = NULL;
+    for (char *t = strtok_r(a->extra, " \t\n", &save); t && a->n < 94;
+         t = strtok_r(NULL, " \t\n", &save))
+        a->v[a->n++] = t;
+    a->v[a->n] = NULL;
 }
 
 static const char up_usage[] =
@@ -442,6 +452,10 @@ static const char up_usage[] =
     "  --lr LR                 trainer learning rate (default 1e-2, for the tiny model)\n"
     "  --max-tokens N          demo agent's completion length (default 12)\n"
     "  --stop-timeout S        seconds each child gets to stop before SIGKILL (default 20)\n"
+    "  --serve-args, --proxy-args, --credit-args, --batch-args, --train-args 'FLAGS'\n"
+    "                          more flags for that stage (whitespace-separated; they come\n"
+    "                          after up's own, so they override them), e.g.\n"
+    "                          --credit-args '--estimator rloo' --train-args '--loss gspo'\n"
     "  --help\n" AL_CLI_COMMON_HELP;
 
 enum {
@@ -461,6 +475,17 @@ enum {
     UP_OPT_MAX_TOKENS,
     UP_OPT_STOP_TIMEOUT,
     UP_OPT_HELP,
+    UP_OPT_STAGE_ARGS, /* + UP_STAGE_* */
+};
+
+/* Stages whose command lines take --STAGE-args. */
+enum {
+    UP_STAGE_serve,
+    UP_STAGE_proxy,
+    UP_STAGE_credit,
+    UP_STAGE_batch,
+    UP_STAGE_train,
+    UP_NSTAGES
 };
 
 static int up_parse_long(const char *flag, const char *s, long lo, long hi, long *out)
@@ -504,6 +529,11 @@ int cmd_up(int argc, char **argv)
         {"max-tokens", required_argument, 0, UP_OPT_MAX_TOKENS},
         {"stop-timeout", required_argument, 0, UP_OPT_STOP_TIMEOUT},
         {"help", no_argument, 0, UP_OPT_HELP},
+        {"serve-args", required_argument, 0, UP_OPT_STAGE_ARGS + UP_STAGE_serve},
+        {"proxy-args", required_argument, 0, UP_OPT_STAGE_ARGS + UP_STAGE_proxy},
+        {"credit-args", required_argument, 0, UP_OPT_STAGE_ARGS + UP_STAGE_credit},
+        {"batch-args", required_argument, 0, UP_OPT_STAGE_ARGS + UP_STAGE_batch},
+        {"train-args", required_argument, 0, UP_OPT_STAGE_ARGS + UP_STAGE_train},
         AL_CLI_COMMON_OPTIONS,
         {0, 0, 0, 0},
     };
@@ -514,6 +544,7 @@ int cmd_up(int argc, char **argv)
     const char *agent_arg = NULL, *listen_broker = "127.0.0.1:9092";
     const char *listen_serve = "127.0.0.1:8000", *listen_proxy = "127.0.0.1:8080";
     const char *lr = "1e-2";
+    const char *stage_args[UP_NSTAGES] = {0};
     long seed = 1, steps = 0, group_size = 8, step_groups = 4, max_tokens = 12, stop_timeout = 20;
 
     optind = 1;
@@ -577,10 +608,23 @@ int cmd_up(int argc, char **argv)
         case UP_OPT_HELP:
             fputs(up_usage, stdout);
             return AL_EXIT_OK;
+        case UP_OPT_STAGE_ARGS + UP_STAGE_serve:
+        case UP_OPT_STAGE_ARGS + UP_STAGE_proxy:
+        case UP_OPT_STAGE_ARGS + UP_STAGE_credit:
+        case UP_OPT_STAGE_ARGS + UP_STAGE_batch:
+        case UP_OPT_STAGE_ARGS + UP_STAGE_train:
+            if (strlen(optarg) >= sizeof((up_argv *)0)->extra)
+                return al_cli_usage_error("up", "--*-args: at most 4095 characters");
+            stage_args[c - UP_OPT_STAGE_ARGS] = optarg;
+            break;
         default: {
             if (c == AL_CLI_OPT_BOOTSTRAP) bootstrap_given = 1;
+            if (c == AL_CLI_OPT_METRICS)
+                return al_cli_usage_error("up", "up serves no metrics itself; give a stage its "
+                                                "own: --credit-args '--metrics HOST:PORT'");
             int r = al_cli_common_option(&common, c, optarg);
             if (r < 0) return AL_EXIT_USAGE;
+            if (c == AL_CLI_OPT_LOG_LEVEL) setenv("ARCLIGHT_LOG_LEVEL", optarg, 1); /* children */
             if (r == 0) return al_cli_usage_error("up", "unknown option (see --help)");
         }
         }
@@ -704,12 +748,13 @@ int cmd_up(int argc, char **argv)
     }
     up_argv args;
 #define UP_START(kname, ...)                                                                       \
-    (up_argv_set(&args, __VA_ARGS__, (char *)NULL), up_argv_common(&args, bootstrap, &common),     \
-     up_spawn(st, kname, args.v, NULL))
+    (up_argv_set(&args, __VA_ARGS__, (char *)NULL),                                                \
+     up_argv_common(&args, bootstrap, &common, stage_args[UP_STAGE_##kname]),                      \
+     up_spawn(st, #kname, args.v, NULL))
 
     /* 3. serve, following arclight.policy for this model. */
     {
-        up_child *k = UP_START("serve", "serve", "--model", model_dir, "--tokenizer", tokenizer_dir,
+        up_child *k = UP_START(serve, "serve", "--model", model_dir, "--tokenizer", tokenizer_dir,
                                "--listen", listen_serve, "--served-model-name", name,
                                "--follow-policy", "--threads", "1");
         if (!k || up_wait_first_line(st, k, 120) < 0) goto out;
@@ -718,7 +763,7 @@ int cmd_up(int argc, char **argv)
     }
     /* 4. proxy in front of it. */
     {
-        up_child *k = UP_START("proxy", "proxy", "--listen", listen_proxy, "--upstream", serve_url,
+        up_child *k = UP_START(proxy, "proxy", "--listen", listen_proxy, "--upstream", serve_url,
                                "--upstream-kind", "arclight", "--spool-dir", spool_dir,
                                "--drain-timeout", "5", "--no-access-log");
         if (!k || up_wait_first_line(st, k, 60) < 0) goto out;
@@ -727,10 +772,10 @@ int cmd_up(int argc, char **argv)
     }
     /* 5. credit, batch, train. */
     {
-        if (!UP_START("credit", "credit", "--group-size", gs_s, "--estimator", "grpo",
+        if (!UP_START(credit, "credit", "--group-size", gs_s, "--estimator", "grpo",
                       "--idle-timeout", "120", "--quiet-flush", "5"))
             goto out;
-        if (!UP_START("batch", "batch", "--step-sequences", seq_s, "--group-idle-ms", "200",
+        if (!UP_START(batch, "batch", "--step-sequences", seq_s, "--group-idle-ms", "200",
                       "--max-staleness", "2"))
             goto out;
         /* A work directory from an earlier run: train continues from its checkpoints. */
@@ -738,7 +783,7 @@ int cmd_up(int argc, char **argv)
                     "--lr", lr, "--keep", "3", (char *)NULL);
         if (steps) up_argv_set(&args, "+", "--steps", steps_s, (char *)NULL);
         if (up_has_checkpoint(ckpt_dir)) up_argv_set(&args, "+", "--resume", (char *)NULL);
-        up_argv_common(&args, bootstrap, &common);
+        up_argv_common(&args, bootstrap, &common, stage_args[UP_STAGE_train]);
         if (!up_spawn(st, "train", args.v, NULL)) goto out;
     }
 

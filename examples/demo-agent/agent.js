@@ -68,9 +68,21 @@ async function post(url, headers, body) {
   if (!r.ok) throw new Error(`POST ${url}: ${r.status} ${await r.text()}`);
 }
 
-// One rollout: one chat call, then its reward and its end on the proxy.
+// One rollout: one chat call, then its reward and its end on the proxy. A call that fails
+// (after the client's retries) ends the rollout as failed; credit leaves it out of its group.
 async function rollout(model, task, id) {
   const headers = { 'X-Arclight-Task': task, 'X-Arclight-Rollout': id };
+  try {
+    return await scoredCall(model, headers);
+  } catch (e) {
+    console.error(`demo-agent: rollout ${id} failed: ${e.message || e}`);
+    await post(`${baseURL}/end`, headers, { status: 'failed', group_size: groupSize,
+      reason: String(e.message || e).slice(0, 200) }).catch(() => {});
+    return null;
+  }
+}
+
+async function scoredCall(model, headers) {
   const { data, response } = await client.chat.completions
     .create({ model, messages: [{ role: 'user', content: PROMPT }], max_tokens: maxTokens,
       temperature: 1.0 }, { headers })
@@ -102,7 +114,8 @@ async function main() {
       const task = `a-${runId}-${round}-${g}`;
       for (let i = 0; i < groupSize; i++) jobs.push(rollout(model, task, `${task}-${i}`));
     }
-    const done = await Promise.all(jobs);
+    const done = (await Promise.all(jobs)).filter((d) => d);
+    if (!done.length) throw new Error(`every rollout of round ${round} failed`);
     const mean = done.reduce((s, d) => s + d.reward, 0) / done.length;
     const versions = [...new Set(done.map((d) => d.version))].sort((a, b) => a - b);
     const best = done.reduce((b, d) => (d.reward > b.reward ? d : b), done[0]);
