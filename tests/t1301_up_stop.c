@@ -15,7 +15,9 @@ static int run_usage(char *const extra[], char *err_out, size_t errlen)
     for (int i = 0; extra[i] && n < 15; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
-    char out[] = "/tmp/arclight-t1301-usage.out", err[] = "/tmp/arclight-t1301-usage.err";
+    char out[96], err[96]; /* per process: suites of several checkouts may run at once */
+    snprintf(out, sizeof out, "/tmp/arclight-t1301-usage-%d.out", (int)getpid());
+    snprintf(err, sizeof err, "/tmp/arclight-t1301-usage-%d.err", (int)getpid());
     int st = up_wait(up_start(argv, out, err), 30);
     char *e = up_slurp(err);
     snprintf(err_out, errlen, "%s", e);
