@@ -28,6 +28,14 @@ static inline const char *sv_bin(void)
     return b && *b ? b : "./build/arclight";
 }
 
+/* The binary `serve` runs from: $ARCLIGHT_SERVE_BIN when set (e.g. a ThreadSanitizer build
+ * of the server while the broker runs from a plain one), else sv_bin(). */
+static inline const char *sv_serve_bin(void)
+{
+    const char *b = getenv("ARCLIGHT_SERVE_BIN");
+    return b && *b ? b : sv_bin();
+}
+
 /* Runs a shell command; 0 when it exits 0. */
 static inline int sv_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static inline int sv_sh(const char *fmt, ...)
@@ -78,7 +86,7 @@ static inline int sv_start(sv_server *s, const char *const *args)
         dup2(fds[1], 1);
         close(fds[0]);
         close(fds[1]);
-        const char *argv[40] = {sv_bin(), "serve", "--listen", "127.0.0.1:0"};
+        const char *argv[40] = {sv_serve_bin(), "serve", "--listen", "127.0.0.1:0"};
         int n = 4;
         for (int i = 0; args[i] && n < 38; i++)
             argv[n++] = args[i];
