@@ -5,9 +5,11 @@
 
 #include "core/log.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 /* One worker per process: the flag is the process's, as the signal disposition is. */
 static volatile sig_atomic_t stage_stop;
@@ -85,4 +87,14 @@ int al_stage_subscribe(al_consumer *c, const char *topic, al_rebalance_fn on_reb
     if (on_rebalance) al_consumer_set_rebalance_cb(c, on_rebalance, ctx);
     const char *topics[] = {topic};
     return al_consumer_subscribe(c, topics, 1, errstr, errlen);
+}
+
+int al_stage_parse_i64(const char *s, int64_t lo, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo) return -1;
+    *out = v;
+    return 0;
 }

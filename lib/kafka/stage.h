@@ -72,4 +72,8 @@ int al_stage_partitions_taken(al_rebalance_event ev, const rd_kafka_topic_partit
 int al_stage_subscribe(al_consumer *c, const char *topic, al_rebalance_fn on_rebalance, void *ctx,
                        char *errstr, size_t errlen);
 
+/* A stage flag's whole decimal number, at least lo: 0 with *out set, or -1 (not a number,
+ * trailing text, out of range, below lo) leaving *out as it was. */
+int al_stage_parse_i64(const char *s, int64_t lo, int64_t *out);
+
 #endif

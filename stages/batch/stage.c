@@ -641,16 +641,6 @@ static void usage(FILE *f)
             "  --help\n" AL_CLI_COMMON_HELP);
 }
 
-static int parse_i64(const char *s, int64_t lo, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo) return -1;
-    *out = v;
-    return 0;
-}
-
 /* Default chunk limit: the output topic's max.message.bytes (topics.conf) less 64 KiB for
  * Kafka's record-batch framing; 1 MiB less that when the file does not say. */
 static int64_t default_max_message_bytes(const char *topic)
@@ -718,29 +708,29 @@ int cmd_batch(int argc, char **argv)
         const char *name = NULL;
         int bad = 0;
         switch (c) {
-        case O_STEP_SEQ: name = "--step-sequences"; bad = parse_i64(optarg, 1, &step_seq); break;
-        case O_STEP_TOK: name = "--step-tokens"; bad = parse_i64(optarg, 1, &step_tok); break;
-        case O_MB_TOK: name = "--micro-batch-tokens"; bad = parse_i64(optarg, 2, &o.cfg.micro_batch_tokens); break;
-        case O_MAX_MSG: name = "--max-message-bytes"; bad = parse_i64(optarg, 1024, &max_msg); break;
-        case O_STALENESS: name = "--max-staleness"; bad = parse_i64(optarg, -1, &o.cfg.max_staleness); break;
+        case O_STEP_SEQ: name = "--step-sequences"; bad = al_stage_parse_i64(optarg, 1, &step_seq); break;
+        case O_STEP_TOK: name = "--step-tokens"; bad = al_stage_parse_i64(optarg, 1, &step_tok); break;
+        case O_MB_TOK: name = "--micro-batch-tokens"; bad = al_stage_parse_i64(optarg, 2, &o.cfg.micro_batch_tokens); break;
+        case O_MAX_MSG: name = "--max-message-bytes"; bad = al_stage_parse_i64(optarg, 1024, &max_msg); break;
+        case O_STALENESS: name = "--max-staleness"; bad = al_stage_parse_i64(optarg, -1, &o.cfg.max_staleness); break;
         case O_STALE:
             if (!strcmp(optarg, "drop")) o.cfg.stale_policy = AL_BATCH_STALE_DROP;
             else if (!strcmp(optarg, "keep")) o.cfg.stale_policy = AL_BATCH_STALE_KEEP;
             else return al_cli_usage_error("batch", "--stale takes drop or keep, not '%s'", optarg);
             break;
         case O_WHITEN: o.cfg.whiten = 1; break;
-        case O_IDLE: name = "--group-idle-ms"; bad = parse_i64(optarg, 1, &o.group_idle_ms); break;
+        case O_IDLE: name = "--group-idle-ms"; bad = al_stage_parse_i64(optarg, 1, &o.group_idle_ms); break;
         case O_DEDUP:
             name = "--dedup-window";
-            bad = parse_i64(optarg, 0, &v);
+            bad = al_stage_parse_i64(optarg, 0, &v);
             o.cfg.dedup_window = (size_t)v;
             break;
-        case O_RECOVER: name = "--recover-chunks"; bad = parse_i64(optarg, 0, &o.recover_chunks); break;
+        case O_RECOVER: name = "--recover-chunks"; bad = al_stage_parse_i64(optarg, 0, &o.recover_chunks); break;
         case O_IN: o.input_topic = optarg; break;
         case O_OUT: o.output_topic = optarg; break;
         case O_POLICY: o.policy_topic = optarg; break;
         case O_GROUP: o.group = optarg; break;
-        case O_STEPS: name = "--steps"; bad = parse_i64(optarg, 1, &o.stop_after_step); break;
+        case O_STEPS: name = "--steps"; bad = al_stage_parse_i64(optarg, 1, &o.stop_after_step); break;
         case O_HELP:
         case 'h': usage(stdout); return AL_EXIT_OK;
         default: {

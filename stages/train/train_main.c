@@ -600,16 +600,6 @@ static void usage(FILE *f)
             "  --help\n" AL_CLI_COMMON_HELP);
 }
 
-static int parse_i64(const char *s, int64_t lo, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo) return -1;
-    *out = v;
-    return 0;
-}
-
 int cmd_train(int argc, char **argv)
 {
     enum {
@@ -674,14 +664,14 @@ int cmd_train(int argc, char **argv)
         case O_OUT: o.out_dir = optarg; break;
         case O_RESUME: o.resume = 1; break;
         case O_NAME: o.model_name = optarg; break;
-        case O_EVERY: name = "--checkpoint-every"; bad = parse_i64(optarg, 1, &o.checkpoint_every); break;
-        case O_KEEP: name = "--keep"; bad = parse_i64(optarg, 0, &o.keep); break;
+        case O_EVERY: name = "--checkpoint-every"; bad = al_stage_parse_i64(optarg, 1, &o.checkpoint_every); break;
+        case O_KEEP: name = "--keep"; bad = al_stage_parse_i64(optarg, 0, &o.keep); break;
         case O_LISTEN: o.listen = optarg; break;
         case O_TCONF: o.train_config = optarg; break;
         case O_IN: o.input_topic = optarg; break;
         case O_POLICY: o.policy_topic = optarg; break;
         case O_GROUP: o.group = optarg; break;
-        case O_STEPS: name = "--steps"; bad = parse_i64(optarg, 1, &o.stop_after); break;
+        case O_STEPS: name = "--steps"; bad = al_stage_parse_i64(optarg, 1, &o.stop_after); break;
         case O_EPOCHS:
             if (nset >= 256) return al_cli_usage_error("train", "too many settings");
             set_keys[nset] = "ppo_epochs";
