@@ -6,6 +6,7 @@
 #include "testlib.h"
 
 #include "broker_fixture.h"
+#include "stage_fixture.h"
 
 #include "avro/codec.h"
 
@@ -135,31 +136,12 @@ static int run_batch(const char *bootstrap, const char *kill_at, const char *con
     argv[argc++] = getenv("T0901_LOG_LEVEL") ? getenv("T0901_LOG_LEVEL") : "warn";
     for (int i = 0; args[i] && argc < 47; i++) argv[argc++] = args[i];
     argv[argc] = NULL;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (kill_at) setenv("ARCLIGHT_BATCH_TEST_KILL_AT", kill_at, 1);
-        else unsetenv("ARCLIGHT_BATCH_TEST_KILL_AT");
-        /* a killed member's partitions come back after its session times out: keep it short */
-        setenv("ARCLIGHT_KAFKA_SESSION_TIMEOUT_MS", "3000", 1);
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0) dup2(devnull, STDOUT_FILENO); /* --help text */
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int st = 0;
-    double t0 = testlib_now();
-    while (waitpid(pid, &st, WNOHANG) != pid) {
-        if (testlib_now() - t0 > 90) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            return -1;
-        }
-        usleep(20000);
-    }
-    return st;
+    char hook[128];
+    snprintf(hook, sizeof hook, "ARCLIGHT_BATCH_TEST_KILL_AT%s%s", kill_at ? "=" : "",
+             kill_at ? kill_at : "");
+    /* a killed member's partitions come back after its session times out: keep it short */
+    const char *env[] = {hook, "ARCLIGHT_KAFKA_SESSION_TIMEOUT_MS=3000", NULL};
+    return al_test_wait(al_test_spawn(argv, env, 1), 90);
 }
 
 /* Starts `arclight batch` in the background (same flags as run_batch); its pid. */
@@ -175,16 +157,8 @@ static pid_t spawn_batch(const char *bootstrap, const char *const *args)
     argv[argc++] = "warn";
     for (int i = 0; args[i] && argc < 47; i++) argv[argc++] = args[i];
     argv[argc] = NULL;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        unsetenv("ARCLIGHT_BATCH_TEST_KILL_AT");
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
+    const char *env[] = {"ARCLIGHT_BATCH_TEST_KILL_AT", NULL};
+    return al_test_spawn(argv, env, 0);
 }
 
 /* A free loopback port (bound and released: the stage binds it right after). */
@@ -453,13 +427,7 @@ TEST(steps_of_whole_groups_stale_dropped_bad_to_deadletter)
     CHECKF(strstr(page, " 200 ") && strstr(page, "\"ok\""), "%s", page);
     /* a clean stop on SIGTERM */
     kill(pid, SIGTERM);
-    int st = 0;
-    t0 = testlib_now();
-    while (waitpid(pid, &st, WNOHANG) != pid && testlib_now() - t0 < 30) usleep(20000);
-    if (testlib_now() - t0 >= 30) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &st, 0);
-    }
+    int st = al_test_wait(pid, 30);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "batch exited with status %d after SIGTERM", st);
 
     size_t n = 0;

@@ -11,6 +11,7 @@
 #include "testlib.h"
 
 #include "broker_fixture.h"
+#include "stage_fixture.h"
 #include "t1249_train_fixtures.h"
 
 #include "avro/codec.h"
@@ -139,41 +140,16 @@ static pid_t spawn_train(const char *bootstrap, const char *kill_at, const char 
     argv[argc++] = getenv("T1201_LOG_LEVEL") ? getenv("T1201_LOG_LEVEL") : "warn";
     for (int i = 0; args[i] && argc < 63; i++) argv[argc++] = args[i];
     argv[argc] = NULL;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (kill_at) setenv("ARCLIGHT_TRAIN_TEST_KILL_AT", kill_at, 1);
-        else unsetenv("ARCLIGHT_TRAIN_TEST_KILL_AT");
-        setenv("ARCLIGHT_KAFKA_SESSION_TIMEOUT_MS", "3000", 1);
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0) dup2(devnull, STDOUT_FILENO); /* --help text */
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-/* Waits for pid up to timeout_s (then SIGKILLs it): the wait status, -1 on timeout. */
-static int wait_child(pid_t pid, double timeout_s)
-{
-    int st = 0;
-    double t0 = testlib_now();
-    while (waitpid(pid, &st, WNOHANG) != pid) {
-        if (testlib_now() - t0 > timeout_s) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            return -1;
-        }
-        usleep(20000);
-    }
-    return st;
+    char hook[128];
+    snprintf(hook, sizeof hook, "ARCLIGHT_TRAIN_TEST_KILL_AT%s%s", kill_at ? "=" : "",
+             kill_at ? kill_at : "");
+    const char *env[] = {hook, "ARCLIGHT_KAFKA_SESSION_TIMEOUT_MS=3000", NULL};
+    return al_test_spawn(argv, env, 1);
 }
 
 static int run_train(const char *bootstrap, const char *kill_at, const char *const *args)
 {
-    return wait_child(spawn_train(bootstrap, kill_at, args), 120);
+    return al_test_wait(spawn_train(bootstrap, kill_at, args), 120);
 }
 
 static int file_sha(const char *path, char hex[65])
@@ -370,7 +346,7 @@ TEST(versions_sha256_http_loss_down_and_dead_letters)
     free_msgs(m, n);
     /* a clean stop exits 0 */
     kill(pid, SIGTERM);
-    int st = wait_child(pid, 60);
+    int st = al_test_wait(pid, 60);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "trainer status %d", st);
     /* version 4 is a full checkpoint (every 2), version 3 weights only */
     char path[512];
@@ -450,7 +426,7 @@ TEST(metrics_and_checkpoint_on_sigterm)
     CHECKF(body && strstr(body, "arclight_train_policy_version 4"), "%s", body ? body : "");
     free(body);
     kill(pid, SIGTERM);
-    int st = wait_child(pid, 60);
+    int st = al_test_wait(pid, 60);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "trainer status %d", st);
     char path[512];
     struct stat sb;

@@ -5,6 +5,7 @@
 #include "testlib.h"
 
 #include "broker_fixture.h"
+#include "stage_fixture.h"
 
 #include "avro/codec.h"
 #include "core/util.h"
@@ -16,27 +17,7 @@ static char workdir[128], model_dir[256], topics_path[256];
 
 static int run(const char *const *argv, double timeout_s)
 {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int st = 0;
-    double t0 = testlib_now();
-    while (waitpid(pid, &st, WNOHANG) != pid) {
-        if (testlib_now() - t0 > timeout_s) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            return -1;
-        }
-        usleep(20000);
-    }
-    return st;
+    return al_test_wait(al_test_spawn(argv, NULL, 1), timeout_s);
 }
 
 static void encode_transition(al_buf *out, int g, int r)

@@ -1,0 +1,67 @@
+/*
+ * stage_fixture.h: what the stage tests (0901 batch, 1201/1202 train) share to drive the
+ * `arclight` binary as a child process: start it with a few environment changes, and wait
+ * for it with a deadline. Header-only, like broker_fixture.h; include testlib.h first.
+ */
+#ifndef ARCLIGHT_TEST_STAGE_FIXTURE_H
+#define ARCLIGHT_TEST_STAGE_FIXTURE_H
+
+#include "testlib.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Starts argv (argv[0] a path, NULL-terminated) as a child that dies with the test. env
+ * (NULL-terminated, may be NULL) is applied in the child only: "NAME=VALUE" sets NAME,
+ * a bare "NAME" unsets it. stdout_null sends the child's stdout (--help texts) to
+ * /dev/null; stderr stays the test's. Returns the pid (-1 when fork fails). */
+static inline pid_t al_test_spawn(const char *const *argv, const char *const *env, int stdout_null)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid != 0) return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    for (size_t i = 0; env && env[i]; i++) {
+        const char *eq = strchr(env[i], '=');
+        if (!eq) {
+            unsetenv(env[i]);
+            continue;
+        }
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - env[i]), env[i]);
+        setenv(name, eq + 1, 1);
+    }
+    if (stdout_null) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, STDOUT_FILENO);
+    }
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+}
+
+/* Waits for pid up to timeout_s, then SIGKILLs and reaps it: the wait status, or -1 when
+ * the deadline passed. */
+static inline int al_test_wait(pid_t pid, double timeout_s)
+{
+    int st = 0;
+    double t0 = testlib_now();
+    while (waitpid(pid, &st, WNOHANG) != pid) {
+        if (testlib_now() - t0 > timeout_s) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        usleep(20000);
+    }
+    return st;
+}
+
+#endif
