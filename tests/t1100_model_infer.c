@@ -58,6 +58,10 @@ TEST(raw_logprobs_equal_logprob_forward)
         float lp;
         REQUIRE(al_logprob_forward(logits, &t, 1, V, 1.0f, &lp, NULL, err, sizeof err) == 0);
         CHECK_NEAR(al_infer_logprob(logits, lse, t), lp, 1e-5);
+        /* and at a temperature, as the trainer's temperature setting computes it */
+        REQUIRE(al_logprob_forward(logits, &t, 1, V, 0.6f, &lp, NULL, err, sizeof err) == 0);
+        double lse_t = al_infer_logsumexp_t(logits, V, 0.6f);
+        CHECK_NEAR(al_infer_logprob_t(logits, lse_t, t, 0.6f), lp, 1e-5);
     }
     int32_t ids[5];
     double lps[5];

@@ -117,6 +117,44 @@ TEST(long_prompt_prefilled_in_chunks_matches_the_trainer)
     json_decref(j);
 }
 
+TEST(logprobs_mode_temperature_matches_the_trainer_at_that_temperature)
+{
+    REQUIRE(setup() == 0);
+    sv_server s4;
+    const char *args[] = {"--model", g_model, "--logprobs-mode", "temperature", NULL};
+    REQUIRE(sv_start(&s4, args) == 0);
+    long code;
+    json_t *j =
+        sv_post_json(s4.url, "/v1/completions",
+                     "{\"prompt\":[5,6,7,8],\"max_tokens\":16,\"temperature\":0.7,\"logprobs\":2,"
+                     "\"seed\":4,\"ignore_eos\":true,\"return_token_ids\":true}",
+                     &code);
+    REQUIRE(code == 200 && j);
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    int32_t *prompt, *gen;
+    int np = sv_ids(json_object_get(c0, "prompt_token_ids"), &prompt);
+    int ng = sv_ids(json_object_get(c0, "token_ids"), &gen);
+    REQUIRE(ng == 16);
+    json_t *tl = json_object_get(json_object_get(c0, "logprobs"), "token_logprobs");
+    float at07[16], at1[16];
+    REQUIRE(sv_trainer_logprobs_t(g_model, prompt, np, gen, ng, 0.7f, at07) == 0);
+    REQUIRE(sv_trainer_logprobs(g_model, prompt, np, gen, ng, at1) == 0);
+    double worst = 0, apart = 0;
+    for (int i = 0; i < ng; i++) {
+        double v = json_real_value(json_array_get(tl, (size_t)i));
+        worst = fmax(worst, fabs(v - at07[i]));
+        apart = fmax(apart, fabs(v - at1[i]));
+    }
+    printf("  --logprobs-mode temperature, T=0.7: max |served - trainer(T=0.7)| = %.2e (vs T=1: "
+           "%.2f)\n",
+           worst, apart);
+    CHECKF(worst < 1e-4, "served logprobs differ from the trainer's at T=0.7 by %g", worst);
+    CHECK(apart > 1e-2);
+    free(prompt), free(gen);
+    json_decref(j);
+    CHECK_EQ_INT(sv_stop(&s4), 0);
+}
+
 TEST(chat_logprobs_and_token_ids_like_vllm)
 {
     REQUIRE(setup() == 0);

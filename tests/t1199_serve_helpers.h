@@ -240,9 +240,9 @@ static inline int sv_ids(json_t *a, int32_t **ids)
 }
 
 /* The trainer's logprob of each generated token: one packed forward over prompt+gen with the
- * weights in model_dir, al_logprob_forward at temperature 1. out (ngen) floats. 0 or -1. */
-static inline int sv_trainer_logprobs(const char *model_dir, const int32_t *prompt, int np,
-                                      const int32_t *gen, int ng, float *out)
+ * weights in model_dir, al_logprob_forward at `temperature`. out (ngen) floats. 0 or -1. */
+static inline int sv_trainer_logprobs_t(const char *model_dir, const int32_t *prompt, int np,
+                                        const int32_t *gen, int ng, float temperature, float *out)
 {
     char err[512];
     al_model *m = al_model_load_dir(model_dir, err, sizeof err);
@@ -259,16 +259,23 @@ static inline int sv_trainer_logprobs(const char *model_dir, const int32_t *prom
     for (int t = 0; t < T; t++)
         pos[t] = t, tgt[t] = t + 1 < T ? tok[t + 1] : -1;
     int32_t cu[2] = {0, T};
-    int rc = al_model_forward(m, tok, pos, cu, 1, T, logits) == 0 &&
-                     al_logprob_forward(logits, tgt, T, V, 1.0f, lp, NULL, err, sizeof err) == 0
-                 ? 0
-                 : -1;
+    int rc =
+        al_model_forward(m, tok, pos, cu, 1, T, logits) == 0 &&
+                al_logprob_forward(logits, tgt, T, V, temperature, lp, NULL, err, sizeof err) == 0
+            ? 0
+            : -1;
     if (!rc)
         for (int g = 0; g < ng; g++)
             out[g] = lp[np - 1 + g];
     free(tok), free(pos), free(tgt), free(logits), free(lp);
     al_model_free(m);
     return rc;
+}
+
+static inline int sv_trainer_logprobs(const char *model_dir, const int32_t *prompt, int np,
+                                      const int32_t *gen, int ng, float *out)
+{
+    return sv_trainer_logprobs_t(model_dir, prompt, np, gen, ng, 1.0f, out);
 }
 
 #endif

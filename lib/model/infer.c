@@ -87,6 +87,16 @@ void al_infer_sampler_free(al_infer_sampler *s)
     s->w = NULL, s->idx = NULL, s->V = 0;
 }
 
+double al_infer_logsumexp_t(const float *logits, int V, double T)
+{
+    double mx = -INFINITY, sum = 0, inv = 1.0 / T;
+    for (int j = 0; j < V; j++)
+        if (logits[j] > mx) mx = logits[j];
+    for (int j = 0; j < V; j++)
+        sum += exp(((double)logits[j] - mx) * inv);
+    return mx * inv + log(sum);
+}
+
 double al_infer_logsumexp(const float *logits, int V)
 {
     double mx = -INFINITY, sum = 0;
@@ -218,6 +228,17 @@ int32_t al_infer_sample(al_infer_sampler *s, const float *logits, const al_infer
     for (int i = n - 1; i >= 0; i--)
         if (s->w[i] > 0) return s->idx[i];
     return s->idx[0];
+}
+
+int al_infer_top_logprobs_t(const float *logits, int V, double lse_t, double T, int k, int32_t *ids,
+                            double *logps)
+{
+    if (k < 0 || k > V) return -1;
+    if (k == 0) return 0;
+    top_k_ids(logits, V, k, ids);
+    for (int i = 0; i < k; i++)
+        logps[i] = al_infer_logprob_t(logits, lse_t, ids[i], T);
+    return k;
 }
 
 int al_infer_top_logprobs(const float *logits, int V, double lse, int k, int32_t *ids,

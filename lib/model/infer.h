@@ -74,6 +74,13 @@ static inline double al_infer_logprob(const float *logits, double lse, int32_t t
 {
     return (double)logits[token] - lse;
 }
+/* The same at temperature T > 0: log softmax(logits / T), what the trainer computes with its
+ * `temperature` setting (al_logprob_forward). lse_t = al_infer_logsumexp_t(logits, V, T). */
+double al_infer_logsumexp_t(const float *logits, int V, double T);
+static inline double al_infer_logprob_t(const float *logits, double lse_t, int32_t token, double T)
+{
+    return (double)logits[token] / T - lse_t;
+}
 
 /* ---- KV caches and the batched forward ---- */
 
@@ -111,5 +118,8 @@ int al_infer_forward(const al_model *m, al_infer_scratch *s, al_infer_kv *const 
  * and their raw logprobs (k). Returns k, or -1 when k is out of range. */
 int al_infer_top_logprobs(const float *logits, int V, double lse, int k, int32_t *ids,
                           double *logps);
+/* The same at temperature T (lse_t from al_infer_logsumexp_t); the order does not change. */
+int al_infer_top_logprobs_t(const float *logits, int V, double lse_t, double T, int k, int32_t *ids,
+                            double *logps);
 
 #endif

@@ -220,11 +220,14 @@ static int seq_record(al_serve_engine *e, al_serve_req *r, al_serve_seq *s, cons
     }
     s->ids[s->n] = id;
     if (s->top_logprobs >= 0) {
-        double lse = al_infer_logsumexp(logits, e->V);
-        s->logps[s->n] = al_infer_logprob(logits, lse, id);
+        double T = e->o.logprobs_temperature && s->sampling.temperature > 0
+                       ? s->sampling.temperature
+                       : 1.0;
+        double lse = al_infer_logsumexp_t(logits, e->V, T);
+        s->logps[s->n] = al_infer_logprob_t(logits, lse, id, T);
         if (k)
-            al_infer_top_logprobs(logits, e->V, lse, k, s->top_ids + (size_t)s->n * k,
-                                  s->top_logps + (size_t)s->n * k);
+            al_infer_top_logprobs_t(logits, e->V, lse, T, k, s->top_ids + (size_t)s->n * k,
+                                    s->top_logps + (size_t)s->n * k);
     } else {
         s->logps[s->n] = 0;
     }

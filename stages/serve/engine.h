@@ -110,9 +110,11 @@ void al_serve_req_unref(al_serve_req *r);
 void al_serve_req_detach(al_serve_req *r);
 
 typedef struct al_serve_engine_opts {
-    int max_seqs;        /* sequences running or queued at once */
-    size_t max_kv_bytes; /* KV cache reserved by those sequences */
-    int max_model_len;   /* prompt + generated tokens */
+    int max_seqs;             /* sequences running or queued at once */
+    size_t max_kv_bytes;      /* KV cache reserved by those sequences */
+    int max_model_len;        /* prompt + generated tokens */
+    int logprobs_temperature; /* 0: raw logprobs (vLLM's default); 1: log softmax(logits / T)
+                                 with the request's temperature T (raw when T = 0) */
 } al_serve_engine_opts;
 
 typedef struct al_serve_engine al_serve_engine;

@@ -936,6 +936,7 @@ enum {
     OPT_MAX_LEN,
     OPT_THREADS,
     OPT_DRAIN,
+    OPT_LOGPROBS_MODE,
     OPT_HELP,
 };
 
@@ -967,6 +968,7 @@ int cmd_serve(int argc, char **argv)
         {"max-model-len", required_argument, 0, OPT_MAX_LEN},
         {"threads", required_argument, 0, OPT_THREADS},
         {"drain-timeout", required_argument, 0, OPT_DRAIN},
+        {"logprobs-mode", required_argument, 0, OPT_LOGPROBS_MODE},
         {"help", no_argument, 0, OPT_HELP},
         AL_CLI_COMMON_OPTIONS,
         {0, 0, 0, 0},
@@ -976,7 +978,7 @@ int cmd_serve(int argc, char **argv)
     const char *model_dir = NULL, *tok_dir = NULL, *listen = "127.0.0.1:8000", *name = NULL;
     const char *topic = "arclight.policy";
     long long version = 0, max_seqs = 64, max_kv = 2048, max_len = 0, threads = 0, drain = 30;
-    int follow = 0, o;
+    int follow = 0, o, lp_temperature = 0;
     optind = 1;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
@@ -1020,6 +1022,15 @@ int cmd_serve(int argc, char **argv)
         case OPT_DRAIN:
             if (parse_pos("serve", "--drain-timeout", optarg, 0, 86400, &drain))
                 return AL_EXIT_USAGE;
+            break;
+        case OPT_LOGPROBS_MODE:
+            if (!strcmp(optarg, "raw"))
+                lp_temperature = 0;
+            else if (!strcmp(optarg, "temperature"))
+                lp_temperature = 1;
+            else
+                return al_cli_usage_error(
+                    "serve", "--logprobs-mode wants raw or temperature, got '%s'", optarg);
             break;
         case OPT_HELP:
             fputs(usage_text, stdout);
@@ -1080,7 +1091,8 @@ int cmd_serve(int argc, char **argv)
     sc.name = name;
     sc.drain_timeout_s = (double)drain;
     sc.max_model_len = max_len ? (int)max_len : sc.cfg.max_position_embeddings;
-    al_serve_engine_opts eo = {(int)max_seqs, (size_t)max_kv << 20, sc.max_model_len};
+    al_serve_engine_opts eo = {(int)max_seqs, (size_t)max_kv << 20, sc.max_model_len,
+                               lp_temperature};
     al_serve_weights *w = al_serve_weights_new(m, version);
     sc.eng = w ? al_serve_engine_start(w, sc.tok, &eo, err, sizeof err) : NULL;
     if (!sc.eng) {
