@@ -214,7 +214,6 @@ int cmd_record(int argc, char **argv)
         .partition = -1, .start = AL_TOPIC_START_BEGINNING, .end_offset = -1, .end_time_ms = -1};
     recorder w = {.codec = "deflate"};
     int nstart = 0, opt;
-    char *end;
 
     al_cli_common_init(&common);
     optind = 1;
@@ -269,16 +268,11 @@ int cmd_record(int argc, char **argv)
         case 'f':
             ro.follow = 1;
             break;
-        case 'p': {
-            long p = strtol(optarg, &end, 10);
-            if (*end || end == optarg || p < 0 || p > INT32_MAX)
-                return al_cli_usage_error("record",
-                                          "--partition wants a partition number, got "
-                                          "'%s'",
+        case 'p':
+            if (al_topic_parse_partition(optarg, &ro.partition) != 0)
+                return al_cli_usage_error("record", "--partition wants a partition number, got '%s'",
                                           optarg);
-            ro.partition = (int32_t)p;
             break;
-        }
         case 'h':
         case OPT_HELP:
             fputs(record_usage, stdout);

@@ -184,16 +184,11 @@ int cmd_tail(int argc, char **argv)
             if (*end || end == optarg || max < 1)
                 return al_cli_usage_error("tail", "--max wants a positive count, got '%s'", optarg);
             break;
-        case 'p': {
-            long p = strtol(optarg, &end, 10);
-            if (*end || end == optarg || p < 0 || p > INT32_MAX)
-                return al_cli_usage_error("tail",
-                                          "--partition wants a partition number, got "
-                                          "'%s'",
+        case 'p':
+            if (al_topic_parse_partition(optarg, &ro.partition) != 0)
+                return al_cli_usage_error("tail", "--partition wants a partition number, got '%s'",
                                           optarg);
-            ro.partition = (int32_t)p;
             break;
-        }
         case 'h':
         case OPT_HELP:
             fputs(tail_usage, stdout);

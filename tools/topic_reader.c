@@ -11,6 +11,7 @@
 #include "core/util.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,16 @@ static int is_producer_only(const char *key)
 {
     for (size_t i = 0; i < sizeof producer_only / sizeof producer_only[0]; i++)
         if (strcmp(key, producer_only[i]) == 0) return 1;
+    return 0;
+}
+
+int al_topic_parse_partition(const char *s, int32_t *out)
+{
+    char *end;
+    errno = 0;
+    long p = strtol(s, &end, 10);
+    if (errno || *end || end == s || p < 0 || p > INT32_MAX) return -1;
+    *out = (int32_t)p;
     return 0;
 }
 

@@ -56,6 +56,10 @@ void al_topic_reader_free(al_topic_reader *r);
 int al_topic_reader_next(al_topic_reader *r, int timeout_ms, rd_kafka_message_t **out, char *errstr,
                          size_t errlen);
 
+/* Parses a --partition value: a partition number, 0 to INT32_MAX. 0, or -1 when it is not
+ * one (*out untouched). */
+int al_topic_parse_partition(const char *s, int32_t *out);
+
 /* Parses a time flag: milliseconds since the epoch, or ISO 8601 UTC
  * (2026-11-29T18:00:00Z, optional .fff). 0, or -1 when it is neither. */
 int al_topic_parse_time(const char *s, int64_t *ms_out);
