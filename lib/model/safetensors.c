@@ -19,9 +19,7 @@
  * before it is parsed (the format's own reference implementation caps it at 100 MB). */
 #define ST_MAX_HEADER (100u << 20)
 
-static int st_err(char *errstr, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int st_err(char *errstr, size_t errlen, const char *fmt, ...)
+int al_model_err(char *errstr, size_t errlen, const char *fmt, ...)
 {
     if (errstr && errlen) {
         va_list ap;
@@ -36,24 +34,24 @@ uint8_t *al_model_file_read(const char *path, size_t *len, char *errstr, size_t 
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        st_err(errstr, errlen, "%s: %s", path, strerror(errno));
+        al_model_err(errstr, errlen, "%s: %s", path, strerror(errno));
         return NULL;
     }
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        st_err(errstr, errlen, "%s: not a regular file", path);
+        al_model_err(errstr, errlen, "%s: not a regular file", path);
         fclose(f);
         return NULL;
     }
     size_t n = (size_t)st.st_size;
     uint8_t *buf = malloc(n + 1);
     if (!buf) {
-        st_err(errstr, errlen, "%s: out of memory for %zu bytes", path, n);
+        al_model_err(errstr, errlen, "%s: out of memory for %zu bytes", path, n);
         fclose(f);
         return NULL;
     }
     if (n && fread(buf, 1, n, f) != n) {
-        st_err(errstr, errlen, "%s: read failed", path);
+        al_model_err(errstr, errlen, "%s: read failed", path);
         free(buf);
         fclose(f);
         return NULL;
@@ -69,7 +67,7 @@ static FILE *open_tmp(const char *path, char *tmp, size_t tmplen, char *errstr, 
 {
     snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
-    if (!f) st_err(errstr, errlen, "%s: %s", tmp, strerror(errno));
+    if (!f) al_model_err(errstr, errlen, "%s: %s", tmp, strerror(errno));
     return f;
 }
 
@@ -82,7 +80,7 @@ static int finish_atomic(FILE *f, const char *tmp, const char *path, int ok, cha
     if (!ok) {
         int e = errno;
         unlink(tmp);
-        return st_err(errstr, errlen, "%s: write failed: %s", path, strerror(e));
+        return al_model_err(errstr, errlen, "%s: write failed: %s", path, strerror(e));
     }
     return 0;
 }
@@ -193,10 +191,10 @@ static int parse_entry(al_st_tensor *t, const char *name, const al_json *e, cons
                        size_t data_len, const char *what, char *errstr, size_t errlen)
 {
     if (e->type != AL_JSON_OBJECT)
-        return st_err(errstr, errlen, "%s: tensor \"%s\": header entry is not an object", what,
-                      name);
+        return al_model_err(errstr, errlen, "%s: tensor \"%s\": header entry is not an object",
+                            what, name);
     const char *dt = al_json_get_string(e, "dtype", NULL);
-    if (!dt) return st_err(errstr, errlen, "%s: tensor \"%s\": no dtype", what, name);
+    if (!dt) return al_model_err(errstr, errlen, "%s: tensor \"%s\": no dtype", what, name);
     if (!strcmp(dt, "F32"))
         t->dtype = AL_ST_DTYPE_F32;
     else if (!strcmp(dt, "BF16"))
@@ -204,23 +202,25 @@ static int parse_entry(al_st_tensor *t, const char *name, const al_json *e, cons
     else if (!strcmp(dt, "F16"))
         t->dtype = AL_ST_DTYPE_F16;
     else
-        return st_err(errstr, errlen,
-                      "%s: tensor \"%s\": unsupported dtype \"%s\" (F32, BF16 or F16)", what, name,
-                      dt);
+        return al_model_err(errstr, errlen,
+                            "%s: tensor \"%s\": unsupported dtype \"%s\" (F32, BF16 or F16)", what,
+                            name, dt);
     const al_json *shape = al_json_get(e, "shape");
     if (!shape || shape->type != AL_JSON_ARRAY || shape->count > 8)
-        return st_err(errstr, errlen, "%s: tensor \"%s\": shape is not a list of at most 8 sizes",
-                      what, name);
+        return al_model_err(errstr, errlen,
+                            "%s: tensor \"%s\": shape is not a list of at most 8 sizes", what,
+                            name);
     t->ndim = (int)shape->count;
     size_t numel = 1;
     for (size_t i = 0; i < shape->count; i++) {
         const al_json *d = shape->items[i];
         if (d->type != AL_JSON_NUMBER || !d->is_integer || d->integer < 0 ||
             d->integer > (int64_t)1 << 40)
-            return st_err(errstr, errlen, "%s: tensor \"%s\": bad dimension in shape", what, name);
+            return al_model_err(errstr, errlen, "%s: tensor \"%s\": bad dimension in shape", what,
+                                name);
         t->shape[i] = d->integer;
         if (d->integer && numel > SIZE_MAX / 8 / (size_t)d->integer)
-            return st_err(errstr, errlen, "%s: tensor \"%s\": shape overflows", what, name);
+            return al_model_err(errstr, errlen, "%s: tensor \"%s\": shape overflows", what, name);
         numel *= (size_t)d->integer;
     }
     t->numel = numel;
@@ -228,19 +228,20 @@ static int parse_entry(al_st_tensor *t, const char *name, const al_json *e, cons
     if (!off || off->type != AL_JSON_ARRAY || off->count != 2 ||
         off->items[0]->type != AL_JSON_NUMBER || !off->items[0]->is_integer ||
         off->items[1]->type != AL_JSON_NUMBER || !off->items[1]->is_integer)
-        return st_err(errstr, errlen, "%s: tensor \"%s\": data_offsets is not [begin, end]", what,
-                      name);
+        return al_model_err(errstr, errlen, "%s: tensor \"%s\": data_offsets is not [begin, end]",
+                            what, name);
     int64_t b = off->items[0]->integer, en = off->items[1]->integer;
     if (b < 0 || en < b || (uint64_t)en > data_len)
-        return st_err(errstr, errlen,
-                      "%s: tensor \"%s\": data_offsets [%lld, %lld] out of range (data is %zu "
-                      "bytes; file truncated?)",
-                      what, name, (long long)b, (long long)en, data_len);
+        return al_model_err(
+            errstr, errlen,
+            "%s: tensor \"%s\": data_offsets [%lld, %lld] out of range (data is %zu "
+            "bytes; file truncated?)",
+            what, name, (long long)b, (long long)en, data_len);
     t->nbytes = (size_t)(en - b);
     if (t->nbytes != numel * dtype_size(t->dtype))
-        return st_err(errstr, errlen,
-                      "%s: tensor \"%s\": %zu bytes do not hold shape of %zu %s values", what, name,
-                      t->nbytes, numel, dtype_name(t->dtype));
+        return al_model_err(errstr, errlen,
+                            "%s: tensor \"%s\": %zu bytes do not hold shape of %zu %s values", what,
+                            name, t->nbytes, numel, dtype_name(t->dtype));
     t->data = data + b;
     return 0;
 }
@@ -253,30 +254,31 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
     memset(f, 0, sizeof *f);
     f->bytes = bytes, f->len = len, f->mapped = mapped;
     if (len < 8) {
-        st_err(errstr, errlen, "%s: truncated: %zu bytes, no header length", what, len);
+        al_model_err(errstr, errlen, "%s: truncated: %zu bytes, no header length", what, len);
         goto fail;
     }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = (hlen << 8) | bytes[i];
     if (hlen > len - 8) {
-        st_err(errstr, errlen, "%s: header length %llu runs past the end of the file (%zu bytes)",
-               what, (unsigned long long)hlen, len);
+        al_model_err(errstr, errlen,
+                     "%s: header length %llu runs past the end of the file (%zu bytes)", what,
+                     (unsigned long long)hlen, len);
         goto fail;
     }
     if (hlen > ST_MAX_HEADER || hlen < 2) {
-        st_err(errstr, errlen, "%s: implausible header length %llu", what,
-               (unsigned long long)hlen);
+        al_model_err(errstr, errlen, "%s: implausible header length %llu", what,
+                     (unsigned long long)hlen);
         goto fail;
     }
     char jerr[200];
     al_json *root = al_json_parse((const char *)bytes + 8, (size_t)hlen, jerr, sizeof jerr);
     if (!root) {
-        st_err(errstr, errlen, "%s: header is not valid JSON: %s", what, jerr);
+        al_model_err(errstr, errlen, "%s: header is not valid JSON: %s", what, jerr);
         goto fail;
     }
     if (root->type != AL_JSON_OBJECT) {
-        st_err(errstr, errlen, "%s: header is not a JSON object", what);
+        al_model_err(errstr, errlen, "%s: header is not a JSON object", what);
         al_json_free(root);
         goto fail;
     }
@@ -284,7 +286,7 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
     size_t data_len = len - 8 - (size_t)hlen;
     f->tensors = calloc(root->count ? root->count : 1, sizeof *f->tensors);
     if (!f->tensors) {
-        st_err(errstr, errlen, "%s: out of memory", what);
+        al_model_err(errstr, errlen, "%s: out of memory", what);
         al_json_free(root);
         goto fail;
     }
@@ -292,7 +294,7 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
         const char *name = root->keys[i];
         if (!strcmp(name, "__metadata__")) continue;
         if (root->key_lens[i] != strlen(name)) {
-            st_err(errstr, errlen, "%s: tensor name with a NUL byte", what);
+            al_model_err(errstr, errlen, "%s: tensor name with a NUL byte", what);
             al_json_free(root);
             goto fail;
         }
@@ -303,7 +305,7 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
         }
         t->name = strdup(name);
         if (!t->name) {
-            st_err(errstr, errlen, "%s: out of memory", what);
+            al_model_err(errstr, errlen, "%s: out of memory", what);
             al_json_free(root);
             goto fail;
         }
@@ -314,7 +316,7 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
     if (f->ntensors > 1) {
         al_st_tensor **v = malloc(sizeof *v * f->ntensors);
         if (!v) {
-            st_err(errstr, errlen, "%s: out of memory", what);
+            al_model_err(errstr, errlen, "%s: out of memory", what);
             goto fail;
         }
         for (size_t i = 0; i < f->ntensors; i++)
@@ -322,7 +324,7 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
         qsort(v, f->ntensors, sizeof *v, cmp_by_name);
         for (size_t i = 1; i < f->ntensors; i++)
             if (!strcmp(v[i - 1]->name, v[i]->name)) {
-                st_err(errstr, errlen, "%s: tensor \"%s\" appears twice", what, v[i]->name);
+                al_model_err(errstr, errlen, "%s: tensor \"%s\" appears twice", what, v[i]->name);
                 free(v);
                 goto fail;
             }
@@ -330,8 +332,8 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
         for (size_t i = 1; i < f->ntensors; i++)
             if (v[i]->data < v[i - 1]->data + v[i - 1]->nbytes && v[i]->nbytes &&
                 v[i - 1]->nbytes) {
-                st_err(errstr, errlen, "%s: tensors \"%s\" and \"%s\" overlap", what,
-                       v[i - 1]->name, v[i]->name);
+                al_model_err(errstr, errlen, "%s: tensors \"%s\" and \"%s\" overlap", what,
+                             v[i - 1]->name, v[i]->name);
                 free(v);
                 goto fail;
             }
@@ -353,11 +355,11 @@ int al_st_open(al_st_file *f, const char *path, char *errstr, size_t errlen)
 {
     memset(f, 0, sizeof *f);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return st_err(errstr, errlen, "%s: %s", path, strerror(errno));
+    if (fd < 0) return al_model_err(errstr, errlen, "%s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return st_err(errstr, errlen, "%s: not a regular file", path);
+        return al_model_err(errstr, errlen, "%s: not a regular file", path);
     }
     size_t len = (size_t)st.st_size;
     uint8_t *bytes = NULL;
@@ -365,7 +367,7 @@ int al_st_open(al_st_file *f, const char *path, char *errstr, size_t errlen)
         void *p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
             close(fd);
-            return st_err(errstr, errlen, "%s: mmap: %s", path, strerror(errno));
+            return al_model_err(errstr, errlen, "%s: mmap: %s", path, strerror(errno));
         }
         bytes = p;
     }
@@ -409,13 +411,13 @@ static int load_from_files(al_model *m, const al_st_file *files, const char *con
             const al_st_tensor *t = al_st_find(&files[f], tt[i].name);
             if (!t) continue;
             if (found)
-                return st_err(errstr, errlen, "tensor \"%s\" is in both %s and %s", tt[i].name,
-                              where, paths[f]);
+                return al_model_err(errstr, errlen, "tensor \"%s\" is in both %s and %s",
+                                    tt[i].name, where, paths[f]);
             found = t, where = paths[f];
         }
         if (!found)
-            return st_err(errstr, errlen, "%s: missing tensor \"%s\"",
-                          nfiles == 1 ? paths[0] : "checkpoint", tt[i].name);
+            return al_model_err(errstr, errlen, "%s: missing tensor \"%s\"",
+                                nfiles == 1 ? paths[0] : "checkpoint", tt[i].name);
         int same = found->ndim == tt[i].ndim && found->shape[0] == tt[i].shape[0] &&
                    (tt[i].ndim < 2 || found->shape[1] == tt[i].shape[1]);
         if (!same) {
@@ -424,13 +426,13 @@ static int load_from_files(al_model *m, const al_st_file *files, const char *con
                 g += snprintf(g, (size_t)(got + sizeof got - g), "%s%lld", d ? ", " : "",
                               (long long)found->shape[d]);
             if (tt[i].ndim == 2)
-                return st_err(errstr, errlen,
-                              "%s: tensor \"%s\" has shape [%s], the config needs [%lld, %lld]",
-                              where, tt[i].name, got, (long long)tt[i].shape[0],
-                              (long long)tt[i].shape[1]);
-            return st_err(errstr, errlen,
-                          "%s: tensor \"%s\" has shape [%s], the config needs [%lld]", where,
-                          tt[i].name, got, (long long)tt[i].shape[0]);
+                return al_model_err(
+                    errstr, errlen,
+                    "%s: tensor \"%s\" has shape [%s], the config needs [%lld, %lld]", where,
+                    tt[i].name, got, (long long)tt[i].shape[0], (long long)tt[i].shape[1]);
+            return al_model_err(errstr, errlen,
+                                "%s: tensor \"%s\" has shape [%s], the config needs [%lld]", where,
+                                tt[i].name, got, (long long)tt[i].shape[0]);
         }
         al_st_tensor_to_f32(found, params + tt[i].offset);
     }
@@ -439,9 +441,9 @@ static int load_from_files(al_model *m, const al_st_file *files, const char *con
             const char *n = files[f].tensors[i].name;
             if (al_model_tensor_find(m, n)) continue;
             if (cfg->tie_word_embeddings && !strcmp(n, "lm_head.weight")) continue;
-            return st_err(errstr, errlen,
-                          "%s: tensor \"%s\" is not part of a %s model of this config", paths[f], n,
-                          cfg->architecture);
+            return al_model_err(errstr, errlen,
+                                "%s: tensor \"%s\" is not part of a %s model of this config",
+                                paths[f], n, cfg->architecture);
         }
     return 0;
 }
@@ -463,11 +465,11 @@ static int read_index(const char *index_path, char ***names, size_t *n, char *er
     char jerr[200];
     al_json *root = al_json_parse((const char *)text, len, jerr, sizeof jerr);
     free(text);
-    if (!root) return st_err(errstr, errlen, "%s: %s", index_path, jerr);
+    if (!root) return al_model_err(errstr, errlen, "%s: %s", index_path, jerr);
     const al_json *map = al_json_get(root, "weight_map");
     if (!map || map->type != AL_JSON_OBJECT) {
         al_json_free(root);
-        return st_err(errstr, errlen, "%s: no weight_map object", index_path);
+        return al_model_err(errstr, errlen, "%s: no weight_map object", index_path);
     }
     *names = calloc(map->count ? map->count : 1, sizeof **names);
     *n = 0;
@@ -476,8 +478,8 @@ static int read_index(const char *index_path, char ***names, size_t *n, char *er
         const al_json *v = map->items[i];
         if (v->type != AL_JSON_STRING || !v->string_len || strchr(v->string, '/') ||
             !strcmp(v->string, "..") || v->string_len != strlen(v->string)) {
-            rc = st_err(errstr, errlen, "%s: weight_map entry \"%s\" is not a file name",
-                        index_path, map->keys[i]);
+            rc = al_model_err(errstr, errlen, "%s: weight_map entry \"%s\" is not a file name",
+                              index_path, map->keys[i]);
             break;
         }
         size_t j = 0;
@@ -486,13 +488,13 @@ static int read_index(const char *index_path, char ***names, size_t *n, char *er
         if (j == *n) {
             (*names)[*n] = strdup(v->string);
             if (!(*names)[*n]) {
-                rc = st_err(errstr, errlen, "out of memory");
+                rc = al_model_err(errstr, errlen, "out of memory");
                 break;
             }
             (*n)++;
         }
     }
-    if (!*names) rc = st_err(errstr, errlen, "out of memory");
+    if (!*names) rc = al_model_err(errstr, errlen, "out of memory");
     al_json_free(root);
     return rc;
 }
@@ -509,9 +511,9 @@ int al_model_load_safetensors(al_model *m, const char *path, char *errstr, size_
         else {
             snprintf(buf, sizeof buf, "%s/model.safetensors.index.json", path);
             if (!file_exists(buf))
-                return st_err(errstr, errlen,
-                              "%s: neither model.safetensors nor model.safetensors.index.json",
-                              path);
+                return al_model_err(
+                    errstr, errlen,
+                    "%s: neither model.safetensors nor model.safetensors.index.json", path);
             index = buf;
         }
     } else {
@@ -533,7 +535,7 @@ int al_model_load_safetensors(al_model *m, const char *path, char *errstr, size_
         names = calloc(1, sizeof *names);
         if (!names || !(names[0] = strdup(single))) {
             free(names);
-            return st_err(errstr, errlen, "out of memory");
+            return al_model_err(errstr, errlen, "out of memory");
         }
         nfiles = 1;
     } else {
@@ -542,7 +544,7 @@ int al_model_load_safetensors(al_model *m, const char *path, char *errstr, size_
             size_t need = strlen(dir) + strlen(names[i]) + 2;
             char *full = malloc(need);
             if (!full) {
-                st_err(errstr, errlen, "out of memory");
+                al_model_err(errstr, errlen, "out of memory");
                 goto free_names_fail;
             }
             snprintf(full, need, "%s/%s", dir, names[i]);
@@ -554,7 +556,7 @@ int al_model_load_safetensors(al_model *m, const char *path, char *errstr, size_
     int rc = -1;
     size_t opened = 0;
     if (!files)
-        st_err(errstr, errlen, "out of memory");
+        al_model_err(errstr, errlen, "out of memory");
     else {
         for (; opened < nfiles; opened++)
             if (al_st_open(&files[opened], names[opened], errstr, errlen)) break;
@@ -580,7 +582,7 @@ int al_model_save_safetensors(const al_model *m, const char *path, al_st_dtype d
                               size_t errlen)
 {
     if (dtype != AL_ST_DTYPE_F32 && dtype != AL_ST_DTYPE_BF16)
-        return st_err(errstr, errlen, "%s: can only write F32 or BF16", path);
+        return al_model_err(errstr, errlen, "%s: can only write F32 or BF16", path);
     size_t nt = al_model_num_tensors(m), es = dtype_size(dtype), off = 0;
     const al_model_tensor *tt = al_model_tensors(m);
     al_json_buf h = {0};
@@ -599,7 +601,7 @@ int al_model_save_safetensors(const al_model *m, const char *path, al_st_dtype d
         al_json_buf_printf(&h, " ");
     if (h.oom) {
         free(h.data);
-        return st_err(errstr, errlen, "%s: out of memory", path);
+        return al_model_err(errstr, errlen, "%s: out of memory", path);
     }
     char tmp[4200];
     FILE *f = open_tmp(path, tmp, sizeof tmp, errstr, errlen);
@@ -639,12 +641,12 @@ static int make_dirs(const char *dir, char *errstr, size_t errlen)
         if (*s != '/') continue;
         *s = 0;
         if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            return st_err(errstr, errlen, "%s: %s", p, strerror(errno));
+            return al_model_err(errstr, errlen, "%s: %s", p, strerror(errno));
         *s = '/';
     }
     if (mkdir(p, 0755) != 0 && errno != EEXIST)
-        return st_err(errstr, errlen, "%s: %s", p, strerror(errno));
-    if (!is_dir(p)) return st_err(errstr, errlen, "%s: not a directory", p);
+        return al_model_err(errstr, errlen, "%s: %s", p, strerror(errno));
+    if (!is_dir(p)) return al_model_err(errstr, errlen, "%s: not a directory", p);
     return 0;
 }
 
