@@ -104,6 +104,22 @@ TEST(up_steps_2_end_to_end)
     free(spans), free(trans), free(batches), free(policy);
     free(o), free(e);
 
+    /* Again on the same work directory and cluster: train resumes at version 2, serve starts
+     * from that checkpoint, and the run goes on to version 3. */
+    argv[11] = "3";
+    REQUIRE(!strcmp(argv[10], "--steps"));
+    up = up_start(argv, out, err);
+    st = up_wait(up, 150);
+    o = up_slurp(out), e = up_slurp(err);
+    CHECKF(st == 0, "second up: wait status %d\n--- stdout\n%s\n--- stderr\n%s", st, o, e);
+    CHECKF(strstr(o, "agent | demo-agent: policy v2: mean reward"), "%s", o);
+    CHECKF(!strstr(o, "demo-agent: policy v0:"), "the second run served version 0:\n%s", o);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt/step-3/model.safetensors", wd);
+    CHECKF(access(ckpt, F_OK) == 0, "%s missing", ckpt);
+    policy = tail_topic(bootstrap, "arclight.policy");
+    CHECKF(up_count_lines(policy, "\"version\":3,") == 1, "policy versions:\n%s", policy);
+    free(policy), free(o), free(e);
+
     kill(broker, SIGTERM);
     up_wait(broker, 30);
     char cmd[600];

@@ -354,16 +354,25 @@ static int up_exists(const char *dir, const char *file)
     return access(p, F_OK) == 0;
 }
 
-/* 1 when DIR holds a step-N checkpoint (train refuses such a dir without --resume). */
-static int up_has_checkpoint(const char *dir)
+/* The newest full checkpoint in DIR (step-N/ with weights and optimizer state: what
+ * `train --resume` continues from): its version N, or -1 when there is none. */
+static long up_newest_checkpoint(const char *dir)
 {
     DIR *d = opendir(dir);
-    if (!d) return 0;
-    int found = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        if (!strncmp(e->d_name, "step-", 5)) found = 1;
+    if (!d) return -1;
+    long best = -1;
+    for (struct dirent *e; (e = readdir(d));) {
+        char *end;
+        if (strncmp(e->d_name, "step-", 5) != 0) continue;
+        long v = strtol(e->d_name + 5, &end, 10);
+        if (*end || end == e->d_name + 5 || v <= best) continue;
+        char sub[PATH_MAX];
+        snprintf(sub, sizeof sub, "%.*s/%.255s", PATH_MAX - 300, dir, e->d_name);
+        if (up_exists(sub, "model.safetensors") && up_exists(sub, "optimizer.safetensors"))
+            best = v;
+    }
     closedir(d);
-    return found;
+    return best;
 }
 
 /* The source tree: where tests/model, tests/tokenizer and examples/ are found. The build
@@ -752,11 +761,43 @@ int cmd_up(int argc, char **argv)
      up_argv_common(&args, bootstrap, &common, stage_args[UP_STAGE_##kname]),                      \
      up_spawn(st, #kname, args.v, NULL))
 
-    /* 3. serve, following arclight.policy for this model. */
+    /* 3. serve, following arclight.policy for this model. A work directory from an earlier
+     * run: on a cluster that kept its topics (--bootstrap), train resumes from its newest
+     * full checkpoint and serve starts from it. The embedded broker starts empty, so batch
+     * numbers its steps from 0 again and a resumed trainer would skip them as done: there the
+     * earlier checkpoints move to ckpt.N/ and the new run starts from their newest weights,
+     * with versions counted from 1 again. */
+    long resume_version = up_newest_checkpoint(ckpt_dir);
+    char init_model[sizeof model_dir + 64], serve_version[32];
+    snprintf(init_model, sizeof init_model, "%s", model_dir);
+    snprintf(serve_version, sizeof serve_version, "0");
+    if (resume_version >= 0 && bootstrap_given) {
+        snprintf(serve_version, sizeof serve_version, "%ld", resume_version);
+    } else if (resume_version >= 0) {
+        char moved[sizeof ckpt_dir + 32];
+        for (int i = 1;; i++) {
+            snprintf(moved, sizeof moved, "%s.%d", ckpt_dir, i);
+            if (access(moved, F_OK) != 0) break;
+        }
+        if (rename(ckpt_dir, moved) < 0) {
+            al_log_error(COMP, "cannot move %s aside: %s", ckpt_dir, strerror(errno));
+            goto out;
+        }
+        snprintf(init_model, sizeof init_model, "%s/step-%ld", moved, resume_version);
+        al_log_info(COMP, "starting from %s (version %ld of the earlier run)", init_model,
+                    resume_version);
+        resume_version = -1;
+    }
+    char serve_model[sizeof init_model + 64];
+    if (resume_version >= 0)
+        snprintf(serve_model, sizeof serve_model, "%s/step-%ld", ckpt_dir, resume_version);
+    else
+        snprintf(serve_model, sizeof serve_model, "%s", init_model);
     {
-        up_child *k = UP_START(serve, "serve", "--model", model_dir, "--tokenizer", tokenizer_dir,
-                               "--listen", listen_serve, "--served-model-name", name,
-                               "--follow-policy", "--threads", "1");
+        up_child *k =
+            UP_START(serve, "serve", "--model", serve_model, "--tokenizer", tokenizer_dir,
+                     "--listen", listen_serve, "--served-model-name", name, "--policy-version",
+                     serve_version, "--follow-policy", "--threads", "1");
         if (!k || up_wait_first_line(st, k, 120) < 0) goto out;
         const char *addr = k->first_line;
         snprintf(serve_url, sizeof serve_url, "%s%s", strstr(addr, "://") ? "" : "http://", addr);
@@ -778,11 +819,10 @@ int cmd_up(int argc, char **argv)
         if (!UP_START(batch, "batch", "--step-sequences", seq_s, "--group-idle-ms", "200",
                       "--max-staleness", "2"))
             goto out;
-        /* A work directory from an earlier run: train continues from its checkpoints. */
-        up_argv_set(&args, "train", "--model", model_dir, "--out", ckpt_dir, "--model-name", name,
+        up_argv_set(&args, "train", "--model", init_model, "--out", ckpt_dir, "--model-name", name,
                     "--lr", lr, "--keep", "3", (char *)NULL);
         if (steps) up_argv_set(&args, "+", "--steps", steps_s, (char *)NULL);
-        if (up_has_checkpoint(ckpt_dir)) up_argv_set(&args, "+", "--resume", (char *)NULL);
+        if (resume_version >= 0) up_argv_set(&args, "+", "--resume", (char *)NULL);
         up_argv_common(&args, bootstrap, &common, stage_args[UP_STAGE_train]);
         if (!up_spawn(st, "train", args.v, NULL)) goto out;
     }
