@@ -37,42 +37,6 @@ struct al_topic_reader {
     char bootstrap[512];
 };
 
-/* Producer-only properties of the shared client settings: a consumer given them logs a
- * warning for each, which would clutter tail's stderr. */
-static const char *const producer_only[] = {"acks",
-                                            "request.required.acks",
-                                            "enable.idempotence",
-                                            "compression.type",
-                                            "compression.codec",
-                                            "linger.ms",
-                                            "queue.buffering.max.ms",
-                                            "queue.buffering.max.messages",
-                                            "queue.buffering.max.kbytes",
-                                            "batch.num.messages",
-                                            "batch.size",
-                                            "message.timeout.ms",
-                                            "delivery.timeout.ms",
-                                            "partitioner",
-                                            "retries",
-                                            "message.send.max.retries",
-                                            "enable.gapless.guarantee",
-                                            "transactional.id",
-                                            "transaction.timeout.ms",
-                                            "sticky.partitioning.linger.ms",
-                                            "request.timeout.ms",
-                                            "compression.level",
-                                            "queuing.strategy",
-                                            "produce.offset.report",
-                                            "dr_msg_cb",
-                                            "dr_cb"};
-
-static int is_producer_only(const char *key)
-{
-    for (size_t i = 0; i < sizeof producer_only / sizeof producer_only[0]; i++)
-        if (strcmp(key, producer_only[i]) == 0) return 1;
-    return 0;
-}
-
 int al_topic_parse_partition(const char *s, int32_t *out)
 {
     char *end;
@@ -115,55 +79,6 @@ int al_topic_parse_time(const char *s, int64_t *ms_out)
     if (t == (time_t)-1) return -1;
     *ms_out = (int64_t)t * 1000 + ms;
     return 0;
-}
-
-/* A consumer handle with no group: the shared client settings minus producer-only keys,
- * no auto commit, partition-EOF events on. NULL with errstr. */
-static rd_kafka_t *reader_handle_new(const al_kafka_conf *conf, char *bootstrap,
-                                     size_t bootstraplen, char *errstr, size_t errlen)
-{
-    al_kafka_conf *c = al_kafka_conf_new();
-    if (!c) {
-        al_err(errstr, errlen, "out of memory");
-        return NULL;
-    }
-    for (size_t i = 0; i < al_kafka_conf_count(conf); i++) {
-        const char *k, *v;
-        al_kafka_conf_at(conf, i, &k, &v);
-        if (is_producer_only(k) || strcmp(k, "group.id") == 0) continue;
-        if (al_kafka_conf_set(c, k, v) != 0) {
-            al_kafka_conf_free(c);
-            al_err(errstr, errlen, "out of memory");
-            return NULL;
-        }
-    }
-    /* librdkafka's assign() needs a group.id, but only subscribe() joins the group: a
-     * per-process name that no stage uses keeps even that name unshared. */
-    char group[96];
-    snprintf(group, sizeof group, "arclight-reader-%ld-%lld", (long)getpid(),
-             (long long)al_now_us());
-    if (al_kafka_conf_set(c, "group.id", group) != 0 ||
-        al_kafka_conf_set(c, "enable.auto.commit", "false") != 0 ||
-        al_kafka_conf_set(c, "enable.auto.offset.store", "false") != 0 ||
-        al_kafka_conf_set(c, "enable.partition.eof", "true") != 0) {
-        al_kafka_conf_free(c);
-        al_err(errstr, errlen, "out of memory");
-        return NULL;
-    }
-    const char *bs = al_kafka_conf_get(c, "bootstrap.servers");
-    snprintf(bootstrap, bootstraplen, "%s", bs ? bs : "(unset)");
-    rd_kafka_conf_t *rc = al_kafka_conf_build(c, errstr, errlen);
-    al_kafka_conf_free(c);
-    if (!rc) return NULL;
-    char rkerr[512];
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, rc, rkerr, sizeof rkerr);
-    if (!rk) {
-        rd_kafka_conf_destroy(rc);
-        al_err(errstr, errlen, "cannot create a Kafka consumer: %s", rkerr);
-        return NULL;
-    }
-    rd_kafka_poll_set_consumer(rk);
-    return rk;
 }
 
 void al_topic_reader_free(al_topic_reader *r)
@@ -276,7 +191,9 @@ al_topic_reader *al_topic_reader_new(const al_kafka_conf *conf, const al_topic_r
     }
     r->start_time_ms = o->start == AL_TOPIC_START_TIME ? o->start_time_ms : -1;
     r->end_time_ms = o->end_time_ms;
-    r->rk = reader_handle_new(conf, r->bootstrap, sizeof r->bootstrap, errstr, errlen);
+    const char *bs = al_kafka_conf_get(conf, "bootstrap.servers");
+    snprintf(r->bootstrap, sizeof r->bootstrap, "%s", bs ? bs : "(unset)");
+    r->rk = al_kafka_reader_new(conf, "arclight-reader", errstr, errlen);
     if (!r->rk) goto fail;
     for (size_t i = 0; i < o->ntopics; i++)
         if (reader_add_topic(r, o->topics[i], o, errstr, errlen) != 0) goto fail;

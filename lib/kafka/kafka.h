@@ -308,6 +308,14 @@ int al_consumer_commit(al_consumer *c, char *errstr, size_t errlen);
 int al_consumer_check(al_consumer *c, int timeout_ms, char *errstr, size_t errlen);
 rd_kafka_t *al_consumer_handle(al_consumer *c);
 
+/* A consumer handle for rd_kafka_assign only (no group membership, no commits), for reading
+ * a topic without disturbing any group: the shared settings less producer-only keys and
+ * group.id, a group name "<group_prefix>-PID-MICROS" that only assign uses, automatic
+ * commits and offset stores off, partition-EOF events on, consumer polling set. The caller
+ * owns it (rd_kafka_consumer_close + rd_kafka_destroy). NULL with errstr. */
+rd_kafka_t *al_kafka_reader_new(const al_kafka_conf *conf, const char *group_prefix,
+                                char *errstr, size_t errlen);
+
 /* ------------------------------------------------------------------------------------------
  * Dead letters
  * ------------------------------------------------------------------------------------------ */

@@ -309,51 +309,6 @@ static void note_consumed(batch_worker *w, int32_t partition, int64_t offset)
 
 /* ---- assign-based readers (recovery, policy) ------------------------------------------------ */
 
-static const char *const producer_only_keys[] = {
-    "acks", "request.required.acks", "enable.idempotence", "compression.type", "linger.ms",
-    "batch.num.messages", "batch.size", "message.timeout.ms", "partitioner",
-    "queue.buffering.max.ms", "queue.buffering.max.messages", "queue.buffering.max.kbytes",
-    "retries", "delivery.timeout.ms", "enable.gapless.guarantee", "transactional.id"};
-
-/* A consumer handle with no group membership (assign only), no commits and partition-EOF
- * events. NULL with errstr. */
-static rd_kafka_t *reader_new(const al_kafka_conf *kc, const char *what, char *errstr,
-                              size_t errlen)
-{
-    al_kafka_conf *c = al_kafka_conf_new();
-    if (!c) {
-        al_err(errstr, errlen, "out of memory");
-        return NULL;
-    }
-    for (size_t i = 0; i < al_kafka_conf_count(kc); i++) {
-        const char *k, *v;
-        al_kafka_conf_at(kc, i, &k, &v);
-        int skip = strcmp(k, "group.id") == 0;
-        for (size_t j = 0; j < AL_ARRAY_LEN(producer_only_keys) && !skip; j++)
-            skip = strcmp(k, producer_only_keys[j]) == 0;
-        if (!skip) al_kafka_conf_set(c, k, v);
-    }
-    char group[128];
-    snprintf(group, sizeof group, "arclight-batch-%s-%ld-%lld", what, (long)getpid(),
-             (long long)al_now_us());
-    al_kafka_conf_set(c, "group.id", group);
-    al_kafka_conf_set(c, "enable.auto.commit", "false");
-    al_kafka_conf_set(c, "enable.auto.offset.store", "false");
-    al_kafka_conf_set(c, "enable.partition.eof", "true");
-    rd_kafka_conf_t *rc = al_kafka_conf_build(c, errstr, errlen);
-    al_kafka_conf_free(c);
-    if (!rc) return NULL;
-    char e[512];
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, rc, e, sizeof e);
-    if (!rk) {
-        rd_kafka_conf_destroy(rc);
-        al_err(errstr, errlen, "cannot create a Kafka consumer: %s", e);
-        return NULL;
-    }
-    rd_kafka_poll_set_consumer(rk);
-    return rk;
-}
-
 /* Number of partitions of topic (which must exist). -1 with errstr. */
 static int topic_partitions(rd_kafka_t *rk, const char *topic, char *errstr, size_t errlen)
 {
@@ -419,7 +374,7 @@ static int recover_from_output(const al_kafka_conf *kc, const batch_opts *o, bat
                                char *errstr, size_t errlen)
 {
     al_batcher *b = w->batcher;
-    rd_kafka_t *rk = reader_new(kc, "recover", errstr, errlen);
+    rd_kafka_t *rk = al_kafka_reader_new(kc, "arclight-batch-recover", errstr, errlen);
     if (!rk) return -1;
     int rc = -1, nparts = topic_partitions(rk, o->output_topic, errstr, errlen);
     recover_model *models = NULL;
@@ -559,7 +514,7 @@ static int policy_start(policy_follower *pf, const al_kafka_conf *kc, const char
                         char *errstr, size_t errlen)
 {
     memset(pf, 0, sizeof *pf);
-    if (!(pf->rk = reader_new(kc, "policy", errstr, errlen))) return -1;
+    if (!(pf->rk = al_kafka_reader_new(kc, "arclight-batch-policy", errstr, errlen))) return -1;
     pf->nparts = topic_partitions(pf->rk, topic, errstr, errlen);
     if (pf->nparts < 0) return -1;
     pf->eof_seen = calloc((size_t)pf->nparts, 1);
