@@ -36,6 +36,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "model/sha256.h"
 #include "model/trainer.h"
 
 #include <errno.h>
@@ -158,28 +159,6 @@ static int mkdir_p(const char *path, char *errstr, size_t errlen)
     }
     if (mkdir(p, 0755) != 0 && errno != EEXIST)
         return al_err(errstr, errlen, "cannot create %s: %s", p, strerror(errno)), -1;
-    return 0;
-}
-
-/* sha256 of a file, streamed. 0 or -1 with errstr. */
-static int file_sha256(const char *path, char hex[65], char *errstr, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return al_err(errstr, errlen, "cannot read %s: %s", path, strerror(errno)), -1;
-    al_sha256_ctx *c = al_sha256_init();
-    if (!c) {
-        fclose(f);
-        return al_err(errstr, errlen, "out of memory"), -1;
-    }
-    static _Thread_local uint8_t buf[1 << 16];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) al_sha256_update(c, buf, n);
-    int bad = ferror(f);
-    fclose(f);
-    uint8_t d[32];
-    al_sha256_final(c, d);
-    if (bad) return al_err(errstr, errlen, "cannot read %s", path), -1;
-    al_hex(d, 32, hex);
     return 0;
 }
 
@@ -319,7 +298,7 @@ static int save_version(train_worker *w, int full, const char *metrics, char sha
         snprintf(dir, sizeof dir, "%s/step-%" PRId64, w->out_abs, w->version);
         if (al_model_save_dir(w->policy, dir, AL_ST_DTYPE_F32, errstr, errlen) != 0) return -1;
         snprintf(file, sizeof file, "%s/model.safetensors", dir);
-        if (file_sha256(file, sha, errstr, errlen) != 0) return -1;
+        if (al_model_sha256_file(file, sha, errstr, errlen) != 0) return -1;
     }
     prune_snapshots(w);
     return 0;
