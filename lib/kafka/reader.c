@@ -13,14 +13,32 @@
 
 /* Producer-only properties of the shared client settings: a consumer given them logs a
  * warning for each, which would clutter stderr. */
-static const char *const producer_only[] = {
-    "acks", "request.required.acks", "enable.idempotence", "compression.type",
-    "compression.codec", "linger.ms", "queue.buffering.max.ms", "queue.buffering.max.messages",
-    "queue.buffering.max.kbytes", "batch.num.messages", "batch.size", "message.timeout.ms",
-    "delivery.timeout.ms", "partitioner", "retries", "message.send.max.retries",
-    "enable.gapless.guarantee", "transactional.id", "transaction.timeout.ms",
-    "sticky.partitioning.linger.ms", "request.timeout.ms", "compression.level",
-    "queuing.strategy", "produce.offset.report", "dr_msg_cb", "dr_cb"};
+static const char *const producer_only[] = {"acks",
+                                            "request.required.acks",
+                                            "enable.idempotence",
+                                            "compression.type",
+                                            "compression.codec",
+                                            "linger.ms",
+                                            "queue.buffering.max.ms",
+                                            "queue.buffering.max.messages",
+                                            "queue.buffering.max.kbytes",
+                                            "batch.num.messages",
+                                            "batch.size",
+                                            "message.timeout.ms",
+                                            "delivery.timeout.ms",
+                                            "partitioner",
+                                            "retries",
+                                            "message.send.max.retries",
+                                            "enable.gapless.guarantee",
+                                            "transactional.id",
+                                            "transaction.timeout.ms",
+                                            "sticky.partitioning.linger.ms",
+                                            "request.timeout.ms",
+                                            "compression.level",
+                                            "queuing.strategy",
+                                            "produce.offset.report",
+                                            "dr_msg_cb",
+                                            "dr_cb"};
 
 static int is_producer_only(const char *key)
 {
@@ -29,8 +47,8 @@ static int is_producer_only(const char *key)
     return 0;
 }
 
-rd_kafka_t *al_kafka_reader_new(const al_kafka_conf *conf, const char *group_prefix,
-                                char *errstr, size_t errlen)
+rd_kafka_t *al_kafka_reader_new(const al_kafka_conf *conf, const char *group_prefix, char *errstr,
+                                size_t errlen)
 {
     al_kafka_conf *c = al_kafka_conf_new();
     if (!c) {
