@@ -175,7 +175,12 @@ static int stream_step(fu_stream *s)
                                "finish_reason");
             if (q->ids) json_object_set_new(choice, "token_ids", ids_range(i * 2, i * 2 + 2));
         } else if (q->chat) {
-            choice = json_pack("{s:i,s:{s:s},s:o,s:n}", "index", 0, "delta", "content", ANSWER[i],
+            /* model "nul-content": the second piece holds a NUL character, which a random
+             * policy can sample (token 0) and JSON carries as \u0000 */
+            json_t *piece = (!strcmp(q->model, "nul-content") && i == 1)
+                                ? json_stringn(" a\0b", 4)
+                                : json_string(ANSWER[i]);
+            choice = json_pack("{s:i,s:{s:o},s:o,s:n}", "index", 0, "delta", "content", piece,
                                "logprobs", q->lp ? chat_logprobs(i, i + 1) : json_null(),
                                "finish_reason");
             if (q->ids) json_object_set_new(choice, "token_ids", ids_range(i, i + 1));

@@ -579,6 +579,36 @@ TEST(agent_keys_failover_and_upstream_down)
     CHECK(px_file_contains(log2, "proxy.access"));
 }
 
+TEST(streamed_nul_character_is_still_captured)
+{
+    /* A random policy can sample token 0, a NUL character that JSON carries as \u0000: the
+     * chunk is still valid JSON and its tokens belong to the span. */
+    const char *body = "{\"model\":\"nul-content\",\"stream\":true,\"messages\":[{\"role\":"
+                       "\"user\",\"content\":\"Hi\"}]}";
+    px_resp a, d;
+    REQUIRE(px_post(&P, "/r/task-n/roll-nul/v1/chat/completions", body, &a) == 0);
+    REQUIRE(direct("/v1/chat/completions", body, &d) == 0);
+    CHECK_EQ_INT(a.status, 200);
+    CHECK(strstr(d.body, "\\u0000") != NULL);
+    CHECKF(a.len == d.len && memcmp(a.body, d.body, a.len) == 0, "stream differs:\n%s\n%s",
+           a.body, d.body);
+    px_resp_free(&a);
+    px_resp_free(&d);
+    px_msgs m;
+    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", "roll-nul", 1, 30000, &m) == 0);
+    al_span s[4];
+    size_t n = px_spans_of(&m, "roll-nul", s, 4);
+    CHECK_EQ_INT(n, 1);
+    if (n == 1) {
+        CHECK_EQ_INT(s[0].llm_call.n_response_tokens, 4);
+        CHECK_EQ_INT(s[0].llm_call.n_prompt_tokens, 2);
+        CHECK(s[0].llm_call.error == NULL);
+    }
+    for (size_t i = 0; i < n; i++)
+        al_span_clear(&s[i]);
+    px_msgs_free(&m);
+}
+
 TEST(openai_kind_asks_for_nothing_extra)
 {
     char spool[700], log3[700];

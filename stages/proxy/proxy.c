@@ -1271,7 +1271,7 @@ static void stream_process(call *k, int final)
             size_t dl = evlen - 5;
             if (dl && *d == ' ') d++, dl--;
             if (!(dl == 6 && memcmp(d, "[DONE]", 6) == 0)) {
-                json_t *o = json_loadb(d, dl, 0, NULL);
+                json_t *o = json_loadb(d, dl, JSON_ALLOW_NUL, NULL);
                 if (o) {
                     capture_object(k, o, 1);
                     json_t *ch = json_object_get(o, "choices");
@@ -1474,7 +1474,7 @@ static void call_span(call *k)
 
 static void upstream_error_message(call *k)
 {
-    json_t *o = json_loadb((const char *)k->body.data, k->body.len, 0, NULL);
+    json_t *o = json_loadb((const char *)k->body.data, k->body.len, JSON_ALLOW_NUL, NULL);
     const char *m = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
     if (!m) m = json_string_value(json_object_get(o, "message"));
     char buf[600];
