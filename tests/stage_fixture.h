@@ -8,12 +8,15 @@
 
 #include "testlib.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,6 +65,20 @@ static inline int al_test_wait(pid_t pid, double timeout_s)
         usleep(20000);
     }
     return st;
+}
+
+/* A free loopback port (bound and released: the stage binds it right after), or -1. */
+static inline int al_test_free_port(void)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    socklen_t sl = sizeof sin;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sin, sizeof sin) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sin, &sl) == 0)
+        port = ntohs(sin.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
 }
 
 #endif

@@ -161,22 +161,6 @@ static pid_t spawn_batch(const char *bootstrap, const char *const *args)
     return al_test_spawn(argv, env, 0);
 }
 
-/* A free loopback port (bound and released: the stage binds it right after). */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET};
-    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    socklen_t sl = sizeof sin;
-    if (bind(fd, (struct sockaddr *)&sin, sizeof sin) != 0 ||
-        getsockname(fd, (struct sockaddr *)&sin, &sl) != 0) {
-        close(fd);
-        return -1;
-    }
-    close(fd);
-    return ntohs(sin.sin_port);
-}
-
 /* GET path from 127.0.0.1:port; the whole response (status line, headers, body) into buf. */
 static int http_get(int port, const char *path, char *buf, size_t buflen)
 {
@@ -394,7 +378,7 @@ TEST(steps_of_whole_groups_stale_dropped_bad_to_deadletter)
 
     /* 10 fresh groups = 40 sequences: two steps of 16 (4 groups each), 2 groups left over.
      * The worker runs until SIGTERM; its metrics tell when the work is done. */
-    int port = free_port();
+    int port = al_test_free_port();
     REQUIRE(port > 0);
     char hostport[32];
     snprintf(hostport, sizeof hostport, "127.0.0.1:%d", port);

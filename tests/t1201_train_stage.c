@@ -382,19 +382,6 @@ TEST(versions_sha256_http_loss_down_and_dead_letters)
     free_msgs(m, n);
 }
 
-static int free_port(void)
-{
-    struct sockaddr_in sin = {.sin_family = AF_INET};
-    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    socklen_t sl = sizeof sin;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&sin, sizeof sin) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sin, &sl) == 0)
-        port = ntohs(sin.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 /* The same topic again (it holds the four steps of the test above) with full checkpoints
  * every 3 versions: /metrics counts what happened, SIGTERM checkpoints version 4 fully before
  * exiting, and --resume then starts from it and publishes version 4 again. */
@@ -404,7 +391,7 @@ TEST(metrics_and_checkpoint_on_sigterm)
     REQUIRE(broker_ok);
     char out[256], maddr[64], url[128];
     snprintf(out, sizeof out, "%s/sft2", workdir);
-    int port = free_port();
+    int port = al_test_free_port();
     REQUIRE(port > 0);
     snprintf(maddr, sizeof maddr, "127.0.0.1:%d", port);
     const char *args[] = {"--input-topic", "sft.batches", "--policy-topic", "sft2.policy", "--group",
