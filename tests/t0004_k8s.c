@@ -17,8 +17,9 @@ static const char *src_dir(void)
 static int run_check(const char *root, char *out, size_t outlen)
 {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "ARCLIGHT_SOURCE_DIR='%s' /usr/bin/python3 '%s/tests/k8s_check.py' 2>&1",
-             root, src_dir());
+    snprintf(cmd, sizeof cmd,
+             "ARCLIGHT_SOURCE_DIR='%s' /usr/bin/python3 '%s/tests/k8s_check.py' 2>&1", root,
+             src_dir());
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
     size_t n = fread(out, 1, outlen - 1, p);
@@ -55,17 +56,18 @@ TEST(manifests_are_consistent)
 TEST(a_bogus_flag_is_caught)
 {
     char out[16384];
-    int rc = check_broken_copy("sed -i 's|- --estimator$|- --estimater|' deploy/k8s/credit.yaml", out,
-                               sizeof out);
+    int rc = check_broken_copy("sed -i 's|- --estimator$|- --estimater|' deploy/k8s/credit.yaml",
+                               out, sizeof out);
     CHECKF(rc == 1, "a bogus flag passed (rc %d):\n%s", rc, out);
-    CHECKF(strstr(out, "--estimater is not a flag of `arclight credit`") != NULL, "wrong complaint:\n%s",
-           out);
+    CHECKF(strstr(out, "--estimater is not a flag of `arclight credit`") != NULL,
+           "wrong complaint:\n%s", out);
 }
 
 TEST(a_second_batch_replica_is_caught)
 {
     char out[16384];
-    int rc = check_broken_copy("sed -i 's|replicas: 1$|replicas: 2|' deploy/k8s/batch.yaml", out, sizeof out);
+    int rc = check_broken_copy("sed -i 's|replicas: 1$|replicas: 2|' deploy/k8s/batch.yaml", out,
+                               sizeof out);
     CHECKF(rc == 1, "two batch replicas passed (rc %d):\n%s", rc, out);
     CHECKF(strstr(out, "batch must run exactly 1 replica") != NULL, "wrong complaint:\n%s", out);
 }
@@ -73,8 +75,9 @@ TEST(a_second_batch_replica_is_caught)
 TEST(a_probe_on_another_port_is_caught)
 {
     char out[16384];
-    int rc = check_broken_copy("sed -i 's|- 0.0.0.0:9100$|- 0.0.0.0:9200|' deploy/k8s/credit.yaml", out,
-                               sizeof out);
+    int rc = check_broken_copy("sed -i 's|- 0.0.0.0:9100$|- 0.0.0.0:9200|' deploy/k8s/credit.yaml",
+                               out, sizeof out);
     CHECKF(rc == 1, "a probe on the wrong port passed (rc %d):\n%s", rc, out);
-    CHECKF(strstr(out, "answers /healthz on its --metrics port 9200") != NULL, "wrong complaint:\n%s", out);
+    CHECKF(strstr(out, "answers /healthz on its --metrics port 9200") != NULL,
+           "wrong complaint:\n%s", out);
 }
