@@ -12,6 +12,7 @@ DEBIAN_PACKAGES=(
   libssl-dev libopenblas-dev zlib1g-dev  # zlib: replay inflates deflate recordings
   kcat nginx wrk                      # benchmark references
   python3-torch python3-numpy         # PyTorch reference for the model tests
+  python3-yaml python3-kubernetes     # manifest checks: compose (t0003), deploy/k8s schema (t0004)
 )
 # Node.js and npm run the openai npm client as a test agent. Machines of this kind ship a
 # Node.js build that includes npm; install Debian's only where there is none.

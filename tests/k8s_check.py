@@ -7,9 +7,12 @@ on, Services select pods that exist, batch runs one replica and credit no more t
 spans topic has partitions, mounted volumes are declared, the broker ConfigMap is
 broker-config/ verbatim, and every container is non-root with a read-only root filesystem,
 resource requests/limits and $ARCLIGHT_BOOTSTRAP from the one ConfigMap that holds it.
+Field names and types are checked against the Kubernetes API models of python3-kubernetes
+(unknown fields fail, as under the API server's strict field validation).
 Prints one line per failed check and exits 1 if any."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -45,6 +48,58 @@ for f in files:
         check(d.get("kind") == "Kustomization" or bool(name), f"{f}: {d.get('kind')} without metadata.name")
         docs.append((f, d))
 
+# ---- schema: field names and types of the Kubernetes API (python3-kubernetes' models) -------
+try:
+    import kubernetes.client as kclient
+except ImportError:
+    kclient = None
+    print("k8s: note: python3-kubernetes is not installed (scripts/setup.sh); field names unchecked")
+
+
+def validate(value, typ, path):
+    """Checks value against an OpenAPI type name of the Kubernetes client: unknown fields
+    and wrong scalar types are failures (as the API server's strict field validation)."""
+    if typ.startswith("list["):
+        if check(isinstance(value, list), f"{path}: not a list"):
+            for i, v in enumerate(value):
+                validate(v, typ[5:-1], f"{path}[{i}]")
+    elif typ.startswith("dict("):
+        if check(isinstance(value, dict), f"{path}: not a mapping"):
+            for k, v in value.items():
+                validate(v, typ[typ.index(",") + 1:-1].strip(), f"{path}.{k}")
+    elif typ == "str":
+        # Quantities (cpu: 2) may be numbers; every other string field must be a string.
+        check(isinstance(value, str) or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                         and (".limits." in path or ".requests." in path)),
+              f"{path}: {value!r} is not a string")
+    elif typ == "int":
+        check(isinstance(value, int) and not isinstance(value, bool), f"{path}: {value!r} is not an integer")
+    elif typ == "bool":
+        check(isinstance(value, bool), f"{path}: {value!r} is not a boolean")
+    elif typ == "float":
+        check(isinstance(value, (int, float)) and not isinstance(value, bool), f"{path}: {value!r} is not a number")
+    elif typ in ("object", "datetime", "date"):
+        pass  # int-or-string ports, free-form objects
+    else:
+        cls = getattr(kclient, typ, None)
+        if not check(cls is not None, f"{path}: unknown type {typ}"):
+            return
+        if not check(isinstance(value, dict), f"{path}: not a mapping"):
+            return
+        fields = {j: py for py, j in cls.attribute_map.items()}
+        for k, v in value.items():
+            if check(k in fields, f"{path}: unknown field {k!r} ({typ})"):
+                validate(v, cls.openapi_types[fields[k]], f"{path}.{k}")
+
+
+if kclient is not None:
+    for f, d in docs:
+        if f == "kustomization.yaml" or not isinstance(d.get("kind"), str):
+            continue
+        group_version = str(d.get("apiVersion", ""))
+        check(group_version in ("v1", "apps/v1", "batch/v1"), f"{f}: apiVersion {group_version} is not v1/apps/v1/batch/v1")
+        validate(d, "V1" + d["kind"], f"{f}:{d['kind']}")
+
 kust = [d for f, d in docs if f == "kustomization.yaml"]
 check(len(kust) == 1, "no kustomization.yaml")
 kust = kust[0] if kust else {}
@@ -55,6 +110,17 @@ for f in files:
 for r in resources:
     check(os.path.exists(os.path.join(kdir, r)), f"kustomization.yaml lists {r}, which does not exist")
 images = {i.get("name") for i in kust.get("images", [])}
+# Where kubectl is at hand, its built-in kustomize must render the folder, image set.
+if shutil.which("kubectl"):
+    p = subprocess.run(["kubectl", "kustomize", kdir], capture_output=True, text=True, timeout=60)
+    if check(p.returncode == 0, f"kubectl kustomize fails: {p.stderr.strip()[:500]}"):
+        rendered = [d for d in yaml.safe_load_all(p.stdout) if d]
+        check(len(rendered) == len(docs) - 1,
+              f"kubectl kustomize renders {len(rendered)} objects, the files hold {len(docs) - 1}")
+        want = {f"{i.get('newName', i.get('name'))}:{i['newTag']}" for i in kust.get("images", []) if "newTag" in i}
+        for d in rendered:
+            for c in (((d.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers", []):
+                check(not want or c.get("image") in want, f"kubectl kustomize: {d['metadata']['name']} runs {c.get('image')}")
 
 objs = [(f, d) for f, d in docs if f != "kustomization.yaml"]
 seen = set()

@@ -81,3 +81,17 @@ TEST(a_probe_on_another_port_is_caught)
     CHECKF(strstr(out, "answers /healthz on its --metrics port 9200") != NULL,
            "wrong complaint:\n%s", out);
 }
+
+TEST(an_unknown_field_is_caught)
+{
+    char out[16384];
+    int rc = check_broken_copy(
+        "sed -i 's|setHostnameAsFQDN:|setHostnameAsFqdn:|' deploy/k8s/train.yaml", out, sizeof out);
+    if (strstr(out, "python3-kubernetes is not installed")) {
+        printf("  skipped: python3-kubernetes is not installed (scripts/setup.sh installs it)\n");
+        return;
+    }
+    CHECKF(rc == 1, "an unknown field passed (rc %d):\n%s", rc, out);
+    CHECKF(strstr(out, "unknown field 'setHostnameAsFqdn' (V1PodSpec)") != NULL,
+           "wrong complaint:\n%s", out);
+}
