@@ -18,6 +18,7 @@
  */
 #include "http1.h"
 #include "spool.h"
+#include "upstream.h"
 
 #include "avro/codec.h"
 #include "core/cli.h"
@@ -81,6 +82,7 @@ typedef struct pconf {
     const char *agent_name;
     int drain_timeout_s;
     int access_log;
+    int curl_only; /* --upstream-client curl: no own client even for plain http:// */
 } pconf;
 
 enum {
@@ -151,6 +153,7 @@ typedef struct proxy {
     uint64_t rng;
     al_buf enc;
     CURL *easy_pool[256]; /* finished handles, reset and reused (saves their setup) */
+    al_upc_pool *upc;     /* own keep-alive client for plain http:// upstreams */
     size_t n_easy_pool;
     int port;
 } proxy;
@@ -846,6 +849,7 @@ struct call {
     proxy *px;
     conn *c;
     CURL *easy;
+    al_upc *uc; /* the exchange on the own client, instead of easy */
     struct curl_slist *hdrs;
     int route;
     ident id;
@@ -900,6 +904,7 @@ static void call_free(call *k)
         else
             curl_easy_cleanup(k->easy);
     }
+    al_upc_cancel(k->uc);
     curl_slist_free_all(k->hdrs);
     free(k->agent);
     free(k->method_path);
@@ -931,9 +936,12 @@ static void call_detach(call *k)
  * transfer was paused (the caller's connection may have changed state meanwhile). */
 static int call_resume(call *k)
 {
-    if (!k->paused || !k->easy) return 0;
+    if (!k->paused || (!k->easy && !k->uc)) return 0;
     k->paused = 0;
-    curl_easy_pause(k->easy, CURLPAUSE_CONT);
+    if (k->uc)
+        al_upc_resume(k->uc);
+    else
+        curl_easy_pause(k->easy, CURLPAUSE_CONT);
     return 1;
 }
 
@@ -1326,7 +1334,7 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud)
         return CURL_WRITEFUNC_PAUSE;
     }
     if (!k->first_byte_us) k->first_byte_us = al_now_us();
-    if (k->status == 0) curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &k->status);
+    if (k->status == 0 && k->easy) curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &k->status);
     if (al_buf_append(&k->body, ptr, n)) return 0;
     if (k->stream && k->status == 200 && strncasecmp(k->ctype, "text/event-stream", 17) == 0) {
         if (!k->headers_sent) {
@@ -1490,7 +1498,7 @@ static void call_done(call *k, CURLcode rc)
 {
     proxy *px = k->px;
     k->done_mono = al_mono_us();
-    if (k->status == 0) curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &k->status);
+    if (k->status == 0 && k->easy) curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &k->status);
     double up_s = (double)(k->done_mono - k->sent_mono) / 1e6;
     al_histogram_observe(px->h_upstream, up_s);
     if (rc != CURLE_OK && !k->first_byte_us &&
@@ -1501,9 +1509,11 @@ static void call_done(call *k, CURLcode rc)
         url_public(px->cfg.upstreams[k->up_idx], up, sizeof up);
         al_log_warn(COMP, "upstream %s failed (%s); trying the next one", up,
                     k->errbuf[0] ? k->errbuf : curl_easy_strerror(rc));
-        curl_multi_remove_handle(px->multi, k->easy);
-        curl_easy_cleanup(k->easy);
-        k->easy = NULL;
+        if (k->easy) {
+            curl_multi_remove_handle(px->multi, k->easy);
+            curl_easy_cleanup(k->easy);
+            k->easy = NULL;
+        }
         k->up_idx = (k->up_idx + 1) % (int)px->cfg.n_upstreams;
         if (call_start(k) == 0) return;
     }
@@ -1595,6 +1605,30 @@ static int call_start(call *k)
                        : k->route == R_COMPL ? "/v1/completions"
                                              : "/v1/models";
     snprintf(k->url, sizeof k->url, "%s%s", base, path);
+    k->body.len = 0;
+    k->status = 0;
+    k->errbuf[0] = '\0';
+    if (px->upc && al_upc_pool_serves(px->upc, k->up_idx)) {
+        /* the curl header list, less curl's "Name:" removals, as header lines */
+        char hdrs[2400];
+        size_t hl = 0;
+        hdrs[0] = '\0';
+        for (struct curl_slist *h = k->hdrs; h; h = h->next) {
+            size_t n = strlen(h->data);
+            if (!n || h->data[n - 1] == ':' || hl + n + 3 > sizeof hdrs) continue;
+            memcpy(hdrs + hl, h->data, n);
+            memcpy(hdrs + hl + n, "\r\n", 3);
+            hl += n + 2;
+        }
+        k->sent_mono = al_mono_us();
+        if (k->tries == 1) k->pre_us = k->sent_mono - k->t0_mono;
+        long total_ms = px->cfg.upstream_timeout_ms;
+        k->uc = al_upc_start(px->upc, k->up_idx, k->route == R_MODELS ? "GET" : "POST", path,
+                             hdrs, k->route == R_MODELS ? NULL : k->up_body,
+                             k->route == R_MODELS ? 0 : k->up_len, px->cfg.connect_timeout_ms,
+                             total_ms, k);
+        return k->uc ? 0 : -1;
+    }
     if (px->n_easy_pool) {
         k->easy = px->easy_pool[--px->n_easy_pool];
         curl_easy_reset(k->easy);
@@ -1636,6 +1670,41 @@ static int call_start(call *k)
         return -1;
     }
     return 0;
+}
+
+/* The own client's callbacks: the same handling as curl's header, write and done. */
+static void upc_on_head(void *ud, int status, const char *ctype, int64_t policy_version)
+{
+    call *k = ud;
+    if (!k->first_byte_us) k->first_byte_us = al_now_us();
+    k->status = status;
+    snprintf(k->ctype, sizeof k->ctype, "%s", ctype);
+    if (policy_version >= 0) k->policy_version = policy_version;
+}
+
+static size_t upc_on_body(void *ud, const char *p, size_t n)
+{
+    size_t r = write_cb((char *)p, 1, n, ud);
+    return r == CURL_WRITEFUNC_PAUSE ? AL_UPC_PAUSE : r;
+}
+
+static void upc_on_done(void *ud, al_upc_err err, const char *msg)
+{
+    call *k = ud;
+    k->uc = NULL;
+    snprintf(k->errbuf, sizeof k->errbuf, "%s", msg);
+    static const CURLcode map[] = {
+        [AL_UPC_OK] = CURLE_OK,
+        [AL_UPC_CONNECT] = CURLE_COULDNT_CONNECT,
+        [AL_UPC_NOTHING] = CURLE_GOT_NOTHING,
+        [AL_UPC_SEND] = CURLE_SEND_ERROR,
+        [AL_UPC_RECV] = CURLE_RECV_ERROR,
+        [AL_UPC_PARTIAL] = CURLE_PARTIAL_FILE,
+        [AL_UPC_TIMEOUT] = CURLE_OPERATION_TIMEDOUT,
+        [AL_UPC_PROTOCOL] = CURLE_WEIRD_SERVER_REPLY,
+        [AL_UPC_ABORTED] = CURLE_WRITE_ERROR,
+    };
+    call_done(k, (unsigned)err < AL_ARRAY_LEN(map) ? map[err] : CURLE_RECV_ERROR);
 }
 
 /* Rewrites the agent's request for capture: token ids and logprobs per upstream kind, usage
@@ -2266,6 +2335,9 @@ static const char proxy_usage[] =
     "  --upstream-timeout S      whole upstream call (default 600)\n"
     "  --drain-timeout S         on SIGTERM, wait this long for calls and spans (default 30)\n"
     "  --no-access-log           no per-call access log line\n"
+    "  --upstream-client C       auto (default: the proxy's own keep-alive HTTP/1.1 client for\n"
+    "                            http:// upstreams at an IP address or localhost, curl for the\n"
+    "                            rest) or curl (curl for every upstream)\n"
     "  --help\n" AL_CLI_COMMON_HELP;
 
 enum {
@@ -2289,6 +2361,7 @@ enum {
     OPT_UPSTREAM_TO,
     OPT_DRAIN_TO,
     OPT_NO_ACCESS,
+    OPT_UP_CLIENT,
     OPT_HELP,
 };
 
@@ -2340,6 +2413,7 @@ int cmd_proxy(int argc, char **argv)
         {"upstream-timeout", required_argument, 0, OPT_UPSTREAM_TO},
         {"drain-timeout", required_argument, 0, OPT_DRAIN_TO},
         {"no-access-log", no_argument, 0, OPT_NO_ACCESS},
+        {"upstream-client", required_argument, 0, OPT_UP_CLIENT},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0},
     };
@@ -2470,6 +2544,15 @@ int cmd_proxy(int argc, char **argv)
             if (opt == OPT_DRAIN_TO) cf->drain_timeout_s = (int)v;
             break;
         }
+        case OPT_UP_CLIENT:
+            if (!strcmp(optarg, "curl"))
+                cf->curl_only = 1;
+            else if (strcmp(optarg, "auto") != 0) {
+                rc = al_cli_usage_error("proxy", "--upstream-client %s: use auto or curl",
+                                        optarg);
+                goto out;
+            }
+            break;
         case OPT_NO_ACCESS:
             cf->access_log = 0;
             break;
@@ -2586,6 +2669,16 @@ int cmd_proxy(int argc, char **argv)
     curl_multi_setopt(px->multi, CURLMOPT_TIMERFUNCTION, curl_timer_cb);
     curl_multi_setopt(px->multi, CURLMOPT_TIMERDATA, px);
     curl_multi_setopt(px->multi, CURLMOPT_MAXCONNECTS, 1024L);
+    static const al_upc_handler upc_handler = {upc_on_head, upc_on_body, upc_on_done};
+    if (!cf->curl_only) {
+        px->upc = al_upc_pool_new(px->base, &upc_handler);
+        if (!px->upc) {
+            al_log_error(COMP, "out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < cf->n_upstreams; i++)
+            al_upc_pool_add(px->upc, (int)i, cf->upstreams[i]);
+    }
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
@@ -2668,6 +2761,7 @@ out:
     while (px->n_easy_pool)
         curl_easy_cleanup(px->easy_pool[--px->n_easy_pool]);
     if (px->multi) curl_multi_cleanup(px->multi);
+    al_upc_pool_free(px->upc);
     if (px->base) event_base_free(px->base);
     al_metrics_free(px->metrics);
     al_kafka_conf_free(kc);
