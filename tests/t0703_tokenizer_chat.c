@@ -52,7 +52,7 @@ TEST(render_matches_reference)
                         calls[k][j].arguments = args->string;
                     } else {
                         al_json_buf *ab = &argbufs[nargs++];
-                        tok_json_write(ab, args);
+                        al_json_buf_write(ab, args);
                         calls[k][j].arguments = ab->data;
                     }
                 }
@@ -64,7 +64,7 @@ TEST(render_matches_reference)
         char **tool_text = calloc(ntools + 1, sizeof *tool_text);
         for (size_t k = 0; k < ntools; k++) {
             al_json_buf tb = {0};
-            tok_json_write(&tb, tools->items[k]);
+            al_json_buf_write(&tb, tools->items[k]);
             tool_text[k] = tb.data;
         }
         al_chat_request req = {

@@ -540,3 +540,45 @@ void al_json_buf_quote(al_json_buf *b, const char *s, size_t len)
     al_json_buf_append(b, s + run, len - run);
     al_json_buf_append(b, "\"", 1);
 }
+
+void al_json_buf_write(al_json_buf *b, const al_json *v)
+{
+    switch (v->type) {
+    case AL_JSON_NULL:
+        al_json_buf_append(b, "null", 4);
+        break;
+    case AL_JSON_TRUE:
+        al_json_buf_append(b, "true", 4);
+        break;
+    case AL_JSON_FALSE:
+        al_json_buf_append(b, "false", 5);
+        break;
+    case AL_JSON_NUMBER:
+        if (v->is_integer)
+            al_json_buf_printf(b, "%lld", (long long)v->integer);
+        else
+            al_json_buf_printf(b, "%.17g", v->number);
+        break;
+    case AL_JSON_STRING:
+        al_json_buf_quote(b, v->string, v->string_len);
+        break;
+    case AL_JSON_ARRAY:
+        al_json_buf_append(b, "[", 1);
+        for (size_t i = 0; i < v->count; i++) {
+            if (i) al_json_buf_append(b, ",", 1);
+            al_json_buf_write(b, v->items[i]);
+        }
+        al_json_buf_append(b, "]", 1);
+        break;
+    case AL_JSON_OBJECT:
+        al_json_buf_append(b, "{", 1);
+        for (size_t i = 0; i < v->count; i++) {
+            if (i) al_json_buf_append(b, ",", 1);
+            al_json_buf_quote(b, v->keys[i], v->key_lens[i]);
+            al_json_buf_append(b, ":", 1);
+            al_json_buf_write(b, v->items[i]);
+        }
+        al_json_buf_append(b, "}", 1);
+        break;
+    }
+}

@@ -63,5 +63,8 @@ typedef struct al_json_buf {
 void al_json_buf_append(al_json_buf *b, const char *s, size_t len);
 void al_json_buf_printf(al_json_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void al_json_buf_quote(al_json_buf *b, const char *s, size_t len);
+/* Appends v as compact JSON (no spaces; what an OpenAI client sends). Integers keep their
+ * exact value, other numbers are written with 17 significant digits. */
+void al_json_buf_write(al_json_buf *b, const al_json *v);
 
 #endif
