@@ -36,3 +36,6 @@ add_dependencies(t1003_proxy_node_agent arclight)
 # The spool checksums records with zlib's crc32 (tools.cmake links zlib into arclight too).
 find_package(ZLIB REQUIRED)
 target_link_libraries(arclight PRIVATE ZLIB::ZLIB)
+# The proxy's own HTTP/1.1 upstream client against a scripted server (stages/proxy/upstream.c).
+arclight_test(t1005_proxy_upstream SOURCES tests/t1005_proxy_upstream.c stages/proxy/upstream.c
+  LIBS PkgConfig::LIBEVENT TIMEOUT 60)

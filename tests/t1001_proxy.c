@@ -590,8 +590,8 @@ TEST(streamed_nul_character_is_still_captured)
     REQUIRE(direct("/v1/chat/completions", body, &d) == 0);
     CHECK_EQ_INT(a.status, 200);
     CHECK(strstr(d.body, "\\u0000") != NULL);
-    CHECKF(a.len == d.len && memcmp(a.body, d.body, a.len) == 0, "stream differs:\n%s\n%s",
-           a.body, d.body);
+    CHECKF(a.len == d.len && memcmp(a.body, d.body, a.len) == 0, "stream differs:\n%s\n%s", a.body,
+           d.body);
     px_resp_free(&a);
     px_resp_free(&d);
     px_msgs m;
@@ -632,6 +632,54 @@ TEST(openai_kind_asks_for_nothing_extra)
     CHECK(body && !strstr(body, "return_token_ids") && !strstr(body, "logprobs"));
     free(body);
     CHECK_EQ_INT(px_stop(&q, SIGTERM, 30), 0);
+}
+
+/* The same answers through curl (--upstream-client curl), the path of https upstreams and
+ * host names: whole and streamed bytes equal direct, and a bad --upstream-client is usage. */
+TEST(curl_client_bytes_equal_direct)
+{
+    char spool[700], log2[700];
+    snprintf(spool, sizeof spool, "%s/spool-curl", TMP);
+    snprintf(log2, sizeof log2, "%s/proxy-curl.log", TMP);
+    const char *args[] = {"--listen",          "127.0.0.1:0", "--upstream",  UPURL,
+                          "--bootstrap",       B.bootstrap,   "--spool-dir", spool,
+                          "--upstream-client", "curl",        NULL};
+    px_child q;
+    REQUIRE(px_start(&q, log2, args, NULL) == 0);
+    const char *bodies[] = {
+        CHAT,
+        "{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}",
+        "{\"model\":\"fail-500\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+    };
+    char url[300];
+    snprintf(url, sizeof url, "%s/r/task-c/roll-curl/v1/chat/completions", q.base);
+    for (size_t i = 0; i < AL_TEST_LEN(bodies); i++) {
+        px_resp a, d;
+        REQUIRE(px_http("POST", url, PX_JSON, bodies[i], &a) == 0);
+        REQUIRE(direct("/v1/chat/completions", bodies[i], &d) == 0);
+        CHECK_EQ_INT(a.status, d.status);
+        CHECKF(a.len == d.len && memcmp(a.body, d.body, a.len) == 0,
+               "curl path, body %zu differs:\nproxy:  %s\ndirect: %s", i, a.body, d.body);
+        px_resp_free(&a);
+        px_resp_free(&d);
+    }
+    CHECK_EQ_INT(px_stop(&q, SIGTERM, 30), 0);
+    px_msgs m;
+    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", "roll-curl", 3, 30000, &m) == 0);
+    al_span s[4];
+    size_t n = px_spans_of(&m, "roll-curl", s, 4);
+    CHECK_EQ_INT(n, 3);
+    for (size_t i = 0; i < n; i++) {
+        if (i < 2) CHECK(s[i].llm_call.n_response_tokens > 0);
+        al_span_clear(&s[i]);
+    }
+    px_msgs_free(&m);
+    const char *bad[] = {"--upstream", UPURL, "--upstream-client", "nghttp", NULL};
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "'%s' proxy %s %s %s %s 2>/dev/null", al_test_bin(), bad[0], bad[1],
+             bad[2], bad[3]);
+    int st = system(cmd);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
 }
 
 TEST(metrics_and_clean_shutdown)
