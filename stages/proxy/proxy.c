@@ -152,8 +152,10 @@ typedef struct proxy {
     int64_t drain_deadline_mono;
     uint64_t rng;
     al_buf enc;
-    CURL *easy_pool[256]; /* finished handles, reset and reused (saves their setup) */
-    al_upc_pool *upc;     /* own keep-alive client for plain http:// upstreams */
+    CURL *easy_pool[256];   /* finished handles, reset and reused (saves their setup) */
+    al_upc_pool *upc;       /* own keep-alive client for plain http:// upstreams */
+    struct event *flush_ev; /* the spool's write of this loop turn's spans */
+    size_t spool_pending;   /* spans appended since the last flush */
     size_t n_easy_pool;
     int port;
 } proxy;
@@ -785,8 +787,32 @@ static void span_init(proxy *px, al_span *s, const ident *id, int64_t seq, const
     s->timestamp_us = al_now_us();
 }
 
+/* Writes the spans this loop turn appended as one write (it runs after the turn's other
+ * callbacks, and before their answers leave on EPOLLOUT). Spans the disk did not take are
+ * logged and counted as failed. */
+static void spool_flush(proxy *px)
+{
+    if (!px->spool_pending) return;
+    size_t written = 0;
+    char err[512];
+    if (al_spool_flush(px->spool, &written, err, sizeof err) != 0) {
+        al_log_error(COMP, "%zu spans lost: %s", px->spool_pending - written, err);
+        al_counter_add(px->spans_failed, (double)(px->spool_pending - written));
+    }
+    al_counter_add(px->spans_spooled, (double)written);
+    px->spool_pending = 0;
+}
+
+static void spool_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    spool_flush(arg);
+}
+
 /* Encodes and spools a span, keyed by task (else rollout) so that a task's rollouts share a
- * partition. 0, or -1 (logged and counted: the spool's disk failed). */
+ * partition; it reaches the disk at the end of this loop turn (spool_flush). 0, or -1
+ * (logged and counted). */
 static int span_publish(proxy *px, const al_span *s)
 {
     char err[512];
@@ -803,7 +829,7 @@ static int span_publish(proxy *px, const al_span *s)
         al_counter_inc(px->spans_failed);
         return -1;
     }
-    al_counter_inc(px->spans_spooled);
+    if (!px->spool_pending++ && px->flush_ev) event_active(px->flush_ev, EV_TIMEOUT, 1);
     return 0;
 }
 
@@ -1623,8 +1649,8 @@ static int call_start(call *k)
         k->sent_mono = al_mono_us();
         if (k->tries == 1) k->pre_us = k->sent_mono - k->t0_mono;
         long total_ms = px->cfg.upstream_timeout_ms;
-        k->uc = al_upc_start(px->upc, k->up_idx, k->route == R_MODELS ? "GET" : "POST", path,
-                             hdrs, k->route == R_MODELS ? NULL : k->up_body,
+        k->uc = al_upc_start(px->upc, k->up_idx, k->route == R_MODELS ? "GET" : "POST", path, hdrs,
+                             k->route == R_MODELS ? NULL : k->up_body,
                              k->route == R_MODELS ? 0 : k->up_len, px->cfg.connect_timeout_ms,
                              total_ms, k);
         return k->uc ? 0 : -1;
@@ -2548,8 +2574,7 @@ int cmd_proxy(int argc, char **argv)
             if (!strcmp(optarg, "curl"))
                 cf->curl_only = 1;
             else if (strcmp(optarg, "auto") != 0) {
-                rc = al_cli_usage_error("proxy", "--upstream-client %s: use auto or curl",
-                                        optarg);
+                rc = al_cli_usage_error("proxy", "--upstream-client %s: use auto or curl", optarg);
                 goto out;
             }
             break;
@@ -2718,6 +2743,11 @@ int cmd_proxy(int argc, char **argv)
     struct timeval sweep = {300, 0};
     px->sweep_timer = event_new(px->base, -1, EV_PERSIST, sweep_cb, px);
     event_add(px->sweep_timer, &sweep);
+    px->flush_ev = event_new(px->base, -1, 0, spool_flush_cb, px);
+    if (!px->sweep_timer || !px->flush_ev) {
+        al_log_error(COMP, "out of memory");
+        goto out;
+    }
 
     char up[512];
     url_public(cf->upstreams[0], up, sizeof up);
@@ -2748,6 +2778,7 @@ out:
     while (px->conns)
         conn_free(px->conns);
     if (px->spool) {
+        spool_flush(px);
         long left = al_spool_close(px->spool, cf->drain_timeout_s * 1000);
         if (left == 0 && rc == AL_EXIT_OK) al_log_info(COMP, "every span published; bye");
     }
@@ -2758,6 +2789,7 @@ out:
     if (px->sig_int) event_free(px->sig_int);
     if (px->drain_timer) event_free(px->drain_timer);
     if (px->sweep_timer) event_free(px->sweep_timer);
+    if (px->flush_ev) event_free(px->flush_ev);
     while (px->n_easy_pool)
         curl_easy_cleanup(px->easy_pool[--px->n_easy_pool]);
     if (px->multi) curl_multi_cleanup(px->multi);

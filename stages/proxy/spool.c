@@ -71,6 +71,11 @@ struct al_spool {
     int64_t last_fsync_mono, backoff_until_mono, last_warn_mono;
     uint8_t *rbuf;
     size_t rcap;
+    /* appended, not yet written (loop thread only): whole records, and their sizes */
+    uint8_t *pend;
+    size_t plen, pcap;
+    uint32_t *psz; /* key length, value length per record */
+    size_t pn, pszcap;
 };
 
 /* CRC-32 (zlib's, table-driven with SIMD where the CPU has it) */
@@ -528,7 +533,7 @@ fail:
 int al_spool_full(al_spool *s, size_t need)
 {
     pthread_mutex_lock(&s->mu);
-    int full = s->bytes + need + SPOOL_REC_HDR > s->max_bytes;
+    int full = s->bytes + s->plen + need + SPOOL_REC_HDR > s->max_bytes;
     pthread_mutex_unlock(&s->mu);
     return full;
 }
@@ -570,43 +575,95 @@ int al_spool_append(al_spool *s, const void *key, size_t keylen, const void *val
                       "span of %zu bytes is larger than the spool's %u-byte "
                       "record limit",
                       vlen, SPOOL_MAX_RECORD);
-    uint64_t need = SPOOL_REC_HDR + keylen + vlen;
-    pthread_mutex_lock(&s->mu);
-    if ((!s->tail || s->tail->sealed || s->tail->size + need > SPOOL_SEG_MAX) &&
-        seg_new(s, errstr, errlen)) {
-        pthread_mutex_unlock(&s->mu);
-        return -1;
+    size_t need = SPOOL_REC_HDR + keylen + vlen;
+    if (s->plen + need > s->pcap) {
+        size_t nc = s->pcap ? s->pcap : 65536;
+        while (nc < s->plen + need)
+            nc *= 2;
+        uint8_t *np = realloc(s->pend, nc);
+        if (!np) return al_err(errstr, errlen, "out of memory");
+        s->pend = np;
+        s->pcap = nc;
     }
-    sseg *g = s->tail;
-    uint8_t h[SPOOL_REC_HDR];
+    if (s->pn * 2 + 2 > s->pszcap) {
+        size_t nc = s->pszcap ? s->pszcap * 2 : 256;
+        uint32_t *nz = realloc(s->psz, nc * sizeof *nz);
+        if (!nz) return al_err(errstr, errlen, "out of memory");
+        s->psz = nz;
+        s->pszcap = nc;
+    }
+    uint8_t *h = s->pend + s->plen;
     put32(h, SPOOL_MAGIC);
     put32(h + 4, (uint32_t)keylen);
     put32(h + 8, (uint32_t)vlen);
     put32(h + 12, crc32_update(crc32_update(0, key, keylen), value, vlen));
-    struct iovec iov[3] = {{h, sizeof h}, {(void *)key, keylen}, {(void *)value, vlen}};
-    ssize_t w = writev(g->fd, iov, 3);
-    if (w != (ssize_t)need) {
-        int e = errno;
-        /* cut a partial record off so the segment stays readable */
-        if (w > 0 && ftruncate(g->fd, (off_t)g->size) != 0) g->sealed = 1;
-        pthread_mutex_unlock(&s->mu);
-        return al_err(errstr, errlen, "cannot write to the spool in %s: %s", s->dir,
-                      w < 0 ? strerror(e) : "short write");
-    }
-    if (seg_push(g, g->size, (uint32_t)keylen, (uint32_t)vlen)) {
-        g->sealed = 1; /* on disk but unindexed: the next start publishes it */
-        pthread_mutex_unlock(&s->mu);
-        return al_err(errstr, errlen, "out of memory");
-    }
-    g->size += need;
-    s->bytes += need;
-    s->unacked++;
-    if (s->fsync_mode == AL_SPOOL_FSYNC_ALWAYS)
-        fdatasync(g->fd);
-    else
-        s->dirty = 1;
-    pthread_mutex_unlock(&s->mu);
+    memcpy(h + SPOOL_REC_HDR, key, keylen);
+    memcpy(h + SPOOL_REC_HDR + keylen, value, vlen);
+    s->plen += need;
+    s->psz[s->pn * 2] = (uint32_t)keylen;
+    s->psz[s->pn * 2 + 1] = (uint32_t)vlen;
+    s->pn++;
     return 0;
+}
+
+/* Writes the pending records as one write per segment they land in, then indexes them for
+ * the publisher (which only reads what is indexed, so never a record still in memory). */
+int al_spool_flush(al_spool *s, size_t *written, char *errstr, size_t errlen)
+{
+    *written = 0;
+    if (!s->pn) return 0;
+    int rc = 0;
+    size_t i = 0, off = 0;
+    pthread_mutex_lock(&s->mu);
+    while (i < s->pn) {
+        uint64_t first = SPOOL_REC_HDR + (uint64_t)s->psz[i * 2] + s->psz[i * 2 + 1];
+        if ((!s->tail || s->tail->sealed || s->tail->size + first > SPOOL_SEG_MAX) &&
+            seg_new(s, errstr, errlen)) {
+            rc = -1;
+            break;
+        }
+        sseg *g = s->tail;
+        size_t j = i + 1;
+        uint64_t bytes = first;
+        while (j < s->pn) {
+            uint64_t r = SPOOL_REC_HDR + (uint64_t)s->psz[j * 2] + s->psz[j * 2 + 1];
+            if (g->size + bytes + r > SPOOL_SEG_MAX) break;
+            bytes += r;
+            j++;
+        }
+        ssize_t w = write(g->fd, s->pend + off, (size_t)bytes);
+        if (w != (ssize_t)bytes) {
+            int e = errno;
+            /* cut a partial write off so the segment stays readable */
+            if (w > 0 && ftruncate(g->fd, (off_t)g->size) != 0) g->sealed = 1;
+            rc = al_err(errstr, errlen, "cannot write to the spool in %s: %s", s->dir,
+                        w < 0 ? strerror(e) : "short write");
+            break;
+        }
+        for (size_t k = i; k < j; k++) {
+            uint32_t kl = s->psz[k * 2], vl = s->psz[k * 2 + 1];
+            if (seg_push(g, g->size, kl, vl)) {
+                g->sealed = 1; /* on disk but unindexed: the next start publishes it */
+                rc = al_err(errstr, errlen, "out of memory");
+                break;
+            }
+            g->size += SPOOL_REC_HDR + (uint64_t)kl + vl;
+            s->bytes += SPOOL_REC_HDR + (uint64_t)kl + vl;
+            s->unacked++;
+            (*written)++;
+        }
+        if (rc) break;
+        if (s->fsync_mode == AL_SPOOL_FSYNC_ALWAYS)
+            fdatasync(g->fd);
+        else
+            s->dirty = 1;
+        off += (size_t)bytes;
+        i = j;
+    }
+    pthread_mutex_unlock(&s->mu);
+    s->plen = 0;
+    s->pn = 0;
+    return rc;
 }
 
 void al_spool_get_stats(al_spool *s, al_spool_stats *st)
@@ -625,6 +682,10 @@ void al_spool_get_stats(al_spool *s, al_spool_stats *st)
 long al_spool_close(al_spool *s, int timeout_ms)
 {
     if (!s) return 0;
+    size_t written;
+    char err[512];
+    if (al_spool_flush(s, &written, err, sizeof err) != 0)
+        al_log_error("proxy", "spool: spans lost at close: %s", err);
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
     s->deadline_mono = al_mono_us() + (int64_t)timeout_ms * 1000;
@@ -656,6 +717,8 @@ long al_spool_close(al_spool *s, int timeout_ms)
     if (s->lockfd >= 0) close(s->lockfd);
     pthread_mutex_destroy(&s->mu);
     free(s->rbuf);
+    free(s->pend);
+    free(s->psz);
     free(s->dir);
     free(s->topic);
     free(s);

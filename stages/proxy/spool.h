@@ -50,10 +50,17 @@ al_spool *al_spool_open(const char *dir, uint64_t max_bytes, al_spool_fsync fsyn
                         al_producer *producer, const char *topic, char *errstr, size_t errlen);
 
 /* Appends one record, even past max_bytes: the bound is enforced where calls are admitted
- * (al_spool_full), so the spans of calls already accepted are never refused. 0, or -1 with
- * errstr on an I/O error. Copies key and value. */
+ * (al_spool_full), so the spans of calls already accepted are never refused. The record is
+ * kept in memory until al_spool_flush, so that a loop turn's spans cost one write: the
+ * caller flushes once per loop turn, before the answers of that turn leave (al_spool_close
+ * flushes too). 0, or -1 with errstr (too large, out of memory). Copies key and value. */
 int al_spool_append(al_spool *s, const void *key, size_t keylen, const void *value, size_t vlen,
                     char *errstr, size_t errlen);
+
+/* Writes every pending record to the tail segment(s) and hands them to the publisher.
+ * *written: how many are now on disk. 0, or -1 with errstr on an I/O error: the records
+ * not written are lost (the caller logs and counts them). Loop thread only. */
+int al_spool_flush(al_spool *s, size_t *written, char *errstr, size_t errlen);
 
 /* Whether another `need` bytes would exceed max_bytes. */
 int al_spool_full(al_spool *s, size_t need);
