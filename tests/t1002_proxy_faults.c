@@ -9,6 +9,8 @@
 #include "broker_fixture.h"
 #include "t1099_proxy_helpers.h"
 
+#include "core/util.h"
+
 #include <dirent.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -133,6 +135,84 @@ TEST(restart_with_spooled_spans)
     CHECK_EQ_INT(arrived("roll-b", 10, 40000), 10);
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
     CHECK_EQ_INT(count_segments("spool-b"), 0);
+}
+
+/* A rollout going on across a restart keeps counting (3, 4 after 0, 1, 2; a reward after
+ * the restart points at call 2's successor), and a session key made before the restart
+ * still names its rollout; a torn last line in the state file is skipped. */
+TEST(sequences_and_sessions_survive_restart)
+{
+    px_child p;
+    REQUIRE(start_proxy(&p, "spool-st", NULL) == 0);
+    CHECK_EQ_INT(calls(&p, "roll-st", 3, NULL), 3);
+    char url[300];
+    snprintf(url, sizeof url, "%s/v1/sessions", p.base);
+    px_resp r;
+    REQUIRE(px_http("POST", url, PX_JSON, "{\"task_id\":\"task-x\",\"rollout_id\":\"roll-sk\"}",
+                    &r) == 0);
+    CHECK_EQ_INT(r.status, 200);
+    char key[128] = "";
+    const char *k = strstr(r.body, "\"session_key\":\"");
+    if (k) sscanf(k + 15, "%100[^\"]", key);
+    px_resp_free(&r);
+    REQUIRE(key[0]);
+    CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
+    /* a crash in the middle of a line */
+    char path[800];
+    snprintf(path, sizeof path, "%s/spool-st/proxy-state", TMP);
+    FILE *f = fopen(path, "a");
+    REQUIRE(f);
+    fputs("Q\ttask-x\x1f"
+          "roll-st\x1f"
+          "0\t99",
+          f);
+    fclose(f);
+
+    REQUIRE(start_proxy(&p, "spool-st", NULL) == 0);
+    CHECK_EQ_INT(calls(&p, "roll-st", 2, NULL), 2);
+    snprintf(url, sizeof url, "%s/r/task-x/roll-st/reward", p.base);
+    REQUIRE(px_http("POST", url, PX_JSON, "{\"value\":1}", &r) == 0);
+    CHECK_EQ_INT(r.status, 200);
+    px_resp_free(&r);
+    char auth[200];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
+    const char *h[] = {"Content-Type: application/json", auth, NULL};
+    snprintf(url, sizeof url, "%s/v1/chat/completions", p.base);
+    REQUIRE(px_http("POST", url, h, CHAT, &r) == 0);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK(strstr(r.headers, "x-arclight-rollout: roll-sk") != NULL);
+    px_resp_free(&r);
+    CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
+    char log[800], *lt, err[256];
+    snprintf(log, sizeof log, "%s/spool-st.log", TMP);
+    size_t ll = 0;
+    lt = al_file_read(log, &ll, err, sizeof err);
+    CHECK(lt && strstr(lt, "lines not understood"));
+    free(lt);
+
+    px_msgs m;
+    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", "roll-st", 6, 30000, &m) == 0);
+    al_span s[8];
+    size_t n = px_spans_of(&m, "roll-st", s, 8);
+    CHECK_EQ_INT(n, 6);
+    int seen[8] = {0};
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].sequence >= 0 && s[i].sequence < 8) seen[s[i].sequence]++;
+        if (s[i].kind == AL_SPAN_KIND_REWARD) {
+            CHECK(s[i].sequence == 5);
+            CHECK(s[i].reward.after_sequence == 4);
+        }
+        al_span_clear(&s[i]);
+    }
+    for (int i = 0; i < 6; i++)
+        CHECKF(seen[i] == 1, "sequence %d seen %d times", i, seen[i]);
+    px_msgs_free(&m);
+    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", "roll-sk", 1, 30000, &m) == 0);
+    n = px_spans_of(&m, "roll-sk", s, 8);
+    CHECK_EQ_INT(n, 1);
+    for (size_t i = 0; i < n; i++)
+        al_span_clear(&s[i]);
+    px_msgs_free(&m);
 }
 
 TEST(spool_full_503_then_resumes)

@@ -31,6 +31,7 @@
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -104,6 +105,7 @@ static const char *route_names[R_COUNT] = {"chat_completions", "completions", "m
 typedef struct rollout_ent {
     char *key; /* task \x1f rollout \x1f attempt */
     int64_t next_seq, last_call_seq, last_used_mono;
+    int dirty; /* its sequence numbers changed since the state file last had them */
     struct rollout_ent *next;
 } rollout_ent;
 
@@ -155,7 +157,15 @@ typedef struct proxy {
     CURL *easy_pool[256];   /* finished handles, reset and reused (saves their setup) */
     al_upc_pool *upc;       /* own keep-alive client for plain http:// upstreams */
     struct event *flush_ev; /* the spool's write of this loop turn's spans */
-    size_t spool_pending;   /* spans appended since the last flush */
+    /* the state file: sequence numbers and session keys that outlive a restart */
+    char state_path[4200];
+    int state_fd;
+    uint64_t state_bytes;
+    int state_warned;
+    al_buf state_pend;
+    rollout_ent **dirty;
+    size_t ndirty, dirty_cap;
+    size_t spool_pending; /* spans appended since the last flush */
     size_t n_easy_pool;
     int port;
 } proxy;
@@ -594,6 +604,186 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
+/* ------------------------------------------------------------------------------------------
+ * State file (spool_dir/proxy-state): what must outlive a restart besides the spans, so
+ * that a rollout going on after a restart does not start again at sequence 0 and its
+ * session key still works. Append-only lines, written with the spool's write at the end of
+ * the loop turn that changed them:
+ *   Q \t task\x1frollout\x1fattempt \t next_seq \t last_call_seq     (latest line wins)
+ *   S \t session key \t task \t rollout \t attempt
+ * Rewritten whole (temp file + rename) at start and when it passes 16 MiB; a torn last
+ * line (a crash mid-write) is skipped with a warning.
+ * ------------------------------------------------------------------------------------------ */
+
+#define STATE_MAX_BYTES (16u << 20)
+
+static void state_mark(proxy *px, rollout_ent *e)
+{
+    if (e->dirty || px->state_fd < 0) return;
+    if (px->ndirty == px->dirty_cap) {
+        size_t nc = px->dirty_cap ? px->dirty_cap * 2 : 256;
+        rollout_ent **nd = realloc(px->dirty, nc * sizeof *nd);
+        if (!nd) return; /* not recorded: after a restart this rollout restarts at 0 */
+        px->dirty = nd;
+        px->dirty_cap = nc;
+    }
+    e->dirty = 1;
+    px->dirty[px->ndirty++] = e;
+    if (px->flush_ev) event_active(px->flush_ev, EV_TIMEOUT, 1);
+}
+
+static void state_line(al_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void state_line(al_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || al_buf_reserve(b, (size_t)n + 1)) return;
+    va_start(ap, fmt);
+    vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+static void session_line(al_buf *b, const session_ent *s)
+{
+    state_line(b, "S\t%s\t%s\t%s\t%d\n", s->key, s->task, s->rollout, s->attempt);
+}
+
+/* Rewrites the state file from memory and opens it for appending. */
+static void state_compact(proxy *px)
+{
+    al_buf b = {0};
+    for (size_t i = 0; i < px->rtab_size; i++)
+        for (rollout_ent *e = px->rtab[i]; e; e = e->next)
+            state_line(&b, "Q\t%s\t%" PRId64 "\t%" PRId64 "\n", e->key, e->next_seq,
+                       e->last_call_seq);
+    for (size_t i = 0; i < 1024; i++)
+        for (session_ent *s = px->sessions[i]; s; s = s->next)
+            session_line(&b, s);
+    char err[512];
+    if (px->state_fd >= 0) close(px->state_fd);
+    px->state_fd = -1;
+    if (al_file_write_atomic(px->state_path, b.len ? (const char *)b.data : "", b.len, err,
+                             sizeof err) != 0) {
+        al_log_warn(COMP, "state file: %s; sequence numbers restart at 0 after a restart", err);
+    } else {
+        px->state_fd = open(px->state_path, O_WRONLY | O_APPEND | O_CLOEXEC);
+        if (px->state_fd < 0)
+            al_log_warn(COMP, "state file %s: %s", px->state_path, strerror(errno));
+    }
+    px->state_bytes = b.len;
+    al_buf_free(&b);
+}
+
+/* Appends this turn's changes: the dirty rollouts' numbers after the session lines already
+ * queued in state_pend. */
+static void state_flush(proxy *px)
+{
+    for (size_t i = 0; i < px->ndirty; i++) {
+        rollout_ent *e = px->dirty[i];
+        state_line(&px->state_pend, "Q\t%s\t%" PRId64 "\t%" PRId64 "\n", e->key, e->next_seq,
+                   e->last_call_seq);
+        e->dirty = 0;
+    }
+    px->ndirty = 0;
+    if (!px->state_pend.len || px->state_fd < 0) {
+        px->state_pend.len = 0;
+        return;
+    }
+    ssize_t w = write(px->state_fd, px->state_pend.data, px->state_pend.len);
+    if (w != (ssize_t)px->state_pend.len && !px->state_warned) {
+        px->state_warned = 1;
+        al_log_warn(COMP, "state file %s: %s; sequence numbers may restart after a restart",
+                    px->state_path, w < 0 ? strerror(errno) : "short write");
+    }
+    px->state_bytes += px->state_pend.len;
+    px->state_pend.len = 0;
+    if (px->state_bytes > STATE_MAX_BYTES) state_compact(px);
+}
+
+static rollout_ent *rollout_get(proxy *px, const char *task, const char *rollout, int attempt);
+
+/* Reads the state file left by an earlier run (absent: a first start). */
+static void state_load(proxy *px)
+{
+    char err[512];
+    size_t len = 0;
+    char *buf = al_file_read(px->state_path, &len, err, sizeof err);
+    if (!buf) return;
+    size_t nq = 0, ns = 0, bad = 0;
+    for (char *line = buf, *nl; line < buf + len; line = nl + 1) {
+        nl = memchr(line, '\n', (size_t)(buf + len - line));
+        if (!nl) {
+            bad++; /* torn last line */
+            break;
+        }
+        *nl = '\0';
+        char *f[6];
+        int nf = 0;
+        for (char *p = line; nf < 6;) {
+            f[nf++] = p;
+            char *t = strchr(p, '\t');
+            if (!t) break;
+            *t = '\0';
+            p = t + 1;
+        }
+        char *end;
+        if (nf == 4 && !strcmp(f[0], "Q")) {
+            char *a = strchr(f[1], '\x1f'), *b = a ? strchr(a + 1, '\x1f') : NULL;
+            if (!b) {
+                bad++;
+                continue;
+            }
+            *a = *b = '\0';
+            long at = strtol(b + 1, &end, 10);
+            long long nx = strtoll(f[2], NULL, 10), lc = strtoll(f[3], NULL, 10);
+            if (*end || at < 0 || at > 999999 || !id_valid(a + 1, strlen(a + 1)) ||
+                (*f[1] && !id_valid(f[1], strlen(f[1]))) || nx < 0 || lc < -1) {
+                bad++;
+                continue;
+            }
+            rollout_ent *e = rollout_get(px, f[1], a + 1, (int)at);
+            if (!e) break;
+            if (nx > e->next_seq) e->next_seq = nx;
+            if (lc > e->last_call_seq) e->last_call_seq = lc;
+            nq++;
+        } else if (nf == 5 && !strcmp(f[0], "S")) {
+            long at = strtol(f[4], &end, 10);
+            if (*end || at < 0 || at > 999999 || strncmp(f[1], "sk-arclight-", 12) != 0 ||
+                strlen(f[1]) >= sizeof((session_ent *)0)->key || !id_valid(f[3], strlen(f[3])) ||
+                (*f[2] && !id_valid(f[2], strlen(f[2])))) {
+                bad++;
+                continue;
+            }
+            session_ent *s = calloc(1, sizeof *s);
+            if (!s) break;
+            snprintf(s->key, sizeof s->key, "%s", f[1]);
+            s->task = strdup(f[2]);
+            s->rollout = strdup(f[3]);
+            s->attempt = (int)at;
+            size_t h = fnv1a(s->key) & 1023;
+            s->next = px->sessions[h];
+            px->sessions[h] = s;
+            px->nsessions++;
+            ns++;
+        } else {
+            bad++;
+        }
+    }
+    free(buf);
+    px->ndirty = 0; /* what was just read is on disk already */
+    for (size_t i = 0; i < px->rtab_size; i++)
+        for (rollout_ent *e = px->rtab[i]; e; e = e->next)
+            e->dirty = 0;
+    if (nq || ns)
+        al_log_info(COMP, "state: %zu rollouts' sequence numbers and %zu session keys from %s", nq,
+                    ns, px->state_path);
+    if (bad)
+        al_log_warn(COMP, "state file %s: %zu lines not understood, skipped", px->state_path, bad);
+}
+
 static rollout_ent *rollout_get(proxy *px, const char *task, const char *rollout, int attempt)
 {
     char key[512];
@@ -617,6 +807,7 @@ static rollout_ent *rollout_get(proxy *px, const char *task, const char *rollout
     for (rollout_ent *e = px->rtab[b]; e; e = e->next)
         if (strcmp(e->key, key) == 0) {
             e->last_used_mono = al_mono_us();
+            state_mark(px, e);
             return e;
         }
     rollout_ent *e = calloc(1, sizeof *e);
@@ -629,6 +820,7 @@ static rollout_ent *rollout_get(proxy *px, const char *task, const char *rollout
     e->next = px->rtab[b];
     px->rtab[b] = e;
     px->rtab_count++;
+    state_mark(px, e);
     return e;
 }
 
@@ -640,6 +832,7 @@ static void sweep_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     int64_t cutoff = al_mono_us() - 3600LL * 1000000;
+    state_flush(px); /* no dirty entry may be freed below */
     for (size_t i = 0; i < px->rtab_size; i++) {
         rollout_ent **pp = &px->rtab[i];
         while (*pp) {
@@ -803,11 +996,14 @@ static void spool_flush(proxy *px)
     px->spool_pending = 0;
 }
 
+static void state_flush(proxy *px);
+
 static void spool_flush_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     spool_flush(arg);
+    state_flush(arg);
 }
 
 /* Encodes and spools a span, keyed by task (else rollout) so that a task's rollouts share a
@@ -2083,6 +2279,10 @@ static void handle_session(conn *c)
     s->next = px->sessions[b];
     px->sessions[b] = s;
     px->nsessions++;
+    if (px->state_fd >= 0) {
+        session_line(&px->state_pend, s);
+        event_active(px->flush_ev, EV_TIMEOUT, 1);
+    }
     json_t *resp = json_pack("{s:s,s:s,s:s,s:i}", "session_key", s->key, "task_id", s->task,
                              "rollout_id", s->rollout, "attempt", s->attempt);
     char *body = json_dumps(resp, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -2448,6 +2648,7 @@ int cmd_proxy(int argc, char **argv)
     proxy *px = calloc(1, sizeof *px);
     if (!px) return AL_EXIT_FAILURE;
     pthread_mutex_init(&px->collect_mu, NULL);
+    px->state_fd = -1;
     pconf *cf = &px->cfg;
     cf->listen = "127.0.0.1:8080";
     cf->kind = UP_VLLM;
@@ -2640,6 +2841,9 @@ int cmd_proxy(int argc, char **argv)
         al_producer_free(producer);
         goto out;
     }
+    snprintf(px->state_path, sizeof px->state_path, "%s/proxy-state", cf->spool_dir);
+    state_load(px);
+    state_compact(px);
     px->metrics = al_metrics_new();
     al_metrics_add_process_metrics(px->metrics);
     px->spans_spooled = al_metrics_counter(px->metrics, "arclight_proxy_spans_spooled_total",
@@ -2779,6 +2983,7 @@ out:
         conn_free(px->conns);
     if (px->spool) {
         spool_flush(px);
+        state_flush(px);
         long left = al_spool_close(px->spool, cf->drain_timeout_s * 1000);
         if (left == 0 && rc == AL_EXIT_OK) al_log_info(COMP, "every span published; bye");
     }
@@ -2790,6 +2995,9 @@ out:
     if (px->drain_timer) event_free(px->drain_timer);
     if (px->sweep_timer) event_free(px->sweep_timer);
     if (px->flush_ev) event_free(px->flush_ev);
+    if (px->state_fd >= 0) close(px->state_fd);
+    al_buf_free(&px->state_pend);
+    free(px->dirty);
     while (px->n_easy_pool)
         curl_easy_cleanup(px->easy_pool[--px->n_easy_pool]);
     if (px->multi) curl_multi_cleanup(px->multi);
