@@ -169,3 +169,21 @@ TEST(json_lookups_without_a_tree)
     CHECK_EQ_INT(al_json_iter_next(&it, &e), 1);
     CHECK_EQ_INT(al_json_iter_next(&it, &e), -1);
 }
+
+TEST(json_members_one_pass)
+{
+    static const char *const keys[] = {"b", "missing", "a", "c"};
+    al_slice v[4];
+    const char *in = " {\"a\": [1, {\"b\": 2}], \"b\" : \"x\\\"y\", \"c\":null, \"a\":7} ";
+    CHECK_EQ_INT(al_json_members(in, strlen(in), keys, v, 4), 3);
+    CHECK(v[0].n == 6 && memcmp(v[0].p, "\"x\\\"y\"", 6) == 0);
+    CHECK(v[1].p == NULL && v[1].n == 0);
+    CHECK(v[2].n == 13 && memcmp(v[2].p, "[1, {\"b\": 2}]", 13) == 0); /* the first "a" */
+    CHECK(v[3].n == 4 && memcmp(v[3].p, "null", 4) == 0);
+    CHECK_EQ_INT(al_json_members("{}", 2, keys, v, 4), 0);
+    CHECK_EQ_INT(al_json_members("[1]", 3, keys, v, 4), -1);
+    CHECK_EQ_INT(al_json_members("{\"a\":1,", 7, keys, v, 4), -1);
+    /* everything found: the rest is not looked at */
+    static const char *const one[] = {"a"};
+    CHECK_EQ_INT(al_json_members("{\"a\":1,garbage", 14, one, v, 1), 1);
+}

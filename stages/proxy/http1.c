@@ -530,6 +530,46 @@ int al_json_member(const char *in, size_t n, const char *key, al_slice *val)
     }
 }
 
+/* al_json_member for several keys in one pass: the members after the first wanted one are
+ * not scanned again for each key. */
+int al_json_members(const char *in, size_t n, const char *const *keys, al_slice *vals, size_t nkeys)
+{
+    jscan j = {in, in + n, 0};
+    int found = 0;
+    for (size_t i = 0; i < nkeys; i++)
+        vals[i].p = NULL, vals[i].n = 0;
+    ws(&j);
+    if (j.s >= j.e || *j.s != '{') return -1;
+    j.s++;
+    ws(&j);
+    if (j.s < j.e && *j.s == '}') return 0;
+    for (;;) {
+        ws(&j);
+        const char *ks = j.s + 1;
+        if (scan_string(&j)) return -1;
+        size_t kn = (size_t)(j.s - ks) - 1;
+        ws(&j);
+        if (j.s >= j.e || *j.s != ':') return -1;
+        j.s++;
+        ws(&j);
+        const char *vs = j.s;
+        if (scan_value(&j)) return -1;
+        for (size_t i = 0; i < nkeys; i++)
+            if (!vals[i].p && strlen(keys[i]) == kn && memcmp(ks, keys[i], kn) == 0) {
+                vals[i].p = vs;
+                vals[i].n = (size_t)(j.s - vs);
+                found++;
+                break;
+            }
+        if ((size_t)found == nkeys) return found;
+        ws(&j);
+        if (j.s >= j.e) return -1;
+        if (*j.s == '}') return found;
+        if (*j.s != ',') return -1;
+        j.s++;
+    }
+}
+
 int al_json_element(const char *in, size_t n, size_t i, al_slice *val)
 {
     jscan j = {in, in + n, 0};

@@ -82,6 +82,11 @@ long al_json_strip_apply(const char *in, size_t len, const al_json_strip *spec, 
  * fewer elements, -1 when in is not an array. */
 int al_json_valid(const char *in, size_t n);
 int al_json_member(const char *in, size_t n, const char *key, al_slice *val);
+/* Several members of one object in one pass: vals[i] is keys[i]'s value (the first one), or
+ * {NULL, 0} when absent. Returns how many were found, or -1 on malformed JSON (or when in is
+ * not an object) before all were found. */
+int al_json_members(const char *in, size_t n, const char *const *keys, al_slice *vals,
+                    size_t nkeys);
 int al_json_element(const char *in, size_t n, size_t i, al_slice *val);
 
 /* Walks the elements of the array in[0..n) in one pass:

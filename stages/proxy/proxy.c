@@ -1308,9 +1308,15 @@ static int64_t member_int(al_slice obj, const char *key)
 /* capture_object for a whole (validated) response, without a tree. */
 static void capture_fast(call *k, const char *body, size_t n)
 {
-    al_slice top = {body, n}, v, ch, c0, lp, arr, el, u, d;
-    if (al_json_member(top.p, top.n, "prompt_token_ids", &v) == 1) fast_ids(v, &k->prompt);
-    if (al_json_member(top.p, top.n, "usage", &u) == 1 && u.n && u.p[0] == '{') {
+    /* one pass per object: the choices, with their logprobs, are most of the bytes */
+    static const char *const top_keys[] = {"prompt_token_ids", "usage", "choices"};
+    static const char *const ch_keys[] = {"prompt_token_ids", "token_ids", "logprobs",
+                                          "finish_reason"};
+    al_slice top[3], cv[4], v, ch, c0, lp, arr, el, u, d;
+    if (al_json_members(body, n, top_keys, top, 3) < 0) return;
+    if (top[0].p) fast_ids(top[0], &k->prompt);
+    u = top[1];
+    if (u.n && u.p[0] == '{') {
         k->have_usage = 1;
         k->usage.prompt_tokens = member_int(u, "prompt_tokens");
         k->usage.completion_tokens = member_int(u, "completion_tokens");
@@ -1318,13 +1324,14 @@ static void capture_fast(call *k, const char *body, size_t n)
         if (al_json_member(u.p, u.n, "prompt_tokens_details", &d) == 1 && d.n && d.p[0] == '{')
             k->usage.cached_tokens = member_int(d, "cached_tokens");
     }
-    if (al_json_member(top.p, top.n, "choices", &ch) != 1 ||
-        al_json_element(ch.p, ch.n, 0, &c0) != 1 || !c0.n || c0.p[0] != '{')
+    ch = top[2];
+    if (!ch.p || al_json_element(ch.p, ch.n, 0, &c0) != 1 || !c0.n || c0.p[0] != '{' ||
+        al_json_members(c0.p, c0.n, ch_keys, cv, 4) < 0)
         return;
-    if (!k->prompt.n && al_json_member(c0.p, c0.n, "prompt_token_ids", &v) == 1)
-        fast_ids(v, &k->prompt);
-    if (al_json_member(c0.p, c0.n, "token_ids", &v) == 1) fast_ids(v, &k->resp_ids);
-    if (al_json_member(c0.p, c0.n, "logprobs", &lp) == 1 && lp.n && lp.p[0] == '{') {
+    if (!k->prompt.n && cv[0].p) fast_ids(cv[0], &k->prompt);
+    if (cv[1].p) fast_ids(cv[1], &k->resp_ids);
+    lp = cv[2];
+    if (lp.n && lp.p[0] == '{') {
         al_json_iter it;
         if (al_json_member(lp.p, lp.n, "content", &arr) == 1 &&
             al_json_iter_init(&it, arr.p, arr.n) == 0) {
@@ -1338,8 +1345,8 @@ static void capture_fast(call *k, const char *body, size_t n)
                 fvec_push(&k->lps, (float)slice_num(el));
         }
     }
-    if (al_json_member(c0.p, c0.n, "finish_reason", &v) == 1 && v.n >= 2 && v.p[0] == '"' &&
-        !memchr(v.p, '\\', v.n)) {
+    v = cv[3];
+    if (v.n >= 2 && v.p[0] == '"' && !memchr(v.p, '\\', v.n)) {
         free(k->finish);
         k->finish = strndup(v.p + 1, v.n - 2);
     }
@@ -1360,21 +1367,28 @@ static char *rewrite_fast(call *k, const char *in, size_t n, size_t *outlen)
     while (b < e && (in[b] == ' ' || in[b] == '\t' || in[b] == '\n' || in[b] == '\r'))
         b++;
     if (e - b < 2 || in[b] != '{' || in[e - 1] != '}') return NULL;
-    k->stream = al_json_member(in, n, "stream", &v) == 1 && slice_is(v, "true");
-    if (al_json_member(in, n, "logprobs", &v) == 1) {
+    static const char *const keys[] = {"stream", "logprobs", "return_token_ids", "stream_options",
+                                       "model"};
+    al_slice f[5];
+    if (al_json_members(in, n, keys, f, 5) < 0) return NULL;
+    k->stream = f[0].p && slice_is(f[0], "true");
+    v = f[1];
+    if (v.p) {
         if (k->is_chat)
             k->want_logprobs = slice_is(v, "true");
         else
             k->want_logprobs = v.n && v.p[0] >= '1' && v.p[0] <= '9' && !memchr(v.p, '.', v.n);
         if (!k->want_logprobs) return NULL; /* false/null/0: to be replaced */
     }
-    if (al_json_member(in, n, "return_token_ids", &v) == 1) {
+    v = f[2];
+    if (v.p) {
         if (!slice_is(v, "true")) return NULL;
         k->want_token_ids = 1;
     }
     int need_usage = 0;
     if (k->stream) {
-        if (al_json_member(in, n, "stream_options", &so) == 1) {
+        so = f[3];
+        if (so.p) {
             if (so.n && so.p[0] == '{' && al_json_member(so.p, so.n, "include_usage", &v) == 1 &&
                 slice_is(v, "true"))
                 need_usage = 0;
@@ -1384,7 +1398,8 @@ static char *rewrite_fast(call *k, const char *in, size_t n, size_t *outlen)
             need_usage = 1;
         }
     }
-    if (al_json_member(in, n, "model", &v) == 1 && v.n >= 2 && v.p[0] == '"') {
+    v = f[4];
+    if (v.n >= 2 && v.p[0] == '"') {
         if (memchr(v.p, '\\', v.n)) return NULL;
         k->model = strndup(v.p + 1, v.n - 2);
     }
