@@ -2121,6 +2121,21 @@ static void start_llm_call(conn *c, ident *id)
     }
 }
 
+/* Admission of a reward or end span: the spool must have room and the rollout an entry.
+ * Returns the rollout, or NULL after answering the agent (503 spool full, 500 no memory). */
+static rollout_ent *control_span_admit(proxy *px, conn *c, const ident *id)
+{
+    if (al_spool_full(px->spool, 4096)) {
+        al_counter_inc(px->rejected_spool_full);
+        conn_error(c, 503, "server_error", "spool_full",
+                   "the proxy's span spool is full; retry when the broker is back");
+        return NULL;
+    }
+    rollout_ent *r = rollout_get(px, id->task, id->rollout, id->attempt);
+    if (!r) conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
+    return r;
+}
+
 /* POST .../reward: {"value": 1.0, "name": "accuracy"} or {"rewards": {"a": 1, "b": 0.5}} */
 static void handle_reward(conn *c, ident *id)
 {
@@ -2151,17 +2166,9 @@ static void handle_reward(conn *c, ident *id)
         conn_error(c, 400, "invalid_request_error", "invalid_reward", "value must be finite");
         return;
     }
-    if (al_spool_full(px->spool, 4096)) {
-        json_decref(o);
-        al_counter_inc(px->rejected_spool_full);
-        conn_error(c, 503, "server_error", "spool_full",
-                   "the proxy's span spool is full; retry when the broker is back");
-        return;
-    }
-    rollout_ent *r = rollout_get(px, id->task, id->rollout, id->attempt);
+    rollout_ent *r = control_span_admit(px, c, id);
     if (!r) {
         json_decref(o);
-        conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
         return;
     }
     json_t *seqs = json_array();
@@ -2215,17 +2222,9 @@ static void handle_end(conn *c, ident *id)
                    "\"group_size\": positive integer (optional), \"reason\": string (optional)}");
         return;
     }
-    if (al_spool_full(px->spool, 4096)) {
-        json_decref(o);
-        al_counter_inc(px->rejected_spool_full);
-        conn_error(c, 503, "server_error", "spool_full",
-                   "the proxy's span spool is full; retry when the broker is back");
-        return;
-    }
-    rollout_ent *r = rollout_get(px, id->task, id->rollout, id->attempt);
+    rollout_ent *r = control_span_admit(px, c, id);
     if (!r) {
         json_decref(o);
-        conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
         return;
     }
     al_span s;
