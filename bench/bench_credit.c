@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define PARTS 16
+#define PARTS 64
 #define TASKS_PER_PART 16
 #define GROUP 8
 #define CALLS 3
@@ -148,8 +148,8 @@ static long fill(const char *bootstrap, const char *topic, double *bytes)
 static double run_kcat(const char *bootstrap, const char *topic, long *count)
 {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "kcat -C -b %s -t %s -o beginning -e -q -f '%%o\\n'", bootstrap,
-             topic);
+    snprintf(cmd, sizeof cmd, "kcat -C -b %s -t %s -o beginning -e -q -f '%%o\\n' %s", bootstrap,
+             topic, getenv("BENCH_KCAT_ARGS") ? getenv("BENCH_KCAT_ARGS") : "");
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
     char line[64];
@@ -200,8 +200,9 @@ int main(void)
     for (int run = 0; run < 2; run++) {
         snprintf(cmd, sizeof cmd,
                  "'%s' credit --bootstrap %s --input bc.spans --output bc.tr --group bench-%d "
-                 "--group-size %d --max-spans %ld --log-level info 2>%s",
-                 al_test_bin(), b.bootstrap, run, GROUP, n, log);
+                 "--group-size %d --max-spans %ld --log-level %s 2>%s",
+                 al_test_bin(), b.bootstrap, run, GROUP, n,
+                 getenv("BENCH_LOG_LEVEL") ? getenv("BENCH_LOG_LEVEL") : "info", log);
         st |= system(cmd);
         FILE *lf = fopen(log, "r");
         char line[1024];
@@ -216,8 +217,12 @@ int main(void)
         k[run + 1] = run_kcat(b.bootstrap, "bc.spans", &kn[run + 1]);
     }
     al_test_broker_stop(&b);
+    /* BENCH_KEEP=1 keeps the last credit run's log (for ARCLIGHT_KAFKA_DEBUG=...) */
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    if (getenv("BENCH_KEEP"))
+        fprintf(stderr, "kept %s\n", log);
+    else if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
 
     int ok = st == 0;
     for (int i = 0; i < 3; i++)

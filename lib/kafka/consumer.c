@@ -25,6 +25,8 @@ struct al_consumer {
     int failed;
     char fail_reason[1024];
     int64_t last_down_log_us;
+    int wake_fetchers;     /* librdkafka < 2.2: see wake_stalled_fetchers */
+    int64_t last_wake_us;
 };
 
 /* ------------------------------------------------------------------------------------------
@@ -220,6 +222,34 @@ void al_input__delivered(al_input *in, rd_kafka_resp_err_t err, const char *reas
  * Rebalances
  * ------------------------------------------------------------------------------------------ */
 
+/* Turns BEGINNING/END into the partitions' actual offsets with one ListOffsets request per
+ * leader, before the assignment. Left to librdkafka, each partition resolves its own
+ * logical offset and starts fetching when its answer comes back; the first one to start then
+ * has the broker connection's single fetch to itself, and once it is drained that fetch waits
+ * out fetch.wait.max.ms on the mock broker while the others wait behind it (about a second
+ * of nothing, seen in bench_credit). Partitions whose lookup fails keep their logical offset. */
+static void resolve_logical_offsets(al_consumer *c, rd_kafka_topic_partition_list_t *parts)
+{
+    rd_kafka_topic_partition_list_t *q = rd_kafka_topic_partition_list_new(parts->cnt);
+    for (int i = 0; i < parts->cnt; i++) {
+        int64_t o = parts->elems[i].offset;
+        /* ListOffsets reads -2 as "earliest" and -1 as "latest" in the timestamp field */
+        if (o == RD_KAFKA_OFFSET_BEGINNING || o == RD_KAFKA_OFFSET_END)
+            rd_kafka_topic_partition_list_add(q, parts->elems[i].topic,
+                                              parts->elems[i].partition)->offset = o;
+    }
+    if (q->cnt && rd_kafka_offsets_for_times(c->rk, q, 10000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        for (int i = 0; i < q->cnt; i++) {
+            const rd_kafka_topic_partition_t *r = &q->elems[i];
+            if (r->err || r->offset < 0) continue;
+            rd_kafka_topic_partition_t *p =
+                rd_kafka_topic_partition_list_find(parts, r->topic, r->partition);
+            if (p) p->offset = r->offset;
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(q);
+}
+
 /* Gives partitions without a committed offset an explicit start (librdkafka runs with
  * auto.offset.reset=error, which would otherwise refuse them), and leaves the committed ones
  * to librdkafka, so that a committed offset that is gone raises __AUTO_OFFSET_RESET. */
@@ -249,6 +279,7 @@ static void assign_start_offsets(al_consumer *c, rd_kafka_topic_partition_list_t
         al_log_warn("kafka", "fetching committed offsets failed (%s); librdkafka retries",
                     rd_kafka_err2str(err));
     rd_kafka_topic_partition_list_destroy(committed);
+    resolve_logical_offsets(c, parts);
 }
 
 static void consumer_flush_and_commit(al_consumer *c, const char *why)
@@ -368,6 +399,7 @@ al_consumer *al_consumer_new(const al_kafka_conf *conf, const char *group, al_pr
     rd_kafka_conf_set_opaque(rc, c);
     rd_kafka_conf_set_rebalance_cb(rc, consumer_rebalance_cb);
     rd_kafka_conf_set_error_cb(rc, consumer_error_cb);
+    c->wake_fetchers = rd_kafka_version() < 0x020200ff;
     c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, rc, err, sizeof err);
     if (!c->rk) {
         al_err(errstr, errlen, "cannot create Kafka consumer: %s", err);
@@ -448,6 +480,40 @@ static void consumer_offset_gone(al_consumer *c, const rd_kafka_message_t *m)
                       topic, (int)part, (long long)want, rd_kafka_message_errstr(m));
 }
 
+/* librdkafka before 2.2 stops fetching a partition while the consumer queue is over
+ * queued.max.messages.kbytes and only looks again when its broker thread wakes up, which
+ * with nothing else to do is after a second (librdkafka issue #2879; 2.2 added
+ * fetch.queue.backoff.ms). A consumer that drains its queue faster than that then sits idle
+ * for the rest of the second with the backlog still on the broker: bench_credit lost about
+ * a second per 64 MB to it. So when a poll comes back empty while some partition is known to
+ * have more (its position is below the high watermark of the last fetch), ask that
+ * partition's leader for its offsets: the request wakes the broker thread, which then sees
+ * the queue has room and fetches. A caught-up consumer never asks. */
+static void wake_stalled_fetchers(al_consumer *c)
+{
+    int64_t now = al_mono_us();
+    if (!c->wake_fetchers || !c->nparts || now - c->last_wake_us < 20000) return;
+    c->last_wake_us = now;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)c->nparts);
+    for (size_t i = 0; i < c->nparts; i++)
+        rd_kafka_topic_partition_list_add(l, c->parts[i]->topic, c->parts[i]->partition);
+    if (rd_kafka_position(c->rk, l) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        for (int i = 0; i < l->cnt; i++) {
+            const rd_kafka_topic_partition_t *p = &l->elems[i];
+            int64_t lo, hi;
+            if (p->offset < 0 ||
+                rd_kafka_get_watermark_offsets(c->rk, p->topic, p->partition, &lo, &hi) ||
+                hi <= p->offset)
+                continue;
+            /* one leader woken is enough for now: its fetch covers all its partitions, and
+             * the next empty poll finds any other */
+            rd_kafka_query_watermark_offsets(c->rk, p->topic, p->partition, &lo, &hi, 200);
+            break;
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
 int al_consumer_poll(al_consumer *c, int timeout_ms, rd_kafka_message_t **out, char *errstr,
                      size_t errlen)
 {
@@ -502,6 +568,7 @@ int al_consumer_poll(al_consumer *c, int timeout_ms, rd_kafka_message_t **out, c
             if (!c->failed && al_mono_us() >= deadline) return 0;
             continue;
         }
+        wake_stalled_fetchers(c);
         if (al_mono_us() >= deadline) return 0;
     }
 }

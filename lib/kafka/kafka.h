@@ -243,6 +243,14 @@ int al_producer_fatal(al_producer *p, char *errstr, size_t errlen);
 /* Connects and fetches metadata within timeout_ms: 0, or -1 with "cannot reach Kafka at
  * <bootstrap>: <reason>". */
 int al_producer_check(al_producer *p, int timeout_ms, char *errstr, size_t errlen);
+/* Learns the partitions and leaders of the topics the producer will write, within
+ * timeout_ms, so that the first message is not held until librdkafka's once-a-second scan
+ * for topics it knows nothing about (up to a second of latency, and of back-pressure on a
+ * stage that consumes while it produces). Call it once before the first send. 0 when every
+ * topic has partitions; -1 with errstr naming the first topic that is missing or the broker
+ * error. The producer stays usable either way: sends still queue and wait for metadata. */
+int al_producer_prepare(al_producer *p, const char *const *topics, int timeout_ms, char *errstr,
+                        size_t errlen);
 /* The most recent broker-level error seen (connection refused, all brokers down...), with
  * the bootstrap servers named; "" when none. Copies into buf and returns buf. */
 const char *al_producer_last_error(al_producer *p, char *buf, size_t buflen);

@@ -261,6 +261,37 @@ int al_producer_check(al_producer *p, int timeout_ms, char *errstr, size_t errle
     return al_kafka_check_reachable(p->rk, timeout_ms, errstr, errlen);
 }
 
+int al_producer_prepare(al_producer *p, const char *const *topics, int timeout_ms, char *errstr,
+                        size_t errlen)
+{
+    int64_t deadline = al_mono_us() + (int64_t)timeout_ms * 1000;
+    for (const char *const *t = topics; t && *t; t++) {
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(p->rk, *t, NULL);
+        if (!rkt) {
+            al_err(errstr, errlen, "topic %s: %s", *t, rd_kafka_err2str(rd_kafka_last_error()));
+            return -1;
+        }
+        /* the answer updates the client's own view of the topic: that is the point */
+        const struct rd_kafka_metadata *md = NULL;
+        int64_t left_ms = (deadline - al_mono_us()) / 1000;
+        rd_kafka_resp_err_t err =
+            rd_kafka_metadata(p->rk, 0, rkt, &md, (int)(left_ms > 0 ? left_ms : 1));
+        int parts = -1;
+        if (!err && md && md->topic_cnt == 1) {
+            err = md->topics[0].err;
+            parts = md->topics[0].partition_cnt;
+        }
+        if (md) rd_kafka_metadata_destroy(md);
+        rd_kafka_topic_destroy(rkt);
+        if (err || parts <= 0) {
+            al_err(errstr, errlen, "metadata for topic %s: %s", *t,
+                   err ? rd_kafka_err2str(err) : "no partitions");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 const char *al_producer_last_error(al_producer *p, char *buf, size_t buflen)
 {
     if (!buflen) return buf;

@@ -779,13 +779,11 @@ int cmd_batch(int argc, char **argv)
     }
     al_producer_set_delivery_cb(w.prod, on_delivery, &w);
     {
-        /* Learn the output topic's leaders now, so that the first step is not held up by a
-         * metadata round trip (and an unreachable cluster shows here, not at the first step). */
-        rd_kafka_topic_t *rkt = rd_kafka_topic_new(al_producer_handle(w.prod), o.output_topic, NULL);
-        const struct rd_kafka_metadata *md = NULL;
-        if (rkt && rd_kafka_metadata(al_producer_handle(w.prod), 0, rkt, &md, 10000) == 0)
-            rd_kafka_metadata_destroy(md);
-        if (rkt) rd_kafka_topic_destroy(rkt);
+        /* Learn the output topic's leaders now, so that the first step is not held up by
+         * metadata (and an unreachable cluster shows here, not at the first step). */
+        const char *outs[] = {o.output_topic, NULL};
+        if (al_producer_prepare(w.prod, outs, 10000, err, sizeof err) != 0)
+            al_log_warn(COMP, "%s (sending anyway; messages wait for it)", err);
     }
     if (!(w.cons = al_consumer_new(kc, o.group, w.prod, err, sizeof err))) {
         al_log_error(COMP, "%s", err);

@@ -2844,6 +2844,13 @@ int cmd_proxy(int argc, char **argv)
         al_log_error(COMP, "%s", err);
         goto out;
     }
+    {
+        /* the first spans should not wait a second for librdkafka to notice the topic; a
+         * broker that is down only costs this second here (spans spool meanwhile) */
+        const char *outs[] = {cf->topic, NULL};
+        if (al_producer_prepare(producer, outs, 1000, err, sizeof err) != 0)
+            al_log_warn(COMP, "%s (spans spool until Kafka answers)", err);
+    }
     px->spool = al_spool_open(cf->spool_dir, cf->spool_max, cf->fsync_mode, producer, cf->topic,
                               err, sizeof err);
     if (!px->spool) {

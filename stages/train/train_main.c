@@ -781,6 +781,11 @@ int cmd_train(int argc, char **argv)
         goto out;
     }
     al_producer_set_delivery_cb(w.prod, on_delivery, &w);
+    {
+        const char *outs[] = {o.policy_topic, NULL};
+        if (al_producer_prepare(w.prod, outs, 10000, err, sizeof err) != 0)
+            al_log_warn(COMP, "%s (sending anyway; messages wait for it)", err);
+    }
     if (o.resume) {
         int r = resume(&w, err, sizeof err);
         if (r < 0) {
