@@ -387,6 +387,95 @@ TEST(error_classes)
                  AL_KAFKA_ERRCLASS_FATAL);
 }
 
+TEST(prepare_learns_output_topics_or_names_the_problem)
+{
+    char errstr[512];
+    ensure_broker();
+    REQUIRE(broker_ok);
+    al_kafka_conf *c = conf_for(broker.bootstrap);
+    al_producer *p = al_producer_new(c, errstr, sizeof errstr);
+    al_kafka_conf_free(c);
+    REQUIREF(p, "%s", errstr);
+    const char *topics[] = {"t0202.acks", "t0202.prepared", NULL};
+    CHECKF(al_producer_prepare(p, topics, 10000, errstr, sizeof errstr) == 0, "%s", errstr);
+    static dr_log log;
+    memset(&log, 0, sizeof log);
+    al_producer_set_delivery_cb(p, on_delivery, &log);
+    CHECK_EQ_INT(al_producer_send(p, "t0202.prepared", "k", 1, "v", 1, NULL, (void *)0), 0);
+    CHECKF(al_producer_flush(p, 10000, errstr, sizeof errstr) == 0, "%s", errstr);
+    CHECK_EQ_INT(log.failed, 0);
+    al_producer_free(p);
+
+    c = conf_for("127.0.0.1:1");
+    p = al_producer_new(c, errstr, sizeof errstr);
+    al_kafka_conf_free(c);
+    REQUIREF(p, "%s", errstr);
+    double t0 = testlib_now();
+    CHECK(al_producer_prepare(p, topics, 1000, errstr, sizeof errstr) == -1);
+    CHECKF(strstr(errstr, "metadata for topic t0202.acks") != NULL, "prepare: %s", errstr);
+    CHECKF(testlib_now() - t0 < 5, "prepare took %.1f s with a 1 s budget", testlib_now() - t0);
+    al_producer_free(p);
+}
+
+/* librdkafka 2.0 stops fetching while the consumer queue is over queued.max.messages.kbytes
+ * and, left alone, looks again only when its broker thread wakes, up to a second later. Here
+ * 16 MB wait behind a 32 KB queue in 64 fetches: left alone that took 49 s on the machine this
+ * was written on, with the consumer wrapper waking the fetcher 0.85 s. A liveness check (the
+ * consumer never idles with a backlog) with a wide margin either way, not a speed target. */
+TEST(consumer_keeps_fetching_when_its_queue_fills)
+{
+    char errstr[512];
+    ensure_broker();
+    REQUIRE(broker_ok);
+    al_kafka_conf *c = conf_for(broker.bootstrap);
+    /* message sets of 4 messages: the embedded broker answers a fetch with one set per
+     * partition, so this makes 64 fetches of 256 KB (4 partitions x 64 KB) */
+    al_kafka_conf_set(c, "batch.num.messages", "4");
+    al_producer *p = al_producer_new(c, errstr, sizeof errstr);
+    REQUIREF(p, "%s", errstr);
+    al_kafka_conf_set(c, "batch.num.messages", "10000");
+    enum { PARTS = 4, PER_PART = 256, SIZE = 16 * 1024 };
+    static char value[SIZE];
+    memset(value, 'x', sizeof value);
+    for (int part = 0; part < PARTS; part++)
+        for (int i = 0; i < PER_PART; i++) {
+            snprintf(value, 32, "p%d-%d|", part, i);
+            al_kafka_out o = {.topic = "t0202.backlog", .partition = part, .value = value,
+                              .len = sizeof value};
+            REQUIRE(al_producer_produce(p, &o) == 0);
+        }
+    CHECKF(al_producer_flush(p, 30000, errstr, sizeof errstr) == 0, "%s", errstr);
+    al_producer_free(p);
+
+    al_kafka_conf_set(c, "queued.max.messages.kbytes", "32");
+    al_kafka_conf_set(c, "max.partition.fetch.bytes", "65536");
+    al_kafka_conf_set(c, "fetch.max.bytes", "1048576");
+    al_kafka_conf_set(c, "message.max.bytes", "1048576");
+    al_consumer *cons = al_consumer_new(c, "t0202-backlog", NULL, errstr, sizeof errstr);
+    al_kafka_conf_free(c);
+    REQUIREF(cons, "%s", errstr);
+    const char *topics[] = {"t0202.backlog"};
+    REQUIRE(al_consumer_subscribe(cons, topics, 1, errstr, sizeof errstr) == 0);
+    int got = 0;
+    double first = 0, t0 = testlib_now();
+    while (got < PARTS * PER_PART && testlib_now() - t0 < 60) {
+        rd_kafka_message_t *m;
+        int r = al_consumer_poll(cons, 100, &m, errstr, sizeof errstr);
+        REQUIREF(r >= 0, "poll: %s", errstr);
+        if (r == 0) continue;
+        if (!m->err && m->len == SIZE) {
+            if (!got) first = testlib_now();
+            got++;
+        }
+        al_consumer_input_skip(cons, m);
+        rd_kafka_message_destroy(m);
+    }
+    double secs = testlib_now() - first;
+    CHECK_EQ_INT(got, PARTS * PER_PART);
+    CHECKF(secs < 16, "16 MB through a 32 KB queue took %.1f s: the fetcher idled", secs);
+    al_consumer_free(cons);
+}
+
 TEST(zz_stop_broker)
 {
     if (broker_ok) CHECK_EQ_INT(al_test_broker_stop(&broker), 0);
