@@ -2,12 +2,12 @@
  * arclight proxy: the capture proxy between an unchanged agent and an OpenAI-compatible
  * model server (issue 3).
  *
- * One thread runs one libevent loop: inbound HTTP/1.1 on bufferevents (http1.c parses the
- * head), and the upstream calls through libcurl's multi-socket interface driven by the same
- * loop (curl's hiperfifo wiring; per-transfer state in CURLOPT_PRIVATE; curl's connection
- * cache keeps upstream connections alive). Each call's span is encoded and appended to the
- * on-disk spool (spool.c), whose own thread publishes to Kafka: agent traffic never waits
- * for the broker.
+ * One thread runs one libevent loop: inbound HTTP/1.1 on plain socket events (http1.c parses
+ * the head; answers leave at the end of the loop turn, after the turn's spans are spooled),
+ * and the upstream calls through the proxy's own keep-alive client (upstream.c) or libcurl's
+ * multi-socket interface driven by the same loop (curl's hiperfifo wiring; per-transfer state
+ * in CURLOPT_PRIVATE). Each call's span is encoded and appended to the on-disk spool
+ * (spool.c), whose own thread publishes to Kafka: agent traffic never waits for the broker.
  *
  * Routes (every path also under /r/{task}/{rollout}):
  *   POST /v1/chat/completions, POST /v1/completions   forwarded and captured
@@ -154,9 +154,11 @@ typedef struct proxy {
     int64_t drain_deadline_mono;
     uint64_t rng;
     al_buf enc;
-    CURL *easy_pool[256];   /* finished handles, reset and reused (saves their setup) */
-    al_upc_pool *upc;       /* own keep-alive client for plain http:// upstreams */
-    struct event *flush_ev; /* the spool's write of this loop turn's spans */
+    CURL *easy_pool[256];             /* finished handles, reset and reused (saves their setup) */
+    al_upc_pool *upc;                 /* own keep-alive client for plain http:// upstreams */
+    struct event *flush_ev;           /* the spool's write of this loop turn's spans */
+    struct event *out_ev;             /* the turn's answers (conn_flush_turn), after its spans */
+    conn *wq_head, *wq_tail, *wbatch; /* connections with answers to write this turn */
     /* the state file: sequence numbers and session keys that outlive a restart */
     char state_path[4200];
     int state_fd;
@@ -294,13 +296,27 @@ static void count_request(proxy *px, int route, int status)
 
 enum { C_READ, C_BUSY, C_STREAM, C_WRITING };
 
+/* An agent's connection. Its socket is read and written directly rather than through a
+ * bufferevent: the read event stays registered for the connection's whole life, and an
+ * answer is written at the end of the loop turn that produced it (conn_flush_turn), after
+ * that turn's spans are on disk; only an answer the socket cannot take at once waits for
+ * EPOLLOUT. Per call this saves the epoll_ctl pair of a bufferevent's write enable/disable
+ * and the FIONREAD ioctl it makes before every read. */
 struct conn {
     proxy *px;
-    struct bufferevent *bev;
+    int fd;
+    struct event *rev; /* readable; registered while `reading` */
+    struct event *wev; /* writable; registered only while an answer is blocked */
+    struct event *tev; /* the read timeout (C_READ) or the write timeout (blocked answer) */
+    struct evbuffer *in, *out;
     int state;
     int keep_alive;
     int sent_continue;
-    char *req; /* head + body of the current request (owned) */
+    int reading;       /* rev is registered */
+    int no_read;       /* reading stopped for good: a malformed request is being answered */
+    int queued;        /* on px->wq or the batch conn_flush_turn is writing */
+    int write_blocked; /* wev is registered */
+    char *req;         /* head + body of the current request (owned) */
     size_t req_len;
     al_http1_head head;
     al_slice body;
@@ -308,9 +324,10 @@ struct conn {
     int64_t t0_mono, start_us;
     call *call;
     conn *prev, *next;
+    conn *wprev, *wnext; /* the write queue */
 };
 
-static void conn_read_cb(struct bufferevent *bev, void *arg);
+static void conn_read_cb(conn *c);
 static void conn_free(conn *c);
 
 static void conn_finish_request(conn *c)
@@ -320,24 +337,60 @@ static void conn_finish_request(conn *c)
     c->req_len = 0;
 }
 
-/* The output buffer, with writing enabled (conn_write_now turns it off when it could write
- * everything itself). */
-static struct evbuffer *conn_out(conn *c)
+/* Reading on or off (an epoll_ctl each way; only at the read-ahead bound and on errors). */
+static void conn_reading(conn *c, int on)
 {
-    bufferevent_enable(c->bev, EV_WRITE);
-    return bufferevent_get_output(c->bev);
+    if (on && c->no_read) return;
+    if (on == c->reading) return;
+    c->reading = on;
+    if (on)
+        event_add(c->rev, NULL);
+    else
+        event_del(c->rev);
 }
 
-/* A finished answer leaves on EPOLLOUT, from libevent's write callback (back to reading, or
- * close). Writing it here instead saves an epoll_ctl pair per call, but a socket bufferevent
- * keeps its output frozen outside its own write callback (evbuffer_write fails on it, which
- * made an earlier version of this function a silent no-op), and thawing it for the write
- * measured ~3 % fewer calls/s at 64 connections on the 2-core bench machine: answers that
- * leave in one burst per loop turn wake the load generator less often. So the answer waits
- * for EPOLLOUT; this is the one place to change that. */
-static void conn_write_now(conn *c)
+/* Stops reading for good: what follows a malformed request cannot be trusted. */
+static void conn_stop_reading(conn *c)
 {
-    (void)c;
+    conn_reading(c, 0);
+    c->no_read = 1;
+}
+
+/* The output buffer; the connection is queued to be written at the end of this turn. */
+static struct evbuffer *conn_out(conn *c)
+{
+    proxy *px = c->px;
+    if (!c->queued) {
+        c->queued = 1;
+        c->wnext = NULL;
+        c->wprev = px->wq_tail;
+        if (px->wq_tail)
+            px->wq_tail->wnext = c;
+        else
+            px->wq_head = c;
+        px->wq_tail = c;
+        if (!c->wprev) event_active(px->out_ev, EV_TIMEOUT, 1);
+    }
+    return c->out;
+}
+
+/* Takes c off the write queue or off the batch being written. */
+static void conn_unqueue(conn *c)
+{
+    proxy *px = c->px;
+    if (!c->queued) return;
+    if (c->wprev)
+        c->wprev->wnext = c->wnext;
+    else if (px->wbatch == c)
+        px->wbatch = c->wnext;
+    else if (px->wq_head == c)
+        px->wq_head = c->wnext;
+    if (c->wnext)
+        c->wnext->wprev = c->wprev;
+    else if (px->wq_tail == c)
+        px->wq_tail = c->wprev;
+    c->wprev = c->wnext = NULL;
+    c->queued = 0;
 }
 
 /* Writes a whole response (head + body). The connection goes back to reading when it is
@@ -356,7 +409,6 @@ static void conn_reply(conn *c, int status, const char *ctype, const char *extra
     c->state = C_WRITING;
     count_request(px, c->route, status);
     conn_finish_request(c);
-    conn_write_now(c);
 }
 
 static void conn_error(conn *c, int status, const char *type, const char *code, const char *fmt,
@@ -406,21 +458,25 @@ static void conn_stream_end(conn *c)
     evbuffer_add(conn_out(c), "0\r\n\r\n", 5);
     c->state = C_WRITING;
     conn_finish_request(c);
-    conn_write_now(c);
 }
 
 /* Reading stays enabled for the connection's whole life (no epoll_ctl per request, and an
- * agent that hangs up mid-call is noticed); only the read timeout is lifted while a call is
- * with the upstream, which may take minutes. */
+ * agent that hangs up mid-call is noticed); the read timeout runs only while a request is
+ * awaited, since a call with the upstream may take minutes. A blocked answer has its own
+ * (write) timeout. */
 static void conn_timeouts(conn *c, int reading)
 {
     struct timeval to = {c->px->cfg.client_timeout_s, 0};
-    bufferevent_set_timeouts(c->bev, reading ? &to : NULL, &to);
+    if (reading || c->write_blocked)
+        evtimer_add(c->tev, &to);
+    else
+        evtimer_del(c->tev);
 }
 
-static void conn_write_cb(struct bufferevent *bev, void *arg)
+/* Everything queued has left: a paused stream goes on, a finished answer goes back to
+ * reading (or closes). May free c. */
+static void conn_written(conn *c)
 {
-    conn *c = arg;
     if (c->state == C_STREAM && c->call && call_resume(c->call)) return;
     if (c->state != C_WRITING) return;
     if (!c->keep_alive) {
@@ -429,34 +485,126 @@ static void conn_write_cb(struct bufferevent *bev, void *arg)
     }
     c->state = C_READ;
     conn_timeouts(c, 1);
-    if (evbuffer_get_length(bufferevent_get_input(bev))) conn_read_cb(bev, c);
+    if (evbuffer_get_length(c->in)) conn_read_cb(c);
+}
+
+/* Writes what is queued; what the socket does not take waits for EPOLLOUT (with the write
+ * timeout). A dead agent's connection is freed. May free c. */
+static void conn_try_write(conn *c)
+{
+    while (evbuffer_get_length(c->out)) {
+        int n = evbuffer_write(c->out, c->fd);
+        if (n > 0) continue;
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0 || errno == EAGAIN || errno == EWOULDBLOCK) {
+            if (!c->write_blocked) {
+                c->write_blocked = 1;
+                event_add(c->wev, NULL);
+                conn_timeouts(c, 0);
+            }
+            return;
+        }
+        conn_free(c);
+        return;
+    }
+    if (c->write_blocked) {
+        c->write_blocked = 0;
+        event_del(c->wev);
+        conn_timeouts(c, c->state == C_READ);
+    }
+    conn_written(c);
+}
+
+static void conn_on_write(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    conn_try_write(arg);
+}
+
+/* The end of a loop turn's work: this turn's spans go to disk first (an answer never
+ * leaves before its span is in the spool), then every queued answer is written, one
+ * writev each. Connections queued meanwhile (a pipelined request answered at once) are
+ * written by the next run of this event, after their spans. */
+static void spool_flush_cb(evutil_socket_t fd, short what, void *arg);
+static void conn_flush_turn(evutil_socket_t fd, short what, void *arg)
+{
+    proxy *px = arg;
+    spool_flush_cb(fd, what, px);
+    px->wbatch = px->wq_head;
+    px->wq_head = px->wq_tail = NULL;
+    conn *c;
+    while ((c = px->wbatch)) {
+        px->wbatch = c->wnext;
+        if (px->wbatch) px->wbatch->wprev = NULL;
+        c->wprev = c->wnext = NULL;
+        c->queued = 0;
+        conn_try_write(c);
+    }
 }
 
 static void call_detach(call *k);
 
-static void conn_event_cb(struct bufferevent *bev, short what, void *arg)
+/* The read timeout (a request that never completed gets a 408, like nginx's) or the write
+ * timeout (an agent that does not read its answer). */
+static void conn_on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     conn *c = arg;
-    (void)bev;
-    if (what & BEV_EVENT_TIMEOUT) {
-        if (c->state == C_READ && c->req_len == 0 &&
-            evbuffer_get_length(bufferevent_get_input(c->bev)) > 0) {
-            /* a request that never completed: tell the client, like nginx's 408 */
-            c->keep_alive = 0;
-            c->route = R_OTHER;
-            conn_error(c, 408, "invalid_request_error", "request_timeout",
-                       "the request was not received in time");
-            bufferevent_disable(c->bev, EV_READ);
+    (void)fd;
+    (void)what;
+    if (!c->write_blocked && c->state == C_READ && c->req_len == 0 &&
+        evbuffer_get_length(c->in) > 0) {
+        c->keep_alive = 0;
+        c->route = R_OTHER;
+        conn_error(c, 408, "invalid_request_error", "request_timeout",
+                   "the request was not received in time");
+        conn_stop_reading(c);
+        return;
+    }
+    if (!c->write_blocked && c->state != C_READ) return; /* with the upstream: no timeout */
+    conn_free(c);
+}
+
+/* Bytes from the agent (at most one request's worth ahead: beyond max_head + max_body +
+ * 64 KiB reading pauses until a request is taken). End of stream or a reset frees the
+ * connection; a call in flight goes on for its span. */
+static void conn_on_read(evutil_socket_t fd, short what, void *arg)
+{
+    conn *c = arg;
+    proxy *px = c->px;
+    (void)what;
+    size_t hiwat = px->cfg.max_head + px->cfg.max_body + 65536;
+    for (;;) {
+        struct evbuffer_iovec v;
+        if (evbuffer_reserve_space(c->in, 8192, &v, 1) < 1) {
+            conn_free(c);
             return;
         }
+        ssize_t n = read(fd, v.iov_base, v.iov_len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (n <= 0) {
+            conn_free(c);
+            return;
+        }
+        size_t room = v.iov_len;
+        v.iov_len = (size_t)n;
+        evbuffer_commit_space(c->in, &v, 1);
+        if (evbuffer_get_length(c->in) >= hiwat) {
+            conn_reading(c, 0);
+            break;
+        }
+        if ((size_t)n < room) break;
     }
-    conn_free(c);
+    if (c->state == C_READ) conn_timeouts(c, 1);
+    conn_read_cb(c);
 }
 
 static void conn_free(conn *c)
 {
     proxy *px = c->px;
     if (c->call) call_detach(c->call);
+    conn_unqueue(c);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -464,7 +612,12 @@ static void conn_free(conn *c)
     if (c->next) c->next->prev = c->prev;
     px->nconns--;
     al_gauge_set(px->g_conns, px->nconns);
-    bufferevent_free(c->bev);
+    event_free(c->rev);
+    event_free(c->wev);
+    event_free(c->tev);
+    evbuffer_free(c->in);
+    evbuffer_free(c->out);
+    evutil_closesocket(c->fd);
     free(c->req);
     free(c);
 }
@@ -474,12 +627,11 @@ static void dispatch(conn *c);
 /* Reads one request: the head (within the header limits), then Content-Length bytes of body
  * (within the body limit). Anything malformed is answered with its 4xx and the connection
  * is closed, since the rest of the stream cannot be trusted. */
-static void conn_read_cb(struct bufferevent *bev, void *arg)
+static void conn_read_cb(conn *c)
 {
-    conn *c = arg;
     proxy *px = c->px;
-    if (c->state != C_READ) return;
-    struct evbuffer *in = bufferevent_get_input(bev);
+    if (c->state != C_READ || c->no_read) return;
+    struct evbuffer *in = c->in;
     size_t len = evbuffer_get_length(in);
     if (!len) return;
     size_t look = len < px->cfg.max_head ? len : px->cfg.max_head;
@@ -491,7 +643,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
     c->route = R_OTHER;
     if (hl < 0) {
         c->keep_alive = 0;
-        bufferevent_disable(bev, EV_READ);
+        conn_stop_reading(c);
         conn_error(c, -hl, "invalid_request_error",
                    -hl == 431 ? "headers_too_large" : "bad_request", "%s", err);
         return;
@@ -499,7 +651,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
     c->keep_alive = c->head.keep_alive;
     if (c->head.chunked) {
         c->keep_alive = 0;
-        bufferevent_disable(bev, EV_READ);
+        conn_stop_reading(c);
         conn_error(c, 411, "invalid_request_error", "length_required",
                    "chunked request bodies are not accepted; send Content-Length");
         return;
@@ -507,7 +659,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
     int64_t cl = c->head.content_length < 0 ? 0 : c->head.content_length;
     if ((uint64_t)cl > px->cfg.max_body) {
         c->keep_alive = 0;
-        bufferevent_disable(bev, EV_READ);
+        conn_stop_reading(c);
         conn_error(c, 413, "invalid_request_error", "request_too_large",
                    "request body of %" PRId64 " bytes is larger than the limit of %zu bytes", cl,
                    px->cfg.max_body);
@@ -531,6 +683,7 @@ static void conn_read_cb(struct bufferevent *bev, void *arg)
     }
     evbuffer_remove(in, c->req, c->req_len);
     c->req[c->req_len] = '\0';
+    if (!c->reading) conn_reading(c, 1); /* below the read-ahead bound again */
     /* re-parse on our own copy so that the slices outlive the input buffer */
     al_http1_parse_head(c->req, (size_t)hl, &lim, &c->head, err, sizeof err);
     c->body = (al_slice){c->req + hl, (size_t)cl};
@@ -563,14 +716,25 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    evutil_make_socket_nonblocking(fd);
     conn *c = calloc(1, sizeof *c);
     if (!c) {
         evutil_closesocket(fd);
         return;
     }
     c->px = px;
-    c->bev = bufferevent_socket_new(px->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (!c->bev) {
+    c->fd = fd;
+    c->rev = event_new(px->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
+    c->wev = event_new(px->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
+    c->tev = evtimer_new(px->base, conn_on_timeout, c);
+    c->in = evbuffer_new();
+    c->out = evbuffer_new();
+    if (!c->rev || !c->wev || !c->tev || !c->in || !c->out) {
+        if (c->rev) event_free(c->rev);
+        if (c->wev) event_free(c->wev);
+        if (c->tev) event_free(c->tev);
+        if (c->in) evbuffer_free(c->in);
+        if (c->out) evbuffer_free(c->out);
         evutil_closesocket(fd);
         free(c);
         return;
@@ -581,11 +745,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     px->nconns++;
     al_gauge_set(px->g_conns, px->nconns);
     conn_timeouts(c, 1);
-    /* at most one request's worth is buffered ahead (pipelining, or bytes sent while a
-     * call is in flight); beyond it libevent stops reading until we catch up */
-    bufferevent_setwatermark(c->bev, EV_READ, 0, px->cfg.max_head + px->cfg.max_body + 65536);
-    bufferevent_setcb(c->bev, conn_read_cb, conn_write_cb, conn_event_cb, c);
-    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    conn_reading(c, 1);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -977,8 +1137,8 @@ static void span_init(proxy *px, al_span *s, const ident *id, int64_t seq, const
 }
 
 /* Writes the spans this loop turn appended as one write (it runs after the turn's other
- * callbacks, and before their answers leave on EPOLLOUT). Spans the disk did not take are
- * logged and counted as failed. */
+ * callbacks, and before their answers leave: conn_flush_turn calls it first). Spans the disk did
+ * not take are logged and counted as failed. */
 static void spool_flush(proxy *px)
 {
     if (!px->spool_pending) return;
@@ -1556,8 +1716,7 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud)
     size_t n = size * nmemb;
     /* back-pressure: with 1 MiB of a stream waiting for the agent, pause the upstream
      * transfer (curl hands the same bytes again on resume, from conn_write_cb) */
-    if (k->headers_sent && k->c &&
-        evbuffer_get_length(bufferevent_get_output(k->c->bev)) > (1u << 20)) {
+    if (k->headers_sent && k->c && evbuffer_get_length(k->c->out) > (1u << 20)) {
         if (!k->paused)
             al_log_debug(COMP,
                          "rollout %s: the agent reads slower than the upstream writes; "
@@ -2476,8 +2635,7 @@ static void drain_check(evutil_socket_t fd, short what, void *arg)
      * writing closes itself once written, since draining turns keep-alive off) */
     int writing = 0;
     for (conn *c = px->conns; c; c = c->next)
-        if (c->state != C_READ || evbuffer_get_length(bufferevent_get_output(c->bev)) > 0)
-            writing++;
+        if (c->state != C_READ || evbuffer_get_length(c->out) > 0) writing++;
     if ((px->inflight == 0 && writing == 0) || al_mono_us() >= px->drain_deadline_mono) {
         if (px->inflight)
             al_log_warn(COMP, "drain timeout: %d calls still in flight are cut off", px->inflight);
@@ -2965,7 +3123,8 @@ int cmd_proxy(int argc, char **argv)
     px->sweep_timer = event_new(px->base, -1, EV_PERSIST, sweep_cb, px);
     event_add(px->sweep_timer, &sweep);
     px->flush_ev = event_new(px->base, -1, 0, spool_flush_cb, px);
-    if (!px->sweep_timer || !px->flush_ev) {
+    px->out_ev = event_new(px->base, -1, 0, conn_flush_turn, px);
+    if (!px->sweep_timer || !px->flush_ev || !px->out_ev) {
         al_log_error(COMP, "out of memory");
         goto out;
     }
@@ -3012,6 +3171,7 @@ out:
     if (px->drain_timer) event_free(px->drain_timer);
     if (px->sweep_timer) event_free(px->sweep_timer);
     if (px->flush_ev) event_free(px->flush_ev);
+    if (px->out_ev) event_free(px->out_ev);
     if (px->state_fd >= 0) close(px->state_fd);
     al_buf_free(&px->state_pend);
     free(px->dirty);
