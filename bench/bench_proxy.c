@@ -7,9 +7,20 @@
  *   arclight   wrk -> arclight proxy (capture on: token ids + logprobs asked, stripped,
  *              one span per call through the spool to the embedded broker)
  * and prints requests/s, p50/p99 and what each proxy adds to the direct p50/p99, with
- * arclight's throughput as a ratio of nginx's.
+ * arclight's throughput as a ratio of nginx's, and the CPU each side spent per request
+ * (upstream, proxy, broker): on a small machine everything shares the same cores, so a
+ * side that costs more CPU per request slows the others.
  *
- *   build/bench_proxy [--duration S] [--connections N] [--threads T] [--proxy-arg ARG]...
+ * The upstream (--upstream): `fixed` (default) answers every chat completion with the same
+ * bytes from one epoll thread: the body tests/fake_upstream.c gives for this request, taken
+ * once at start, with token ids and logprobs when the request asks for them (arclight's
+ * capture does) and without otherwise, so both answers cost the upstream the same few
+ * syscalls. `test` is tests/fake_upstream.c itself, which builds each answer with jansson
+ * and so spends ~35 % more CPU on a capture request than on a plain one, CPU that on a
+ * 2-core machine comes out of the proxy's share.
+ *
+ *   build/bench_proxy [--duration S] [--connections N] [--threads T] [--upstream fixed|test]
+ *                     [--proxy-arg ARG]...
  * Needs wrk and nginx on PATH and the arclight binary ($ARCLIGHT_BIN, else
  * ./build/arclight).
  */
@@ -17,14 +28,20 @@
 #include "broker_fixture.h"
 #include "fake_upstream.h"
 
+#include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 typedef struct wrk_result {
-    double rps, p50_ms, p99_ms;
+    double rps, p50_ms, p99_ms, requests;
     long non2xx;
+    double cpu_up, cpu_px, cpu_bk; /* CPU µs per request: upstream, proxy, broker */
 } wrk_result;
 
 static double to_ms(const char *v)
@@ -55,8 +72,268 @@ static int run_wrk(const char *url, const char *lua, int threads, int conns, int
             r->rps = atof(a);
         else if (sscanf(line, " Non-2xx or 3xx responses: %63s", b) == 1)
             r->non2xx = atol(b);
+        else if (strstr(line, " requests in "))
+            r->requests = atof(line);
     }
     return pclose(f) == 0 && r->rps > 0 ? 0 : -1;
+}
+
+/* ---- the fixed-answer upstream ---------------------------------------------------------- */
+
+typedef struct fx_conn {
+    int fd;
+    size_t len;
+    char buf[16384];
+} fx_conn;
+
+typedef struct fixed_up {
+    int lfd, epfd, stopfd, port;
+    pthread_t th;
+    char *plain, *capture; /* whole HTTP responses */
+    size_t plain_len, capture_len;
+} fixed_up;
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EAGAIN) {
+            struct pollfd pf = {fd, POLLOUT, 0};
+            poll(&pf, 1, 1000);
+            continue;
+        }
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Answers every whole request in c->buf; -1 when the connection is to close. */
+static int fx_serve(fixed_up *u, fx_conn *c)
+{
+    size_t off = 0;
+    for (;;) {
+        char *p = c->buf + off;
+        size_t n = c->len - off;
+        char *e = memmem(p, n, "\r\n\r\n", 4);
+        if (!e) break;
+        size_t hl = (size_t)(e - p) + 4, cl = 0;
+        for (char *h = p; h < e; h++)
+            if ((*h == 'C' || *h == 'c') && !strncasecmp(h, "content-length:", 15)) {
+                cl = strtoul(h + 15, NULL, 10);
+                break;
+            }
+        if (hl + cl > sizeof c->buf) return -1;
+        if (n < hl + cl) break;
+        int cap = memmem(p + hl, cl, "\"return_token_ids\"", 18) != NULL;
+        if (write_all(c->fd, cap ? u->capture : u->plain, cap ? u->capture_len : u->plain_len))
+            return -1;
+        off += hl + cl;
+    }
+    memmove(c->buf, c->buf + off, c->len - off);
+    c->len -= off;
+    return 0;
+}
+
+static void *fx_main(void *arg)
+{
+    fixed_up *u = arg;
+    struct epoll_event evs[64];
+    for (;;) {
+        int n = epoll_wait(u->epfd, evs, 64, -1);
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.ptr == NULL) { /* the listener */
+                int fd = accept4(u->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd < 0) continue;
+                int one = 1;
+                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                fx_conn *c = calloc(1, sizeof *c);
+                c->fd = fd;
+                struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+                epoll_ctl(u->epfd, EPOLL_CTL_ADD, fd, &ev);
+                continue;
+            }
+            if (evs[i].data.ptr == (void *)u) return NULL; /* stop */
+            fx_conn *c = evs[i].data.ptr;
+            ssize_t r = read(c->fd, c->buf + c->len, sizeof c->buf - c->len);
+            if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+            if (r <= 0 || (c->len += (size_t)r, fx_serve(u, c) != 0)) {
+                epoll_ctl(u->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+                close(c->fd);
+                free(c);
+            }
+        }
+    }
+}
+
+/* One HTTP exchange with the test upstream; the response body (malloc'ed) or NULL. */
+static char *fetch_body(int port, const char *body)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    if (connect(fd, (struct sockaddr *)&sin, sizeof sin) != 0) {
+        close(fd);
+        return NULL;
+    }
+    char req[1024];
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
+    if (write_all(fd, req, (size_t)n)) {
+        close(fd);
+        return NULL;
+    }
+    size_t cap = 65536, len = 0;
+    char *buf = malloc(cap);
+    ssize_t r;
+    while (len + 1 < cap && (r = read(fd, buf + len, cap - 1 - len)) > 0)
+        len += (size_t)r;
+    close(fd);
+    buf[len] = '\0';
+    char *b = strstr(buf, "\r\n\r\n");
+    if (strncmp(buf, "HTTP/1.1 200", 12) || !b) {
+        free(buf);
+        return NULL;
+    }
+    char *out = strdup(b + 4);
+    free(buf);
+    return out;
+}
+
+static char *http_answer(const char *body, size_t *len)
+{
+    size_t bl = strlen(body), cap = bl + 128;
+    char *r = malloc(cap);
+    *len = (size_t)snprintf(r, cap,
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                            "Content-Length: %zu\r\n\r\n%s",
+                            bl, body);
+    return r;
+}
+
+/* Starts the fixed-answer upstream with the answers the test upstream on test_port gives
+ * to the bench's request, plain and with capture's additions. NULL on failure. */
+static fixed_up *fixed_up_start(int test_port)
+{
+    static const char plain_req[] =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"What is 2+2?\"}]}";
+    static const char capture_req[] =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"What is "
+        "2+2?\"}],\"return_token_ids\":true,\"logprobs\":true}";
+    char *pb = fetch_body(test_port, plain_req), *cb = fetch_body(test_port, capture_req);
+    if (!pb || !cb || !strstr(cb, "\"token_ids\"")) {
+        fprintf(stderr, "bench_proxy: no answers from the test upstream\n");
+        free(pb);
+        free(cb);
+        return NULL;
+    }
+    fixed_up *u = calloc(1, sizeof *u);
+    u->plain = http_answer(pb, &u->plain_len);
+    u->capture = http_answer(cb, &u->capture_len);
+    free(pb);
+    free(cb);
+    u->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(u->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    socklen_t sl = sizeof sin;
+    if (bind(u->lfd, (struct sockaddr *)&sin, sizeof sin) || listen(u->lfd, 1024) ||
+        getsockname(u->lfd, (struct sockaddr *)&sin, &sl)) {
+        perror("bench_proxy: fixed upstream");
+        return NULL;
+    }
+    u->port = ntohs(sin.sin_port);
+    u->epfd = epoll_create1(EPOLL_CLOEXEC);
+    u->stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    epoll_ctl(u->epfd, EPOLL_CTL_ADD, u->lfd, &ev);
+    ev.data.ptr = u;
+    epoll_ctl(u->epfd, EPOLL_CTL_ADD, u->stopfd, &ev);
+    pthread_create(&u->th, NULL, fx_main, u);
+    return u;
+}
+
+/* Stops the thread; its connections' memory goes with the process. */
+static void fixed_up_stop(fixed_up *u)
+{
+    if (!u) return;
+    uint64_t one = 1;
+    if (write(u->stopfd, &one, sizeof one)) {
+    }
+    pthread_join(u->th, NULL);
+    close(u->lfd);
+    close(u->epfd);
+    close(u->stopfd);
+    free(u->plain);
+    free(u->capture);
+    free(u);
+}
+
+/* ---- CPU accounting -------------------------------------------------------------------- */
+
+/* CPU seconds (user + system) of a process, from /proc; 0 when it is gone. */
+static double proc_cpu(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return 0;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double self_cpu(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
+}
+
+/* nginx's worker: the master's child. */
+static pid_t child_of(pid_t pid)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    int c = 0;
+    if (f) {
+        if (fscanf(f, "%d", &c) != 1) c = 0;
+        fclose(f);
+    }
+    return (pid_t)c;
+}
+
+typedef struct cpu_probe {
+    pid_t proxy, broker; /* 0: none */
+    double t_up, t_proxy, t_broker;
+} cpu_probe;
+
+static void probe_start(cpu_probe *p)
+{
+    p->t_up = self_cpu();
+    p->t_proxy = p->proxy ? proc_cpu(p->proxy) : 0;
+    p->t_broker = p->broker ? proc_cpu(p->broker) : 0;
+}
+
+/* Microseconds of CPU per request since probe_start, into r. */
+static void probe_end(const cpu_probe *p, double requests, double *up, double *px, double *bk)
+{
+    double k = requests > 0 ? 1e6 / requests : 0;
+    *up = (self_cpu() - p->t_up) * k;
+    *px = p->proxy ? (proc_cpu(p->proxy) - p->t_proxy) * k : 0;
+    *bk = p->broker ? (proc_cpu(p->broker) - p->t_broker) * k : 0;
 }
 
 static pid_t spawn(const char *const *argv, const char *out_path, int *out_fd)
@@ -70,6 +347,9 @@ static pid_t spawn(const char *const *argv, const char *out_path, int *out_fd)
         int lfd = open(out_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
         if (lfd >= 0) dup2(lfd, 2);
         if (!out_fd && lfd >= 0) dup2(lfd, 1);
+        /* nothing else is inherited: an nginx worker left behind by a crashed run must not
+         * hold the caller's benchmark lock (flock) or the upstream's sockets */
+        close_range(3, ~0U, 0);
         execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
@@ -114,10 +394,28 @@ static void report(const char *name, const wrk_result *r, const wrk_result *dire
     printf("\n");
 }
 
+/* One wrk pass with the CPU each side spent on it. */
+static void pass(const char *url, const char *lua, int threads, int conns, int dur, cpu_probe *p,
+                 wrk_result *r, const char *name)
+{
+    probe_start(p);
+    if (run_wrk(url, lua, threads, conns, dur, r)) fprintf(stderr, "wrk %s failed\n", name);
+    probe_end(p, r->requests, &r->cpu_up, &r->cpu_px, &r->cpu_bk);
+}
+
+static void report_cpu(const char *name, const wrk_result *r)
+{
+    printf("  %-10s upstream %5.1f", name, r->cpu_up);
+    if (r->cpu_px > 0) printf("   proxy %5.1f", r->cpu_px);
+    if (r->cpu_bk > 0) printf("   broker %5.1f", r->cpu_bk);
+    printf("   total (without wrk) %5.1f\n", r->cpu_up + r->cpu_px + r->cpu_bk);
+}
+
 int main(int argc, char **argv)
 {
     int dur = 10, conns = 64, threads = 2;
     const char *proxy_extra[8] = {0};
+    const char *upstream = "fixed";
     int n_extra = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--duration"))
@@ -128,11 +426,18 @@ int main(int argc, char **argv)
             conns = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads"))
             threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--upstream") &&
+                 (!strcmp(argv[i + 1], "fixed") || !strcmp(argv[i + 1], "test")))
+            upstream = argv[i + 1];
         else {
             fprintf(stderr, "usage: bench_proxy [--duration S] [--connections N] [--threads T] "
-                            "[--proxy-arg ARG]...\n");
+                            "[--upstream fixed|test] [--proxy-arg ARG]...\n");
             return 2;
         }
+    }
+    if (argc % 2 == 0) {
+        fprintf(stderr, "bench_proxy: %s needs a value\n", argv[argc - 1]);
+        return 2;
     }
     signal(SIGPIPE, SIG_IGN);
     char tmp[256];
@@ -140,9 +445,16 @@ int main(int argc, char **argv)
     if (!mkdtemp(tmp)) return 1;
     chmod(tmp, 0755);
 
-    fake_upstream *u = fake_upstream_start(0, 1);
-    if (!u) return 1;
-    int up = fake_upstream_port(u);
+    fake_upstream *tu = fake_upstream_start(0, 1);
+    if (!tu) return 1;
+    fixed_up *fu = NULL;
+    int up = fake_upstream_port(tu);
+    if (!strcmp(upstream, "fixed")) {
+        if (!(fu = fixed_up_start(up))) return 1;
+        fake_upstream_stop(tu); /* its answers are taken; it must not run alongside */
+        tu = NULL;
+        up = fu->port;
+    }
     al_test_broker b;
     if (al_test_broker_start(&b, NULL) != 0) return 1;
 
@@ -208,24 +520,30 @@ int main(int argc, char **argv)
     close(pfd);
     int pport = atoi(strrchr(line, ':') + 1);
     usleep(300000); /* nginx up */
+    cpu_probe pd = {0}, pn = {child_of(nginx), 0, 0, 0, 0}, pa = {proxy, b.pid, 0, 0, 0};
 
-    char url[128];
-    wrk_result direct, ngx, arc;
-    printf("bench_proxy: wrk -t%d -c%d -d%ds, POST /v1/chat/completions (fixed answer), loopback\n",
-           threads, conns, dur);
+    char url[128], aurl[128], nurl[128];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", up);
+    snprintf(nurl, sizeof nurl, "http://127.0.0.1:%d/v1/chat/completions", nport);
+    wrk_result direct, ngx, arc;
+    printf("bench_proxy: wrk -t%d -c%d -d%ds, POST /v1/chat/completions (fixed answer), loopback, "
+           "upstream: %s\n",
+           threads, conns, dur,
+           fu ? "fixed (the same bytes per request kind)" : "test (tests/fake_upstream.c)");
     run_wrk(url, lua, threads, conns, 2, &direct); /* warm-up */
-    if (run_wrk(url, lua, threads, conns, dur, &direct)) fprintf(stderr, "wrk direct failed\n");
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", nport);
-    run_wrk(url, lua, threads, conns, 2, &ngx);
-    if (run_wrk(url, lua, threads, conns, dur, &ngx))
-        fprintf(stderr, "wrk nginx failed (see %s)\n", tmp);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/r/bench/rollout-1/v1/chat/completions", pport);
-    run_wrk(url, lua, threads, conns, 2, &arc);
-    if (run_wrk(url, lua, threads, conns, dur, &arc)) fprintf(stderr, "wrk arclight failed\n");
+    pass(url, lua, threads, conns, dur, &pd, &direct, "direct");
+    run_wrk(nurl, lua, threads, conns, 2, &ngx);
+    pass(nurl, lua, threads, conns, dur, &pn, &ngx, "nginx");
+    snprintf(aurl, sizeof aurl, "http://127.0.0.1:%d/r/bench/rollout-1/v1/chat/completions", pport);
+    run_wrk(aurl, lua, threads, conns, 2, &arc);
+    pass(aurl, lua, threads, conns, dur, &pa, &arc, "arclight");
     report("direct", &direct, &direct);
     report("nginx", &ngx, &direct);
     report("arclight", &arc, &direct);
+    printf("CPU per request (µs, all processes but wrk):\n");
+    report_cpu("direct", &direct);
+    report_cpu("nginx", &ngx);
+    report_cpu("arclight", &arc);
 
     /* 64 connections at a fixed ~4000 req/s (each waits 16 ms between requests), below
      * every path's capacity: latency without queueing in a saturated proxy */
@@ -239,12 +557,10 @@ int main(int argc, char **argv)
                "function delay() return 16 end\n");
     fclose(f);
     wrk_result dr, nr, ar;
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", up);
-    run_wrk(url, lua_rate, threads, conns, dur, &dr);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", nport);
-    run_wrk(url, lua_rate, threads, conns, dur, &nr);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/r/bench/rollout-3/v1/chat/completions", pport);
-    run_wrk(url, lua_rate, threads, conns, dur, &ar);
+    pass(url, lua_rate, threads, conns, dur, &pd, &dr, "direct");
+    pass(nurl, lua_rate, threads, conns, dur, &pn, &nr, "nginx");
+    snprintf(aurl, sizeof aurl, "http://127.0.0.1:%d/r/bench/rollout-3/v1/chat/completions", pport);
+    pass(aurl, lua_rate, threads, conns, dur, &pa, &ar, "arclight");
     printf("%d connections at a fixed rate (16 ms between requests per connection):\n", conns);
     report("direct", &dr, &dr);
     report("nginx", &nr, &dr);
@@ -253,12 +569,10 @@ int main(int argc, char **argv)
     /* one connection: no queueing, so the added latency is each proxy's own path */
     wrk_result d1, n1, a1;
     int d1s = dur < 5 ? dur : 5;
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", up);
-    run_wrk(url, lua, 1, 1, d1s, &d1);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", nport);
-    run_wrk(url, lua, 1, 1, d1s, &n1);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/r/bench/rollout-2/v1/chat/completions", pport);
-    run_wrk(url, lua, 1, 1, d1s, &a1);
+    pass(url, lua, 1, 1, d1s, &pd, &d1, "direct");
+    pass(nurl, lua, 1, 1, d1s, &pn, &n1, "nginx");
+    snprintf(aurl, sizeof aurl, "http://127.0.0.1:%d/r/bench/rollout-2/v1/chat/completions", pport);
+    pass(aurl, lua, 1, 1, d1s, &pa, &a1, "arclight");
     printf("one connection (wrk -t1 -c1 -d%ds):\n", d1s);
     report("direct", &d1, &d1);
     report("nginx", &n1, &d1);
@@ -272,7 +586,8 @@ int main(int argc, char **argv)
     stop(proxy);
     stop(nginx);
     al_test_broker_stop(&b);
-    fake_upstream_stop(u);
+    if (tu) fake_upstream_stop(tu);
+    fixed_up_stop(fu);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd)) {

@@ -156,6 +156,7 @@ typedef struct proxy {
     al_buf enc;
     CURL *easy_pool[256];             /* finished handles, reset and reused (saves their setup) */
     al_upc_pool *upc;                 /* own keep-alive client for plain http:// upstreams */
+    char up_public[16][512];          /* each upstream's URL without credentials (url_public) */
     struct event *flush_ev;           /* the spool's write of this loop turn's spans */
     struct event *out_ev;             /* the turn's answers (conn_flush_turn), after its spans */
     conn *wq_head, *wq_tail, *wbatch; /* connections with answers to write this turn */
@@ -175,6 +176,30 @@ typedef struct proxy {
 /* ------------------------------------------------------------------------------------------
  * Small helpers
  * ------------------------------------------------------------------------------------------ */
+
+/* Appenders for the per-call strings (response heads, extra headers): the printf family
+ * was ~4 % of the loop thread. The caller sizes the buffer. */
+static char *put_mem(char *o, const void *p, size_t n)
+{
+    memcpy(o, p, n);
+    return o + n;
+}
+
+static char *put_str(char *o, const char *s)
+{
+    return put_mem(o, s, strlen(s));
+}
+
+static char *put_u64(char *o, uint64_t v)
+{
+    char t[24];
+    size_t i = sizeof t;
+    do {
+        t[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return put_mem(o, t + i, sizeof t - i);
+}
 
 static uint64_t rng_next(proxy *px)
 {
@@ -401,10 +426,24 @@ static void conn_reply(conn *c, int status, const char *ctype, const char *extra
     proxy *px = c->px;
     if (px->draining) c->keep_alive = 0;
     struct evbuffer *out = conn_out(c);
-    evbuffer_add_printf(out,
-                        "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s\r\n",
-                        status, status_text(status), ctype, len, extra ? extra : "",
-                        c->keep_alive ? "" : "Connection: close\r\n");
+    size_t cl = strlen(ctype), el = extra ? strlen(extra) : 0;
+    char small[1024], *head = cl + el < sizeof small - 160 ? small : malloc(cl + el + 160);
+    if (head) {
+        char *o = put_mem(head, "HTTP/1.1 ", 9);
+        o = put_u64(o, (uint64_t)(status < 0 ? 0 : status));
+        *o++ = ' ';
+        o = put_str(o, status_text(status));
+        o = put_mem(o, "\r\nContent-Type: ", 16);
+        o = put_mem(o, ctype, cl);
+        o = put_mem(o, "\r\nContent-Length: ", 18);
+        o = put_u64(o, len);
+        o = put_mem(o, "\r\n", 2);
+        if (el) o = put_mem(o, extra, el);
+        if (!c->keep_alive) o = put_mem(o, "Connection: close\r\n", 19);
+        o = put_mem(o, "\r\n", 2);
+        evbuffer_add(out, head, (size_t)(o - head));
+        if (head != small) free(head);
+    }
     if (len && !(c->req && al_slice_eq(c->head.method, "HEAD"))) evbuffer_add(out, body, len);
     c->state = C_WRITING;
     count_request(px, c->route, status);
@@ -1630,9 +1669,19 @@ static long strip_for_agent(call *k, const char *in, size_t len, int chunk)
 
 static void extra_headers(call *k, char *buf, size_t n)
 {
-    int64_t overhead = k->pre_us + (al_mono_us() - (k->done_mono ? k->done_mono : al_mono_us()));
-    snprintf(buf, n, "x-arclight-overhead-us: %" PRId64 "\r\nx-arclight-rollout: %s\r\n", overhead,
-             k->id.rollout);
+    int64_t now = al_mono_us();
+    int64_t overhead = k->pre_us + (k->done_mono ? now - k->done_mono : 0);
+    if (overhead < 0) overhead = 0;
+    size_t rl = strlen(k->id.rollout);
+    if (n < rl + 80) {
+        buf[0] = '\0';
+    } else {
+        char *o = put_mem(buf, "x-arclight-overhead-us: ", 24);
+        o = put_u64(o, (uint64_t)overhead);
+        o = put_mem(o, "\r\nx-arclight-rollout: ", 22);
+        o = put_mem(o, k->id.rollout, rl);
+        o = put_mem(o, "\r\n", 3); /* with its NUL */
+    }
     al_histogram_observe(k->px->h_overhead, (double)overhead / 1e6);
 }
 
@@ -1784,8 +1833,7 @@ static void url_public(const char *url, char *out, size_t n)
 static void access_log(call *k, int status)
 {
     if (!k->px->cfg.access_log) return;
-    char up[512];
-    url_public(k->px->cfg.upstreams[k->up_idx], up, sizeof up);
+    const char *up = k->px->up_public[k->up_idx];
     al_log_info("proxy.access",
                 "%s status=%d upstream_status=%ld task=%s rollout=%s attempt=%d seq=%" PRId64
                 " stream=%d upstream=%s ms=%.3f overhead_us=%" PRId64 " prompt_tokens=%zu "
@@ -1807,8 +1855,7 @@ static void call_span(call *k)
     if (k->parent_set) s.parent_span_id = k->parent;
     s.kind = AL_SPAN_KIND_LLM_CALL;
     al_llm_call *l = &s.llm_call;
-    char up[512];
-    url_public(px->cfg.upstreams[k->up_idx], up, sizeof up);
+    const char *up = px->up_public[k->up_idx];
     l->agent = k->agent ? k->agent : "";
     l->model = k->model ? k->model : "";
     l->upstream = up;
@@ -1996,7 +2043,6 @@ static int call_start(call *k)
     const char *path = k->route == R_CHAT    ? "/v1/chat/completions"
                        : k->route == R_COMPL ? "/v1/completions"
                                              : "/v1/models";
-    snprintf(k->url, sizeof k->url, "%s%s", base, path);
     k->body.len = 0;
     k->status = 0;
     k->errbuf[0] = '\0';
@@ -2028,6 +2074,7 @@ static int call_start(call *k)
         k->easy = curl_easy_init();
     }
     if (!k->easy) return -1;
+    snprintf(k->url, sizeof k->url, "%s%s", base, path);
     k->body.len = 0;
     k->status = 0;
     k->errbuf[0] = '\0';
@@ -2201,10 +2248,16 @@ static void start_llm_call(conn *c, ident *id)
     k->id = *id;
     k->start_us = c->start_us;
     k->t0_mono = c->t0_mono;
-    char mp[600];
-    snprintf(mp, sizeof mp, "method=%.*s path=%.*s", (int)c->head.method.n, c->head.method.p,
-             (int)(c->head.target.n > 400 ? 400 : c->head.target.n), c->head.target.p);
-    k->method_path = strdup(mp);
+    size_t ml = c->head.method.n > 32 ? 32 : c->head.method.n;
+    size_t tl = c->head.target.n > 400 ? 400 : c->head.target.n;
+    k->method_path = malloc(ml + tl + 14);
+    if (k->method_path) {
+        char *o = put_mem(k->method_path, "method=", 7);
+        o = put_mem(o, c->head.method.p, ml);
+        o = put_mem(o, " path=", 6);
+        o = put_mem(o, c->head.target.p, tl);
+        *o = '\0';
+    }
     const al_slice *ag = al_http1_header_get(&c->head, "x-arclight-agent");
     k->agent = ag ? slice_dup(ag->n > 128 ? (al_slice){ag->p, 128} : *ag)
                   : strdup(px->cfg.agent_name ? px->cfg.agent_name : "");
@@ -2489,8 +2542,8 @@ static void dispatch(conn *c)
                        "A-Z a-z 0-9 . _ : @ -");
             return;
         }
-        snprintf(id.task, sizeof id.task, "%.*s", (int)(s1 - t), t);
-        snprintf(id.rollout, sizeof id.rollout, "%.*s", (int)(s2 - s1 - 1), s1 + 1);
+        *put_mem(id.task, t, (size_t)(s1 - t)) = '\0'; /* id_valid: at most 128 */
+        *put_mem(id.rollout, s1 + 1, (size_t)(s2 - s1 - 1)) = '\0';
         prefix = 1;
         path = (al_slice){s2, (size_t)(end - s2)};
     }
@@ -3073,6 +3126,8 @@ int cmd_proxy(int argc, char **argv)
     curl_multi_setopt(px->multi, CURLMOPT_TIMERFUNCTION, curl_timer_cb);
     curl_multi_setopt(px->multi, CURLMOPT_TIMERDATA, px);
     curl_multi_setopt(px->multi, CURLMOPT_MAXCONNECTS, 1024L);
+    for (size_t i = 0; i < cf->n_upstreams; i++)
+        url_public(cf->upstreams[i], px->up_public[i], sizeof px->up_public[i]);
     static const al_upc_handler upc_handler = {upc_on_head, upc_on_body, upc_on_done};
     if (!cf->curl_only) {
         px->upc = al_upc_pool_new(px->base, &upc_handler);
