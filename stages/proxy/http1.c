@@ -73,7 +73,12 @@ int al_http1_parse_head(const char *buf, size_t len, const al_http1_limits *lim,
     size_t maxhead = lim && lim->max_head_bytes ? lim->max_head_bytes : 32768;
     size_t maxhdr = lim && lim->max_headers ? lim->max_headers : 100;
     if (maxhdr > AL_HTTP1_HEADERS_CAP) maxhdr = AL_HTTP1_HEADERS_CAP;
-    memset(out, 0, sizeof *out);
+    /* the scalars only: the header array (8 KiB) is read up to nheaders, and clearing it
+     * was a measurable part of each request */
+    out->method = out->target = (al_slice){0};
+    out->minor_version = 0;
+    out->nheaders = 0;
+    out->chunked = out->keep_alive = 0;
     out->content_length = -1;
 
     /* find the end of the head */

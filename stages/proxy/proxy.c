@@ -723,8 +723,14 @@ static void conn_read_cb(conn *c)
     evbuffer_remove(in, c->req, c->req_len);
     c->req[c->req_len] = '\0';
     if (!c->reading) conn_reading(c, 1); /* below the read-ahead bound again */
-    /* re-parse on our own copy so that the slices outlive the input buffer */
-    al_http1_parse_head(c->req, (size_t)hl, &lim, &c->head, err, sizeof err);
+    /* the slices point into the input buffer: move them to our copy (same offsets) */
+    al_http1_head *h = &c->head;
+    h->method.p = c->req + (h->method.p - p);
+    h->target.p = c->req + (h->target.p - p);
+    for (size_t i = 0; i < h->nheaders; i++) {
+        h->headers[i].name.p = c->req + (h->headers[i].name.p - p);
+        h->headers[i].value.p = c->req + (h->headers[i].value.p - p);
+    }
     c->body = (al_slice){c->req + hl, (size_t)cl};
     c->t0_mono = al_mono_us();
     c->start_us = al_now_us();

@@ -480,9 +480,11 @@ static int parse_head(al_upc *u)
         if (ln && line[ln - 1] == '\r') ln--;
         const char *v;
         size_t vl;
-        if (hdr_is(line, ln, "content-type", &v, &vl))
-            snprintf(ctype, sizeof ctype, "%.*s", (int)(vl < 127 ? vl : 127), v);
-        else if (hdr_is(line, ln, "content-length", &v, &vl)) {
+        if (hdr_is(line, ln, "content-type", &v, &vl)) {
+            size_t cn = vl < 127 ? vl : 127;
+            memcpy(ctype, v, cn);
+            ctype[cn] = '\0';
+        } else if (hdr_is(line, ln, "content-length", &v, &vl)) {
             int64_t x = 0;
             size_t i = 0;
             for (; i < vl && v[i] >= '0' && v[i] <= '9' && x < ((int64_t)1 << 50); i++)
@@ -703,17 +705,32 @@ al_upc *al_upc_start(al_upc_pool *p, int idx, const char *method, const char *pa
                      long connect_timeout_ms, long total_timeout_ms, void *ud)
 {
     upstream *up = &p->ups[idx];
-    size_t cap = strlen(method) + strlen(up->prefix) + strlen(path) + strlen(up->host) +
-                 strlen(headers) + 128;
-    char *head = malloc(cap);
+    /* the head, assembled by hand: snprintf was ~1 % of the proxy's loop */
+    size_t ml = strlen(method), fl = strlen(up->prefix), pl = strlen(path), hsl = strlen(up->host),
+           xl = strlen(headers);
+    char *head = malloc(ml + fl + pl + hsl + xl + 80);
     if (!head) return NULL;
-    int hl = snprintf(head, cap, "%s %s%s HTTP/1.1\r\nHost: %s\r\n%sContent-Length: %zu\r\n\r\n",
-                      method, up->prefix, path, up->host, headers, body_len);
-    if (hl < 0 || (size_t)hl >= cap) {
-        free(head);
-        errno = EINVAL;
-        return NULL;
-    }
+    char *o = head;
+#define PUT(p_, n_) (memcpy(o, (p_), (n_)), o += (n_))
+    PUT(method, ml);
+    *o++ = ' ';
+    PUT(up->prefix, fl);
+    PUT(path, pl);
+    PUT(" HTTP/1.1\r\nHost: ", 17);
+    PUT(up->host, hsl);
+    PUT("\r\n", 2);
+    PUT(headers, xl);
+    PUT("Content-Length: ", 16);
+    char num[24];
+    size_t ni = sizeof num, bl = body_len;
+    do {
+        num[--ni] = (char)('0' + bl % 10);
+        bl /= 10;
+    } while (bl);
+    PUT(num + ni, sizeof num - ni);
+    PUT("\r\n\r\n", 4);
+#undef PUT
+    size_t hl = (size_t)(o - head);
     al_upc *u = up->idle;
     if (u) {
         list_unlink(u);
@@ -730,7 +747,7 @@ al_upc *al_upc_start(al_upc_pool *p, int idx, const char *method, const char *pa
     list_push(u);
     u->ud = ud;
     u->head = head;
-    u->head_len = (size_t)hl;
+    u->head_len = hl;
     u->body = body;
     u->body_len = body_len;
     u->sent = 0;
