@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static const char credit_usage[] =
     "usage: arclight credit [options]\n"
@@ -278,6 +279,15 @@ static void on_rollout(void *ud, double score)
  * ------------------------------------------------------------------------------------------ */
 
 static int on_transition(void *ud, const al_transition *t, int64_t anchor);
+
+/* CPU seconds (user + system) this process has used, all threads. */
+static double process_cpu_s(void)
+{
+    struct rusage u;
+    if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
 
 static cpart *cpart_get(credit_ctx *x, const char *topic, int32_t partition, int create)
 {
@@ -691,6 +701,7 @@ int cmd_credit(int argc, char **argv)
 
     uint64_t consumed = 0, consumed_bytes = 0;
     int64_t first_msg = 0;
+    double first_cpu = 0;
     int64_t last_msg = al_mono_us(), last_quiet_check = 0;
     while (!al_stage_stop_requested() && !al_stage_failed(&x.st)) {
         rd_kafka_message_t *m;
@@ -705,7 +716,10 @@ int cmd_credit(int argc, char **argv)
             r = 0;
         }
         if (r == 1) {
-            if (!first_msg) first_msg = now;
+            if (!first_msg) {
+                first_msg = now;
+                first_cpu = process_cpu_s();
+            }
             consumed_bytes += m->len;
             handle_message(&x, m, &span);
             rd_kafka_message_destroy(m);
@@ -737,9 +751,10 @@ int cmd_credit(int argc, char **argv)
          * outputs flushed */
         al_log_info(cmd,
                     "stopped after %llu messages, %llu bytes, %.3f s since the first "
-                    "(the last consumed after %.3f s)",
+                    "(the last consumed after %.3f s; %.3f s of CPU)",
                     (unsigned long long)consumed, (unsigned long long)consumed_bytes, secs,
-                    first_msg ? (double)(consumed_at - first_msg) / 1e6 : 0);
+                    first_msg ? (double)(consumed_at - first_msg) / 1e6 : 0,
+                    first_msg ? process_cpu_s() - first_cpu : 0);
     }
 out:
     al_http_server_stop(srv);
