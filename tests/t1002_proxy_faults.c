@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <jansson.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 
 static al_test_broker B;
@@ -378,6 +379,54 @@ TEST(connection_limit_and_request_timeout)
            "slow request got: %s", buf);
     close(a);
     close(b);
+    CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
+}
+
+/* Requests sent back to back in one write (pipelining) are answered in order on the same
+ * connection, and a request split across many small writes is still read whole. */
+TEST(pipelined_and_trickled_requests)
+{
+    px_child p;
+    REQUIRE(start_proxy(&p, "spool-g", NULL) == 0);
+    int fd = raw_connect(p.port);
+    REQUIRE(fd >= 0);
+    char req[1024];
+    int n = snprintf(req, sizeof req,
+                     "POST /r/task-p/roll-p/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s"
+                     "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                     strlen(CHAT), CHAT);
+    CHECK(write(fd, req, (size_t)n) == n);
+    char buf[8192];
+    raw_read_all(fd, buf, sizeof buf);
+    close(fd);
+    char *first = strstr(buf, "HTTP/1.1 200"), *chat = strstr(buf, "chat.completion");
+    char *second = first ? strstr(first + 1, "HTTP/1.1 200") : NULL;
+    char *health = strstr(buf, "{\"status\":\"ok\"}");
+    CHECKF(first && chat && second && health && chat < second && second < health,
+           "pipelined answers: %s", buf);
+    CHECKF(!strstr(buf, "logprobs\":{") && !strstr(buf, "token_ids\":["),
+           "capture fields reached the agent: %s", buf);
+
+    /* the same call one byte per write */
+    fd = raw_connect(p.port);
+    REQUIRE(fd >= 0);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    n = snprintf(req, sizeof req,
+                 "POST /r/task-p/roll-p/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                 "Connection: close\r\nContent-Type: application/json\r\n"
+                 "Content-Length: %zu\r\n\r\n%s",
+                 strlen(CHAT), CHAT);
+    for (int i = 0; i < n; i++) {
+        CHECK(write(fd, req + i, 1) == 1);
+        if (i % 16 == 0) usleep(1000);
+    }
+    raw_read_all(fd, buf, sizeof buf);
+    close(fd);
+    CHECKF(strstr(buf, "HTTP/1.1 200") && strstr(buf, "chat.completion"), "trickled call: %s",
+           buf);
+    CHECK(arrived("roll-p", 2, 20000) == 2);
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
 }
 

@@ -154,6 +154,7 @@ typedef struct proxy {
     int64_t drain_deadline_mono;
     uint64_t rng;
     al_buf enc;
+    al_buf strip; /* the agent's copy of an answer (strip_for_agent), used at once: shared */
     CURL *easy_pool[256];             /* finished handles, reset and reused (saves their setup) */
     al_upc_pool *upc;                 /* own keep-alive client for plain http:// upstreams */
     char up_public[16][512];          /* each upstream's URL without credentials (url_public) */
@@ -333,7 +334,9 @@ struct conn {
     struct event *rev; /* readable; registered while `reading` */
     struct event *wev; /* writable; registered only while an answer is blocked */
     struct event *tev; /* the read timeout (C_READ) or the write timeout (blocked answer) */
-    struct evbuffer *in, *out;
+    char *in;          /* bytes read ahead of the current request (kept across requests) */
+    size_t in_len, in_cap;
+    struct evbuffer *out;
     int state;
     int keep_alive;
     int sent_continue;
@@ -524,7 +527,7 @@ static void conn_written(conn *c)
     }
     c->state = C_READ;
     conn_timeouts(c, 1);
-    if (evbuffer_get_length(c->in)) conn_read_cb(c);
+    if (c->in_len) conn_read_cb(c);
 }
 
 /* Writes what is queued; what the socket does not take waits for EPOLLOUT (with the write
@@ -591,8 +594,7 @@ static void conn_on_timeout(evutil_socket_t fd, short what, void *arg)
     conn *c = arg;
     (void)fd;
     (void)what;
-    if (!c->write_blocked && c->state == C_READ && c->req_len == 0 &&
-        evbuffer_get_length(c->in) > 0) {
+    if (!c->write_blocked && c->state == C_READ && c->req_len == 0 && c->in_len > 0) {
         c->keep_alive = 0;
         c->route = R_OTHER;
         conn_error(c, 408, "invalid_request_error", "request_timeout",
@@ -605,8 +607,9 @@ static void conn_on_timeout(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Bytes from the agent (at most one request's worth ahead: beyond max_head + max_body +
- * 64 KiB reading pauses until a request is taken). End of stream or a reset frees the
- * connection; a call in flight goes on for its span. */
+ * 64 KiB reading pauses until a request is taken), into the connection's own buffer, which
+ * is kept from request to request (an evbuffer allocated and freed a chain per request).
+ * End of stream or a reset frees the connection; a call in flight goes on for its span. */
 static void conn_on_read(evutil_socket_t fd, short what, void *arg)
 {
     conn *c = arg;
@@ -614,22 +617,29 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
     (void)what;
     size_t hiwat = px->cfg.max_head + px->cfg.max_body + 65536;
     for (;;) {
-        struct evbuffer_iovec v;
-        if (evbuffer_reserve_space(c->in, 8192, &v, 1) < 1) {
-            conn_free(c);
-            return;
+        if (c->in_cap - c->in_len < 4096) {
+            size_t nc = c->in_cap ? c->in_cap * 2 : 8192;
+            if (nc > hiwat) nc = hiwat;
+            char *nb = nc > c->in_cap ? realloc(c->in, nc) : NULL;
+            if (!nb) {
+                if (c->in_len < c->in_cap) goto have_room; /* at the bound: fill what is left */
+                conn_free(c);
+                return;
+            }
+            c->in = nb;
+            c->in_cap = nc;
         }
-        ssize_t n = read(fd, v.iov_base, v.iov_len);
+    have_room:;
+        size_t room = c->in_cap - c->in_len;
+        ssize_t n = read(fd, c->in + c->in_len, room);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
         if (n <= 0) {
             conn_free(c);
             return;
         }
-        size_t room = v.iov_len;
-        v.iov_len = (size_t)n;
-        evbuffer_commit_space(c->in, &v, 1);
-        if (evbuffer_get_length(c->in) >= hiwat) {
+        c->in_len += (size_t)n;
+        if (c->in_len >= hiwat) {
             conn_reading(c, 0);
             break;
         }
@@ -654,7 +664,7 @@ static void conn_free(conn *c)
     event_free(c->rev);
     event_free(c->wev);
     event_free(c->tev);
-    evbuffer_free(c->in);
+    free(c->in);
     evbuffer_free(c->out);
     evutil_closesocket(c->fd);
     free(c->req);
@@ -670,11 +680,10 @@ static void conn_read_cb(conn *c)
 {
     proxy *px = c->px;
     if (c->state != C_READ || c->no_read) return;
-    struct evbuffer *in = c->in;
-    size_t len = evbuffer_get_length(in);
+    size_t len = c->in_len;
     if (!len) return;
     size_t look = len < px->cfg.max_head ? len : px->cfg.max_head;
-    const char *p = (const char *)evbuffer_pullup(in, (ssize_t)look);
+    const char *p = c->in;
     al_http1_limits lim = {px->cfg.max_head, px->cfg.max_headers};
     char err[128];
     int hl = al_http1_parse_head(p, look, &lim, &c->head, err, sizeof err);
@@ -720,9 +729,8 @@ static void conn_read_cb(conn *c)
         conn_free(c);
         return;
     }
-    evbuffer_remove(in, c->req, c->req_len);
+    memcpy(c->req, c->in, c->req_len);
     c->req[c->req_len] = '\0';
-    if (!c->reading) conn_reading(c, 1); /* below the read-ahead bound again */
     /* the slices point into the input buffer: move them to our copy (same offsets) */
     al_http1_head *h = &c->head;
     h->method.p = c->req + (h->method.p - p);
@@ -731,6 +739,15 @@ static void conn_read_cb(conn *c)
         h->headers[i].name.p = c->req + (h->headers[i].name.p - p);
         h->headers[i].value.p = c->req + (h->headers[i].value.p - p);
     }
+    c->in_len -= c->req_len;
+    if (c->in_len) {
+        memmove(c->in, c->in + c->req_len, c->in_len);
+    } else if (c->in_cap > 65536) { /* a large body came through: do not keep its room */
+        free(c->in);
+        c->in = NULL;
+        c->in_cap = 0;
+    }
+    if (!c->reading) conn_reading(c, 1); /* below the read-ahead bound again */
     c->body = (al_slice){c->req + hl, (size_t)cl};
     c->t0_mono = al_mono_us();
     c->start_us = al_now_us();
@@ -772,13 +789,11 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     c->rev = event_new(px->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
     c->wev = event_new(px->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
     c->tev = evtimer_new(px->base, conn_on_timeout, c);
-    c->in = evbuffer_new();
     c->out = evbuffer_new();
-    if (!c->rev || !c->wev || !c->tev || !c->in || !c->out) {
+    if (!c->rev || !c->wev || !c->tev || !c->out) {
         if (c->rev) event_free(c->rev);
         if (c->wev) event_free(c->wev);
         if (c->tev) event_free(c->tev);
-        if (c->in) evbuffer_free(c->in);
         if (c->out) evbuffer_free(c->out);
         evutil_closesocket(fd);
         free(c);
@@ -1286,8 +1301,7 @@ struct call {
     int stream, want_logprobs, want_token_ids, injected_usage, is_chat, capture;
     int up_idx, tries;
     char url[1100];
-    al_buf body;  /* non-streamed response, or the pending SSE bytes */
-    al_buf strip; /* scratch for stripped JSON */
+    al_buf body; /* non-streamed response, or the pending SSE bytes */
     long status;
     char ctype[128];
     int64_t policy_version;
@@ -1335,7 +1349,7 @@ static void call_free(call *k)
     free(k->up_body);
     free(k->model);
     al_buf_free(&k->body);
-    al_buf_free(&k->strip);
+    if (k->px->strip.cap > (4u << 20)) al_buf_free(&k->px->strip); /* one huge answer */
     free(k->prompt.v);
     free(k->resp_ids.v);
     free(k->lps.v);
@@ -1668,9 +1682,10 @@ static long strip_for_agent(call *k, const char *in, size_t len, int chunk)
         else if (!k->want_logprobs)
             spec.choice_null = ch_lp;
     }
-    k->strip.len = 0;
-    if (al_buf_reserve(&k->strip, len + 4096)) return -1;
-    return al_json_strip_apply(in, len, &spec, (char *)k->strip.data, len + 4096);
+    al_buf *st = &k->px->strip;
+    st->len = 0;
+    if (al_buf_reserve(st, len + 4096)) return -1;
+    return al_json_strip_apply(in, len, &spec, (char *)st->data, len + 4096);
 }
 
 static void extra_headers(call *k, char *buf, size_t n)
@@ -1743,7 +1758,7 @@ static void stream_process(call *k, int final)
                             char *tmp = malloc(pre + (size_t)sl + sep);
                             if (tmp) {
                                 memcpy(tmp, ev, pre);
-                                memcpy(tmp + pre, k->strip.data, (size_t)sl);
+                                memcpy(tmp + pre, k->px->strip.data, (size_t)sl);
                                 memcpy(tmp + pre + sl, b + evend, sep);
                                 conn_stream_write(k->c, tmp, pre + (size_t)sl + sep);
                                 free(tmp);
@@ -2012,7 +2027,7 @@ static void call_done(call *k, CURLcode rc)
             char extra[512];
             extra_headers(k, extra, sizeof extra);
             if (sl >= 0)
-                conn_reply(c, agent_status, ct, extra, (char *)k->strip.data, (size_t)sl);
+                conn_reply(c, agent_status, ct, extra, (char *)px->strip.data, (size_t)sl);
             else
                 conn_reply(c, agent_status, ct, extra, (char *)k->body.data, k->body.len);
         }
@@ -3263,6 +3278,7 @@ out:
         free(cf->agent_keys[i]);
     free(cf->upstream_key);
     al_buf_free(&px->enc);
+    al_buf_free(&px->strip);
     pthread_mutex_destroy(&px->collect_mu);
     free(px);
     return rc;
