@@ -736,6 +736,12 @@ int cmd_up(int argc, char **argv)
         up_child *k = up_spawn(st, "broker", a, NULL);
         if (!k || up_wait_first_line(st, k, 60) < 0) goto out;
         snprintf(bootstrap, sizeof bootstrap, "%s", k->first_line);
+        /* The embedded broker answers a fetch that finds nothing only when fetch.wait.max.ms
+         * runs out, even if data arrives meanwhile (a real broker answers at once). With the
+         * default 500 ms every hop of the loop (spans, transitions, steps, policy versions)
+         * waited up to that long: 1.5 s per policy version of the demo instead of 0.5 s.
+         * The stages' consumers poll it every 20 ms instead, unless the user set it. */
+        setenv("ARCLIGHT_KAFKA_FETCH_WAIT_MAX_MS", "20", 0);
     }
 
     /* 2. The model: a random tiny one unless --model. */
