@@ -21,6 +21,17 @@ static al_kafka_conf *conf_for(const char *bootstrap)
     return c;
 }
 
+/* A producer with the defaults for bootstrap (NULL, with the reason on stderr, on error). */
+static al_producer *producer_for(const char *bootstrap)
+{
+    char errstr[512];
+    al_kafka_conf *c = conf_for(bootstrap);
+    al_producer *p = c ? al_producer_new(c, errstr, sizeof errstr) : NULL;
+    if (c && !p) fprintf(stderr, "producer: %s\n", errstr);
+    al_kafka_conf_free(c);
+    return p;
+}
+
 typedef struct dr_log {
     int n, failed;
     int64_t offset[1000];
@@ -68,10 +79,8 @@ TEST(producer_delivery_reports_reach_each_opaque)
     char errstr[512];
     ensure_broker();
     REQUIRE(broker_ok);
-    al_kafka_conf *c = conf_for(broker.bootstrap);
-    al_producer *p = al_producer_new(c, errstr, sizeof errstr);
-    al_kafka_conf_free(c);
-    REQUIREF(p, "%s", errstr);
+    al_producer *p = producer_for(broker.bootstrap);
+    REQUIRE(p);
     static dr_log log;
     memset(&log, 0, sizeof log);
     al_producer_set_delivery_cb(p, on_delivery, &log);
@@ -100,7 +109,7 @@ TEST(producer_delivery_reports_reach_each_opaque)
     CHECK(al_producer_fatal(p, errstr, sizeof errstr) == 0);
 
     /* Read them back through the consumer wrapper: every value, with its header. */
-    c = conf_for(broker.bootstrap);
+    al_kafka_conf *c = conf_for(broker.bootstrap);
     al_consumer *cons = al_consumer_new(c, "t0202-readback", NULL, errstr, sizeof errstr);
     al_kafka_conf_free(c);
     REQUIREF(cons, "%s", errstr);
@@ -392,10 +401,8 @@ TEST(prepare_learns_output_topics_or_names_the_problem)
     char errstr[512];
     ensure_broker();
     REQUIRE(broker_ok);
-    al_kafka_conf *c = conf_for(broker.bootstrap);
-    al_producer *p = al_producer_new(c, errstr, sizeof errstr);
-    al_kafka_conf_free(c);
-    REQUIREF(p, "%s", errstr);
+    al_producer *p = producer_for(broker.bootstrap);
+    REQUIRE(p);
     const char *topics[] = {"t0202.acks", "t0202.prepared", NULL};
     CHECKF(al_producer_prepare(p, topics, 10000, errstr, sizeof errstr) == 0, "%s", errstr);
     static dr_log log;
@@ -406,10 +413,8 @@ TEST(prepare_learns_output_topics_or_names_the_problem)
     CHECK_EQ_INT(log.failed, 0);
     al_producer_free(p);
 
-    c = conf_for("127.0.0.1:1");
-    p = al_producer_new(c, errstr, sizeof errstr);
-    al_kafka_conf_free(c);
-    REQUIREF(p, "%s", errstr);
+    p = producer_for("127.0.0.1:1");
+    REQUIRE(p);
     double t0 = testlib_now();
     CHECK(al_producer_prepare(p, topics, 1000, errstr, sizeof errstr) == -1);
     CHECKF(strstr(errstr, "metadata for topic t0202.acks") != NULL, "prepare: %s", errstr);
