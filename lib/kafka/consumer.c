@@ -507,8 +507,10 @@ static void wake_stalled_fetchers(al_consumer *c)
                 hi <= p->offset)
                 continue;
             /* one leader woken is enough for now: its fetch covers all its partitions, and
-             * the next empty poll finds any other */
-            rd_kafka_query_watermark_offsets(c->rk, p->topic, p->partition, &lo, &hi, 200);
+             * the next empty poll finds any other. A leader that does not answer (the
+             * cluster is away) is not asked again for a second: polls must stay short. */
+            if (rd_kafka_query_watermark_offsets(c->rk, p->topic, p->partition, &lo, &hi, 200))
+                c->last_wake_us = al_mono_us() + 1000000;
             break;
         }
     }
