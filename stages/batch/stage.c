@@ -164,13 +164,16 @@ static void step_acked(batch_worker *w, flight *f)
         if (st->lags[i] > lag_max) lag_max = st->lags[i];
     }
     al_gauge_set(m->lag_unknown, (double)unknown);
+    char policy[32] = "policy not seen yet"; /* no PolicyVersion read yet: version -1 */
+    if (st->policy_version >= 0)
+        snprintf(policy, sizeof policy, "policy v%" PRId64, st->policy_version);
     al_log_info(COMP,
                 "%s step %" PRId64 ": %d groups, %d sequences, %" PRId64 " tokens (%" PRId64
-                " trained) in %d micro-batches, %.1f%% packed, %zu chunk%s, policy v%" PRId64
-                ", lag max %" PRId64 "%s",
+                " trained) in %d micro-batches, %.1f%% packed, %zu chunk%s, %s, lag max %" PRId64
+                "%s",
                 st->model, st->step, st->n_groups, st->n_sequences, st->n_tokens,
                 st->n_loss_tokens, st->n_micro_batches, 100.0 * st->efficiency, st->n_chunks,
-                st->n_chunks == 1 ? "" : "s", st->policy_version, lag_max,
+                st->n_chunks == 1 ? "" : "s", policy, lag_max,
                 unknown ? " (some versions unknown)" : "");
     w->steps_done++;
     w->last_step_acked = st->step;
