@@ -20,9 +20,9 @@
 #include "model/logprob.h"
 #include "model/loss.h"
 #include "model/model.h"
-#include "model/model_dump.h"
 #include "model/optim.h"
 #include "model/safetensors.h"
+#include "model/tensor_dump.h"
 
 static double max_abs(const float *a, size_t n)
 {
@@ -137,15 +137,16 @@ static void check_reference(const char *name)
     snprintf(path, sizeof path, "tests/model/ref-%s", name);
     al_model *m = al_model_load_dir(path, err, sizeof err);
     REQUIREF(m, "%s", err);
-    ref_dump d;
+    tdump d;
     snprintf(path, sizeof path, "tests/model/ref-%s.bin", name);
-    if (ref_dump_load(&d, path, err, sizeof err)) {
+    if (tdump_load(&d, path, "ALMD", "/usr/bin/python3 tests/model/ref_model.py --regenerate",
+                   err, sizeof err)) {
         al_model_free(m);
         REQUIREF(0, "%s", err);
     }
     const al_model_config *c = al_model_config_of(m);
     size_t n = 0;
-    int32_t *cfgv = ref_i32(&d, "config", &n);
+    int32_t *cfgv = tdump_i32(&d, "config", &n);
     REQUIRE(cfgv && n == 9);
     int32_t want[9] = {c->vocab_size, c->hidden_size,         c->intermediate_size,
                        c->num_layers, c->num_heads,           c->num_kv_heads,
@@ -156,14 +157,14 @@ static void check_reference(const char *name)
 
     batch b = {0};
     size_t nt = 0, nc = 0;
-    b.tokens = ref_i32(&d, "in/tokens", &nt);
-    b.positions = ref_i32(&d, "in/positions", NULL);
-    b.cu = ref_i32(&d, "in/cu_seqlens", &nc);
-    b.targets = ref_i32(&d, "in/targets", NULL);
-    b.mask = ref_f32(&d, "in/mask", NULL);
-    b.old_logp = ref_f32(&d, "in/old_logp", NULL);
-    b.adv = ref_f32(&d, "in/adv", NULL);
-    float *hp = ref_f32(&d, "ppo/hparams", NULL);
+    b.tokens = tdump_i32(&d, "in/tokens", &nt);
+    b.positions = tdump_i32(&d, "in/positions", NULL);
+    b.cu = tdump_i32(&d, "in/cu_seqlens", &nc);
+    b.targets = tdump_i32(&d, "in/targets", NULL);
+    b.mask = tdump_f32(&d, "in/mask", NULL);
+    b.old_logp = tdump_f32(&d, "in/old_logp", NULL);
+    b.adv = tdump_f32(&d, "in/adv", NULL);
+    float *hp = tdump_f32(&d, "ppo/hparams", NULL);
     REQUIRE(b.tokens && b.positions && b.cu && b.targets && b.mask && b.old_logp && b.adv && hp);
     b.T = (int)nt, b.nseq = (int)nc - 1;
     size_t TV = (size_t)b.T * c->vocab_size;
@@ -174,26 +175,26 @@ static void check_reference(const char *name)
     al_model_zero_grad(m);
     double loss = ppo_step(m, &b, hp, logits, logp, ent, dlogits, &ok);
     CHECK(ok);
-    float *r = ref_f32(&d, "out/logits", NULL);
+    float *r = tdump_f32(&d, "out/logits", NULL);
     CHECK(r && compare("logits", logits, r, TV, 2e-5, 1.0, 1));
     free(r);
-    r = ref_f32(&d, "out/logp", NULL);
+    r = tdump_f32(&d, "out/logp", NULL);
     CHECK(r && compare("logp", logp, r, (size_t)b.T, 2e-5, 1.0, 1));
     free(r);
-    r = ref_f32(&d, "out/entropy", NULL);
+    r = tdump_f32(&d, "out/entropy", NULL);
     CHECK(r && compare("entropy", ent, r, (size_t)b.T, 2e-5, 1.0, 1));
     free(r);
-    r = ref_f32(&d, "out/loss", NULL);
+    r = tdump_f32(&d, "out/loss", NULL);
     REQUIRE(r);
     printf("    loss %.7f vs %.7f\n", loss, r[0]);
     CHECK_NEAR(loss, r[0], 1e-5 * fmax(1.0, fabs(r[0])));
     free(r);
-    r = ref_f32(&d, "out/dlogits", NULL);
+    r = tdump_f32(&d, "out/dlogits", NULL);
     CHECK(r && compare("dlogits", dlogits, r, TV, 1e-4, 0, 1));
     free(r);
 
     REQUIRE(al_model_backward(m, dlogits) == 0);
-    int32_t *cnt = ref_i32(&d, "grad/count", NULL);
+    int32_t *cnt = tdump_i32(&d, "grad/count", NULL);
     REQUIRE(cnt);
     CHECK_EQ_INT(cnt[0], (int)al_model_num_tensors(m));
     free(cnt);
@@ -206,7 +207,7 @@ static void check_reference(const char *name)
         char rn[200];
         snprintf(rn, sizeof rn, "grad/%s", t->name);
         size_t rnum = 0;
-        r = ref_f32(&d, rn, &rnum);
+        r = tdump_f32(&d, rn, &rnum);
         CHECKF(r != NULL, "dump has no %s", rn);
         if (!r) continue;
         CHECK_EQ_INT(rnum, t->numel);
@@ -223,9 +224,9 @@ static void check_reference(const char *name)
            al_model_num_tensors(m), worst_ok ? "match" : "DIFFER", worst, worst_name);
 
     /* 10 AdamW updates on the SFT loss, reloading the stored weights first. */
-    float *ah = ref_f32(&d, "adamw/hparams", NULL);
+    float *ah = tdump_f32(&d, "adamw/hparams", NULL);
     size_t nl = 0;
-    float *rl = ref_f32(&d, "adamw/losses", &nl), *rn = ref_f32(&d, "adamw/grad_norms", NULL);
+    float *rl = tdump_f32(&d, "adamw/losses", &nl), *rn = tdump_f32(&d, "adamw/grad_norms", NULL);
     REQUIRE(ah && rl && rn);
     snprintf(path, sizeof path, "tests/model/ref-%s", name);
     REQUIREF(al_model_load_safetensors(m, path, err, sizeof err) == 0, "%s", err);
@@ -257,7 +258,7 @@ static void check_reference(const char *name)
 
     free(logits), free(dlogits), free(logp), free(ent), free(hp);
     batch_free(&b);
-    ref_dump_free(&d);
+    tdump_free(&d);
     al_model_free(m);
 }
 
@@ -298,13 +299,15 @@ static void check_written_checkpoint(al_model_arch arch, int tied, al_st_dtype d
              dir);
     int rc = system(cmd);
     CHECKF(rc == 0, "%s failed (%d)", cmd, rc);
-    ref_dump d;
+    tdump d;
     snprintf(path, sizeof path, "%s/logits.bin", dir);
-    if (rc == 0 && ref_dump_load(&d, path, err, sizeof err) == 0) {
+    int loaded = rc == 0 && tdump_load(&d, path, "ALMD", "the command above", err, sizeof err) == 0;
+    CHECKF(rc != 0 || loaded, "%s", err);
+    if (loaded) {
         size_t nt = 0, nc = 0, nl = 0;
-        int32_t *tok = ref_i32(&d, "in/tokens", &nt), *pos = ref_i32(&d, "in/positions", NULL);
-        int32_t *cu = ref_i32(&d, "in/cu_seqlens", &nc);
-        float *ref = ref_f32(&d, "out/logits", &nl);
+        int32_t *tok = tdump_i32(&d, "in/tokens", &nt), *pos = tdump_i32(&d, "in/positions", NULL);
+        int32_t *cu = tdump_i32(&d, "in/cu_seqlens", &nc);
+        float *ref = tdump_f32(&d, "out/logits", &nl);
         if (tok && pos && cu && ref && nl == nt * (size_t)c.vocab_size) {
             float *logits = malloc(sizeof(float) * nl);
             CHECK(al_model_forward(m, tok, pos, cu, (int)nc - 1, (int)nt, logits) == 0);
@@ -317,7 +320,7 @@ static void check_written_checkpoint(al_model_arch arch, int tied, al_st_dtype d
             CHECKF(0, "incomplete dump %s", path);
         }
         free(tok), free(pos), free(cu), free(ref);
-        ref_dump_free(&d);
+        tdump_free(&d);
     }
     al_model_free(m);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

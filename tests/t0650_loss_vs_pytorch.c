@@ -11,12 +11,14 @@
  */
 #include "testlib.h"
 
+#include <unistd.h>
+
 #include "model/logprob.h"
 #include "model/loss.h"
 #include "model/optim.h"
-#include "model/loss_dump.h"
+#include "model/tensor_dump.h"
 
-static model_dump dump;
+static tdump dump;
 static int dump_ok;
 
 static const char *dump_path(void)
@@ -60,31 +62,69 @@ static void compare_scalar(const char *what, double got, double want, double ato
 TEST(dump_loads)
 {
     char err[1200];
-    int rc = model_dump_load(&dump, dump_path(), err, sizeof err);
+    int rc = tdump_load(&dump, dump_path(), "ALSS", "/usr/bin/python3 tests/model/ref_losses.py",
+                        err, sizeof err);
     REQUIREF(rc == 0, "%s", err);
     dump_ok = 1;
-    CHECK(model_dump_find(&dump, "in/logits") != NULL);
-    CHECK(model_dump_find(&dump, "adamw/params") != NULL);
+    CHECK(tdump_find(&dump, "in/logits") != NULL);
+    CHECK(tdump_find(&dump, "adamw/params") != NULL);
+}
+
+/* A cut-short, stale or foreign dump is refused with a message, not read past its end. */
+TEST(truncated_or_stale_dump_is_an_error)
+{
+    REQUIRE(dump_ok);
+    char path[] = "/tmp/arclight-t0650-XXXXXX", err[1200];
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    close(fd);
+    size_t cuts[] = {0, 3, 11, 12, 13, 15, 40, dump.len / 2, dump.len - 1};
+    for (size_t i = 0; i <= sizeof cuts / sizeof cuts[0]; i++) {
+        size_t len = i < sizeof cuts / sizeof cuts[0] ? cuts[i] : dump.len;
+        uint8_t saved = dump.buf[4];
+        if (i == sizeof cuts / sizeof cuts[0]) dump.buf[4] = 2; /* whole file, version 2 */
+        FILE *f = fopen(path, "wb");
+        REQUIRE(f);
+        CHECK(fwrite(dump.buf, 1, len, f) == len);
+        fclose(f);
+        dump.buf[4] = saved;
+        tdump d;
+        CHECKF(tdump_load(&d, path, "ALSS", "regen", err, sizeof err) == -1 && d.buf == NULL,
+               "%zu of %zu bytes loaded", len, dump.len);
+        CHECKF(strstr(err, path) && strstr(err, "regen"), "message: %s", err);
+    }
+    /* the intact copy loads, but not as another script's dump */
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f);
+    CHECK(fwrite(dump.buf, 1, dump.len, f) == dump.len);
+    fclose(f);
+    tdump d;
+    CHECK(tdump_load(&d, path, "ALMD", "regen", err, sizeof err) == -1);
+    CHECKF(strstr(err, "not a version-1 ALMD dump"), "message: %s", err);
+    REQUIREF(tdump_load(&d, path, "ALSS", "regen", err, sizeof err) == 0, "%s", err);
+    CHECK_EQ_INT(d.count, dump.count);
+    tdump_free(&d);
+    unlink(path);
 }
 
 TEST(logprob_entropy_and_backward)
 {
     REQUIRE(dump_ok);
-    int64_t n = 0;
-    float *logits = model_dump_f32(&dump, "in/logits", &n);
-    int32_t *targets = model_dump_i32(&dump, "in/targets", NULL);
-    const model_dump_tensor *lt = model_dump_find(&dump, "in/logits");
+    float *logits = tdump_f32(&dump, "in/logits", NULL);
+    int32_t *targets = tdump_i32(&dump, "in/targets", NULL);
+    const tdump_tensor *lt = tdump_find(&dump, "in/logits");
+    REQUIRE(logits && targets && lt->ndim == 2);
     int T = (int)lt->dims[0], V = (int)lt->dims[1];
     const char *tags[] = {"t1", "t07"};
     for (int k = 0; k < 2; k++) {
         char name[128];
         snprintf(name, sizeof name, "logprob/%s/tau", tags[k]);
-        float *tau = model_dump_f32(&dump, name, NULL);
+        float *tau = tdump_f32(&dump, name, NULL);
         float *logp = malloc(sizeof(float) * T), *ent = malloc(sizeof(float) * T);
         float *dl = malloc(sizeof(float) * T * V);
         char err[256];
         CHECK_EQ_INT(al_logprob_forward(logits, targets, T, V, tau[0], logp, ent, err, sizeof err), 0);
-#define GET(field) (snprintf(name, sizeof name, "logprob/%s/" field, tags[k]), model_dump_f32(&dump, name, NULL))
+#define GET(field) (snprintf(name, sizeof name, "logprob/%s/" field, tags[k]), tdump_f32(&dump, name, NULL))
         float *w_logp = GET("logp"), *w_ent = GET("entropy"), *dlogp = GET("dlogp"),
               *dent = GET("dentropy"), *w_dl = GET("dlogits");
 #undef GET
@@ -110,19 +150,18 @@ TEST(logprob_entropy_and_backward)
 TEST(every_loss_variant_and_aggregation)
 {
     REQUIRE(dump_ok);
-    int64_t n = 0;
-    float *logits = model_dump_f32(&dump, "in/logits", &n);
-    int32_t *targets = model_dump_i32(&dump, "in/targets", NULL);
-    int64_t ncu = 0;
-    int32_t *cu = model_dump_i32(&dump, "in/cu", &ncu);
-    float *mask = model_dump_f32(&dump, "in/mask", NULL);
-    float *old = model_dump_f32(&dump, "in/old", NULL);
-    float *rollout = model_dump_f32(&dump, "in/rollout", NULL);
-    float *ref = model_dump_f32(&dump, "in/ref", NULL);
-    float *adv = model_dump_f32(&dump, "in/adv", NULL);
-    int32_t *count = model_dump_i32(&dump, "loss/count", NULL);
+    float *logits = tdump_f32(&dump, "in/logits", NULL);
+    int32_t *targets = tdump_i32(&dump, "in/targets", NULL);
+    size_t ncu = 0;
+    int32_t *cu = tdump_i32(&dump, "in/cu", &ncu);
+    float *mask = tdump_f32(&dump, "in/mask", NULL);
+    float *old = tdump_f32(&dump, "in/old", NULL);
+    float *rollout = tdump_f32(&dump, "in/rollout", NULL);
+    float *ref = tdump_f32(&dump, "in/ref", NULL);
+    float *adv = tdump_f32(&dump, "in/adv", NULL);
+    int32_t *count = tdump_i32(&dump, "loss/count", NULL);
     REQUIRE(logits && targets && cu && mask && old && rollout && ref && adv && count);
-    const model_dump_tensor *lt = model_dump_find(&dump, "in/logits");
+    const tdump_tensor *lt = tdump_find(&dump, "in/logits");
     int T = (int)lt->dims[0], V = (int)lt->dims[1];
     float *logp = malloc(sizeof(float) * T), *ent = malloc(sizeof(float) * T);
     float *dlogp = malloc(sizeof(float) * T), *dent = malloc(sizeof(float) * T);
@@ -133,13 +172,13 @@ TEST(every_loss_variant_and_aggregation)
 
     for (int v = 0; v < count[0]; v++) {
         char key[160], vname[128] = {0};
-        int64_t nl;
+        size_t nl;
         snprintf(key, sizeof key, "loss/name/%d", v);
-        int32_t *chars = model_dump_i32(&dump, key, &nl);
-        REQUIRE(chars && nl < (int64_t)sizeof vname);
-        for (int64_t i = 0; i < nl; i++) vname[i] = (char)chars[i];
+        int32_t *chars = tdump_i32(&dump, key, &nl);
+        REQUIRE(chars && nl < sizeof vname);
+        for (size_t i = 0; i < nl; i++) vname[i] = (char)chars[i];
         free(chars);
-#define GET(field) (snprintf(key, sizeof key, "loss/%s/" field, vname), model_dump_f32(&dump, key, NULL))
+#define GET(field) (snprintf(key, sizeof key, "loss/%s/" field, vname), tdump_f32(&dump, key, NULL))
         float *cfgv = GET("config"), *w_loss = GET("loss"), *w_dlogp = GET("dlogp"),
               *w_dent = GET("dentropy"), *w_dl = GET("dlogits"), *w_stats = GET("stats");
 #undef GET
@@ -195,13 +234,13 @@ TEST(every_loss_variant_and_aggregation)
 TEST(adamw_warmup_cosine_clipping_10_steps)
 {
     REQUIRE(dump_ok);
-    int64_t n = 0, ng = 0;
-    float *hp = model_dump_f32(&dump, "adamw/hparams", NULL);
-    float *p = model_dump_f32(&dump, "adamw/p0", &n);
-    float *grads = model_dump_f32(&dump, "adamw/grads", &ng);
-    float *norms = model_dump_f32(&dump, "adamw/norms", NULL);
-    float *lrs = model_dump_f32(&dump, "adamw/lrs", NULL);
-    float *want = model_dump_f32(&dump, "adamw/params", NULL);
+    size_t n = 0, ng = 0;
+    float *hp = tdump_f32(&dump, "adamw/hparams", NULL);
+    float *p = tdump_f32(&dump, "adamw/p0", &n);
+    float *grads = tdump_f32(&dump, "adamw/grads", &ng);
+    float *norms = tdump_f32(&dump, "adamw/norms", NULL);
+    float *lrs = tdump_f32(&dump, "adamw/lrs", NULL);
+    float *want = tdump_f32(&dump, "adamw/params", NULL);
     REQUIRE(hp && p && grads && norms && lrs && want);
     int steps = (int)(ng / n);
     CHECK_EQ_INT(steps, 10);
@@ -246,5 +285,5 @@ TEST(adamw_warmup_cosine_clipping_10_steps)
 
 TEST(release_dump)
 {
-    model_dump_free(&dump);
+    tdump_free(&dump);
 }

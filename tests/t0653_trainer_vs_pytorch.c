@@ -13,7 +13,7 @@
  */
 #include "testlib.h"
 
-#include "model/loss_dump.h"
+#include "model/tensor_dump.h"
 #include "model/safetensors.h"
 #include "model/trainer.h"
 
@@ -46,15 +46,17 @@ TEST(three_steps_match_pytorch)
     char path[1024];
     const char *src = getenv("ARCLIGHT_SOURCE_DIR");
     snprintf(path, sizeof path, "%s/tests/model/ref_trainer.bin", src ? src : ".");
-    model_dump d;
-    REQUIREF(model_dump_load(&d, path, err, sizeof err) == 0, "%s", err);
+    tdump d;
+    REQUIREF(tdump_load(&d, path, "ALSS", "/usr/bin/python3 tests/model/ref_trainer.py", err,
+                        sizeof err) == 0,
+             "%s", err);
     snprintf(path, sizeof path, "%s/tests/model/ref-qwen2", src ? src : ".");
     al_model *policy = al_model_load_dir(path, err, sizeof err);
     al_model *ref = al_model_load_dir(path, err, sizeof err);
     REQUIREF(policy && ref, "%s", err);
 
-    float *c = model_dump_f32(&d, "config", NULL);
-    int32_t *shape = model_dump_i32(&d, "shape", NULL);
+    float *c = tdump_f32(&d, "config", NULL);
+    int32_t *shape = tdump_i32(&d, "shape", NULL);
     REQUIRE(c && shape);
     al_trainer_config tc;
     al_trainer_config_default(&tc);
@@ -80,9 +82,9 @@ TEST(three_steps_match_pytorch)
         int no = 0;
         for (int k = 0; k < nch; k++) {
             char key[128];
-            int64_t T = 0, ncu = 0;
+            size_t T = 0, ncu = 0;
 #define GET(type, field, nout)                                                                     \
-    (snprintf(key, sizeof key, "step/%d/chunk/%d/" field, s, k), owned[no++] = model_dump_##type(&d, key, nout))
+    (snprintf(key, sizeof key, "step/%d/chunk/%d/" field, s, k), owned[no++] = tdump_##type(&d, key, nout))
             ch[k].tokens = GET(i32, "tokens", &T);
             ch[k].cu_seqlens = GET(i32, "cu", &ncu);
             ch[k].mask = GET(f32, "mask", NULL);
@@ -98,7 +100,7 @@ TEST(three_steps_match_pytorch)
         CHECKF(rc == 0, "step %d: %s", s, err);
         char key[64];
         snprintf(key, sizeof key, "step/%d/stats", s);
-        float *want = model_dump_f32(&d, key, NULL);
+        float *want = tdump_f32(&d, key, NULL);
         REQUIRE(want);
         for (int k = 0; k < (int)(sizeof stat_names / sizeof stat_names[0]); k++) {
             double got = stat_of(&st, k), w = want[k];
@@ -118,12 +120,12 @@ TEST(three_steps_match_pytorch)
         const char *name = d.t[i].name + 6;
         const al_model_tensor *t = al_model_tensor_find(policy, name);
         REQUIREF(t, "no tensor %s", name);
-        int64_t n;
-        float *want = model_dump_f32(&d, d.t[i].name, &n);
-        REQUIRE(want && (size_t)n == t->numel);
-        int64_t off_lr = 0, off_far = 0;
+        size_t n;
+        float *want = tdump_f32(&d, d.t[i].name, &n);
+        REQUIRE(want && n == t->numel);
+        size_t off_lr = 0, off_far = 0;
         double worst = 0;
-        for (int64_t j = 0; j < n; j++) {
+        for (size_t j = 0; j < n; j++) {
             double e = fabs((double)p[t->offset + j] - want[j]);
             if (e > worst) worst = e;
             if (e > 2e-5) off_lr++;
@@ -139,5 +141,5 @@ TEST(three_steps_match_pytorch)
     al_trainer_free(tr);
     al_model_free(policy);
     al_model_free(ref);
-    model_dump_free(&d);
+    tdump_free(&d);
 }
