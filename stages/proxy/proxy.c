@@ -48,7 +48,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -2833,6 +2836,28 @@ enum {
     OPT_HELP,
 };
 
+/* Lowers the scheduling priority (nice +5) of every thread but the calling one (the event
+ * loop): the spool's publisher and librdkafka's threads, and those they start later, which
+ * inherit it. The spans they carry are already on disk, so they can wait a little; the
+ * agents' calls cannot. On a machine with few cores they otherwise take the loop's core at
+ * random moments, which shows in the tail latency of calls. Best effort; the nice value of
+ * a thread is per thread on Linux. */
+static void background_threads_yield(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return;
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        pid_t tid = (pid_t)atoi(e->d_name);
+        if (tid <= 0 || tid == self) continue;
+        errno = 0;
+        int cur = getpriority(PRIO_PROCESS, (id_t)tid);
+        if (errno == 0 && cur < 5) setpriority(PRIO_PROCESS, (id_t)tid, cur + 5);
+    }
+    closedir(d);
+}
+
 static int parse_num(const char *s, long long lo, long long hi, long long *out)
 {
     char *e;
@@ -3090,6 +3115,7 @@ int cmd_proxy(int argc, char **argv)
         al_producer_free(producer);
         goto out;
     }
+    background_threads_yield();
     snprintf(px->state_path, sizeof px->state_path, "%s/proxy-state", cf->spool_dir);
     state_load(px);
     state_compact(px);
