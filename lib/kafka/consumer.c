@@ -399,7 +399,14 @@ al_consumer *al_consumer_new(const al_kafka_conf *conf, const char *group, al_pr
     rd_kafka_conf_set_opaque(rc, c);
     rd_kafka_conf_set_rebalance_cb(rc, consumer_rebalance_cb);
     rd_kafka_conf_set_error_cb(rc, consumer_error_cb);
+    /* A full queue must not idle the fetcher for a second (wake_stalled_fetchers): from
+     * librdkafka 2.2 a setting says how long it waits (default 1000 ms), before that the
+     * wrapper wakes it. */
     c->wake_fetchers = rd_kafka_version() < 0x020200ff;
+    if (!c->wake_fetchers && !al_kafka_conf_get(conf, "fetch.queue.backoff.ms") &&
+        rd_kafka_conf_set(rc, "fetch.queue.backoff.ms", "10", err, sizeof err) !=
+            RD_KAFKA_CONF_OK)
+        al_log_warn("kafka", "fetch.queue.backoff.ms: %s", err);
     c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, rc, err, sizeof err);
     if (!c->rk) {
         al_err(errstr, errlen, "cannot create Kafka consumer: %s", err);
