@@ -33,7 +33,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <event2/util.h>
