@@ -502,41 +502,8 @@ int al_json_valid(const char *in, size_t n)
     return j.s == j.e;
 }
 
-int al_json_member(const char *in, size_t n, const char *key, al_slice *val)
-{
-    jscan j = {in, in + n, 0};
-    size_t kl = strlen(key);
-    ws(&j);
-    if (j.s >= j.e || *j.s != '{') return -1;
-    j.s++;
-    ws(&j);
-    if (j.s < j.e && *j.s == '}') return 0;
-    for (;;) {
-        ws(&j);
-        const char *ks = j.s + 1;
-        if (scan_string(&j)) return -1;
-        size_t kn = (size_t)(j.s - ks) - 1;
-        ws(&j);
-        if (j.s >= j.e || *j.s != ':') return -1;
-        j.s++;
-        ws(&j);
-        const char *vs = j.s;
-        if (scan_value(&j)) return -1;
-        if (kn == kl && memcmp(ks, key, kl) == 0) {
-            val->p = vs;
-            val->n = (size_t)(j.s - vs);
-            return 1;
-        }
-        ws(&j);
-        if (j.s >= j.e) return -1;
-        if (*j.s == '}') return 0;
-        if (*j.s != ',') return -1;
-        j.s++;
-    }
-}
-
-/* al_json_member for several keys in one pass: the members after the first wanted one are
- * not scanned again for each key. */
+/* Several keys in one pass (al_json_member is the one-key case): the members after the
+ * first wanted one are not scanned again for each key. */
 int al_json_members(const char *in, size_t n, const char *const *keys, al_slice *vals, size_t nkeys)
 {
     jscan j = {in, in + n, 0};
@@ -573,6 +540,11 @@ int al_json_members(const char *in, size_t n, const char *const *keys, al_slice 
         if (*j.s != ',') return -1;
         j.s++;
     }
+}
+
+int al_json_member(const char *in, size_t n, const char *key, al_slice *val)
+{
+    return al_json_members(in, n, &key, val, 1);
 }
 
 int al_json_element(const char *in, size_t n, size_t i, al_slice *val)

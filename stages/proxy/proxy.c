@@ -180,30 +180,6 @@ typedef struct proxy {
  * Small helpers
  * ------------------------------------------------------------------------------------------ */
 
-/* Appenders for the per-call strings (response heads, extra headers): the printf family
- * was ~4 % of the loop thread. The caller sizes the buffer. */
-static char *put_mem(char *o, const void *p, size_t n)
-{
-    memcpy(o, p, n);
-    return o + n;
-}
-
-static char *put_str(char *o, const char *s)
-{
-    return put_mem(o, s, strlen(s));
-}
-
-static char *put_u64(char *o, uint64_t v)
-{
-    char t[24];
-    size_t i = sizeof t;
-    do {
-        t[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    return put_mem(o, t + i, sizeof t - i);
-}
-
 static uint64_t rng_next(proxy *px)
 {
     /* xorshift64*, seeded from getrandom: ids need to be unique, not secret */
@@ -434,18 +410,18 @@ static void conn_reply(conn *c, int status, const char *ctype, const char *extra
     size_t cl = strlen(ctype), el = extra ? strlen(extra) : 0;
     char small[1024], *head = cl + el < sizeof small - 160 ? small : malloc(cl + el + 160);
     if (head) {
-        char *o = put_mem(head, "HTTP/1.1 ", 9);
-        o = put_u64(o, (uint64_t)(status < 0 ? 0 : status));
+        char *o = al_put_mem(head, "HTTP/1.1 ", 9);
+        o = al_put_u64(o, (uint64_t)(status < 0 ? 0 : status));
         *o++ = ' ';
-        o = put_str(o, status_text(status));
-        o = put_mem(o, "\r\nContent-Type: ", 16);
-        o = put_mem(o, ctype, cl);
-        o = put_mem(o, "\r\nContent-Length: ", 18);
-        o = put_u64(o, len);
-        o = put_mem(o, "\r\n", 2);
-        if (el) o = put_mem(o, extra, el);
-        if (!c->keep_alive) o = put_mem(o, "Connection: close\r\n", 19);
-        o = put_mem(o, "\r\n", 2);
+        o = al_put_str(o, status_text(status));
+        o = al_put_mem(o, "\r\nContent-Type: ", 16);
+        o = al_put_mem(o, ctype, cl);
+        o = al_put_mem(o, "\r\nContent-Length: ", 18);
+        o = al_put_u64(o, len);
+        o = al_put_mem(o, "\r\n", 2);
+        if (el) o = al_put_mem(o, extra, el);
+        if (!c->keep_alive) o = al_put_mem(o, "Connection: close\r\n", 19);
+        o = al_put_mem(o, "\r\n", 2);
         evbuffer_add(out, head, (size_t)(o - head));
         if (head != small) free(head);
     }
@@ -1699,11 +1675,11 @@ static void extra_headers(call *k, char *buf, size_t n)
     if (n < rl + 80) {
         buf[0] = '\0';
     } else {
-        char *o = put_mem(buf, "x-arclight-overhead-us: ", 24);
-        o = put_u64(o, (uint64_t)overhead);
-        o = put_mem(o, "\r\nx-arclight-rollout: ", 22);
-        o = put_mem(o, k->id.rollout, rl);
-        o = put_mem(o, "\r\n", 3); /* with its NUL */
+        char *o = al_put_mem(buf, "x-arclight-overhead-us: ", 24);
+        o = al_put_u64(o, (uint64_t)overhead);
+        o = al_put_mem(o, "\r\nx-arclight-rollout: ", 22);
+        o = al_put_mem(o, k->id.rollout, rl);
+        o = al_put_mem(o, "\r\n", 3); /* with its NUL */
     }
     al_histogram_observe(k->px->h_overhead, (double)overhead / 1e6);
 }
@@ -2275,10 +2251,10 @@ static void start_llm_call(conn *c, ident *id)
     size_t tl = c->head.target.n > 400 ? 400 : c->head.target.n;
     k->method_path = malloc(ml + tl + 14);
     if (k->method_path) {
-        char *o = put_mem(k->method_path, "method=", 7);
-        o = put_mem(o, c->head.method.p, ml);
-        o = put_mem(o, " path=", 6);
-        o = put_mem(o, c->head.target.p, tl);
+        char *o = al_put_mem(k->method_path, "method=", 7);
+        o = al_put_mem(o, c->head.method.p, ml);
+        o = al_put_mem(o, " path=", 6);
+        o = al_put_mem(o, c->head.target.p, tl);
         *o = '\0';
     }
     const al_slice *ag = al_http1_header_get(&c->head, "x-arclight-agent");
@@ -2565,8 +2541,8 @@ static void dispatch(conn *c)
                        "A-Z a-z 0-9 . _ : @ -");
             return;
         }
-        *put_mem(id.task, t, (size_t)(s1 - t)) = '\0'; /* id_valid: at most 128 */
-        *put_mem(id.rollout, s1 + 1, (size_t)(s2 - s1 - 1)) = '\0';
+        *al_put_mem(id.task, t, (size_t)(s1 - t)) = '\0'; /* id_valid: at most 128 */
+        *al_put_mem(id.rollout, s1 + 1, (size_t)(s2 - s1 - 1)) = '\0';
         prefix = 1;
         path = (al_slice){s2, (size_t)(end - s2)};
     }

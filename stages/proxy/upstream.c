@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #include "upstream.h"
 
+#include "http1.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -710,26 +712,17 @@ al_upc *al_upc_start(al_upc_pool *p, int idx, const char *method, const char *pa
            xl = strlen(headers);
     char *head = malloc(ml + fl + pl + hsl + xl + 80);
     if (!head) return NULL;
-    char *o = head;
-#define PUT(p_, n_) (memcpy(o, (p_), (n_)), o += (n_))
-    PUT(method, ml);
+    char *o = al_put_mem(head, method, ml);
     *o++ = ' ';
-    PUT(up->prefix, fl);
-    PUT(path, pl);
-    PUT(" HTTP/1.1\r\nHost: ", 17);
-    PUT(up->host, hsl);
-    PUT("\r\n", 2);
-    PUT(headers, xl);
-    PUT("Content-Length: ", 16);
-    char num[24];
-    size_t ni = sizeof num, bl = body_len;
-    do {
-        num[--ni] = (char)('0' + bl % 10);
-        bl /= 10;
-    } while (bl);
-    PUT(num + ni, sizeof num - ni);
-    PUT("\r\n\r\n", 4);
-#undef PUT
+    o = al_put_mem(o, up->prefix, fl);
+    o = al_put_mem(o, path, pl);
+    o = al_put_mem(o, " HTTP/1.1\r\nHost: ", 17);
+    o = al_put_mem(o, up->host, hsl);
+    o = al_put_mem(o, "\r\n", 2);
+    o = al_put_mem(o, headers, xl);
+    o = al_put_mem(o, "Content-Length: ", 16);
+    o = al_put_u64(o, body_len);
+    o = al_put_mem(o, "\r\n\r\n", 4);
     size_t hl = (size_t)(o - head);
     al_upc *u = up->idle;
     if (u) {
