@@ -18,7 +18,7 @@
  * default), and kcat starts its partitions one by one, so its default run spends most of its
  * time waiting on the first partitions' empty fetches; the second way is kcat's raw consume
  * rate. Both are reported; the second is the one the target is read against. kcat (both
- * ways) runs before, between and after two credit runs; the best run of each counts.
+ * ways) runs before and after each of three credit runs; the best run of each counts.
  * BENCH_KEEP=1 keeps the last credit log, BENCH_LOG_LEVEL sets credit's log level (with
  * ARCLIGHT_KAFKA_DEBUG=... for librdkafka's debug contexts). */
 #include "avro/codec.h"
@@ -38,6 +38,7 @@
 #define PROMPT 2000
 #define RESPONSE 256
 #define TOOL 64
+#define CREDIT_RUNS 3
 
 /* xorshift64*: the next pseudo-random token id. */
 static int32_t token(uint64_t *x)
@@ -151,6 +152,23 @@ static long fill(const char *bootstrap, const char *topic, double *bytes)
     return rc ? -1 : n;
 }
 
+/* CPU seconds the broker process has used so far (utime + stime from /proc/PID/stat). */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return 0;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
 /* kcat from the oldest message to the end of every partition; seconds from its first
  * message to its last (-1 on error), messages counted in *count. */
 static double run_kcat(const char *bootstrap, const char *topic, const char *args, long *count)
@@ -198,22 +216,25 @@ int main(void)
     printf("topic: %ld spans, %.1f MB in %d partitions (filled in %.1f s)\n", n, bytes / 1e6, PARTS,
            now_s() - t0);
 
-    /* kcat (both ways), credit, kcat, credit, kcat: the best run of each counts */
+    /* kcat (both ways), then credit and kcat in turn: the best run of each counts */
     static const char *const kargs[2] = {"", "-X fetch.wait.max.ms=10"};
-    long kn[2][3];
-    double k[2][3], cs[2] = {-1, -1};
-    long cn[2] = {0, 0};
-    unsigned long long cb[2] = {0, 0};
+    long kn[2][CREDIT_RUNS + 1];
+    double k[2][CREDIT_RUNS + 1], cs[CREDIT_RUNS];
+    long cn[CREDIT_RUNS] = {0};
+    unsigned long long cb[CREDIT_RUNS] = {0};
     int st = 0;
     for (int w = 0; w < 2; w++)
         k[w][0] = run_kcat(b.bootstrap, "bc.spans", kargs[w], &kn[w][0]);
-    for (int run = 0; run < 2; run++) {
+    for (int run = 0; run < CREDIT_RUNS; run++) {
+        cs[run] = -1;
         snprintf(cmd, sizeof cmd,
                  "'%s' credit --bootstrap %s --input bc.spans --output bc.tr --group bench-%d "
                  "--group-size %d --max-spans %ld --log-level %s 2>%s",
                  al_test_bin(), b.bootstrap, run, GROUP, n,
                  getenv("BENCH_LOG_LEVEL") ? getenv("BENCH_LOG_LEVEL") : "info", log);
+        double broker_cpu = proc_cpu_s(b.pid);
         st |= system(cmd);
+        broker_cpu = proc_cpu_s(b.pid) - broker_cpu;
         FILE *lf = fopen(log, "r");
         char line[1024];
         while (lf && fgets(line, sizeof line, lf)) {
@@ -222,6 +243,8 @@ int main(void)
             sscanf(p, "stopped after %ld messages, %llu bytes, %lf s", &cn[run], &cb[run],
                    &cs[run]);
             printf("credit run %d: %s", run + 1, p);
+            printf("  broker CPU during the run (whole process, start to exit): %.2f s\n",
+                   broker_cpu);
         }
         if (lf) fclose(lf);
         for (int w = 0; w < 2; w++)
@@ -237,29 +260,43 @@ int main(void)
 
     int ok = st == 0;
     for (int w = 0; w < 2; w++)
-        for (int i = 0; i < 3; i++)
-            ok = ok && k[w][i] > 0 && kn[w][i] == n;
-    for (int i = 0; i < 2; i++)
-        ok = ok && cs[i] > 0 && cn[i] == n;
+        for (int i = 0; i <= CREDIT_RUNS; i++)
+            if (!(k[w][i] > 0 && kn[w][i] == n)) {
+                fprintf(stderr, "bench_credit: kcat run %d (%s) read %ld of %ld spans\n", i + 1,
+                        w ? "raw" : "defaults", kn[w][i], n);
+                ok = 0;
+            }
+    double cbest = 0, cworst = 0;
+    for (int i = 0; i < CREDIT_RUNS; i++) {
+        if (!(cs[i] > 0 && cn[i] == n)) {
+            fprintf(stderr, "bench_credit: credit run %d handled %ld of %ld spans\n", i + 1,
+                    cn[i], n);
+            ok = 0;
+        }
+        if (!i || cs[i] < cbest) cbest = cs[i];
+        if (!i || cs[i] > cworst) cworst = cs[i];
+    }
     if (!ok) {
-        fprintf(stderr,
-                "bench_credit: a run failed (credit exit %d, %ld and %ld of %ld spans; "
-                "kcat %ld, %ld, %ld / %ld, %ld, %ld spans)\n",
-                st, cn[0], cn[1], n, kn[0][0], kn[0][1], kn[0][2], kn[1][0], kn[1][1], kn[1][2]);
+        fprintf(stderr, "bench_credit: a run failed (credit's exit statuses: %d)\n", st);
         return 1;
     }
-    double kref[2], cbest = cs[0] < cs[1] ? cs[0] : cs[1], cworst = cs[0] > cs[1] ? cs[0] : cs[1];
+    double kref[2];
     static const char *const kname[2] = {"kcat (defaults)    ", "kcat (wait.max 10) "};
     for (int w = 0; w < 2; w++) {
         kref[w] = k[w][0];
-        for (int i = 1; i < 3; i++)
+        printf("%s: ", kname[w]);
+        for (int i = 1; i <= CREDIT_RUNS; i++)
             if (k[w][i] < kref[w]) kref[w] = k[w][i];
-        printf("%s: %8.0f spans/s %7.1f MB/s  (runs: %.3f s, %.3f s, %.3f s)\n", kname[w],
-               (double)n / kref[w], bytes / 1e6 / kref[w], k[w][0], k[w][1], k[w][2]);
+        printf("%8.0f spans/s %7.1f MB/s  (runs:", (double)n / kref[w], bytes / 1e6 / kref[w]);
+        for (int i = 0; i <= CREDIT_RUNS; i++)
+            printf(" %.3f s", k[w][i]);
+        printf(")\n");
     }
-    printf("arclight credit    : %8.0f spans/s %7.1f MB/s  (runs: %.3f s, %.3f s; until the "
-           "transitions are acknowledged)\n",
-           (double)n / cbest, (double)cb[0] / 1e6 / cbest, cs[0], cs[1]);
+    printf("arclight credit    : %8.0f spans/s %7.1f MB/s  (runs:", (double)n / cbest,
+           (double)cb[0] / 1e6 / cbest);
+    for (int i = 0; i < CREDIT_RUNS; i++)
+        printf(" %.3f s", cs[i]);
+    printf("; until the transitions are acknowledged)\n");
     printf("ratio credit/kcat (defaults)  : %.2f  (best runs; worst credit: %.2f)\n",
            kref[0] / cbest, kref[0] / cworst);
     printf("ratio credit/kcat (raw rate)  : %.2f  (best runs; worst credit: %.2f; target >= "

@@ -15,6 +15,10 @@ typedef struct member {
     int owned[PARTS];
     int revoked_events, max_revoked, assigned_events;
     int consumed, late[PARTS];
+    int unowned;             /* messages handed out for a partition not owned at the time */
+    unsigned char *seen;     /* optional: seen[partition * per_part + offset] counts */
+    int per_part;
+    int poll_ms; /* 0: 50 */
 } member;
 
 static void on_rebalance(al_consumer *c, al_rebalance_event ev,
@@ -39,7 +43,8 @@ static int owned_count(const member *m)
     return n;
 }
 
-static int member_init(member *m, const char *bootstrap, char *errstr, size_t errlen)
+static int member_init_in(member *m, const char *bootstrap, const char *group, const char *topic,
+                          char *errstr, size_t errlen)
 {
     memset(m, 0, sizeof *m);
     al_kafka_conf *c = al_kafka_conf_load(NULL, bootstrap, errstr, errlen);
@@ -47,19 +52,24 @@ static int member_init(member *m, const char *bootstrap, char *errstr, size_t er
     /* The embedded broker waits up to a session timeout for members to rejoin. */
     al_kafka_conf_set(c, "session.timeout.ms", "3000");
     m->p = al_producer_new(c, errstr, errlen);
-    m->c = m->p ? al_consumer_new(c, "t0204-group", m->p, errstr, errlen) : NULL;
+    m->c = m->p ? al_consumer_new(c, group, m->p, errstr, errlen) : NULL;
     al_kafka_conf_free(c);
     if (!m->c) return -1;
     al_consumer_set_rebalance_cb(m->c, on_rebalance, m);
-    const char *topics[] = {"t0204.in"};
+    const char *topics[] = {topic};
     return al_consumer_subscribe(m->c, topics, 1, errstr, errlen);
+}
+
+static int member_init(member *m, const char *bootstrap, char *errstr, size_t errlen)
+{
+    return member_init_in(m, bootstrap, "t0204-group", "t0204.in", errstr, errlen);
 }
 
 /* One poll: a message becomes an input with one tracked output. */
 static int member_step(member *m, int after_join, char *errstr, size_t errlen)
 {
     rd_kafka_message_t *msg;
-    int r = al_consumer_poll(m->c, 50, &msg, errstr, errlen);
+    int r = al_consumer_poll(m->c, m->poll_ms ? m->poll_ms : 50, &msg, errstr, errlen);
     if (r <= 0) return r;
     al_input *in = al_consumer_input_begin(m->c, msg);
     al_kafka_out o = {.topic = "t0204.out",
@@ -72,6 +82,11 @@ static int member_step(member *m, int after_join, char *errstr, size_t errlen)
     al_producer_produce(m->p, &o);
     al_input_end(in);
     m->consumed++;
+    if (msg->partition < PARTS) {
+        if (!m->owned[msg->partition]) m->unowned++;
+        if (m->seen && msg->offset >= 0 && msg->offset < m->per_part)
+            m->seen[msg->partition * m->per_part + msg->offset]++;
+    }
     if (after_join && msg->partition < PARTS) m->late[msg->partition]++;
     rd_kafka_message_destroy(msg);
     return 1;
@@ -145,6 +160,85 @@ TEST(second_consumer_joins_partitions_move_with_their_offsets)
         CHECKF(!(m1.late[p] && !m1.owned[p]), "m1 got partition %d it does not own", p);
         CHECKF(!(m2.late[p] && !m2.owned[p]), "m2 got partition %d it does not own", p);
     }
+    CHECK_EQ_INT(m1.unowned + m2.unowned, 0);
+    member_free(&m2);
+    member_free(&m1);
+    al_producer_free(feed);
+    CHECK_EQ_INT(al_test_broker_stop(&b), 0);
+}
+
+/* The consumer takes messages from librdkafka in batches (and drops those of partitions a
+ * rebalance inside the batch call took away). A member with a backlog taken (its queue and
+ * batch full of every partition's messages) when the second member joins hands out none of a
+ * partition after its revoke, and the new owner starts where the committed offsets say:
+ * every message is handled once, by the partition's owner at the time. */
+#define N_BACKLOG 6000
+TEST(backlog_taken_in_batches_moves_to_the_new_owner_exactly_once)
+{
+    char errstr[512], reply[128];
+    al_test_broker b;
+    REQUIRE(al_test_broker_start(&b, NULL) == 0);
+    REQUIRE(al_test_broker_control(&b, "create t0204.b 6", reply, sizeof reply) == 0);
+    REQUIRE(al_test_broker_control(&b, "create t0204.out 6", reply, sizeof reply) == 0);
+
+    al_kafka_conf *c = al_kafka_conf_load(NULL, b.bootstrap, errstr, sizeof errstr);
+    al_producer *feed = al_producer_new(c, errstr, sizeof errstr);
+    al_kafka_conf_free(c);
+    REQUIREF(feed, "%s", errstr);
+    static char value[400];
+    memset(value, 'v', sizeof value);
+    for (int i = 0; i < N_BACKLOG; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "b%d", i);
+        al_producer_send(feed, "t0204.b", key, strlen(key), value, sizeof value, NULL, NULL);
+    }
+    REQUIRE(al_producer_flush(feed, 20000, errstr, sizeof errstr) == 0);
+
+    static member m1, m2;
+    static unsigned char seen1[PARTS * N_BACKLOG], seen2[PARTS * N_BACKLOG];
+    REQUIREF(member_init_in(&m1, b.bootstrap, "t0204-b", "t0204.b", errstr, sizeof errstr) == 0,
+             "%s", errstr);
+    m1.seen = seen1;
+    m1.per_part = N_BACKLOG;
+    m1.poll_ms = 5;
+    double t0 = testlib_now();
+    while (m1.consumed < 300 && testlib_now() - t0 < 30)
+        REQUIREF(member_step(&m1, 0, errstr, sizeof errstr) >= 0, "%s", errstr);
+    REQUIRE(m1.consumed >= 300);
+
+    REQUIREF(member_init_in(&m2, b.bootstrap, "t0204-b", "t0204.b", errstr, sizeof errstr) == 0,
+             "%s", errstr);
+    m2.seen = seen2;
+    m2.per_part = N_BACKLOG;
+    m2.poll_ms = 5;
+    /* m1 handles one message per step, so most of its backlog is still taken but not handed
+     * out when the revoke comes */
+    t0 = testlib_now();
+    while (testlib_now() - t0 < 60) {
+        REQUIREF(member_step(&m1, 1, errstr, sizeof errstr) >= 0, "%s", errstr);
+        REQUIREF(member_step(&m2, 1, errstr, sizeof errstr) >= 0, "%s", errstr);
+        if (m1.consumed + m2.consumed >= N_BACKLOG && owned_count(&m2) > 0) break;
+    }
+    CHECKF(owned_count(&m2) > 0, "m2 got no partition (m1 owns %d)", owned_count(&m1));
+    CHECK_EQ_INT(m1.unowned, 0);
+    CHECK_EQ_INT(m2.unowned, 0);
+    /* every message of the topic was handled, and (the moved partitions starting at the
+     * committed offsets) none twice */
+    int missing = 0, twice = 0, total = 0;
+    for (int p = 0; p < PARTS; p++) {
+        int64_t lo = 0, hi = 0;
+        REQUIRE(rd_kafka_query_watermark_offsets(al_consumer_handle(m1.c), "t0204.b", p, &lo,
+                                                 &hi, 5000) == 0);
+        for (int64_t o = lo; o < hi && o < N_BACKLOG; o++) {
+            int n = seen1[p * N_BACKLOG + o] + seen2[p * N_BACKLOG + o];
+            missing += n == 0;
+            twice += n > 1;
+            total++;
+        }
+    }
+    CHECK_EQ_INT(total, N_BACKLOG);
+    CHECK_EQ_INT(missing, 0);
+    CHECK_EQ_INT(twice, 0);
     member_free(&m2);
     member_free(&m1);
     al_producer_free(feed);

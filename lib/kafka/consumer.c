@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define AL_CONSUMER_BATCH 128
+
 struct al_consumer {
     rd_kafka_t *rk;
     al_producer *linked;
@@ -27,6 +29,13 @@ struct al_consumer {
     int64_t last_down_log_us;
     int wake_fetchers;     /* librdkafka < 2.2: see wake_stalled_fetchers */
     int64_t last_wake_us;
+    /* Messages taken from librdkafka in one call and handed out one per al_consumer_poll:
+     * the per-poll work (the linked producer's reports, offset stores, librdkafka's queue
+     * lock and clock reads) is then done once per batch instead of once per message. */
+    rd_kafka_queue_t *queue;
+    rd_kafka_message_t *batch[AL_CONSUMER_BATCH];
+    size_t nbatch, ibatch;
+    unsigned rebalances; /* counts rebalance callbacks: a batch taken across one is checked */
 };
 
 /* ------------------------------------------------------------------------------------------
@@ -298,6 +307,7 @@ static void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 {
     al_consumer *c = opaque;
     int cooperative = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
+    c->rebalances++;
     rd_kafka_error_t *error = NULL;
     rd_kafka_resp_err_t aerr = 0;
 
@@ -415,6 +425,7 @@ al_consumer *al_consumer_new(const al_kafka_conf *conf, const char *group, al_pr
         return NULL;
     }
     rd_kafka_poll_set_consumer(c->rk);
+    c->queue = rd_kafka_queue_get_consumer(c->rk);
     c->linked = linked;
     return c;
 }
@@ -422,6 +433,11 @@ al_consumer *al_consumer_new(const al_kafka_conf *conf, const char *group, al_pr
 void al_consumer_free(al_consumer *c)
 {
     if (!c) return;
+    /* Messages taken but not handed out were never tracked: the next owner (or the next
+     * run) reads them again from the stored offsets. */
+    while (c->ibatch < c->nbatch)
+        rd_kafka_message_destroy(c->batch[c->ibatch++]);
+    if (c->queue) rd_kafka_queue_destroy(c->queue);
     /* Close runs the revoke callback: flush, store, commit. */
     rd_kafka_resp_err_t err = rd_kafka_consumer_close(c->rk);
     if (err) al_log_warn("kafka", "consumer close: %s", rd_kafka_err2str(err));
@@ -524,27 +540,68 @@ static void wake_stalled_fetchers(al_consumer *c)
     rd_kafka_topic_partition_list_destroy(l);
 }
 
+/* After a rebalance inside a batch call: drops the batch's messages of partitions no longer
+ * assigned (taken before the revoke was served; their offsets are the next owner's). */
+static void batch_drop_unowned(al_consumer *c)
+{
+    size_t keep = c->ibatch;
+    for (size_t i = c->ibatch; i < c->nbatch; i++) {
+        rd_kafka_message_t *m = c->batch[i];
+        if (m->rkt && !ps_find(c, rd_kafka_topic_name(m->rkt), m->partition))
+            rd_kafka_message_destroy(m);
+        else
+            c->batch[keep++] = m;
+    }
+    c->nbatch = keep;
+}
+
+/* The next message or event: from the batch, else from a new batch taken without waiting,
+ * else the first one to arrive within wait_ms (NULL if none). */
+static rd_kafka_message_t *next_message(al_consumer *c, int wait_ms)
+{
+    if (c->ibatch < c->nbatch) return c->batch[c->ibatch++];
+    c->ibatch = c->nbatch = 0;
+    unsigned seen = c->rebalances;
+    ssize_t n = rd_kafka_consume_batch_queue(c->queue, 0, c->batch, AL_CONSUMER_BATCH);
+    if (n > 0) {
+        c->nbatch = (size_t)n;
+        if (seen != c->rebalances) batch_drop_unowned(c);
+        if (c->nbatch) return c->batch[c->ibatch++];
+    }
+    /* The batch call returns early only when its array is full; waiting is left to the
+     * single-message poll, which returns as soon as one arrives. */
+    return rd_kafka_consumer_poll(c->rk, wait_ms);
+}
+
 int al_consumer_poll(al_consumer *c, int timeout_ms, rd_kafka_message_t **out, char *errstr,
                      size_t errlen)
 {
-    int64_t deadline = al_mono_us() + (int64_t)timeout_ms * 1000;
+    int64_t deadline = -1;
     *out = NULL;
     for (;;) {
-        if (c->linked) {
-            char ferr[512];
-            rd_kafka_poll(al_producer_handle(c->linked), 0);
-            if (al_producer_fatal(c->linked, ferr, sizeof ferr)) consumer_fail(c, "%s", ferr);
+        if (c->ibatch == c->nbatch) {
+            /* between batches: the linked producer's reports, then the offsets they freed */
+            if (c->linked) {
+                char ferr[512];
+                rd_kafka_poll(al_producer_handle(c->linked), 0);
+                if (al_producer_fatal(c->linked, ferr, sizeof ferr)) consumer_fail(c, "%s", ferr);
+            }
+            consumer_store_offsets(c);
         }
-        consumer_store_offsets(c);
         if (c->failed) return al_err(errstr, errlen, "%s", c->fail_reason);
 
-        int64_t left_ms = (deadline - al_mono_us()) / 1000;
-        if (left_ms < 0) left_ms = 0;
-        /* Come back often enough to serve the linked producer's delivery reports, and to
-         * notice a stalled fetcher soon (wake_stalled_fetchers). */
-        int cap = c->wake_fetchers && c->nparts ? 10 : c->linked ? 20 : -1;
-        int wait = (int)(cap >= 0 && left_ms > cap ? cap : left_ms);
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, wait);
+        int wait = 0;
+        if (c->ibatch == c->nbatch) {
+            int64_t now = al_mono_us();
+            if (deadline < 0) deadline = now + (int64_t)timeout_ms * 1000;
+            int64_t left_ms = (deadline - now) / 1000;
+            if (left_ms < 0) left_ms = 0;
+            /* Come back often enough to serve the linked producer's delivery reports, and
+             * to notice a stalled fetcher soon (wake_stalled_fetchers). */
+            int cap = c->wake_fetchers && c->nparts ? 10 : c->linked ? 20 : -1;
+            wait = (int)(cap >= 0 && left_ms > cap ? cap : left_ms);
+        }
+        rd_kafka_message_t *m = next_message(c, wait);
         if (m && !m->err) {
             *out = m;
             return 1;
@@ -577,7 +634,8 @@ int al_consumer_poll(al_consumer *c, int timeout_ms, rd_kafka_message_t **out, c
                 }
             }
             rd_kafka_message_destroy(m);
-            if (!c->failed && al_mono_us() >= deadline) return 0;
+            if (c->ibatch < c->nbatch) continue;
+            if (!c->failed && deadline >= 0 && al_mono_us() >= deadline) return 0;
             continue;
         }
         wake_stalled_fetchers(c);

@@ -6,6 +6,7 @@
 #include "core/log.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,16 @@ static void stage_on_signal(int sig)
 {
     (void)sig;
     stage_stop = 1;
+}
+
+void al_stage_keep_freed_memory(void)
+{
+#ifdef M_MMAP_THRESHOLD
+    /* 32 MB is the largest mmap threshold glibc accepts on 64-bit systems */
+    if (!mallopt(M_MMAP_THRESHOLD, 32 << 20) || !mallopt(M_TRIM_THRESHOLD, 256 << 20) ||
+        !mallopt(M_TOP_PAD, 16 << 20))
+        al_log_debug("stage", "malloc settings refused; keeping the defaults");
+#endif
 }
 
 void al_stage_init(al_stage *s, const char *comp, const char *health_text, int log_failures)

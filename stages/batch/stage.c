@@ -724,6 +724,7 @@ int cmd_batch(int argc, char **argv)
     char err[1024];
     batch_worker w = {.o = &o, .last_step_acked = -1};
     al_stage_init(&w.st, COMP, "the batch worker stopped on an error", 1);
+    al_stage_keep_freed_memory();
     o.cfg.on_drop = on_drop;
     o.cfg.on_drop_ctx = &w;
     w.batcher = al_batcher_new(&o.cfg, err, sizeof err);

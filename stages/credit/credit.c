@@ -1102,8 +1102,21 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
     if (s->timestamp_us > p->clock) p->clock = s->timestamp_us;
     if (fire_timeouts(p, errstr, errlen)) return -1;
 
+    /* rollout id, 0x1f, attempt (an id of at most 400 bytes and an attempt >= 0, both checked
+     * above): built by hand, as this runs once per span */
     char key[600];
-    snprintf(key, sizeof key, "%s\x1f%d", s->rollout_id, s->attempt);
+    size_t kl = strlen(s->rollout_id);
+    memcpy(key, s->rollout_id, kl);
+    key[kl++] = '\x1f';
+    char digits[12];
+    size_t nd = 0;
+    unsigned a = (unsigned)s->attempt;
+    do
+        digits[nd++] = (char)('0' + a % 10);
+    while (a /= 10);
+    while (nd)
+        key[kl++] = digits[--nd];
+    key[kl] = '\0';
     cr_rollout *r = TAB_FIND(p->rtab, p->rcap, cr_rollout, key);
     if (!r && TAB_FIND(p->etab, p->ecap, cr_ended, key))
         return reject(reason_code, "late_span", reason, reasonlen,

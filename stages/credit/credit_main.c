@@ -31,8 +31,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 static const char credit_usage[] =
     "usage: arclight credit [options]\n"
@@ -291,6 +293,65 @@ static double cpu_s(int who)
            (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
+/* Nanoseconds on CPU of each of this process's threads (/proc/self/task/TID/schedstat), for
+ * the stop line: where a run's CPU went (librdkafka's threads are the interesting part). */
+typedef struct {
+    int tid;
+    char name[16];
+    uint64_t ns;
+} thread_cpu;
+
+static size_t threads_cpu(thread_cpu *t, size_t max)
+{
+    DIR *d = opendir("/proc/self/task");
+    size_t n = 0;
+    struct dirent *e;
+    while (d && n < max && (e = readdir(d))) {
+        int tid = atoi(e->d_name);
+        char path[64];
+        unsigned long long ns;
+        if (tid <= 0) continue;
+        snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", tid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        int ok = fscanf(f, "%llu", &ns) == 1;
+        fclose(f);
+        snprintf(path, sizeof path, "/proc/self/task/%d/comm", tid);
+        if (!ok || !(f = fopen(path, "r"))) continue;
+        if (!fgets(t[n].name, sizeof t[n].name, f)) t[n].name[0] = '\0';
+        fclose(f);
+        t[n].name[strcspn(t[n].name, "\n")] = '\0';
+        t[n].tid = tid;
+        t[n].ns = ns;
+        n++;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* "main 0.101, rdk:broker1 0.093, ..." in thread id order (the producer's threads start
+ * before the consumer's): CPU seconds of each thread since the snapshot `before`, threads
+ * under 5 ms left out. */
+static void threads_cpu_since(const thread_cpu *before, size_t nb, char *out, size_t outlen)
+{
+    thread_cpu now[64];
+    size_t n = threads_cpu(now, 64), len = 0;
+    out[0] = '\0';
+    for (size_t done = 0; done < n; done++) {
+        size_t k = n; /* the next thread in tid order */
+        for (size_t i = 0; i < n; i++)
+            if (now[i].tid > 0 && (k == n || now[i].tid < now[k].tid)) k = i;
+        uint64_t ns = now[k].ns;
+        for (size_t i = 0; i < nb; i++)
+            if (before[i].tid == now[k].tid) ns = ns >= before[i].ns ? ns - before[i].ns : 0;
+        if (ns >= 5000000 && len < outlen)
+            len += (size_t)snprintf(out + len, outlen - len, "%s%s %.3f", len ? ", " : "",
+                                    now[k].tid == (int)getpid() ? "main" : now[k].name,
+                                    (double)ns / 1e9);
+        now[k].tid = -now[k].tid;
+    }
+}
+
 static cpart *cpart_get(credit_ctx *x, const char *topic, int32_t partition, int create)
 {
     for (size_t i = 0; i < x->nparts; i++)
@@ -411,7 +472,8 @@ static void dead_letter(credit_ctx *x, const rd_kafka_message_t *m, al_input *in
 }
 
 /* One consumed message: held, decoded, fed to its partition's part; outputs produced. */
-static void handle_message(credit_ctx *x, const rd_kafka_message_t *m, al_span *span)
+static void handle_message(credit_ctx *x, const rd_kafka_message_t *m, al_span *span,
+                           int64_t now)
 {
     char err[512], reason[768];
     const char *topic = rd_kafka_topic_name(m->rkt);
@@ -428,7 +490,7 @@ static void handle_message(credit_ctx *x, const rd_kafka_message_t *m, al_span *
         return;
     }
     al_counter_inc(x->m.spans);
-    cp->last_msg_mono = al_mono_us();
+    cp->last_msg_mono = now;
     x->cur = cp;
     if (!m->payload || al_span_decode(m->payload, m->len, span, err, sizeof err) != 0) {
         snprintf(reason, sizeof reason, "undecodable span: %s",
@@ -533,6 +595,7 @@ int cmd_credit(int argc, char **argv)
     credit_ctx x;
     memset(&x, 0, sizeof x);
     al_stage_init(&x.st, "credit", NULL, 0); /* the loop's end logs the reason */
+    al_stage_keep_freed_memory();
     al_credit_config_init(&x.cfg);
     const char *group = "arclight-credit", *input = AL_TOPIC_SPANS;
     x.output = AL_TOPIC_TRANSITIONS;
@@ -704,6 +767,8 @@ int cmd_credit(int argc, char **argv)
     uint64_t consumed = 0, consumed_bytes = 0;
     int64_t first_msg = 0;
     double first_cpu = 0, first_cpu_main = 0;
+    thread_cpu first_threads[64];
+    size_t nfirst_threads = 0;
     int64_t last_msg = al_mono_us(), last_quiet_check = 0;
     while (!al_stage_stop_requested() && !al_stage_failed(&x.st)) {
         rd_kafka_message_t *m;
@@ -722,9 +787,10 @@ int cmd_credit(int argc, char **argv)
                 first_msg = now;
                 first_cpu = cpu_s(RUSAGE_SELF);
                 first_cpu_main = cpu_s(RUSAGE_THREAD);
+                nfirst_threads = threads_cpu(first_threads, 64);
             }
             consumed_bytes += m->len;
-            handle_message(&x, m, &span);
+            handle_message(&x, m, &span, now);
             rd_kafka_message_destroy(m);
             consumed++;
             last_msg = now;
@@ -750,16 +816,19 @@ int cmd_credit(int argc, char **argv)
             al_log_warn(cmd, "%s", err);
         else
             rc = AL_EXIT_OK;
+        char by_thread[512] = "";
+        if (first_msg) threads_cpu_since(first_threads, nfirst_threads, by_thread,
+                                         sizeof by_thread);
         /* benchmarks read this line: messages and bytes from the first message to the end,
          * outputs flushed */
         al_log_info(cmd,
                     "stopped after %llu messages, %llu bytes, %.3f s since the first "
                     "(the last consumed after %.3f s; %.3f s of CPU, %.3f s of it on the "
-                    "main thread)",
+                    "main thread; by thread: %s)",
                     (unsigned long long)consumed, (unsigned long long)consumed_bytes, secs,
                     first_msg ? (double)(consumed_at - first_msg) / 1e6 : 0,
                     first_msg ? cpu_s(RUSAGE_SELF) - first_cpu : 0,
-                    first_msg ? cpu_s(RUSAGE_THREAD) - first_cpu_main : 0);
+                    first_msg ? cpu_s(RUSAGE_THREAD) - first_cpu_main : 0, by_thread);
     }
 out:
     al_http_server_stop(srv);
