@@ -9,12 +9,16 @@
 #include "core/log.h"
 #include "core/util.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define AL_CONSUMER_BATCH 128
+
+typedef struct fetch_waker fetch_waker;
+static void waker_stop(struct al_consumer *c);
 
 struct al_consumer {
     rd_kafka_t *rk;
@@ -28,7 +32,13 @@ struct al_consumer {
     char fail_reason[1024];
     int64_t last_down_log_us;
     int wake_fetchers;     /* librdkafka < 2.2: see wake_stalled_fetchers */
-    int64_t last_wake_us;
+    int64_t last_wake_us, wake_every_us;
+    fetch_waker *waker; /* started at the first wake */
+    uint64_t handed_since_wake;
+    /* wake_before_empty: the prefetch limit, the mean message size handed out, the queue's
+     * length after the last batch was taken */
+    double queue_max_bytes, mean_len;
+    size_t queue_after_batch;
     /* Messages taken from librdkafka in one call and handed out one per al_consumer_poll:
      * the per-poll work (the linked producer's reports, offset stores, librdkafka's queue
      * lock and clock reads) is then done once per batch instead of once per message. */
@@ -413,6 +423,14 @@ al_consumer *al_consumer_new(const al_kafka_conf *conf, const char *group, al_pr
      * librdkafka 2.2 a setting says how long it waits (default 1000 ms), before that the
      * wrapper wakes it. */
     c->wake_fetchers = rd_kafka_version() < 0x020200ff;
+    c->wake_every_us = 10000;
+    {
+        char v[64];
+        size_t vl = sizeof v;
+        c->queue_max_bytes = 65536.0 * 1024; /* librdkafka's default */
+        if (rd_kafka_conf_get(rc, "queued.max.messages.kbytes", v, &vl) == RD_KAFKA_CONF_OK)
+            c->queue_max_bytes = atof(v) * 1024;
+    }
     if (!c->wake_fetchers && !al_kafka_conf_get(conf, "fetch.queue.backoff.ms") &&
         rd_kafka_conf_set(rc, "fetch.queue.backoff.ms", "10", err, sizeof err) !=
             RD_KAFKA_CONF_OK)
@@ -438,6 +456,7 @@ void al_consumer_free(al_consumer *c)
     while (c->ibatch < c->nbatch)
         rd_kafka_message_destroy(c->batch[c->ibatch++]);
     if (c->queue) rd_kafka_queue_destroy(c->queue);
+    waker_stop(c);
     /* Close runs the revoke callback: flush, store, commit. */
     rd_kafka_resp_err_t err = rd_kafka_consumer_close(c->rk);
     if (err) al_log_warn("kafka", "consumer close: %s", rd_kafka_err2str(err));
@@ -503,21 +522,112 @@ static void consumer_offset_gone(al_consumer *c, const rd_kafka_message_t *m)
                       topic, (int)part, (long long)want, rd_kafka_message_errstr(m));
 }
 
+/* The fetch waker: a thread that sends wake_stalled_fetchers' requests. The request (a
+ * ListOffsets for one partition) is what wakes librdkafka's broker thread; its answer is not
+ * needed, but rd_kafka_query_watermark_offsets waits for it however short its timeout, and a
+ * request queued behind a fetch the broker holds (up to fetch.wait.max.ms) would keep the
+ * stage waiting. So the stage posts the partition here and carries on; a post while a
+ * request is still out is dropped (that request wakes the broker thread as well). */
+struct fetch_waker {
+    rd_kafka_t *rk;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int stop, pending, busy;
+    char topic[512];
+    int32_t partition;
+};
+
+static void *waker_main(void *arg)
+{
+    fetch_waker *w = arg;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        while (!w->pending && !w->stop)
+            pthread_cond_wait(&w->cond, &w->lock);
+        if (w->stop) break;
+        char topic[sizeof w->topic];
+        memcpy(topic, w->topic, sizeof topic);
+        int32_t partition = w->partition;
+        w->pending = 0;
+        w->busy = 1;
+        pthread_mutex_unlock(&w->lock);
+        int64_t lo, hi;
+        (void)rd_kafka_query_watermark_offsets(w->rk, topic, partition, &lo, &hi, 1000);
+        pthread_mutex_lock(&w->lock);
+        w->busy = 0;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+static void waker_post(al_consumer *c, const char *topic, int32_t partition)
+{
+    fetch_waker *w = c->waker;
+    if (!w) {
+        if (!(w = calloc(1, sizeof *w))) return;
+        w->rk = c->rk;
+        pthread_mutex_init(&w->lock, NULL);
+        pthread_cond_init(&w->cond, NULL);
+        if (pthread_create(&w->thread, NULL, waker_main, w) != 0) {
+            al_log_warn("kafka", "cannot start the fetch waker thread; a consumer whose queue "
+                                 "fills may idle up to a second at a time");
+            c->wake_fetchers = 0;
+            pthread_cond_destroy(&w->cond);
+            pthread_mutex_destroy(&w->lock);
+            free(w);
+            return;
+        }
+        c->waker = w;
+    }
+    pthread_mutex_lock(&w->lock);
+    if (!w->busy && !w->pending && strlen(topic) < sizeof w->topic) {
+        strcpy(w->topic, topic);
+        w->partition = partition;
+        w->pending = 1;
+        pthread_cond_signal(&w->cond);
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* Stops the waker once its request (if one is out) is answered or times out. */
+static void waker_stop(al_consumer *c)
+{
+    fetch_waker *w = c->waker;
+    if (!w) return;
+    pthread_mutex_lock(&w->lock);
+    w->stop = 1;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->thread, NULL);
+    pthread_cond_destroy(&w->cond);
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+    c->waker = NULL;
+}
+
 /* librdkafka before 2.2 stops fetching a partition while the consumer queue is over
  * queued.max.messages.kbytes and only looks again when its broker thread wakes up, which
  * with nothing else to do is after a second (librdkafka issue #2879; 2.2 added
  * fetch.queue.backoff.ms). A consumer that drains its queue faster than that then sits idle
  * for the rest of the second with the backlog still on the broker: bench_credit lost about
  * a second per 64 MB to it, and t0202 (16 MB behind a 32 KB queue) took 49 s instead of under
- * one. So when a poll comes back empty while some partition is known to
- * have more (its position is below the high watermark of the last fetch), ask that
- * partition's leader for its offsets: the request wakes the broker thread, which then sees
- * the queue has room and fetches. A caught-up consumer never asks. */
+ * one. So when some partition is known to have more (its position is below the high
+ * watermark of the last fetch), the wrapper asks that partition's leader for its offsets:
+ * the request (sent by the fetch waker thread, above) wakes the broker thread, which then
+ * sees the queue has room and fetches. A caught-up consumer never asks; one whose wakes bring
+ * nothing (the leader is away) asks ever less often, down to once a second. */
 static void wake_stalled_fetchers(al_consumer *c)
 {
     int64_t now = al_mono_us();
-    if (!c->wake_fetchers || !c->nparts || now - c->last_wake_us < 10000) return;
+    if (!c->wake_fetchers || !c->nparts || now - c->last_wake_us < c->wake_every_us) return;
+    /* nothing handed out since the last wake: back off (10 ms doubling to 1 s) */
+    if (c->last_wake_us && !c->handed_since_wake)
+        c->wake_every_us = c->wake_every_us * 2 > 1000000 ? 1000000 : c->wake_every_us * 2;
+    else
+        c->wake_every_us = 10000;
     c->last_wake_us = now;
+    c->handed_since_wake = 0;
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)c->nparts);
     for (size_t i = 0; i < c->nparts; i++)
         rd_kafka_topic_partition_list_add(l, c->parts[i]->topic, c->parts[i]->partition);
@@ -530,14 +640,26 @@ static void wake_stalled_fetchers(al_consumer *c)
                 hi <= p->offset)
                 continue;
             /* one leader woken is enough for now: its fetch covers all its partitions, and
-             * the next empty poll finds any other. A leader that does not answer (the
-             * cluster is away) is not asked again for a second: polls must stay short. */
-            if (rd_kafka_query_watermark_offsets(c->rk, p->topic, p->partition, &lo, &hi, 200))
-                c->last_wake_us = al_mono_us() + 1000000;
+             * the next wake finds any other */
+            waker_post(c, p->topic, p->partition);
             break;
         }
     }
     rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* Waking only once the queue is empty leaves the stage without messages for a fetch round
+ * trip each time the fetcher has stopped at the limit (bench_credit: 20-60 ms gaps per
+ * 64 MB). So the wrapper also wakes it when the queue (counted in messages of the mean size
+ * handed out) is below half of queued.max.messages.kbytes and has not grown since the last
+ * batch was taken. */
+static void wake_before_empty(al_consumer *c)
+{
+    if (!c->wake_fetchers || !c->nparts || c->mean_len <= 0) return;
+    size_t qlen = rd_kafka_queue_length(c->queue);
+    if (qlen > c->queue_after_batch || (double)qlen * c->mean_len > c->queue_max_bytes / 2)
+        return;
+    wake_stalled_fetchers(c);
 }
 
 /* After a rebalance inside a batch call: drops the batch's messages of partitions no longer
@@ -562,9 +684,11 @@ static rd_kafka_message_t *next_message(al_consumer *c, int wait_ms)
     if (c->ibatch < c->nbatch) return c->batch[c->ibatch++];
     c->ibatch = c->nbatch = 0;
     unsigned seen = c->rebalances;
+    wake_before_empty(c);
     ssize_t n = rd_kafka_consume_batch_queue(c->queue, 0, c->batch, AL_CONSUMER_BATCH);
     if (n > 0) {
         c->nbatch = (size_t)n;
+        c->queue_after_batch = rd_kafka_queue_length(c->queue);
         if (seen != c->rebalances) batch_drop_unowned(c);
         if (c->nbatch) return c->batch[c->ibatch++];
     }
@@ -603,6 +727,8 @@ int al_consumer_poll(al_consumer *c, int timeout_ms, rd_kafka_message_t **out, c
         }
         rd_kafka_message_t *m = next_message(c, wait);
         if (m && !m->err) {
+            c->mean_len += ((double)m->len - c->mean_len) / 64;
+            c->handed_since_wake++;
             *out = m;
             return 1;
         }
