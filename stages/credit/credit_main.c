@@ -739,6 +739,15 @@ int cmd_credit(int argc, char **argv)
         al_log_error(cmd, "%s", err);
         goto out;
     }
+    /* Transitions are about as many bytes as the spans they come from. librdkafka would
+     * buffer up to 1 GB of them ahead of its sends; 32 MB keeps the output in step with the
+     * input (and the memory bounded): bench_credit ended with ~80 MB still to compress and
+     * send after its last span, 30-80 ms of tail, and with the bound ends within ~20 ms. */
+    if (!al_kafka_conf_get(kc, "queue.buffering.max.kbytes") &&
+        al_kafka_conf_set(kc, "queue.buffering.max.kbytes", "32768") != 0) {
+        al_log_error(cmd, "out of memory");
+        goto out;
+    }
     if (!(x.producer = al_producer_new(kc, err, sizeof err)) ||
         !(x.consumer = al_consumer_new(kc, group, x.producer, err, sizeof err))) {
         al_log_error(cmd, "%s", err);
