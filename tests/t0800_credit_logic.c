@@ -616,6 +616,52 @@ TEST(rejected_spans_name_their_reason)
     sink_free(&s);
 }
 
+static int count_fn(void *ud, const al_transition *t, int64_t anchor)
+{
+    (void)t;
+    (void)anchor;
+    ++*(int *)ud;
+    return 0;
+}
+
+/* The memory of ended rollouts grows with use (from 64 entries) and keeps the newest 65,536
+ * per partition: a span of any of them is late; one of a rollout forgotten long ago starts
+ * a remnant instead. */
+TEST(ended_rollouts_are_remembered_across_growth_and_forgotten_oldest_first)
+{
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.group_size = 1;
+    int emitted = 0;
+    al_credit_sink k = {.transition = count_fn, .ud = &emitted};
+    char err[256];
+    al_credit_part *p = al_credit_part_new(&c, &k, err, sizeof err);
+    REQUIREF(p, "%s", err);
+    enum { N = 65536 + 300 };
+    char rid[32], reason[256];
+    const char *code;
+    for (int i = 0; i < N; i++) {
+        snprintf(rid, sizeof rid, "r%d", i);
+        feed_rollout(p, "T", rid, 1, 10 + i);
+    }
+    CHECK_EQ_INT(emitted, N);
+    static const int late[] = {300, 301, 1000, 40000, N - 64, N - 1};
+    for (size_t j = 0; j < sizeof late / sizeof *late; j++) {
+        snprintf(rid, sizeof rid, "r%d", late[j]);
+        al_span sp = mk_reward("T", rid, 3, 10 + N, "final", 1, 0);
+        CHECK_EQ_INT(al_credit_part_add(p, off_counter++, &sp, &code, reason, sizeof reason, err,
+                                        sizeof err),
+                     1);
+        CHECKF(code && !strcmp(code, "late_span"), "r%d: %s", late[j], code ? code : "(none)");
+    }
+    /* r0 .. r299 are forgotten: a span of r0 is taken as a new (remnant) rollout */
+    al_span old = mk_reward("T", "r0", 3, 10 + N, "final", 1, 0);
+    CHECK_EQ_INT(al_credit_part_add(p, off_counter++, &old, &code, reason, sizeof reason, err,
+                                    sizeof err),
+                 0);
+    al_credit_part_free(p);
+}
+
 TEST(safe_offset_never_splits_an_emitted_group)
 {
     al_credit_config c;

@@ -180,8 +180,8 @@ struct al_credit_part {
     size_t niv, capiv;
     cr_ended **etab; /* recently ended rollouts: hash + FIFO ring */
     size_t ecap, ecount;
-    cr_ended **ering;
-    size_t ehead;
+    cr_ended **ering; /* ring of ecount ends from ehead, in end order; grows to CR_ENDED_MAX */
+    size_t ehead, eringcap;
     /* scratch buffers for building transitions, reused */
     int32_t *s_resp;
     uint8_t *s_mask;
@@ -356,7 +356,7 @@ void al_credit_part_free(al_credit_part *p)
             free(b);
         }
     for (size_t i = 0; p->ering && i < p->ecount; i++) {
-        cr_ended *e = p->ering[(p->ehead + i) % CR_ENDED_MAX];
+        cr_ended *e = p->ering[(p->ehead + i) % p->eringcap];
         free(e->key);
         free(e);
     }
@@ -836,12 +836,24 @@ static int group_emit(al_credit_part *p, cr_group *g, int timed_out, char *errst
  * CR_ENDED_MAX. 0, or -1 out of memory. */
 static int ended_remember(al_credit_part *p, const char *key)
 {
-    if (!p->ering && !(p->ering = calloc(CR_ENDED_MAX, sizeof *p->ering))) return -1;
     if (TAB_FIND(p->etab, p->ecap, cr_ended, key)) return 0;
-    if (p->ecount == CR_ENDED_MAX) {
+    if (p->ecount == p->eringcap && p->eringcap < CR_ENDED_MAX) {
+        /* the ring grows with use (a full-size ring is 512 KB per partition) */
+        size_t cap = p->eringcap ? p->eringcap * 2 : 64;
+        if (cap > CR_ENDED_MAX) cap = CR_ENDED_MAX;
+        cr_ended **ring = malloc(cap * sizeof *ring);
+        if (!ring) return -1;
+        for (size_t i = 0; i < p->ecount; i++)
+            ring[i] = p->ering[(p->ehead + i) % p->eringcap];
+        free(p->ering);
+        p->ering = ring;
+        p->eringcap = cap;
+        p->ehead = 0;
+    }
+    if (p->ecount == p->eringcap) {
         cr_ended *old = p->ering[p->ehead];
         TAB_REMOVE(p->etab, p->ecap, p->ecount, cr_ended, old);
-        p->ehead = (p->ehead + 1) % CR_ENDED_MAX;
+        p->ehead = (p->ehead + 1) % p->eringcap;
         free(old->key);
         free(old);
     }
@@ -851,7 +863,7 @@ static int ended_remember(al_credit_part *p, const char *key)
         free(e);
         return -1;
     }
-    p->ering[(p->ehead + p->ecount - 1) % CR_ENDED_MAX] = e;
+    p->ering[(p->ehead + p->ecount - 1) % p->eringcap] = e;
     return 0;
 }
 
