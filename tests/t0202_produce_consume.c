@@ -427,12 +427,13 @@ TEST(prepare_learns_output_topics_or_names_the_problem)
  * 16 MB wait behind a 32 KB queue in 64 fetches: left alone that took 49 s on the machine this
  * was written on, with the consumer wrapper waking the fetcher 0.85 s. A liveness check (the
  * consumer never idles with a backlog) with a wide margin either way, not a speed target. */
-TEST(consumer_keeps_fetching_when_its_queue_fills)
+/* 16 MB in PARTS partitions through a 32 KB consumer queue: the fetcher stops at the limit
+ * and must be woken (wake_stalled_fetchers), on every leader. */
+static void backlog_through_a_small_queue(const char *bootstrap, const char *topic,
+                                          const char *group)
 {
     char errstr[512];
-    ensure_broker();
-    REQUIRE(broker_ok);
-    al_kafka_conf *c = conf_for(broker.bootstrap);
+    al_kafka_conf *c = conf_for(bootstrap);
     /* message sets of 4 messages: the embedded broker answers a fetch with one set per
      * partition, so this makes 64 fetches of 256 KB (4 partitions x 64 KB) */
     al_kafka_conf_set(c, "batch.num.messages", "4");
@@ -445,7 +446,7 @@ TEST(consumer_keeps_fetching_when_its_queue_fills)
     for (int part = 0; part < PARTS; part++)
         for (int i = 0; i < PER_PART; i++) {
             snprintf(value, 32, "p%d-%d|", part, i);
-            al_kafka_out o = {.topic = "t0202.backlog", .partition = part, .value = value,
+            al_kafka_out o = {.topic = topic, .partition = part, .value = value,
                               .len = sizeof value};
             REQUIRE(al_producer_produce(p, &o) == 0);
         }
@@ -456,10 +457,10 @@ TEST(consumer_keeps_fetching_when_its_queue_fills)
     al_kafka_conf_set(c, "max.partition.fetch.bytes", "65536");
     al_kafka_conf_set(c, "fetch.max.bytes", "1048576");
     al_kafka_conf_set(c, "message.max.bytes", "1048576");
-    al_consumer *cons = al_consumer_new(c, "t0202-backlog", NULL, errstr, sizeof errstr);
+    al_consumer *cons = al_consumer_new(c, group, NULL, errstr, sizeof errstr);
     al_kafka_conf_free(c);
     REQUIREF(cons, "%s", errstr);
-    const char *topics[] = {"t0202.backlog"};
+    const char *topics[] = {topic};
     REQUIRE(al_consumer_subscribe(cons, topics, 1, errstr, sizeof errstr) == 0);
     int got = 0;
     double first = 0, t0 = testlib_now();
@@ -478,7 +479,28 @@ TEST(consumer_keeps_fetching_when_its_queue_fills)
     double secs = testlib_now() - first;
     CHECK_EQ_INT(got, PARTS * PER_PART);
     CHECKF(secs < 16, "16 MB through a 32 KB queue took %.1f s: the fetcher idled", secs);
+    printf("  (%s: %.2f s from the first message to the last)\n", topic, secs);
     al_consumer_free(cons);
+}
+
+TEST(consumer_keeps_fetching_when_its_queue_fills)
+{
+    ensure_broker();
+    REQUIRE(broker_ok);
+    backlog_through_a_small_queue(broker.bootstrap, "t0202.backlog", "t0202-backlog");
+}
+
+/* The same with the partitions led by three brokers: each leader's fetcher stops on its own
+ * and the wakes must reach all of them. */
+TEST(consumer_keeps_fetching_from_every_leader)
+{
+    char reply[128];
+    al_test_broker b3;
+    const char *extra[] = {"--brokers", "3", NULL};
+    REQUIRE(al_test_broker_start(&b3, extra) == 0);
+    REQUIRE(al_test_broker_control(&b3, "create t0202.spread 4", reply, sizeof reply) == 0);
+    backlog_through_a_small_queue(b3.bootstrap, "t0202.spread", "t0202-spread");
+    CHECK_EQ_INT(al_test_broker_stop(&b3), 0);
 }
 
 TEST(zz_stop_broker)

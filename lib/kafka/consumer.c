@@ -9,7 +9,6 @@
 #include "core/log.h"
 #include "core/util.h"
 
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +16,6 @@
 
 #define AL_CONSUMER_BATCH 128
 
-typedef struct fetch_waker fetch_waker;
-static void waker_stop(struct al_consumer *c);
 
 struct al_consumer {
     rd_kafka_t *rk;
@@ -33,7 +30,6 @@ struct al_consumer {
     int64_t last_down_log_us;
     int wake_fetchers;     /* librdkafka < 2.2: see wake_stalled_fetchers */
     int64_t last_wake_us, wake_every_us;
-    fetch_waker *waker; /* started at the first wake */
     uint64_t handed_since_wake;
     /* wake_before_empty: the prefetch limit, the mean message size handed out, the queue's
      * length after the last batch was taken */
@@ -456,7 +452,6 @@ void al_consumer_free(al_consumer *c)
     while (c->ibatch < c->nbatch)
         rd_kafka_message_destroy(c->batch[c->ibatch++]);
     if (c->queue) rd_kafka_queue_destroy(c->queue);
-    waker_stop(c);
     /* Close runs the revoke callback: flush, store, commit. */
     rd_kafka_resp_err_t err = rd_kafka_consumer_close(c->rk);
     if (err) al_log_warn("kafka", "consumer close: %s", rd_kafka_err2str(err));
@@ -522,101 +517,20 @@ static void consumer_offset_gone(al_consumer *c, const rd_kafka_message_t *m)
                       topic, (int)part, (long long)want, rd_kafka_message_errstr(m));
 }
 
-/* The fetch waker: a thread that sends wake_stalled_fetchers' requests. The request (a
- * ListOffsets for one partition) is what wakes librdkafka's broker thread; its answer is not
- * needed, but rd_kafka_query_watermark_offsets waits for it however short its timeout, and a
- * request queued behind a fetch the broker holds (up to fetch.wait.max.ms) would keep the
- * stage waiting. So the stage posts the partition here and carries on; a post while a
- * request is still out is dropped (that request wakes the broker thread as well). */
-struct fetch_waker {
-    rd_kafka_t *rk;
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int stop, pending, busy;
-    char topic[512];
-    int32_t partition;
-};
-
-static void *waker_main(void *arg)
-{
-    fetch_waker *w = arg;
-    pthread_mutex_lock(&w->lock);
-    for (;;) {
-        while (!w->pending && !w->stop)
-            pthread_cond_wait(&w->cond, &w->lock);
-        if (w->stop) break;
-        char topic[sizeof w->topic];
-        memcpy(topic, w->topic, sizeof topic);
-        int32_t partition = w->partition;
-        w->pending = 0;
-        w->busy = 1;
-        pthread_mutex_unlock(&w->lock);
-        int64_t lo, hi;
-        (void)rd_kafka_query_watermark_offsets(w->rk, topic, partition, &lo, &hi, 1000);
-        pthread_mutex_lock(&w->lock);
-        w->busy = 0;
-    }
-    pthread_mutex_unlock(&w->lock);
-    return NULL;
-}
-
-static void waker_post(al_consumer *c, const char *topic, int32_t partition)
-{
-    fetch_waker *w = c->waker;
-    if (!w) {
-        if (!(w = calloc(1, sizeof *w))) return;
-        w->rk = c->rk;
-        pthread_mutex_init(&w->lock, NULL);
-        pthread_cond_init(&w->cond, NULL);
-        if (pthread_create(&w->thread, NULL, waker_main, w) != 0) {
-            al_log_warn("kafka", "cannot start the fetch waker thread; a consumer whose queue "
-                                 "fills may idle up to a second at a time");
-            c->wake_fetchers = 0;
-            pthread_cond_destroy(&w->cond);
-            pthread_mutex_destroy(&w->lock);
-            free(w);
-            return;
-        }
-        c->waker = w;
-    }
-    pthread_mutex_lock(&w->lock);
-    if (!w->busy && !w->pending && strlen(topic) < sizeof w->topic) {
-        strcpy(w->topic, topic);
-        w->partition = partition;
-        w->pending = 1;
-        pthread_cond_signal(&w->cond);
-    }
-    pthread_mutex_unlock(&w->lock);
-}
-
-/* Stops the waker once its request (if one is out) is answered or times out. */
-static void waker_stop(al_consumer *c)
-{
-    fetch_waker *w = c->waker;
-    if (!w) return;
-    pthread_mutex_lock(&w->lock);
-    w->stop = 1;
-    pthread_cond_signal(&w->cond);
-    pthread_mutex_unlock(&w->lock);
-    pthread_join(w->thread, NULL);
-    pthread_cond_destroy(&w->cond);
-    pthread_mutex_destroy(&w->lock);
-    free(w);
-    c->waker = NULL;
-}
-
 /* librdkafka before 2.2 stops fetching a partition while the consumer queue is over
  * queued.max.messages.kbytes and only looks again when its broker thread wakes up, which
  * with nothing else to do is after a second (librdkafka issue #2879; 2.2 added
  * fetch.queue.backoff.ms). A consumer that drains its queue faster than that then sits idle
  * for the rest of the second with the backlog still on the broker: bench_credit lost about
  * a second per 64 MB to it, and t0202 (16 MB behind a 32 KB queue) took 49 s instead of under
- * one. So when some partition is known to have more (its position is below the high
- * watermark of the last fetch), the wrapper asks that partition's leader for its offsets:
- * the request (sent by the fetch waker thread, above) wakes the broker thread, which then
- * sees the queue has room and fetches. A caught-up consumer never asks; one whose wakes bring
- * nothing (the leader is away) asks ever less often, down to once a second. */
+ * one. So the wrapper asks the leaders of the partitions known to have more (position below
+ * the high watermark of the last fetch) for their offsets: the requests wake their broker
+ * threads, which then see the queue has room and fetch. rd_kafka_offsets_for_times sends one
+ * request per leader and, with no time to wait, returns at once: the answers are not needed
+ * (rd_kafka_query_watermark_offsets waits for its answer whatever its timeout, and one queued
+ * behind a fetch the broker holds kept the stage waiting up to fetch.wait.max.ms). A
+ * caught-up consumer never asks; one whose wakes bring nothing (the leaders are away) asks
+ * ever less often, down to once a second. */
 static void wake_stalled_fetchers(al_consumer *c)
 {
     int64_t now = al_mono_us();
@@ -631,7 +545,8 @@ static void wake_stalled_fetchers(al_consumer *c)
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)c->nparts);
     for (size_t i = 0; i < c->nparts; i++)
         rd_kafka_topic_partition_list_add(l, c->parts[i]->topic, c->parts[i]->partition);
-    if (rd_kafka_position(c->rk, l) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    rd_kafka_topic_partition_list_t *behind = NULL;
+    if (rd_kafka_position(c->rk, l) == RD_KAFKA_RESP_ERR_NO_ERROR)
         for (int i = 0; i < l->cnt; i++) {
             const rd_kafka_topic_partition_t *p = &l->elems[i];
             int64_t lo, hi;
@@ -639,11 +554,13 @@ static void wake_stalled_fetchers(al_consumer *c)
                 rd_kafka_get_watermark_offsets(c->rk, p->topic, p->partition, &lo, &hi) ||
                 hi <= p->offset)
                 continue;
-            /* one leader woken is enough for now: its fetch covers all its partitions, and
-             * the next wake finds any other */
-            waker_post(c, p->topic, p->partition);
-            break;
+            if (!behind) behind = rd_kafka_topic_partition_list_new(l->cnt);
+            /* a timestamp of -1 asks for the end offset */
+            rd_kafka_topic_partition_list_add(behind, p->topic, p->partition)->offset = -1;
         }
+    if (behind) {
+        (void)rd_kafka_offsets_for_times(c->rk, behind, 0);
+        rd_kafka_topic_partition_list_destroy(behind);
     }
     rd_kafka_topic_partition_list_destroy(l);
 }
