@@ -16,7 +16,6 @@
 
 #define AL_CONSUMER_BATCH 128
 
-
 struct al_consumer {
     rd_kafka_t *rk;
     al_producer *linked;

@@ -287,7 +287,9 @@ int al_consumer_subscribe(al_consumer *c, const char *const *topics, size_t n, c
 void al_consumer_set_rebalance_cb(al_consumer *c, al_rebalance_fn fn, void *ctx);
 
 /* Waits up to timeout_ms for the next message, serving rebalances, the linked producer's
- * delivery reports and offset stores meanwhile.
+ * delivery reports and offset stores meanwhile. Messages are taken from librdkafka up to
+ * 128 at a time and handed out one per call; the reports and stores are served between
+ * such batches. Messages taken before a rebalance that revoked their partition are dropped.
  *   1: *out is a message; the caller owns it (rd_kafka_message_destroy). With
  *      enable.partition.eof=true it may also be an end-of-partition event (m->err ==
  *      RD_KAFKA_RESP_ERR__PARTITION_EOF), which is not an input.
