@@ -152,23 +152,6 @@ static long fill(const char *bootstrap, const char *topic, double *bytes)
     return rc ? -1 : n;
 }
 
-/* CPU seconds the broker process has used so far (utime + stime from /proc/PID/stat). */
-static double proc_cpu_s(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
-    unsigned long long ut = 0, st = 0;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-        return 0;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 /* kcat from the oldest message to the end of every partition; seconds from its first
  * message to its last (-1 on error), messages counted in *count. */
 static double run_kcat(const char *bootstrap, const char *topic, const char *args, long *count)
@@ -232,9 +215,9 @@ int main(void)
                  "--group-size %d --max-spans %ld --log-level %s 2>%s",
                  al_test_bin(), b.bootstrap, run, GROUP, n,
                  getenv("BENCH_LOG_LEVEL") ? getenv("BENCH_LOG_LEVEL") : "info", log);
-        double broker_cpu = proc_cpu_s(b.pid);
+        double broker_cpu = al_test_proc_cpu_s(b.pid);
         st |= system(cmd);
-        broker_cpu = proc_cpu_s(b.pid) - broker_cpu;
+        broker_cpu = al_test_proc_cpu_s(b.pid) - broker_cpu;
         FILE *lf = fopen(log, "r");
         char line[1024];
         while (lf && fgets(line, sizeof line, lf)) {

@@ -276,23 +276,6 @@ static void fixed_up_stop(fixed_up *u)
 
 /* ---- CPU accounting -------------------------------------------------------------------- */
 
-/* CPU seconds (user + system) of a process, from /proc; 0 when it is gone. */
-static double proc_cpu(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    unsigned long ut = 0, st = 0;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-        return 0;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 static double self_cpu(void)
 {
     struct rusage ru;
@@ -323,8 +306,8 @@ typedef struct cpu_probe {
 static void probe_start(cpu_probe *p)
 {
     p->t_up = self_cpu();
-    p->t_proxy = p->proxy ? proc_cpu(p->proxy) : 0;
-    p->t_broker = p->broker ? proc_cpu(p->broker) : 0;
+    p->t_proxy = p->proxy ? al_test_proc_cpu_s(p->proxy) : 0;
+    p->t_broker = p->broker ? al_test_proc_cpu_s(p->broker) : 0;
 }
 
 /* Microseconds of CPU per request since probe_start, into r. */
@@ -332,8 +315,8 @@ static void probe_end(const cpu_probe *p, double requests, double *up, double *p
 {
     double k = requests > 0 ? 1e6 / requests : 0;
     *up = (self_cpu() - p->t_up) * k;
-    *px = p->proxy ? (proc_cpu(p->proxy) - p->t_proxy) * k : 0;
-    *bk = p->broker ? (proc_cpu(p->broker) - p->t_broker) * k : 0;
+    *px = p->proxy ? (al_test_proc_cpu_s(p->proxy) - p->t_proxy) * k : 0;
+    *bk = p->broker ? (al_test_proc_cpu_s(p->broker) - p->t_broker) * k : 0;
 }
 
 static pid_t spawn(const char *const *argv, const char *out_path, int *out_fd)

@@ -215,4 +215,31 @@ static inline int al_test_broker_stop(al_test_broker *b)
     return -1;
 }
 
+/* The fields of /proc/PID/stat after the command name (state first), read into buf; NULL
+ * when the process is gone. */
+static inline const char *al_test_proc_stat(pid_t pid, char *buf, size_t buflen)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    size_t n = fread(buf, 1, buflen - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    return p && p[1] == ' ' ? p + 2 : NULL;
+}
+
+/* CPU seconds (user + system) a process has used so far; 0 when it is gone. The benchmarks
+ * read the broker's (and the proxy's) around their runs. */
+static inline double al_test_proc_cpu_s(pid_t pid)
+{
+    char buf[1024];
+    const char *p = al_test_proc_stat(pid, buf, sizeof buf);
+    unsigned long long ut = 0, st = 0;
+    if (!p || sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return 0;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
 #endif

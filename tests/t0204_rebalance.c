@@ -98,18 +98,31 @@ static void member_free(member *m)
     al_producer_free(m->p);
 }
 
+/* Starts a broker with topics `in` and t0204.out (6 partitions each) and a producer to feed
+ * it; 0, or -1 with the reason in errstr. */
+static int start_with_topics(al_test_broker *b, const char *in, al_producer **feed, char *errstr,
+                             size_t errlen)
+{
+    char cmd[128], reply[128];
+    snprintf(cmd, sizeof cmd, "create %s 6", in);
+    if (al_test_broker_start(b, NULL) != 0 ||
+        al_test_broker_control(b, cmd, reply, sizeof reply) != 0 ||
+        al_test_broker_control(b, "create t0204.out 6", reply, sizeof reply) != 0) {
+        snprintf(errstr, errlen, "broker or topics did not start");
+        return -1;
+    }
+    al_kafka_conf *c = al_kafka_conf_load(NULL, b->bootstrap, errstr, errlen);
+    *feed = c ? al_producer_new(c, errstr, errlen) : NULL;
+    al_kafka_conf_free(c);
+    return *feed ? 0 : -1;
+}
+
 TEST(second_consumer_joins_partitions_move_with_their_offsets)
 {
-    char errstr[512], reply[128];
+    char errstr[512];
     al_test_broker b;
-    REQUIRE(al_test_broker_start(&b, NULL) == 0);
-    REQUIRE(al_test_broker_control(&b, "create t0204.in 6", reply, sizeof reply) == 0);
-    REQUIRE(al_test_broker_control(&b, "create t0204.out 6", reply, sizeof reply) == 0);
-
-    al_kafka_conf *c = al_kafka_conf_load(NULL, b.bootstrap, errstr, sizeof errstr);
-    al_producer *feed = al_producer_new(c, errstr, sizeof errstr);
-    al_kafka_conf_free(c);
-    REQUIREF(feed, "%s", errstr);
+    al_producer *feed;
+    REQUIREF(start_with_topics(&b, "t0204.in", &feed, errstr, sizeof errstr) == 0, "%s", errstr);
     for (int i = 0; i < N_FIRST; i++) {
         char key[16];
         snprintf(key, sizeof key, "k%d", i);
@@ -175,16 +188,10 @@ TEST(second_consumer_joins_partitions_move_with_their_offsets)
 #define N_BACKLOG 6000
 TEST(backlog_taken_in_batches_moves_to_the_new_owner_exactly_once)
 {
-    char errstr[512], reply[128];
+    char errstr[512];
     al_test_broker b;
-    REQUIRE(al_test_broker_start(&b, NULL) == 0);
-    REQUIRE(al_test_broker_control(&b, "create t0204.b 6", reply, sizeof reply) == 0);
-    REQUIRE(al_test_broker_control(&b, "create t0204.out 6", reply, sizeof reply) == 0);
-
-    al_kafka_conf *c = al_kafka_conf_load(NULL, b.bootstrap, errstr, sizeof errstr);
-    al_producer *feed = al_producer_new(c, errstr, sizeof errstr);
-    al_kafka_conf_free(c);
-    REQUIREF(feed, "%s", errstr);
+    al_producer *feed;
+    REQUIREF(start_with_topics(&b, "t0204.b", &feed, errstr, sizeof errstr) == 0, "%s", errstr);
     static char value[400];
     memset(value, 'v', sizeof value);
     for (int i = 0; i < N_BACKLOG; i++) {

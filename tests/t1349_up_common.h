@@ -5,6 +5,8 @@
 #ifndef ARCLIGHT_T1349_UP_COMMON_H
 #define ARCLIGHT_T1349_UP_COMMON_H
 
+#include "broker_fixture.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -102,15 +104,9 @@ static inline int up_pid_gone(pid_t pid)
 {
     if (pid <= 0) return 0;
     if (kill(pid, 0) == 0) {
-        char path[64], buf[512];
-        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-        FILE *f = fopen(path, "r");
-        if (!f) return 1;
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-        const char *rp = strrchr(buf, ')');
-        return rp && rp[1] == ' ' && rp[2] == 'Z'; /* a zombie no longer runs */
+        char buf[512];
+        const char *fields = al_test_proc_stat(pid, buf, sizeof buf);
+        return !fields || fields[0] == 'Z'; /* a zombie no longer runs */
     }
     return errno == ESRCH;
 }
