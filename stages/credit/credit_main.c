@@ -26,12 +26,12 @@
 #include "kafka/kafka.h"
 #include "kafka/stage.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <dirent.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
