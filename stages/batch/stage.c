@@ -180,6 +180,10 @@ static void step_acked(batch_worker *w, flight *f)
     w->last_step_us = al_mono_us();
 }
 
+static void retire_flights(batch_worker *w);
+
+/* A chunk acknowledged: a step whose chunks all are is retired at once (logged, its inputs
+ * released), not at the next turn of the loop, which may be a whole poll later. */
 static void on_delivery(const al_delivery *d, void *ctx)
 {
     batch_worker *w = ctx;
@@ -201,6 +205,7 @@ static void on_delivery(const al_delivery *d, void *ctx)
                     w->o->kill_chunk, w->o->kill_step);
         raise(SIGKILL);
     }
+    retire_flights(w);
 }
 
 /* Retires acknowledged steps in order (steps finish in order: one partition per model). */
@@ -229,7 +234,11 @@ static int send_step(batch_worker *w, al_batch_step *st)
     flight **tail = &w->flights;
     while (*tail) tail = &(*tail)->next;
     *tail = f;
-    for (size_t c = 0; c < st->n_chunks; c++) {
+    /* a delivery report served while sending (a full queue, the test hook's flush) may retire
+     * this step once its last chunk is acknowledged: nothing of it is used after that one */
+    size_t n_chunks = st->n_chunks;
+    int64_t step_no = st->step;
+    for (size_t c = 0; c < n_chunks; c++) {
         al_kafka_out out = {
             .topic = w->o->output_topic,
             .partition = AL_KAFKA_PARTITION_ANY,
@@ -246,7 +255,7 @@ static int send_step(batch_worker *w, al_batch_step *st)
                 st->model, st->step, st->chunks[c].len, w->o->output_topic, rd_kafka_err2str(err));
             return -1;
         }
-        if (w->o->kill_step >= 0 && st->step == w->o->kill_step) {
+        if (w->o->kill_step >= 0 && step_no == w->o->kill_step) {
             /* the test hook wants the kill at an exact chunk: one at a time */
             char e[256];
             al_producer_flush(w->prod, 10000, e, sizeof e);
