@@ -293,6 +293,13 @@ static double cpu_s(int who)
            (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
+/* Page faults this process has taken (minor ones: first touches of fresh memory). */
+static long minor_faults(void)
+{
+    struct rusage u;
+    return getrusage(RUSAGE_SELF, &u) == 0 ? u.ru_minflt : 0;
+}
+
 /* Nanoseconds on CPU of each of this process's threads (/proc/self/task/TID/schedstat), for
  * the stop line: where a run's CPU went (librdkafka's threads are the interesting part). */
 typedef struct {
@@ -776,6 +783,7 @@ int cmd_credit(int argc, char **argv)
     uint64_t consumed = 0, consumed_bytes = 0;
     int64_t first_msg = 0;
     double first_cpu = 0, first_cpu_main = 0;
+    long first_faults = 0;
     thread_cpu first_threads[64];
     size_t nfirst_threads = 0;
     int64_t last_msg = al_mono_us(), last_quiet_check = 0;
@@ -796,6 +804,7 @@ int cmd_credit(int argc, char **argv)
                 first_msg = now;
                 first_cpu = cpu_s(RUSAGE_SELF);
                 first_cpu_main = cpu_s(RUSAGE_THREAD);
+                first_faults = minor_faults();
                 nfirst_threads = threads_cpu(first_threads, 64);
             }
             consumed_bytes += m->len;
@@ -833,11 +842,12 @@ int cmd_credit(int argc, char **argv)
         al_log_info(cmd,
                     "stopped after %llu messages, %llu bytes, %.3f s since the first "
                     "(the last consumed after %.3f s; %.3f s of CPU, %.3f s of it on the "
-                    "main thread; by thread: %s)",
+                    "main thread; by thread: %s; %ld page faults)",
                     (unsigned long long)consumed, (unsigned long long)consumed_bytes, secs,
                     first_msg ? (double)(consumed_at - first_msg) / 1e6 : 0,
                     first_msg ? cpu_s(RUSAGE_SELF) - first_cpu : 0,
-                    first_msg ? cpu_s(RUSAGE_THREAD) - first_cpu_main : 0, by_thread);
+                    first_msg ? cpu_s(RUSAGE_THREAD) - first_cpu_main : 0, by_thread,
+                    first_msg ? minor_faults() - first_faults : 0);
     }
 out:
     al_http_server_stop(srv);
