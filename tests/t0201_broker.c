@@ -4,6 +4,10 @@
 #include "broker_fixture.h"
 #include "kafka/kafka.h"
 
+#include <dirent.h>
+#include <netinet/tcp.h>
+#include <sys/pidfd.h>
+
 /* Runs `$ARCLIGHT_BIN args...` and returns its exit status; its stdout+stderr go to out. */
 static int run_cmd(const char *const *args, char *out, size_t outlen)
 {
@@ -74,6 +78,59 @@ TEST(broker_creates_topics_and_serves_produce_consume)
     CHECK_EQ_INT(topic_partitions(rk, AL_TOPIC_SPANS), 16);
     CHECK_EQ_INT(topic_partitions(rk, AL_TOPIC_POLICY), 1);
     CHECK_EQ_INT(topic_partitions(rk, AL_TOPIC_DEADLETTER), 4);
+    rd_kafka_destroy(rk);
+    CHECK_EQ_INT(al_test_broker_stop(&b), 0);
+}
+
+/* The connections the broker accepts have Nagle's algorithm off (tools/broker.c sets
+ * TCP_NODELAY on the mock cluster's listeners). Looked at from inside: each of the broker's
+ * sockets is copied into this process with pidfd_getfd (the broker is this test's child). */
+TEST(broker_connections_have_nagle_off)
+{
+    al_test_broker b;
+    REQUIRE(al_test_broker_start(&b, NULL) == 0);
+    int port = atoi(strrchr(b.bootstrap, ':') + 1);
+    rd_kafka_t *rk = metadata_client(b.bootstrap);
+    REQUIRE(rk);
+    REQUIRE(topic_partitions(rk, AL_TOPIC_SPANS) == 16); /* connected and answered */
+    int pfd = (int)pidfd_open(b.pid, 0);
+    REQUIREF(pfd >= 0, "pidfd_open: %s", strerror(errno));
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)b.pid);
+    DIR *d = opendir(dir);
+    REQUIRE(d);
+    int accepted = 0, nodelay = 0, copy_errors = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] == '.') continue;
+        int mine = pidfd_getfd(pfd, fd, 0);
+        if (mine < 0) {
+            copy_errors++;
+            continue;
+        }
+        int type = 0, listening = 1, v = 0;
+        socklen_t l = sizeof type;
+        struct sockaddr_in local, peer;
+        socklen_t ll = sizeof local, pl = sizeof peer;
+        if (getsockopt(mine, SOL_SOCKET, SO_TYPE, &type, &l) == 0 && type == SOCK_STREAM &&
+            getsockopt(mine, SOL_SOCKET, SO_ACCEPTCONN, &listening, &(socklen_t){sizeof(int)}) ==
+                0 &&
+            !listening && getsockname(mine, (struct sockaddr *)&local, &ll) == 0 &&
+            local.sin_family == AF_INET && ntohs(local.sin_port) == port &&
+            getpeername(mine, (struct sockaddr *)&peer, &pl) == 0) {
+            accepted++;
+            l = sizeof v;
+            if (getsockopt(mine, IPPROTO_TCP, TCP_NODELAY, &v, &l) == 0 && v) nodelay++;
+        }
+        close(mine);
+    }
+    closedir(d);
+    close(pfd);
+    CHECKF(copy_errors == 0, "%d of the broker's fds could not be copied (pidfd_getfd: %s)",
+           copy_errors, strerror(errno));
+    CHECKF(accepted >= 1, "no accepted connection on port %d found", port);
+    CHECK_EQ_INT(nodelay, accepted);
     rd_kafka_destroy(rk);
     CHECK_EQ_INT(al_test_broker_stop(&b), 0);
 }

@@ -9,6 +9,11 @@
  * The executable's `bind` wins over libc's for librdkafka's calls; the real one is found with
  * dlsym(RTLD_NEXT). Everything else (and every other time) goes straight through.
  *
+ * The same interposer turns Nagle's algorithm off on those listeners (TCP_NODELAY, which the
+ * connections they accept inherit on Linux). The mock cluster leaves it on, so a short
+ * answer sent while the client's acknowledgement of the previous one is delayed waited for
+ * it: 40 ms at the end of a stream of produce requests (bench_credit's last transitions).
+ *
  * stdout: line 1 is the bootstrap address ("127.0.0.1:9092" or "h:p1,h:p2,..."); with
  * --control, line 2 is "control HOST:PORT". Logs go to stderr. SIGINT/SIGTERM stop it (exit 0).
  *
@@ -32,6 +37,7 @@
 #include <errno.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -44,6 +50,8 @@
  * bind(2) interposer
  * ------------------------------------------------------------------------------------------ */
 
+static volatile int bind_mock_setup; /* the mock cluster is being created: its listeners */
+static int bind_nodelay_count;       /* listeners that got TCP_NODELAY */
 static volatile int bind_fixed_active;
 static struct in_addr bind_fixed_addr;
 static int bind_fixed_next_port; /* 0: keep the ephemeral port, change the address only */
@@ -57,6 +65,16 @@ int bind(int fd, const struct sockaddr *addr, socklen_t len)
     if (!real_bind) {
         errno = ENOSYS;
         return -1;
+    }
+    int type = 0;
+    socklen_t tlen = sizeof type;
+    if (bind_mock_setup && addr && addr->sa_family == AF_INET &&
+        getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 && type == SOCK_STREAM) {
+        int one = 1;
+        if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0)
+            bind_nodelay_count++;
+        else
+            al_log_warn("broker", "TCP_NODELAY on a listener: %s", strerror(errno));
     }
     if (bind_fixed_active && addr && addr->sa_family == AF_INET &&
         len >= (socklen_t)sizeof(struct sockaddr_in)) {
@@ -416,8 +434,12 @@ int cmd_broker(int argc, char **argv)
     bind_fixed_next_port = port;
     bind_fixed_count = 0;
     bind_fixed_active = rewrite;
+    bind_mock_setup = 1;
     rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(rk, nbrokers);
+    bind_mock_setup = 0;
     bind_fixed_active = 0;
+    al_log_debug("broker", "Nagle's algorithm off on %d of %d listeners", bind_nodelay_count,
+                 nbrokers);
     if (!mc) {
         al_log_error("broker", "cannot start the embedded broker on %s (ports %d..%d): %s", host,
                      port, port + nbrokers - 1,
