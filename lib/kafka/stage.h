@@ -38,11 +38,12 @@ typedef struct al_stage {
 /* Starts healthy. comp and health_text are borrowed and must outlive the stage. */
 void al_stage_init(al_stage *s, const char *comp, const char *health_text, int log_failures);
 
-/* For stages that stream hundreds of MB through librdkafka: glibc keeps freed blocks of up
- * to 32 MB (fetch responses, decompressed message sets) for reuse and returns memory to the
- * system only past 256 MB free, instead of mapping and unmapping each large buffer, which
- * cost the consumer's thread a third of its time in page faults. Process-wide; call it once
- * at the start of the command. Logs (debug) and carries on if glibc refuses. */
+/* For stages (and the embedded broker) that stream hundreds of MB through librdkafka: glibc
+ * keeps freed blocks of up to 32 MB (fetch responses, decompressed message sets) for reuse
+ * and returns memory to the system only past 256 MB free, instead of mapping and unmapping
+ * each large buffer, which cost the consumer's thread a third of its time in page faults.
+ * Process-wide; call it once at the start of the command. Logs (debug) and carries on if
+ * glibc refuses. */
 void al_stage_keep_freed_memory(void);
 
 /* Latches the first failure: formats its reason (truncated to 511 bytes), logs it when the
