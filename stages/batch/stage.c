@@ -180,7 +180,17 @@ static void step_acked(batch_worker *w, flight *f)
     w->last_step_us = al_mono_us();
 }
 
-static void retire_flights(batch_worker *w);
+/* Retires acknowledged steps in order (steps finish in order: one partition per model). */
+static void retire_flights(batch_worker *w)
+{
+    while (w->flights && w->flights->acked == w->flights->step->n_chunks) {
+        flight *f = w->flights;
+        w->flights = f->next;
+        step_acked(w, f);
+        al_batch_step_free(f->step);
+        free(f);
+    }
+}
 
 /* A chunk acknowledged: a step whose chunks all are is retired at once (logged, its inputs
  * released), not at the next turn of the loop, which may be a whole poll later. */
@@ -206,18 +216,6 @@ static void on_delivery(const al_delivery *d, void *ctx)
         raise(SIGKILL);
     }
     retire_flights(w);
-}
-
-/* Retires acknowledged steps in order (steps finish in order: one partition per model). */
-static void retire_flights(batch_worker *w)
-{
-    while (w->flights && w->flights->acked == w->flights->step->n_chunks) {
-        flight *f = w->flights;
-        w->flights = f->next;
-        step_acked(w, f);
-        al_batch_step_free(f->step);
-        free(f);
-    }
 }
 
 static int send_step(batch_worker *w, al_batch_step *st)
@@ -877,8 +875,7 @@ int cmd_batch(int argc, char **argv)
             }
             send_step(&w, st);
         }
-        al_producer_poll(w.prod, 0);
-        retire_flights(&w);
+        al_producer_poll(w.prod, 0); /* delivery reports retire acknowledged steps */
         if (house) {
             al_batcher_stats bs;
             al_batcher_get_stats(w.batcher, &bs);
@@ -895,7 +892,6 @@ int cmd_batch(int argc, char **argv)
     /* Finish what is in flight so that its inputs' offsets can be stored and committed. */
     if (w.prod && al_producer_flush(w.prod, 30000, err, sizeof err) != 0)
         al_stage_fail(&w.st, "at exit: %s", err);
-    retire_flights(&w);
     if (w.steps_done && w.last_step_us > w.first_msg_us) {
         double sec = (double)(w.last_step_us - w.first_msg_us) / 1e6;
         al_log_info(COMP,
