@@ -145,6 +145,47 @@ TEST(producer_delivery_reports_reach_each_opaque)
     al_producer_free(p);
 }
 
+/* Each send's opaque is topic * 100 + i: the report must name that topic. */
+typedef struct topic_log {
+    int n, failed, wrong_topic;
+} topic_log;
+
+static void on_topic_delivery(const al_delivery *d, void *ctx)
+{
+    topic_log *l = ctx;
+    char want[64];
+    snprintf(want, sizeof want, "t0202.many.%d", (int)((intptr_t)d->opaque / 100));
+    l->n++;
+    if (d->err) l->failed++;
+    if (strcmp(d->topic, want)) l->wrong_topic++;
+}
+
+/* The producer keeps handles for 16 topics; sends to more go through a handle of their own. */
+TEST(producer_sends_to_more_topics_than_it_keeps_handles_for)
+{
+    char errstr[512];
+    ensure_broker();
+    REQUIRE(broker_ok);
+    al_producer *p = producer_for(broker.bootstrap);
+    REQUIRE(p);
+    topic_log log = {0};
+    al_producer_set_delivery_cb(p, on_topic_delivery, &log);
+    for (int round = 0; round < 3; round++)
+        for (int t = 0; t < 24; t++) {
+            char topic[64], val[32];
+            snprintf(topic, sizeof topic, "t0202.many.%d", t);
+            snprintf(val, sizeof val, "v%d", round);
+            CHECK_EQ_INT(al_producer_send(p, topic, NULL, 0, val, strlen(val), NULL,
+                                          (void *)(intptr_t)(t * 100 + round)),
+                         0);
+        }
+    CHECKF(al_producer_flush(p, 30000, errstr, sizeof errstr) == 0, "%s", errstr);
+    CHECK_EQ_INT(log.n, 72);
+    CHECK_EQ_INT(log.failed, 0);
+    CHECK_EQ_INT(log.wrong_topic, 0);
+    al_producer_free(p);
+}
+
 TEST(stored_offset_waits_for_acknowledged_outputs)
 {
     char errstr[512], reply[128];

@@ -9,6 +9,7 @@
 #include "core/util.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +20,19 @@ struct al_producer {
     void *dr_ctx;
     int block_ms;
     char bootstrap[512];
-    pthread_mutex_t lock; /* guards last_error (written from librdkafka's threads) */
+    pthread_mutex_t lock; /* guards last_error (written from librdkafka's threads) and the
+                           * filling of topics[] */
     char last_error[1024];
     int fatal;
+    /* Topic handles by name, so that a send does not look its topic up under the client's
+     * write lock (what librdkafka does for a topic given by name). Slots are filled under
+     * `lock` and published by `ntopics`; a stage writes to a few topics, and a send past
+     * the slots makes a handle for itself. */
+    struct {
+        char *name;
+        rd_kafka_topic_t *rkt;
+    } topics[16];
+    atomic_int ntopics;
 };
 
 typedef struct send_ctx {
@@ -146,6 +157,32 @@ fail:
     return NULL;
 }
 
+/* The handle of topic `name`, created on its first use; NULL when the slots are full. */
+static rd_kafka_topic_t *topic_handle(al_producer *p, const char *name)
+{
+    int n = atomic_load_explicit(&p->ntopics, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(p->topics[i].name, name)) return p->topics[i].rkt;
+    rd_kafka_topic_t *rkt = NULL;
+    pthread_mutex_lock(&p->lock);
+    n = atomic_load_explicit(&p->ntopics, memory_order_relaxed);
+    for (int i = 0; i < n && !rkt; i++)
+        if (!strcmp(p->topics[i].name, name)) rkt = p->topics[i].rkt;
+    if (!rkt && n < (int)AL_ARRAY_LEN(p->topics)) {
+        char *copy = strdup(name);
+        rkt = copy ? rd_kafka_topic_new(p->rk, name, NULL) : NULL;
+        if (rkt) {
+            p->topics[n].name = copy;
+            p->topics[n].rkt = rkt;
+            atomic_store_explicit(&p->ntopics, n + 1, memory_order_release);
+        } else {
+            free(copy);
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rkt;
+}
+
 void al_producer_free(al_producer *p)
 {
     char err[512];
@@ -156,6 +193,10 @@ void al_producer_free(al_producer *p)
     rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rd_kafka_flush(p->rk, 1000);
     al_kafka__reason_forget(p->rk);
+    for (int i = 0; i < atomic_load(&p->ntopics); i++) {
+        rd_kafka_topic_destroy(p->topics[i].rkt);
+        free(p->topics[i].name);
+    }
     rd_kafka_destroy(p->rk);
     pthread_mutex_destroy(&p->lock);
     free(p);
@@ -189,20 +230,29 @@ rd_kafka_resp_err_t al_producer_produce(al_producer *p, const al_kafka_out *m)
         }
         sc->input = m->input;
     }
+    /* past the cached handles: a handle for this send only */
+    rd_kafka_topic_t *rkt = topic_handle(p, m->topic), *once = NULL;
+    if (!rkt && !(rkt = once = rd_kafka_topic_new(p->rk, m->topic, NULL))) {
+        err = rd_kafka_last_error();
+        goto fail;
+    }
     for (;;) {
         rd_kafka_headers_t *hdrs = m->headers ? rd_kafka_headers_copy(m->headers) : NULL;
         err = rd_kafka_producev(
-            p->rk, RD_KAFKA_V_TOPIC(m->topic), RD_KAFKA_V_PARTITION(m->partition),
+            p->rk, RD_KAFKA_V_RKT(rkt), RD_KAFKA_V_PARTITION(m->partition),
             RD_KAFKA_V_KEY(m->key, m->keylen), RD_KAFKA_V_VALUE((void *)m->value, m->len),
             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_TIMESTAMP(m->timestamp_ms),
             RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE(sc), RD_KAFKA_V_END);
-        if (!err) return 0;
+        if (!err) break;
         if (hdrs) rd_kafka_headers_destroy(hdrs);
         if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL || p->block_ms == 0) break;
         if (!deadline) deadline = al_mono_us() + (int64_t)p->block_ms * 1000;
         if (al_mono_us() >= deadline) break;
         rd_kafka_poll(p->rk, 10); /* serves delivery reports, which frees queue space */
     }
+    if (once) rd_kafka_topic_destroy(once); /* the message holds its own reference */
+    if (!err) return 0;
+fail:
     if (sc->input) al_input__drop_output(sc->input);
     free(sc);
     return err;
