@@ -19,6 +19,9 @@
  * time waiting on the first partitions' empty fetches; the second way is kcat's raw consume
  * rate. Both are reported; the second is the one the target is read against. kcat (both
  * ways) runs before and after each of three credit runs; the best run of each counts.
+ * Last, kcat produces the topic's bytes again (from a file, lz4, acks=all, idempotent, as
+ * credit's producer does): the part of credit's work that is only its output. Its CPU and
+ * the broker's during those runs are printed too.
  * BENCH_KEEP=1 keeps the last credit log, BENCH_LOG_LEVEL sets credit's log level (with
  * ARCLIGHT_KAFKA_DEBUG=... for librdkafka's debug contexts). */
 #include "avro/codec.h"
@@ -28,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -187,7 +191,16 @@ static double run_timed(const char *cmd)
  * kcat is not used: the producing kcat, started with nothing known, waited 0.5-1 s for its
  * partitions' producer ids in two runs of three. */
 #define PRODUCE_RUNS 3
-static int run_produce(const char *bootstrap, const char *dir, double produce[PRODUCE_RUNS])
+static double children_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_CHILDREN, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+static int run_produce(const char *bootstrap, pid_t broker, const char *dir,
+                       double produce[PRODUCE_RUNS])
 {
     static const char delim[] = "#~arclight-span~#";
     char cmd[2048], file[128];
@@ -201,7 +214,10 @@ static int run_produce(const char *bootstrap, const char *dir, double produce[PR
                  "kcat -P -b %s -t bc.copy -q -z lz4 -X acks=all -X enable.idempotence=true "
                  "-D '%s' < %s",
                  bootstrap, delim, file);
+        double cpu = children_cpu_s(), bcpu = al_test_proc_cpu_s(broker);
         if ((produce[i] = run_timed(cmd)) < 0) return -1;
+        printf("kcat -P run %d: %.3f s, %.3f s of CPU (kcat and its shell), broker %.3f s\n", i + 1,
+               produce[i], children_cpu_s() - cpu, al_test_proc_cpu_s(broker) - bcpu);
     }
     return 0;
 }
@@ -283,7 +299,7 @@ int main(void)
             k[w][run + 1] = run_kcat(b.bootstrap, "bc.spans", kargs[w], &kn[w][run + 1]);
     }
     double produce[PRODUCE_RUNS];
-    int copies = run_produce(b.bootstrap, dir, produce);
+    int copies = run_produce(b.bootstrap, b.pid, dir, produce);
     al_test_broker_stop(&b);
     /* BENCH_KEEP=1 keeps the last credit run's log (for ARCLIGHT_KAFKA_DEBUG=...) */
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
