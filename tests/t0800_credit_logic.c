@@ -195,6 +195,68 @@ TEST(estimators_match_hand_computed_values)
     CHECK_NEAR(a[3], 6, 1e-12);
 }
 
+/* grpo with eps 0: a group without spread has nothing to normalize by, and gets 0 (not
+ * 0/0); with spread the advantage is the plain z-score. */
+TEST(grpo_with_eps_zero_on_a_group_without_spread)
+{
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.group_size = 2;
+    c.eps = 0;
+    sink_t s;
+    al_credit_part *p = mk_part(&c, &s);
+    feed_rollout(p, "T", "a", 0.5, 1);
+    feed_rollout(p, "T", "b", 0.5, 2);
+    feed_rollout(p, "U", "c", 0, 3);
+    feed_rollout(p, "U", "d", 2, 4);
+    REQUIRE(s.n == 4);
+    CHECK_NEAR(tr_id(&s, "a:0:0")->advantage, 0, 0);
+    CHECK_NEAR(tr_id(&s, "b:0:0")->advantage, 0, 0);
+    CHECK_NEAR(tr_id(&s, "c:0:0")->advantage, -1, 1e-15);
+    CHECK_NEAR(tr_id(&s, "d:0:0")->advantage, 1, 1e-15);
+    double eq[3] = {7, 7, 7};
+    CHECK_NEAR(al_credit_advantage(AL_CREDIT_ESTIMATOR_GRPO, eq, 3, 0, 7, 0), 0, 0);
+    al_credit_part_free(p);
+    sink_free(&s);
+}
+
+/* Timestamps are a producer's int64s: a clock at INT64_MAX, a rollout last seen at
+ * INT64_MIN and the largest timeouts neither overflow (UBSan) nor stop timeouts firing. */
+TEST(timeouts_at_the_ends_of_the_clock)
+{
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.group_size = 2;
+    c.idle_timeout_us = INT64_MAX;
+    c.group_timeout_us = INT64_MAX;
+    c.timeout_policy = AL_CREDIT_POLICY_KEEP;
+    sink_t s;
+    al_credit_part *p = mk_part(&c, &s);
+    feed(p, mk_simple("T", "b", 0, INT64_MAX - 1));
+    /* 1 us idle: (INT64_MAX - 1) + INT64_MAX wrapped around once, and timed b out */
+    CHECK_EQ_INT(al_credit_part_advance(p, INT64_MAX, NULL, 0), 0);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_timed_out, 0);
+    feed(p, mk_simple("T", "a", 0, INT64_MIN)); /* a clock that never goes back */
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_timed_out, 0);
+    CHECK_EQ_INT(al_credit_part_clock(p) == INT64_MAX, 1);
+    al_credit_part_free(p);
+    sink_free(&s);
+
+    c.idle_timeout_us = 10;
+    c.group_timeout_us = 10;
+    p = mk_part(&c, &s);
+    feed(p, mk_simple("T", "a", 0, -5));
+    feed(p, mk_simple("T", "b", 0, INT64_MAX - 3));
+    /* a (last active at clock 0) is long idle once the clock is near INT64_MAX */
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_timed_out, 1);
+    CHECK_EQ_INT(al_credit_part_advance(p, INT64_MAX, NULL, 0), 0);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_timed_out, 1); /* b: 3 us idle */
+    feed(p, mk_end("T", "b", 1, INT64_MAX, AL_ROLLOUT_STATUS_SUCCEEDED, 0));
+    REQUIRE(s.n == 2);
+    al_credit_part_free(p);
+    sink_free(&s);
+}
+
 TEST(transition_fields_of_a_group)
 {
     al_credit_config c;
@@ -603,6 +665,11 @@ TEST(rejected_spans_name_their_reason)
     al_span nan = mk_reward("T", "r", 3, 3, "final", NAN, 2);
     CHECK_EQ_INT(al_credit_part_add(p, 5, &nan, &code, reason, sizeof reason, err, sizeof err), 1);
     CHECK_EQ_STR(code, "bad_span");
+    /* finite but beyond the bound: sums and squares of such would overflow */
+    al_span huge = mk_reward("T", "r", 3, 3, "final", -1e300, 2);
+    CHECK_EQ_INT(al_credit_part_add(p, 5, &huge, &code, reason, sizeof reason, err, sizeof err), 1);
+    CHECK_EQ_STR(code, "bad_span");
+    CHECKF(strstr(reason, "-1e+300") && strstr(reason, "beyond"), "reason: %s", reason);
     al_span end = mk_end("T", "r", 4, 4, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
     CHECK_EQ_INT(al_credit_part_add(p, 6, &end, &code, reason, sizeof reason, err, sizeof err), 0);
     al_span late = mk_reward("T", "r", 5, 5, "final", 1, 2);
@@ -656,9 +723,9 @@ TEST(ended_rollouts_are_remembered_across_growth_and_forgotten_oldest_first)
     }
     /* r0 .. r299 are forgotten: a span of r0 is taken as a new (remnant) rollout */
     al_span old = mk_reward("T", "r0", 3, 10 + N, "final", 1, 0);
-    CHECK_EQ_INT(al_credit_part_add(p, off_counter++, &old, &code, reason, sizeof reason, err,
-                                    sizeof err),
-                 0);
+    CHECK_EQ_INT(
+        al_credit_part_add(p, off_counter++, &old, &code, reason, sizeof reason, err, sizeof err),
+        0);
     al_credit_part_free(p);
 }
 
@@ -780,6 +847,13 @@ TEST(bad_configurations_are_refused)
     CHECKF(strstr(err, "reward name") != NULL, "%s", err);
     al_credit_config_init(&c);
     c.gamma = 1.5;
+    CHECK(al_credit_part_new(&c, &k, err, sizeof err) == NULL);
+    al_credit_config_init(&c);
+    c.timeout_reward = NAN;
+    CHECK(al_credit_part_new(&c, &k, err, sizeof err) == NULL);
+    CHECKF(strstr(err, "timeout and failed rewards") != NULL, "%s", err);
+    al_credit_config_init(&c);
+    c.failed_reward = 2 * AL_CREDIT_MAX_REWARD;
     CHECK(al_credit_part_new(&c, &k, err, sizeof err) == NULL);
     CHECK_EQ_INT(al_credit_estimator_parse("rloo"), AL_CREDIT_ESTIMATOR_RLOO);
     CHECK_EQ_INT(al_credit_estimator_parse("ppo"), -1);

@@ -71,7 +71,8 @@ double al_credit_advantage(al_credit_estimator e, const double *scores, size_t n
     case AL_CREDIT_ESTIMATOR_GRPO:
         for (size_t k = 0; k < n; k++)
             var += (scores[k] - mean) * (scores[k] - mean);
-        return (g - mean) / (sqrt(var / (double)n) + eps);
+        double den = sqrt(var / (double)n) + eps;
+        return den >= AL_CREDIT_MIN_SPREAD ? (g - mean) / den : 0.0;
     case AL_CREDIT_ESTIMATOR_DR_GRPO:
         return g - mean;
     case AL_CREDIT_ESTIMATOR_RLOO:
@@ -308,6 +309,13 @@ al_credit_part *al_credit_part_new(const al_credit_config *cfg, const al_credit_
     }
     if (cfg->reward_mode == AL_CREDIT_REWARD_NAMED && (!cfg->reward_name || !*cfg->reward_name)) {
         al_err(errstr, errlen, "credit: reward mode 'named' needs a reward name");
+        return NULL;
+    }
+    if (!(fabs(cfg->timeout_reward) <= AL_CREDIT_MAX_REWARD) ||
+        !(fabs(cfg->failed_reward) <= AL_CREDIT_MAX_REWARD)) {
+        al_err(errstr, errlen,
+               "credit: the timeout and failed rewards must be numbers within +-%g (got %g, %g)",
+               AL_CREDIT_MAX_REWARD, cfg->timeout_reward, cfg->failed_reward);
         return NULL;
     }
     if ((unsigned)cfg->estimator > AL_CREDIT_ESTIMATOR_NONE || cfg->idle_timeout_us < 0 ||
@@ -921,17 +929,25 @@ static int rollout_end(al_credit_part *p, cr_rollout *r, char *errstr, size_t er
 }
 
 /* Fires idle timeouts (head of the open list) and group timeouts (head of the FIFO). */
+/* Whether more than `limit` has passed from `since` to `now`. Timestamps come from spans
+ * (any int64), so the difference is taken without overflowing. */
+static int passed(int64_t since, int64_t now, int64_t limit)
+{
+    return now > since && (uint64_t)now - (uint64_t)since > (uint64_t)limit;
+}
+
 static int fire_timeouts(al_credit_part *p, char *errstr, size_t errlen)
 {
     if (p->cfg.idle_timeout_us > 0)
-        while (p->open_head && p->open_head->last_activity + p->cfg.idle_timeout_us < p->clock) {
+        while (p->open_head &&
+               passed(p->open_head->last_activity, p->clock, p->cfg.idle_timeout_us)) {
             cr_rollout *r = p->open_head;
             r->status = AL_ROLLOUT_STATUS_TIMEOUT;
             p->stats.rollouts_timed_out++;
             if (rollout_end(p, r, errstr, errlen)) return -1;
         }
     if (p->cfg.group_timeout_us > 0)
-        while (p->fifo_head && p->fifo_head->opened + p->cfg.group_timeout_us < p->clock)
+        while (p->fifo_head && passed(p->fifo_head->opened, p->clock, p->cfg.group_timeout_us))
             if (group_emit(p, p->fifo_head, 1, errstr, errlen)) return -1;
     return 0;
 }
@@ -1105,6 +1121,11 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
         return reject(reason_code, "bad_span", reason, reasonlen,
                       "reward %s of rollout %s is not a finite number",
                       s->reward.name ? s->reward.name : "", s->rollout_id);
+    if (s->kind == AL_SPAN_KIND_REWARD && fabs(s->reward.value) > AL_CREDIT_MAX_REWARD)
+        return reject(reason_code, "bad_span", reason, reasonlen,
+                      "reward %s of rollout %s is %g, beyond the +-%g credit takes",
+                      s->reward.name ? s->reward.name : "", s->rollout_id, s->reward.value,
+                      AL_CREDIT_MAX_REWARD);
     if (s->kind != AL_SPAN_KIND_LLM_CALL && s->kind != AL_SPAN_KIND_REWARD &&
         s->kind != AL_SPAN_KIND_ROLLOUT_END)
         return reject(reason_code, "bad_span", reason, reasonlen, "span of rollout %s has kind %d",

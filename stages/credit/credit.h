@@ -54,6 +54,15 @@ typedef enum al_credit_policy {
     AL_CREDIT_POLICY_KEEP = 1, /* trains with its own reward, else the configured default */
 } al_credit_policy;
 
+/* The largest reward magnitude credit takes (reward spans and the configured defaults):
+ * within it, sums, squares and returns over any group stay finite. A reward span beyond it
+ * is rejected (bad_span). */
+#define AL_CREDIT_MAX_REWARD 1e15
+/* grpo divides by std + eps; below this the group has no spread to normalize by and every
+ * advantage is 0 (so that, with rewards within AL_CREDIT_MAX_REWARD, an advantage always
+ * fits a float). */
+#define AL_CREDIT_MIN_SPREAD 1e-12
+
 typedef struct al_credit_config {
     al_credit_estimator estimator;
     al_credit_reward_mode reward_mode;
@@ -84,7 +93,8 @@ int al_credit_estimator_parse(const char *name);
 
 /* The advantage of a transition with return g in a group whose rollouts scored
  * scores[0..n) (i: the index of its rollout), for estimators other than reinforce (whose
- * baseline lives in the part). n == 1 gives 0 for grpo, dr_grpo and rloo. */
+ * baseline lives in the part). n == 1 gives 0 for grpo, dr_grpo and rloo; so does grpo when
+ * std + eps is below AL_CREDIT_MIN_SPREAD (eps 0 and all scores equal, say). */
 double al_credit_advantage(al_credit_estimator e, const double *scores, size_t n, size_t i,
                            double g, double eps);
 

@@ -134,7 +134,7 @@ typedef struct credit_ctx {
     cpart **parts;
     size_t nparts, capparts;
     al_buf buf;
-    cpart *cur; /* the part whose sink is running */
+    cpart *cur;  /* the part whose sink is running */
     al_stage st; /* failure latch; /healthz gives its reason */
     double *window;
     size_t wcap, wn, wpos;
@@ -479,8 +479,7 @@ static void dead_letter(credit_ctx *x, const rd_kafka_message_t *m, al_input *in
 }
 
 /* One consumed message: held, decoded, fed to its partition's part; outputs produced. */
-static void handle_message(credit_ctx *x, const rd_kafka_message_t *m, al_span *span,
-                           int64_t now)
+static void handle_message(credit_ctx *x, const rd_kafka_message_t *m, al_span *span, int64_t now)
 {
     char err[512], reason[768];
     const char *topic = rd_kafka_topic_name(m->rkt);
@@ -682,7 +681,8 @@ int cmd_credit(int argc, char **argv)
                 return AL_EXIT_USAGE;
             break;
         case OPT_TIMEOUT_REWARD:
-            if (parse_double(cmd, "--timeout-reward", optarg, -1e300, 1e300, &x.cfg.timeout_reward))
+            if (parse_double(cmd, "--timeout-reward", optarg, -AL_CREDIT_MAX_REWARD,
+                             AL_CREDIT_MAX_REWARD, &x.cfg.timeout_reward))
                 return AL_EXIT_USAGE;
             break;
         case OPT_ON_FAILED:
@@ -690,7 +690,8 @@ int cmd_credit(int argc, char **argv)
                 return AL_EXIT_USAGE;
             break;
         case OPT_FAILED_REWARD:
-            if (parse_double(cmd, "--failed-reward", optarg, -1e300, 1e300, &x.cfg.failed_reward))
+            if (parse_double(cmd, "--failed-reward", optarg, -AL_CREDIT_MAX_REWARD,
+                             AL_CREDIT_MAX_REWARD, &x.cfg.failed_reward))
                 return AL_EXIT_USAGE;
             break;
         case OPT_DROP_EQUAL:
@@ -835,8 +836,8 @@ int cmd_credit(int argc, char **argv)
         else
             rc = AL_EXIT_OK;
         char by_thread[512] = "";
-        if (first_msg) threads_cpu_since(first_threads, nfirst_threads, by_thread,
-                                         sizeof by_thread);
+        if (first_msg)
+            threads_cpu_since(first_threads, nfirst_threads, by_thread, sizeof by_thread);
         /* benchmarks read this line: messages and bytes from the first message to the end,
          * outputs flushed */
         al_log_info(cmd,
