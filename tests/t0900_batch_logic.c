@@ -587,6 +587,15 @@ TEST(bad_transitions_and_configs_are_refused_with_reasons)
     make_t(&tb, "m", 0, 1, 0, 0, 5, 5, -1);
     tb.t.advantage = NAN;
     CHECK_EQ_INT(al_batcher_add(b, &tb.t, 0, 0, NULL, err, sizeof err), AL_BATCH_INVALID);
+    /* finite as a double, infinite as the float the trainer reads */
+    make_t(&tb, "m", 0, 1, 0, 0, 5, 5, -1);
+    tb.t.advantage = -1e39;
+    CHECK_EQ_INT(al_batcher_add(b, &tb.t, 0, 0, NULL, err, sizeof err), AL_BATCH_INVALID);
+    CHECKF(strstr(err, "advantage is not a finite 32-bit float"), "%s", err);
+    make_t(&tb, "m", 0, 1, 0, 0, 5, 5, -1);
+    tb.t.reward = 1e300;
+    CHECK_EQ_INT(al_batcher_add(b, &tb.t, 0, 0, NULL, err, sizeof err), AL_BATCH_INVALID);
+    CHECKF(strstr(err, "reward is not a finite 32-bit float"), "%s", err);
     make_t(&tb, "m", 0, 1, 0, 0, 5, 0, -1);
     CHECK_EQ_INT(al_batcher_add(b, &tb.t, 0, 0, NULL, err, sizeof err), AL_BATCH_INVALID);
     make_t(&tb, "m", 0, 1, 0, 0, 5, 5, -1);
@@ -595,6 +604,13 @@ TEST(bad_transitions_and_configs_are_refused_with_reasons)
     make_t(&tb, "m", 0, 1, 0, 0, 5, 5, -1);
     tb.t.group_id = "";
     CHECK_EQ_INT(al_batcher_add(b, &tb.t, 0, 0, NULL, err, sizeof err), AL_BATCH_INVALID);
+    /* step numbers count up from 0 and stop far before they could overflow */
+    CHECK_EQ_INT(al_batcher_set_next_step(b, "m", -1), -1);
+    CHECK_EQ_INT(al_batcher_set_next_step(b, "m", INT64_MAX), -1);
+    CHECK_EQ_INT(al_batcher_set_next_step(b, "m", AL_BATCH_MAX_STEP + 1), -1);
+    CHECK_EQ_INT(al_batcher_set_next_step(b, "m", AL_BATCH_MAX_STEP), 0);
+    CHECK(al_batcher_next_step_number(b, "m") == AL_BATCH_MAX_STEP);
+    CHECK_EQ_INT(al_batcher_set_next_step(b, "m", 0), 0);
     /* an invalid transition is not remembered: the fixed one is accepted */
     make_t(&tb, "m", 0, 1, 0, 0, 5, 5, -1);
     CHECK_EQ_INT(al_batcher_add(b, &tb.t, 0, 0, NULL, err, sizeof err), AL_BATCH_ADDED);

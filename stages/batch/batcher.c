@@ -6,6 +6,7 @@
 
 #include "core/util.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -382,6 +383,7 @@ int al_batcher_set_policy_version(al_batcher *b, const char *model_name, int64_t
 
 int al_batcher_set_next_step(al_batcher *b, const char *model_name, int64_t step)
 {
+    if (step < 0 || step > AL_BATCH_MAX_STEP) return -1;
     int m = model_get(b, model_name);
     if (m < 0) return -1;
     b->models[m].next_step = step;
@@ -448,7 +450,9 @@ static const char *transition_problem(const al_batcher *b, const al_transition *
         if (t->prompt_token_ids[i] < 0) return "a prompt token id is negative";
     for (size_t i = 0; i < nr; i++)
         if (t->response_token_ids[i] < 0) return "a response token id is negative";
-    if (!isfinite(t->advantage)) return "the advantage is not finite";
+    /* both travel to the trainer as 32-bit floats */
+    if (!(fabs(t->advantage) <= FLT_MAX)) return "the advantage is not a finite 32-bit float";
+    if (!(fabs(t->reward) <= FLT_MAX)) return "the reward is not a finite 32-bit float";
     if (!finite_all(t->token_advantages, t->n_token_advantages)) return "a token advantage is not finite";
     if (!finite_all(t->rollout_logprobs, t->n_rollout_logprobs)) return "a rollout logprob is not finite";
     if (t->policy_version < -1) return "the policy version is below -1";

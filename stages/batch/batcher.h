@@ -127,7 +127,12 @@ int al_batcher_close_all(al_batcher *b);
 /* The latest policy version of a model (ignored when older than the one known). 0 or -1
  * when out of memory. */
 int al_batcher_set_policy_version(al_batcher *b, const char *model, int64_t version);
-/* The number the model's next step gets (recovery). 0 or -1 when out of memory. */
+/* Step numbers count up from 0 and stay at most this (the batcher could count on for longer
+ * than any run lasts); recovery ignores a chunk numbered that high or beyond. */
+#define AL_BATCH_MAX_STEP (INT64_MAX / 2)
+
+/* The number the model's next step gets (recovery). 0, or -1 when out of memory or when
+ * step is outside [0, AL_BATCH_MAX_STEP]. */
 int al_batcher_set_next_step(al_batcher *b, const char *model, int64_t step);
 int64_t al_batcher_next_step_number(const al_batcher *b, const char *model);
 

@@ -437,7 +437,12 @@ static int recover_from_output(const al_kafka_conf *kc, const batch_opts *o, bat
             goto out;
         }
         char e[256];
-        if (al_batch_chunk_decode(m->payload, m->len, &ch, e, sizeof e) == 0) {
+        int ok = al_batch_chunk_decode(m->payload, m->len, &ch, e, sizeof e) == 0;
+        if (ok && (ch.step < 0 || ch.step >= AL_BATCH_MAX_STEP)) {
+            snprintf(e, sizeof e, "its step number %" PRId64 " is out of range", ch.step);
+            ok = 0;
+        }
+        if (ok) {
             chunks_read++;
             recover_model *r = NULL;
             for (size_t i = 0; i < n_models && !r; i++)
@@ -475,7 +480,7 @@ static int recover_from_output(const al_kafka_conf *kc, const batch_opts *o, bat
                     r->n_ids++;
                 }
         } else {
-            al_log_warn(COMP, "%s [%d] offset %" PRId64 " is not a BatchChunk (%s); ignored while recovering",
+            al_log_warn(COMP, "%s [%d] offset %" PRId64 " is not a usable BatchChunk (%s); ignored while recovering",
                         o->output_topic, (int)m->partition, m->offset, e);
         }
         rd_kafka_message_destroy(m);

@@ -13,7 +13,8 @@
  *
  * What must hold, besides no crash and no undefined behaviour:
  *   - every transition encodes, decodes, and decodes to what was emitted;
- *   - its reward, return and advantage (and token advantages) are finite numbers;
+ *   - its return is finite, its reward and advantage finite as 32-bit floats (what the
+ *     batcher takes), and so are its token advantages;
  *   - its anchor offset is not below the safe offset reported before it;
  *   - the safe offset never decreases.
  *
@@ -22,6 +23,7 @@
  */
 #include "credit.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,7 +56,8 @@ static int on_transition(void *ud, const al_transition *t, int64_t anchor)
     (void)ud;
     char err[512];
     if (anchor < last_safe) fail("anchor offset below the safe offset", t);
-    if (!isfinite(t->reward) || !isfinite(t->return_value) || !isfinite(t->advantage)) {
+    if (!(fabs(t->reward) <= FLT_MAX) || !isfinite(t->return_value) ||
+        !(fabs(t->advantage) <= FLT_MAX)) {
         fprintf(stderr, "reward %g, return %g, advantage %g (%s)\n", t->reward, t->return_value,
                 t->advantage, t->estimator);
         fail("reward, return or advantage is not finite", t);
