@@ -141,6 +141,11 @@ TEST(bad_configs_are_errors_naming_the_problem)
          "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"head_dim\":"
          "8}",
          "hidden_size (8) is not num_attention_heads"},
+        /* beyond the double range: reads as infinity, which is not a usable epsilon */
+        {"{\"architectures\":[\"LlamaForCausalLM\"],\"vocab_size\":8,\"hidden_size\":8,"
+         "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,\"rms_norm_"
+         "eps\":1e506}",
+         "positive finite numbers (got inf"},
         {"{\"architectures\":[\"LlamaForCausalLM\"],", "config.json:"},
         {"[1]", "not a JSON object"},
     };

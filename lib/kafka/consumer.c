@@ -41,6 +41,7 @@ struct al_consumer {
     rd_kafka_message_t *batch[AL_CONSUMER_BATCH];
     size_t nbatch, ibatch;
     unsigned rebalances; /* counts rebalance callbacks: a batch taken across one is checked */
+    uint64_t commit_failures; /* commits on a rebalance or a close the broker refused */
 };
 
 /* ------------------------------------------------------------------------------------------
@@ -303,8 +304,16 @@ static void consumer_flush_and_commit(al_consumer *c, const char *why)
         al_log_warn("kafka", "%s: producer flush: %s", why, err);
     consumer_store_offsets(c);
     rd_kafka_resp_err_t e = rd_kafka_commit(c->rk, NULL, 0);
-    if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET)
-        al_log_warn("kafka", "%s: commit failed: %s", why, rd_kafka_err2str(e));
+    if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET) {
+        c->commit_failures++;
+        al_log_warn("kafka", "%s: commit failed: %s (the next owner reads again from the last "
+                    "committed offset)", why, rd_kafka_err2str(e));
+    }
+}
+
+uint64_t al_consumer_commit_failures(const al_consumer *c)
+{
+    return c->commit_failures;
 }
 
 static void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,

@@ -317,6 +317,11 @@ int al_consumer_commit(al_consumer *c, char *errstr, size_t errlen);
 /* Connects and fetches metadata within timeout_ms: 0, or -1 naming the bootstrap servers. */
 int al_consumer_check(al_consumer *c, int timeout_ms, char *errstr, size_t errlen);
 rd_kafka_t *al_consumer_handle(al_consumer *c);
+/* How many commits made when partitions were given up (a rebalance, a close) the broker
+ * refused; a broker may refuse them while the group rebalances. Each leaves the partitions'
+ * messages after their last committed offset to be read again by the next owner (at least
+ * once: outputs carry ids that make them droppable). */
+uint64_t al_consumer_commit_failures(const al_consumer *c);
 
 /* A consumer handle for rd_kafka_assign only (no group membership, no commits), for reading
  * a topic without disturbing any group: the shared settings less producer-only keys and

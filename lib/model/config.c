@@ -6,6 +6,7 @@
 #include "model/json.h"
 #include "model/safetensors.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,8 +86,13 @@ int al_model_config_validate(const al_model_config *c, char *errstr, size_t errl
             errstr, errlen,
             "config: hidden_size (%d) is not num_attention_heads (%d) x head_dim (%d)",
             c->hidden_size, c->num_heads, c->head_dim);
-    if (!(c->rms_norm_eps > 0) || !(c->rope_theta > 0))
-        return al_model_err(errstr, errlen, "config: rms_norm_eps and rope_theta must be positive");
+    /* finite too: a JSON number beyond the double range (1e506) reads as infinity */
+    if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < HUGE_VAL) ||
+        !(c->rope_theta > 0 && c->rope_theta < HUGE_VAL))
+        return al_model_err(errstr, errlen,
+                            "config: rms_norm_eps and rope_theta must be positive finite numbers "
+                            "(got %g and %g)",
+                            c->rms_norm_eps, c->rope_theta);
     if ((int64_t)c->num_heads * c->head_dim > (1 << 20) ||
         (int64_t)c->num_kv_heads * c->head_dim > (1 << 20))
         return al_model_err(errstr, errlen, "config: attention width is implausibly large");

@@ -12,6 +12,7 @@
 #include "model/safetensors.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,7 +59,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         char *text = al_model_config_to_json(&a, NULL);
         if (!text) return 0;
-        if (al_model_config_parse(&b, text, strlen(text), err, sizeof err) != 0) abort();
+        if (al_model_config_parse(&b, text, strlen(text), err, sizeof err) != 0) {
+            fprintf(stderr, "fuzz_model_files: the written config does not parse again: %s\n%s\n",
+                    err, text);
+            abort();
+        }
         free(text);
         if (al_model_config_num_params(&a) < 200000) {
             al_model *m = al_model_new(&a, err, sizeof err);
