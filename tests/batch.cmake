@@ -26,7 +26,7 @@ if((ARCLIGHT_SANITIZE OR ARCLIGHT_FUZZ) AND AL_BATCH_CLANG)
     COMMENT "Building the fuzz target fuzz_batch with ${AL_BATCH_CLANG}")
   add_custom_target(fuzz_batch_target ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_batch)
   add_test(NAME t0902_batch_fuzz
-    COMMAND sh -c "rm -rf fuzz-batch-scratch && mkdir -p fuzz-batch-scratch && ./fuzz_batch -runs=8000 -max_len=4096 -timeout=10 fuzz-batch-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/batch_corpus"
+    COMMAND sh -c "rm -rf fuzz-batch-scratch && mkdir -p fuzz-batch-scratch && ./fuzz_batch -seed=1 -runs=8000 -max_len=4096 -timeout=10 fuzz-batch-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/batch_corpus"
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
   set_tests_properties(t0902_batch_fuzz PROPERTIES TIMEOUT 120)
 endif()

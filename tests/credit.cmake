@@ -29,7 +29,7 @@ if((ARCLIGHT_SANITIZE OR ARCLIGHT_FUZZ) AND AL_CREDIT_CLANG)
     COMMENT "Building the fuzz target fuzz_credit with ${AL_CREDIT_CLANG}")
   add_custom_target(fuzz_credit_target ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_credit)
   add_test(NAME t0802_credit_fuzz
-    COMMAND sh -c "rm -rf fuzz-credit-scratch && mkdir -p fuzz-credit-scratch && ./fuzz_credit -runs=50000 -max_len=2048 -timeout=10 fuzz-credit-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/credit_corpus"
+    COMMAND sh -c "rm -rf fuzz-credit-scratch && mkdir -p fuzz-credit-scratch && ./fuzz_credit -seed=1 -runs=50000 -max_len=2048 -timeout=10 fuzz-credit-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/credit_corpus"
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
   set_tests_properties(t0802_credit_fuzz PROPERTIES TIMEOUT 120)
 endif()

@@ -29,7 +29,7 @@ if((ARCLIGHT_SANITIZE OR ARCLIGHT_FUZZ) AND AL_MODEL_CLANG)
     COMMENT "Building the fuzz target fuzz_model_files with ${AL_MODEL_CLANG}")
   add_custom_target(fuzz_model_files_target ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_model_files)
   add_test(NAME t0607_model_files_fuzz
-    COMMAND sh -c "rm -rf fuzz-model-scratch && mkdir -p fuzz-model-scratch && ./fuzz_model_files -runs=100000 -max_len=8192 -timeout=10 fuzz-model-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/model_corpus"
+    COMMAND sh -c "rm -rf fuzz-model-scratch && mkdir -p fuzz-model-scratch && ./fuzz_model_files -seed=1 -runs=100000 -max_len=8192 -timeout=10 fuzz-model-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/model_corpus"
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
   set_tests_properties(t0607_model_files_fuzz PROPERTIES TIMEOUT 120)
 endif()

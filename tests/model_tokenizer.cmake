@@ -36,7 +36,7 @@ if((ARCLIGHT_SANITIZE OR ARCLIGHT_FUZZ) AND AL_TOK_CLANG)
     COMMENT "Building the fuzz target fuzz_tokenizer with ${AL_TOK_CLANG}")
   add_custom_target(fuzz_tokenizer_target ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_tokenizer)
   add_test(NAME t0704_tokenizer_fuzz
-    COMMAND sh -c "rm -rf fuzz-tok-scratch && mkdir -p fuzz-tok-scratch && ./fuzz_tokenizer -runs=20000 -max_len=4096 -timeout=10 fuzz-tok-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/tokenizer_corpus"
+    COMMAND sh -c "rm -rf fuzz-tok-scratch && mkdir -p fuzz-tok-scratch && ./fuzz_tokenizer -seed=1 -runs=20000 -max_len=4096 -timeout=10 fuzz-tok-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/tokenizer_corpus"
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
   set_tests_properties(t0704_tokenizer_fuzz PROPERTIES TIMEOUT 120
     ENVIRONMENT "ARCLIGHT_SOURCE_DIR=${PROJECT_SOURCE_DIR}")

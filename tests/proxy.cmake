@@ -20,7 +20,7 @@ if((ARCLIGHT_SANITIZE OR ARCLIGHT_FUZZ) AND AL_PROXY_CLANG)
     COMMENT "Building the fuzz target fuzz_proxy_http1 with ${AL_PROXY_CLANG}")
   add_custom_target(fuzz_proxy_http1_target ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_proxy_http1)
   add_test(NAME t1004_proxy_fuzz
-    COMMAND sh -c "rm -rf fuzz-proxy-scratch && mkdir -p fuzz-proxy-scratch && ./fuzz_proxy_http1 -runs=100000 -max_len=2048 -timeout=10 fuzz-proxy-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/proxy_corpus"
+    COMMAND sh -c "rm -rf fuzz-proxy-scratch && mkdir -p fuzz-proxy-scratch && ./fuzz_proxy_http1 -seed=1 -runs=100000 -max_len=2048 -timeout=10 fuzz-proxy-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/proxy_corpus"
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
   set_tests_properties(t1004_proxy_fuzz PROPERTIES TIMEOUT 120)
 endif()

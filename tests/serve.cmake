@@ -37,7 +37,7 @@ if((ARCLIGHT_SANITIZE OR ARCLIGHT_FUZZ) AND AL_SERVE_CLANG)
     COMMENT "Building the fuzz target fuzz_serve_request with ${AL_SERVE_CLANG}")
   add_custom_target(fuzz_serve_request_target ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_serve_request)
   add_test(NAME t1105_serve_request_fuzz
-    COMMAND sh -c "rm -rf fuzz-serve-scratch && mkdir -p fuzz-serve-scratch && ./fuzz_serve_request -runs=50000 -max_len=2048 -timeout=10 fuzz-serve-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/serve_corpus"
+    COMMAND sh -c "rm -rf fuzz-serve-scratch && mkdir -p fuzz-serve-scratch && ./fuzz_serve_request -seed=1 -runs=50000 -max_len=2048 -timeout=10 fuzz-serve-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/serve_corpus"
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
   set_tests_properties(t1105_serve_request_fuzz PROPERTIES TIMEOUT 120
     ENVIRONMENT "ARCLIGHT_SOURCE_DIR=${PROJECT_SOURCE_DIR}")

@@ -30,7 +30,7 @@ if((ARCLIGHT_SANITIZE OR ARCLIGHT_FUZZ) AND AL_CLANG AND AL_SCHEMAS_C)
   add_custom_target(fuzz_recording_target ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_recording)
   # New inputs go to the scratch directory; the committed corpus stays as it is.
   add_test(NAME t0303_recording_fuzz
-    COMMAND sh -c "rm -rf fuzz-recording-scratch && mkdir -p fuzz-recording-scratch && ./fuzz_recording -runs=30000 -max_len=8192 -timeout=10 fuzz-recording-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/recording_corpus"
+    COMMAND sh -c "rm -rf fuzz-recording-scratch && mkdir -p fuzz-recording-scratch && ./fuzz_recording -seed=1 -runs=30000 -max_len=8192 -timeout=10 fuzz-recording-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/recording_corpus"
     WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
   set_tests_properties(t0303_recording_fuzz PROPERTIES TIMEOUT 180)
 endif()
