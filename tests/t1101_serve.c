@@ -483,6 +483,9 @@ TEST(bad_input_gets_4xx)
     expect_error("/v1/completions", "{\"prompt\":\"x\",\"n\":0}", 400, "n must be");
     expect_error("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":0}", 400, "max_tokens");
     expect_error("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":\"ten\"}", 400, "max_tokens");
+    /* whole reals beyond int64 (converting one was undefined behaviour) */
+    expect_error("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":2e31}", 400, "max_tokens");
+    expect_error("/v1/completions", "{\"prompt\":\"x\",\"seed\":-1e300}", 400, "seed");
     expect_error("/v1/completions", "{\"prompt\":[1,2,99999]}", 400, "prompt[2]");
     expect_error("/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":600}", 400,
                  "maximum context length is 512");

@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,8 +41,10 @@ static int get_int(json_t *o, const char *k, int64_t *out)
         *out = json_integer_value(v);
         return 1;
     }
-    if (json_is_real(v) && json_real_value(v) == (double)(int64_t)json_real_value(v)) {
-        *out = (int64_t)json_real_value(v);
+    /* a whole real within the int64 range (casting one outside it is undefined) */
+    double d = json_is_real(v) ? json_real_value(v) : 0.5;
+    if (d >= -0x1p63 && d < 0x1p63 && d == floor(d)) {
+        *out = (int64_t)d;
         return 1;
     }
     return -1;
