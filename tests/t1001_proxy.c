@@ -344,6 +344,11 @@ TEST(bad_input_gets_right_4xx)
     expect_error("POST", "/v1/chat/completions", badrol, CHAT, 400, "invalid_identity");
     expect_error("POST", "/r/task-b/roll-b/reward", PX_JSON, "{\"value\":\"high\"}", 400,
                  "invalid_reward");
+    /* finite, but beyond what credit can add up without overflowing */
+    expect_error("POST", "/r/task-b/roll-b/reward", PX_JSON, "{\"value\":-2e15}", 400,
+                 "invalid_reward");
+    expect_error("POST", "/r/task-b/roll-b/reward", PX_JSON, "{\"rewards\":{\"a\":1e300}}", 400,
+                 "invalid_reward");
     expect_error("POST", "/r/task-b/roll-b/end", PX_JSON, "{\"status\":\"great\"}", 400,
                  "invalid_end");
     expect_error("POST", "/v1/reward", PX_JSON, "{\"value\":1}", 400, "invalid_identity");

@@ -122,6 +122,11 @@ typedef struct al_llm_call {
     al_usage usage;
 } al_llm_call;
 
+/* The rewards arclight takes: finite numbers within +-AL_REWARD_MAX. The proxy answers 400
+ * to others and credit dead-letters a reward span beyond it; within it, sums, squares and
+ * returns over any group stay finite. */
+#define AL_REWARD_MAX 1e15
+
 typedef struct al_reward {
     const char *name;
     double value;

@@ -54,10 +54,9 @@ typedef enum al_credit_policy {
     AL_CREDIT_POLICY_KEEP = 1, /* trains with its own reward, else the configured default */
 } al_credit_policy;
 
-/* The largest reward magnitude credit takes (reward spans and the configured defaults):
- * within it, sums, squares and returns over any group stay finite. A reward span beyond it
- * is rejected (bad_span). */
-#define AL_CREDIT_MAX_REWARD 1e15
+/* The largest reward magnitude credit takes (reward spans and the configured defaults;
+ * AL_REWARD_MAX of the Span contract). A reward span beyond it is rejected (bad_span). */
+#define AL_CREDIT_MAX_REWARD AL_REWARD_MAX
 /* grpo divides by std + eps; below this the group has no spread to normalize by and every
  * advantage is 0 (so that, with rewards within AL_CREDIT_MAX_REWARD, an advantage always
  * fits a float). */

@@ -2365,16 +2365,18 @@ static void handle_reward(conn *c, ident *id)
     }
     const char *k;
     json_t *x;
-    json_object_foreach(rs, k, x) if (!json_is_number(x) || !isfinite(json_number_value(x)))
+    json_object_foreach(rs, k, x) if (!json_is_number(x) ||
+                                      !(fabs(json_number_value(x)) <= AL_REWARD_MAX))
     {
         json_decref(o);
         conn_error(c, 400, "invalid_request_error", "invalid_reward",
-                   "reward \"%.100s\" is not a finite number", k);
+                   "reward \"%.100s\" is not a finite number within +-%g", k, AL_REWARD_MAX);
         return;
     }
-    if (v && !isfinite(json_number_value(v))) {
+    if (v && !(fabs(json_number_value(v)) <= AL_REWARD_MAX)) {
         json_decref(o);
-        conn_error(c, 400, "invalid_request_error", "invalid_reward", "value must be finite");
+        conn_error(c, 400, "invalid_request_error", "invalid_reward",
+                   "value must be a finite number within +-%g", AL_REWARD_MAX);
         return;
     }
     rollout_ent *r = control_span_admit(px, c, id);
