@@ -2368,9 +2368,10 @@ static void handle_reward(conn *c, ident *id)
     json_object_foreach(rs, k, x) if (!json_is_number(x) ||
                                       !(fabs(json_number_value(x)) <= AL_REWARD_MAX))
     {
-        json_decref(o);
+        /* k belongs to o: the answer is written before o goes */
         conn_error(c, 400, "invalid_request_error", "invalid_reward",
                    "reward \"%.100s\" is not a finite number within +-%g", k, AL_REWARD_MAX);
+        json_decref(o);
         return;
     }
     if (v && !(fabs(json_number_value(v)) <= AL_REWARD_MAX)) {
