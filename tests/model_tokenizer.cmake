@@ -18,26 +18,12 @@ arclight_test(t0702_tokenizer_input SOURCES tests/t0702_tokenizer_input.c LIBS a
 arclight_test(t0703_tokenizer_chat SOURCES tests/t0703_tokenizer_chat.c LIBS arclight_model TIMEOUT 60)
 
 # libFuzzer target over untrusted text: tokenizer.json loading, encode/decode of arbitrary
-# bytes, tool-call parsing of model output. Built with clang from the same sources in the
-# sanitizer build (or with -DARCLIGHT_FUZZ=ON), like the Avro fuzz target.
-find_program(AL_TOK_CLANG NAMES clang-14 clang)
-if((ARCLIGHT_SANITIZE OR ARCLIGHT_FUZZ) AND AL_TOK_CLANG)
-  set(AL_TOK_FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_tokenizer.c
-      ${PROJECT_SOURCE_DIR}/lib/model/tokenizer.c ${PROJECT_SOURCE_DIR}/lib/model/tokenizer_chat.c
-      ${PROJECT_SOURCE_DIR}/lib/model/unicode.c ${PROJECT_SOURCE_DIR}/lib/model/unicode_tables.c
-      ${PROJECT_SOURCE_DIR}/lib/model/json.c)
-  add_custom_command(
-    OUTPUT ${PROJECT_BINARY_DIR}/fuzz_tokenizer
-    COMMAND ${AL_TOK_CLANG} -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined
-            -fno-sanitize-recover=undefined -I${PROJECT_SOURCE_DIR}/lib ${AL_TOK_FUZZ_SOURCES}
-            -o ${PROJECT_BINARY_DIR}/fuzz_tokenizer -lpthread -lm
-    DEPENDS ${AL_TOK_FUZZ_SOURCES} ${PROJECT_SOURCE_DIR}/lib/model/tokenizer.h
-            ${PROJECT_SOURCE_DIR}/lib/model/unicode.h ${PROJECT_SOURCE_DIR}/lib/model/json.h
-    COMMENT "Building the fuzz target fuzz_tokenizer with ${AL_TOK_CLANG}")
-  add_custom_target(fuzz_tokenizer_target ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_tokenizer)
-  add_test(NAME t0704_tokenizer_fuzz
-    COMMAND sh -c "rm -rf fuzz-tok-scratch && mkdir -p fuzz-tok-scratch && ./fuzz_tokenizer -seed=1 -runs=20000 -max_len=4096 -timeout=10 fuzz-tok-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/tokenizer_corpus"
-    WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
-  set_tests_properties(t0704_tokenizer_fuzz PROPERTIES TIMEOUT 120
-    ENVIRONMENT "ARCLIGHT_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
-endif()
+# bytes, tool-call parsing of model output (arclight_fuzz: CMakeLists.txt).
+arclight_fuzz(fuzz_tokenizer TEST t0704_tokenizer_fuzz CORPUS tokenizer_corpus RUNS 20000
+  MAX_LEN 4096
+  SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_tokenizer.c ${PROJECT_SOURCE_DIR}/lib/model/tokenizer.c
+          ${PROJECT_SOURCE_DIR}/lib/model/tokenizer_chat.c ${PROJECT_SOURCE_DIR}/lib/model/unicode.c
+          ${PROJECT_SOURCE_DIR}/lib/model/unicode_tables.c ${PROJECT_SOURCE_DIR}/lib/model/json.c
+  DEPENDS ${PROJECT_SOURCE_DIR}/lib/model/tokenizer.h ${PROJECT_SOURCE_DIR}/lib/model/unicode.h
+          ${PROJECT_SOURCE_DIR}/lib/model/json.h
+  ENV ARCLIGHT_SOURCE_DIR=${PROJECT_SOURCE_DIR})

@@ -11,26 +11,12 @@ arclight_test(t0302_recording_reader SOURCES tests/t0302_recording_reader.c tool
   LIBS arclight_avro PkgConfig::AVRO PkgConfig::JANSSON ZLIB::ZLIB TIMEOUT 120)
 target_include_directories(t0302_recording_reader PRIVATE ${PROJECT_SOURCE_DIR}/tools)
 
-# libFuzzer target for replay's recording reader, built with clang like tests/avro.cmake's
-# (which sets AL_CLANG and generates AL_SCHEMAS_C, the embedded schemas the reader checks
-# against), in the sanitizer build or with -DARCLIGHT_FUZZ=ON.
-if((ARCLIGHT_SANITIZE OR ARCLIGHT_FUZZ) AND AL_CLANG AND AL_SCHEMAS_C)
-  file(GLOB AL_RECORDING_FUZZ_AVRO CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/lib/avro/*.c)
-  set(AL_RECORDING_FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_recording.c
-      ${PROJECT_SOURCE_DIR}/tools/recording_reader.c ${AL_RECORDING_FUZZ_AVRO}
-      ${PROJECT_SOURCE_DIR}/lib/core/util.c ${AL_SCHEMAS_C})
-  add_custom_command(
-    OUTPUT ${PROJECT_BINARY_DIR}/fuzz_recording
-    COMMAND ${AL_CLANG} -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined
-            -fno-sanitize-recover=undefined -I${PROJECT_SOURCE_DIR}/lib
-            -I${PROJECT_SOURCE_DIR}/tools ${AL_RECORDING_FUZZ_SOURCES}
-            -o ${PROJECT_BINARY_DIR}/fuzz_recording -ljansson -lcrypto -lz -lpthread -lm
-    DEPENDS ${AL_RECORDING_FUZZ_SOURCES} ${PROJECT_SOURCE_DIR}/tools/recording_reader.h
-    COMMENT "Building the fuzz target fuzz_recording with ${AL_CLANG}")
-  add_custom_target(fuzz_recording_target ALL DEPENDS ${PROJECT_BINARY_DIR}/fuzz_recording)
-  # New inputs go to the scratch directory; the committed corpus stays as it is.
-  add_test(NAME t0303_recording_fuzz
-    COMMAND sh -c "rm -rf fuzz-recording-scratch && mkdir -p fuzz-recording-scratch && ./fuzz_recording -seed=1 -runs=30000 -max_len=8192 -timeout=10 fuzz-recording-scratch ${PROJECT_SOURCE_DIR}/tests/fuzz/recording_corpus"
-    WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
-  set_tests_properties(t0303_recording_fuzz PROPERTIES TIMEOUT 180)
-endif()
+# libFuzzer target for replay's recording reader (arclight_fuzz: CMakeLists.txt), with the
+# embedded schemas the reader checks against (AL_SCHEMAS_C, from tests/avro.cmake).
+arclight_fuzz(fuzz_recording TEST t0303_recording_fuzz CORPUS recording_corpus RUNS 30000
+  MAX_LEN 8192
+  SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_recording.c ${PROJECT_SOURCE_DIR}/tools/recording_reader.c
+          ${AL_AVRO_FUZZ_SOURCES} ${PROJECT_SOURCE_DIR}/lib/core/util.c ${AL_SCHEMAS_C}
+  DEPENDS ${PROJECT_SOURCE_DIR}/tools/recording_reader.h
+  INCLUDES ${PROJECT_SOURCE_DIR}/tools
+  LIBS -ljansson -lcrypto -lz)
