@@ -127,8 +127,8 @@ int al_batcher_close_all(al_batcher *b);
 /* The latest policy version of a model (ignored when older than the one known). 0 or -1
  * when out of memory. */
 int al_batcher_set_policy_version(al_batcher *b, const char *model, int64_t version);
-/* Step numbers count up from 0 and stay at most this (the batcher could count on for longer
- * than any run lasts); recovery ignores a chunk numbered that high or beyond. */
+/* Step numbers count up from 0 and stay at most this: far more steps than any run takes,
+ * and far from overflowing. Recovery ignores a chunk numbered this high or beyond. */
 #define AL_BATCH_MAX_STEP (INT64_MAX / 2)
 
 /* The number the model's next step gets (recovery). 0, or -1 when out of memory or when

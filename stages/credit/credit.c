@@ -928,7 +928,6 @@ static int rollout_end(al_credit_part *p, cr_rollout *r, char *errstr, size_t er
     return 0;
 }
 
-/* Fires idle timeouts (head of the open list) and group timeouts (head of the FIFO). */
 /* Whether more than `limit` has passed from `since` to `now`. Timestamps come from spans
  * (any int64), so the difference is taken without overflowing. */
 static int passed(int64_t since, int64_t now, int64_t limit)
@@ -936,6 +935,7 @@ static int passed(int64_t since, int64_t now, int64_t limit)
     return now > since && (uint64_t)now - (uint64_t)since > (uint64_t)limit;
 }
 
+/* Fires idle timeouts (head of the open list) and group timeouts (head of the FIFO). */
 static int fire_timeouts(al_credit_part *p, char *errstr, size_t errlen)
 {
     if (p->cfg.idle_timeout_us > 0)
