@@ -166,6 +166,14 @@ TEST(bad_chunks_refused_with_reason)
     CHECK_EQ_INT((int)r->n_current, 1);
     CHECK(r->current[0] == &tags[3]);
     al_train_ready_free(r);
+    /* a step number beyond the contract's: taken, it would count every later step as
+     * trained on */
+    CHECK_EQ_INT(add(a, chunk(6, "tiny", INT64_MAX, 0, 1, 1, 1), NULL, why), AL_TRAIN_ASM_BAD);
+    CHECKF(strstr(why, "beyond the largest step number") != NULL, "%s", why);
+    CHECK_EQ_INT(add(a, chunk(7, "tiny", 3, 0, 1, 1, 1), NULL, why), AL_TRAIN_ASM_HELD);
+    REQUIRE(al_train_asm_next(a, &r) == 1);
+    CHECK(!r->bad && r->step == 3);
+    al_train_ready_free(r);
     al_train_asm_free(a, NULL, NULL);
     free_bufs();
 }

@@ -7,3 +7,12 @@ target_link_libraries(arclight_train PUBLIC arclight_avro arclight_core arclight
 arclight_test(t1200_train_assembly SOURCES tests/t1200_train_assembly.c LIBS arclight_train TIMEOUT 60)
 arclight_test(t1201_train_stage SOURCES tests/t1201_train_stage.c LIBS arclight_kafka arclight_avro arclight_core TIMEOUT 240)
 arclight_test(t1202_train_pipeline SOURCES tests/t1202_train_pipeline.c LIBS arclight_kafka arclight_avro arclight_core TIMEOUT 180)
+
+# libFuzzer target for the step assembler fed chunks with any values a producer could write
+# (tests/fuzz/fuzz_train_asm.c; arclight_fuzz: CMakeLists.txt).
+arclight_fuzz(fuzz_train_asm TEST t1203_train_asm_fuzz CORPUS train_corpus RUNS 8000 MAX_LEN 2048
+  SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_train_asm.c ${PROJECT_SOURCE_DIR}/stages/train/assembler.c
+          ${AL_AVRO_FUZZ_SOURCES} ${PROJECT_SOURCE_DIR}/lib/core/util.c ${AL_SCHEMAS_C}
+  DEPENDS ${PROJECT_SOURCE_DIR}/stages/train/assembler.h ${PROJECT_SOURCE_DIR}/lib/avro/codec.h
+  INCLUDES ${PROJECT_SOURCE_DIR}/stages
+  LIBS -ljansson -lcrypto)

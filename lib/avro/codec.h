@@ -221,6 +221,11 @@ typedef struct al_micro_batch {
     size_t n_rewards;
 } al_micro_batch;
 
+/* Step numbers of BatchChunk run from 0 to AL_STEP_MAX: the batch stage numbers no step
+ * beyond it, and the trainer refuses a chunk beyond it (one chunk numbered INT64_MAX would
+ * otherwise count every later step as trained on). */
+#define AL_STEP_MAX (INT64_MAX / 2)
+
 typedef struct al_batch_chunk {
     const char *model;
     int64_t step;

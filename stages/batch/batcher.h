@@ -127,9 +127,10 @@ int al_batcher_close_all(al_batcher *b);
 /* The latest policy version of a model (ignored when older than the one known). 0 or -1
  * when out of memory. */
 int al_batcher_set_policy_version(al_batcher *b, const char *model, int64_t version);
-/* Step numbers count up from 0 and stay at most this: far more steps than any run takes,
- * and far from overflowing. Recovery ignores a chunk numbered this high or beyond. */
-#define AL_BATCH_MAX_STEP (INT64_MAX / 2)
+/* Step numbers count up from 0 and stay at most this (AL_STEP_MAX of the BatchChunk
+ * contract): far more steps than any run takes, and far from overflowing. Recovery ignores a
+ * chunk numbered this high or beyond. */
+#define AL_BATCH_MAX_STEP AL_STEP_MAX
 
 /* The number the model's next step gets (recovery). 0, or -1 when out of memory or when
  * step is outside [0, AL_BATCH_MAX_STEP]. */

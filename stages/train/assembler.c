@@ -124,6 +124,10 @@ void al_train_asm_free(al_train_asm *a, void (*release)(void *ctx, void *opaque)
 static int check_chunk(const al_train_asm *a, const al_batch_chunk *c, char *why, size_t whylen)
 {
     if (c->step < 0) return al_err(why, whylen, "step %" PRId64 " is negative", c->step), -1;
+    if (c->step > AL_STEP_MAX)
+        return al_err(why, whylen, "step %" PRId64 " is beyond the largest step number %" PRId64,
+                      c->step, (int64_t)AL_STEP_MAX),
+               -1;
     if (c->chunk_count < 1 || c->chunk_index < 0 || c->chunk_index >= c->chunk_count)
         return al_err(why, whylen, "chunk_index %d is outside chunk_count %d", c->chunk_index,
                       c->chunk_count),
