@@ -121,6 +121,13 @@ static void whole(struct evhttp_request *r, const fu_req *q)
                           usage_obj(q, 4), "prompt_logprobs", "prompt_token_ids",
                           q->ids && q->chat ? json_incref(q->prompt_ids) : json_null(),
                           "kv_transfer_params");
+    if (!strcmp(q->model, "huge-numbers")) {
+        /* numbers beyond the int64 and float ranges where a count and a logprob go */
+        json_object_set_new(json_object_get(o, "usage"), "prompt_tokens", json_real(1e300));
+        json_t *lp = json_object_get(choice, "logprobs");
+        json_t *first = json_array_get(json_object_get(lp, "content"), 0);
+        if (first) json_object_set_new(first, "logprob", json_real(-1e300));
+    }
     send_json(r, 200, o);
     json_decref(o);
 }

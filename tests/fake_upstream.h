@@ -13,6 +13,8 @@
  *   model "fail-400" / "fail-500"  -> that status with an OpenAI-style error body
  *   model "slow-stream"     -> 100 ms between stream chunks
  *   model "big-stream"      -> 1500 content chunks of 2000 characters (3 MB), all at once
+ *   model "huge-numbers"    -> a whole answer whose usage.prompt_tokens is 1e300 and whose
+ *                              first chat logprob is -1e300
  *   a tool result as the last message -> text again (the agent's tool loop ends)
  * Whole responses carry unrequested fields as null (pydantic model_dump); stream chunks omit
  * them (exclude_unset), as vLLM does. Every answer has x-arclight-policy-version: 7.

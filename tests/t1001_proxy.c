@@ -584,6 +584,40 @@ TEST(agent_keys_failover_and_upstream_down)
     CHECK(px_file_contains(log2, "proxy.access"));
 }
 
+/* An upstream's numbers beyond the ranges they are kept in (a count beyond int64, a logprob
+ * beyond float): the answer passes unchanged, the count is recorded as 0 and the logprob as
+ * -inf (which the batch stage refuses), with no undefined conversion. */
+TEST(upstream_numbers_beyond_their_ranges)
+{
+    const char *body = "{\"model\":\"huge-numbers\",\"logprobs\":true,\"messages\":[{\"role\":"
+                       "\"user\",\"content\":\"Hi\"}]}";
+    px_resp a, d;
+    REQUIRE(px_post(&P, "/r/task-h/roll-huge/v1/chat/completions", body, &a) == 0);
+    REQUIRE(direct("/v1/chat/completions", body, &d) == 0);
+    CHECK_EQ_INT(a.status, 200);
+    CHECKF(a.len == d.len && memcmp(a.body, d.body, a.len) == 0, "answer differs:\n%s\n%s",
+           a.body, d.body);
+    px_resp_free(&a);
+    px_resp_free(&d);
+    px_msgs m;
+    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", "roll-huge", 1, 30000, &m) == 0);
+    al_span s[4];
+    size_t n = px_spans_of(&m, "roll-huge", s, 4);
+    CHECK_EQ_INT(n, 1);
+    if (n == 1) {
+        const al_llm_call *l = &s[0].llm_call;
+        CHECK_EQ_INT(l->usage.prompt_tokens, 0);
+        CHECK_EQ_INT(l->n_response_logprobs, 4);
+        if (l->n_response_logprobs == 4) {
+            CHECK(isinf(l->response_logprobs[0]) && l->response_logprobs[0] < 0);
+            CHECK_NEAR(l->response_logprobs[1], -0.5, 1e-6);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        al_span_clear(&s[i]);
+    px_msgs_free(&m);
+}
+
 TEST(streamed_nul_character_is_still_captured)
 {
     /* A random policy can sample token 0, a NUL character that JSON carries as \u0000: the

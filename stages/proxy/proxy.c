@@ -38,6 +38,7 @@
 #include <event2/util.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <float.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -1360,6 +1361,13 @@ static int call_resume(call *k)
     return 1;
 }
 
+/* A logprob as a float: beyond the float range it becomes an infinity (converting it would
+ * be undefined), which the batch stage refuses as not finite. */
+static float lp_float(double d)
+{
+    return d > FLT_MAX ? INFINITY : d < -FLT_MAX ? -INFINITY : (float)d;
+}
+
 static void capture_ids(json_t *arr, ivec *out)
 {
     size_t i;
@@ -1403,9 +1411,9 @@ static void capture_object(call *k, json_t *o, int streamed)
         json_t *tl = json_object_get(lp, "token_logprobs");
         if (json_is_array(content)) {
             json_array_foreach(content, i, v)
-                fvec_push(&k->lps, (float)json_number_value(json_object_get(v, "logprob")));
+                fvec_push(&k->lps, lp_float(json_number_value(json_object_get(v, "logprob"))));
         } else if (json_is_array(tl)) {
-            json_array_foreach(tl, i, v) fvec_push(&k->lps, (float)json_number_value(v));
+            json_array_foreach(tl, i, v) fvec_push(&k->lps, lp_float(json_number_value(v)));
         }
     }
     const char *fr = json_string_value(json_object_get(c0, "finish_reason"));
@@ -1496,10 +1504,13 @@ static double slice_num(al_slice v)
     return strtod(buf, NULL);
 }
 
+/* A count from the upstream's usage: 0 unless a number in [0, 2^62] (converting one beyond
+ * int64 would be undefined). */
 static int64_t member_int(al_slice obj, const char *key)
 {
     al_slice v;
-    return al_json_member(obj.p, obj.n, key, &v) == 1 ? (int64_t)slice_num(v) : 0;
+    double d = al_json_member(obj.p, obj.n, key, &v) == 1 ? slice_num(v) : 0.0;
+    return d >= 0 && d <= 0x1p62 ? (int64_t)d : 0;
 }
 
 /* capture_object for a whole (validated) response, without a tree. */
@@ -1534,12 +1545,12 @@ static void capture_fast(call *k, const char *body, size_t n)
             al_json_iter_init(&it, arr.p, arr.n) == 0) {
             while (al_json_iter_next(&it, &el) == 1)
                 fvec_push(&k->lps, al_json_member(el.p, el.n, "logprob", &v) == 1
-                                       ? (float)slice_num(v)
+                                       ? lp_float(slice_num(v))
                                        : 0.0f);
         } else if (al_json_member(lp.p, lp.n, "token_logprobs", &arr) == 1 &&
                    al_json_iter_init(&it, arr.p, arr.n) == 0) {
             while (al_json_iter_next(&it, &el) == 1)
-                fvec_push(&k->lps, (float)slice_num(el));
+                fvec_push(&k->lps, lp_float(slice_num(el)));
         }
     }
     v = cv[3];
