@@ -11,7 +11,7 @@ arclight_test(t0901_batch_stage SOURCES tests/t0901_batch_stage.c LIBS arclight_
 # (tests/fuzz/fuzz_batch.c; arclight_fuzz: CMakeLists.txt).
 arclight_fuzz(fuzz_batch TEST t0902_batch_fuzz CORPUS batch_corpus RUNS 8000 MAX_LEN 4096
   SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_batch.c ${PROJECT_SOURCE_DIR}/stages/batch/batcher.c
-          ${AL_AVRO_FUZZ_SOURCES} ${PROJECT_SOURCE_DIR}/lib/core/util.c ${AL_SCHEMAS_C}
+          ${AL_AVRO_FUZZ_SOURCES}
   DEPENDS ${PROJECT_SOURCE_DIR}/stages/batch/batcher.h ${PROJECT_SOURCE_DIR}/lib/avro/codec.h
   INCLUDES ${PROJECT_SOURCE_DIR}/stages
   LIBS -ljansson -lcrypto)

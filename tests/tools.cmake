@@ -16,7 +16,7 @@ target_include_directories(t0302_recording_reader PRIVATE ${PROJECT_SOURCE_DIR}/
 arclight_fuzz(fuzz_recording TEST t0303_recording_fuzz CORPUS recording_corpus RUNS 30000
   MAX_LEN 8192
   SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_recording.c ${PROJECT_SOURCE_DIR}/tools/recording_reader.c
-          ${AL_AVRO_FUZZ_SOURCES} ${PROJECT_SOURCE_DIR}/lib/core/util.c ${AL_SCHEMAS_C}
+          ${AL_AVRO_FUZZ_SOURCES}
   DEPENDS ${PROJECT_SOURCE_DIR}/tools/recording_reader.h
   INCLUDES ${PROJECT_SOURCE_DIR}/tools
   LIBS -ljansson -lcrypto -lz)

@@ -12,7 +12,7 @@ arclight_test(t1202_train_pipeline SOURCES tests/t1202_train_pipeline.c LIBS arc
 # (tests/fuzz/fuzz_train_asm.c; arclight_fuzz: CMakeLists.txt).
 arclight_fuzz(fuzz_train_asm TEST t1203_train_asm_fuzz CORPUS train_corpus RUNS 8000 MAX_LEN 2048
   SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_train_asm.c ${PROJECT_SOURCE_DIR}/stages/train/assembler.c
-          ${AL_AVRO_FUZZ_SOURCES} ${PROJECT_SOURCE_DIR}/lib/core/util.c ${AL_SCHEMAS_C}
+          ${AL_AVRO_FUZZ_SOURCES}
   DEPENDS ${PROJECT_SOURCE_DIR}/stages/train/assembler.h ${PROJECT_SOURCE_DIR}/lib/avro/codec.h
   INCLUDES ${PROJECT_SOURCE_DIR}/stages
   LIBS -ljansson -lcrypto)
