@@ -853,7 +853,7 @@ TEST(bad_configurations_are_refused)
     CHECK(al_credit_part_new(&c, &k, err, sizeof err) == NULL);
     CHECKF(strstr(err, "timeout and failed rewards") != NULL, "%s", err);
     al_credit_config_init(&c);
-    c.failed_reward = 2 * AL_CREDIT_MAX_REWARD;
+    c.failed_reward = 2 * AL_REWARD_MAX;
     CHECK(al_credit_part_new(&c, &k, err, sizeof err) == NULL);
     CHECK_EQ_INT(al_credit_estimator_parse("rloo"), AL_CREDIT_ESTIMATOR_RLOO);
     CHECK_EQ_INT(al_credit_estimator_parse("ppo"), -1);

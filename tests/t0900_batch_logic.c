@@ -607,9 +607,9 @@ TEST(bad_transitions_and_configs_are_refused_with_reasons)
     /* step numbers count up from 0 and stop far before they could overflow */
     CHECK_EQ_INT(al_batcher_set_next_step(b, "m", -1), -1);
     CHECK_EQ_INT(al_batcher_set_next_step(b, "m", INT64_MAX), -1);
-    CHECK_EQ_INT(al_batcher_set_next_step(b, "m", AL_BATCH_MAX_STEP + 1), -1);
-    CHECK_EQ_INT(al_batcher_set_next_step(b, "m", AL_BATCH_MAX_STEP), 0);
-    CHECK(al_batcher_next_step_number(b, "m") == AL_BATCH_MAX_STEP);
+    CHECK_EQ_INT(al_batcher_set_next_step(b, "m", AL_STEP_MAX + 1), -1);
+    CHECK_EQ_INT(al_batcher_set_next_step(b, "m", AL_STEP_MAX), 0);
+    CHECK(al_batcher_next_step_number(b, "m") == AL_STEP_MAX);
     CHECK_EQ_INT(al_batcher_set_next_step(b, "m", 0), 0);
     /* an invalid transition is not remembered: the fixed one is accepted */
     make_t(&tb, "m", 0, 1, 0, 0, 5, 5, -1);

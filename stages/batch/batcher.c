@@ -383,7 +383,7 @@ int al_batcher_set_policy_version(al_batcher *b, const char *model_name, int64_t
 
 int al_batcher_set_next_step(al_batcher *b, const char *model_name, int64_t step)
 {
-    if (step < 0 || step > AL_BATCH_MAX_STEP) return -1;
+    if (step < 0 || step > AL_STEP_MAX) return -1;
     int m = model_get(b, model_name);
     if (m < 0) return -1;
     b->models[m].next_step = step;

@@ -127,13 +127,9 @@ int al_batcher_close_all(al_batcher *b);
 /* The latest policy version of a model (ignored when older than the one known). 0 or -1
  * when out of memory. */
 int al_batcher_set_policy_version(al_batcher *b, const char *model, int64_t version);
-/* Step numbers count up from 0 and stay at most this (AL_STEP_MAX of the BatchChunk
- * contract): far more steps than any run takes, and far from overflowing. Recovery ignores a
- * chunk numbered this high or beyond. */
-#define AL_BATCH_MAX_STEP AL_STEP_MAX
-
 /* The number the model's next step gets (recovery). 0, or -1 when out of memory or when
- * step is outside [0, AL_BATCH_MAX_STEP]. */
+ * step is outside [0, AL_STEP_MAX] (the BatchChunk contract's bound; recovery ignores a
+ * chunk numbered AL_STEP_MAX or beyond, so that the next number stays within it). */
 int al_batcher_set_next_step(al_batcher *b, const char *model, int64_t step);
 int64_t al_batcher_next_step_number(const al_batcher *b, const char *model);
 

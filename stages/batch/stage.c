@@ -438,7 +438,7 @@ static int recover_from_output(const al_kafka_conf *kc, const batch_opts *o, bat
         }
         char e[256];
         int ok = al_batch_chunk_decode(m->payload, m->len, &ch, e, sizeof e) == 0;
-        if (ok && (ch.step < 0 || ch.step >= AL_BATCH_MAX_STEP)) {
+        if (ok && (ch.step < 0 || ch.step >= AL_STEP_MAX)) {
             snprintf(e, sizeof e, "its step number %" PRId64 " is out of range", ch.step);
             ok = 0;
         }

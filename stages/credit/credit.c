@@ -311,11 +311,11 @@ al_credit_part *al_credit_part_new(const al_credit_config *cfg, const al_credit_
         al_err(errstr, errlen, "credit: reward mode 'named' needs a reward name");
         return NULL;
     }
-    if (!(fabs(cfg->timeout_reward) <= AL_CREDIT_MAX_REWARD) ||
-        !(fabs(cfg->failed_reward) <= AL_CREDIT_MAX_REWARD)) {
+    if (!(fabs(cfg->timeout_reward) <= AL_REWARD_MAX) ||
+        !(fabs(cfg->failed_reward) <= AL_REWARD_MAX)) {
         al_err(errstr, errlen,
                "credit: the timeout and failed rewards must be numbers within +-%g (got %g, %g)",
-               AL_CREDIT_MAX_REWARD, cfg->timeout_reward, cfg->failed_reward);
+               AL_REWARD_MAX, cfg->timeout_reward, cfg->failed_reward);
         return NULL;
     }
     if ((unsigned)cfg->estimator > AL_CREDIT_ESTIMATOR_NONE || cfg->idle_timeout_us < 0 ||
@@ -1121,11 +1121,11 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
         return reject(reason_code, "bad_span", reason, reasonlen,
                       "reward %s of rollout %s is not a finite number",
                       s->reward.name ? s->reward.name : "", s->rollout_id);
-    if (s->kind == AL_SPAN_KIND_REWARD && fabs(s->reward.value) > AL_CREDIT_MAX_REWARD)
+    if (s->kind == AL_SPAN_KIND_REWARD && fabs(s->reward.value) > AL_REWARD_MAX)
         return reject(reason_code, "bad_span", reason, reasonlen,
                       "reward %s of rollout %s is %g, beyond the +-%g credit takes",
                       s->reward.name ? s->reward.name : "", s->rollout_id, s->reward.value,
-                      AL_CREDIT_MAX_REWARD);
+                      AL_REWARD_MAX);
     if (s->kind != AL_SPAN_KIND_LLM_CALL && s->kind != AL_SPAN_KIND_REWARD &&
         s->kind != AL_SPAN_KIND_ROLLOUT_END)
         return reject(reason_code, "bad_span", reason, reasonlen, "span of rollout %s has kind %d",

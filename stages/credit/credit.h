@@ -54,12 +54,11 @@ typedef enum al_credit_policy {
     AL_CREDIT_POLICY_KEEP = 1, /* trains with its own reward, else the configured default */
 } al_credit_policy;
 
-/* The largest reward magnitude credit takes (reward spans and the configured defaults;
- * AL_REWARD_MAX of the Span contract). A reward span beyond it is rejected (bad_span). */
-#define AL_CREDIT_MAX_REWARD AL_REWARD_MAX
+/* Rewards: reward spans and the configured defaults must be within +-AL_REWARD_MAX (the
+ * Span contract, avro/codec.h); a reward span beyond it is rejected (bad_span). */
 /* grpo divides by std + eps; below this the group has no spread to normalize by and every
- * advantage is 0 (so that, with rewards within AL_CREDIT_MAX_REWARD, an advantage always
- * fits a float). */
+ * advantage is 0 (so that, with rewards within AL_REWARD_MAX, an advantage always fits a
+ * float). */
 #define AL_CREDIT_MIN_SPREAD 1e-12
 
 typedef struct al_credit_config {

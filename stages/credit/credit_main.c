@@ -681,8 +681,8 @@ int cmd_credit(int argc, char **argv)
                 return AL_EXIT_USAGE;
             break;
         case OPT_TIMEOUT_REWARD:
-            if (parse_double(cmd, "--timeout-reward", optarg, -AL_CREDIT_MAX_REWARD,
-                             AL_CREDIT_MAX_REWARD, &x.cfg.timeout_reward))
+            if (parse_double(cmd, "--timeout-reward", optarg, -AL_REWARD_MAX,
+                             AL_REWARD_MAX, &x.cfg.timeout_reward))
                 return AL_EXIT_USAGE;
             break;
         case OPT_ON_FAILED:
@@ -690,8 +690,8 @@ int cmd_credit(int argc, char **argv)
                 return AL_EXIT_USAGE;
             break;
         case OPT_FAILED_REWARD:
-            if (parse_double(cmd, "--failed-reward", optarg, -AL_CREDIT_MAX_REWARD,
-                             AL_CREDIT_MAX_REWARD, &x.cfg.failed_reward))
+            if (parse_double(cmd, "--failed-reward", optarg, -AL_REWARD_MAX,
+                             AL_REWARD_MAX, &x.cfg.failed_reward))
                 return AL_EXIT_USAGE;
             break;
         case OPT_DROP_EQUAL:

@@ -42,12 +42,10 @@ static int get_int(json_t *o, const char *k, int64_t *out)
         return 1;
     }
     /* a whole real within the int64 range (casting one outside it is undefined) */
-    double d = json_is_real(v) ? json_real_value(v) : 0.5;
-    if (d >= -0x1p63 && d < 0x1p63 && d == floor(d)) {
-        *out = (int64_t)d;
-        return 1;
-    }
-    return -1;
+    double d = json_real_value(v); /* 0 when v is not a real */
+    if (!json_is_real(v) || !(d >= -0x1p63 && d < 0x1p63 && d == floor(d))) return -1;
+    *out = (int64_t)d;
+    return 1;
 }
 static int get_bool(json_t *o, const char *k, int *out)
 {

@@ -88,7 +88,7 @@ static void check_step(al_batch_step *st)
 static const double values[16] = {0,     1,   -1,       0.5, 1e30,   -1e38, 3.4e38, 1e39,
                                   1e300, NAN, INFINITY, 2,   -0.125, 1e-45, -3e38,  7};
 static const int32_t gsizes[8] = {1, 2, 3, 8, 0, -1, INT32_MAX, INT32_MIN};
-static const int64_t versions[8] = {-1, 0, 1, 5, -2, INT64_MAX, INT64_MIN, AL_BATCH_MAX_STEP};
+static const int64_t versions[8] = {-1, 0, 1, 5, -2, INT64_MAX, INT64_MIN, AL_STEP_MAX};
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t size)
 {
