@@ -22,7 +22,11 @@ static char *span_v2_json(void)
     json_t *fields = json_object_get(j, "fields");
     json_array_append_new(fields, json_pack("{s:s, s:s, s:s, s:s}", "name", "region", "type",
                                             "string", "default", "eu-west", "doc", "v2 field"));
-    json_t *payload = json_object_get(json_array_get(fields, json_array_size(fields) - 2), "type");
+    json_t *payload = NULL;
+    for (size_t i = 0; i < json_array_size(fields); i++)
+        if (!strcmp(json_string_value(json_object_get(json_array_get(fields, i), "name")),
+                    "payload"))
+            payload = json_object_get(json_array_get(fields, i), "type");
     json_t *llm = json_array_get(payload, 0);
     json_array_append_new(json_object_get(llm, "fields"),
                           json_pack("{s:s, s:s, s:f, s:s}", "name", "sampling_temperature", "type",
@@ -124,12 +128,14 @@ TEST(old_reader_reads_a_newer_writer)
     al_buf v1msg = {0}, v2msg = {0};
     REQUIRE(al_span_encode(&f.s, &v1msg, err, sizeof err) == 0);
     REQUIRE(al_avro_resolve(v1msg.data, v1msg.len, v2, &v2msg, err, sizeof err) == 0);
-    /* give the v2 fields non-default values: the message ends with
-     * sampling_temperature (double, last field of LlmCall) and region (string) */
-    size_t tail = 8 + 1 + strlen("eu-west");
+    /* give the v2 fields (and eval) non-default values: the message ends with
+     * sampling_temperature (double, last field of LlmCall), eval (boolean) and region
+     * (string) */
+    size_t tail = 8 + 1 + 1 + strlen("eu-west");
     REQUIRE(v2msg.len > tail);
     v2msg.len -= tail;
     al_wr_double(&v2msg, 0.75);
+    al_wr_byte(&v2msg, 1);
     al_wr_string(&v2msg, "ap-south");
 
     c_read ar;
@@ -145,7 +151,10 @@ TEST(old_reader_reads_a_newer_writer)
     CHECK(memcmp(d.llm_call.prompt_token_ids, f.prompt, 30 * 4) == 0);
     CHECK_EQ_STR(d.llm_call.request_json, f.req);
     CHECK_EQ_INT(d.llm_call.usage.cached_tokens, 64);
-    /* re-encoded by the v1 codec it is the v1 message again */
+    CHECK_EQ_INT(d.eval, 1);
+    /* re-encoded by the v1 codec it is the v1 message again (once eval is back at its
+     * value there) */
+    d.eval = 0;
     al_buf again = {0};
     REQUIRE(al_span_encode(&d, &again, err, sizeof err) == 0);
     CHECK(again.len == v1msg.len && memcmp(again.data, v1msg.data, v1msg.len) == 0);
@@ -178,6 +187,8 @@ TEST(old_reader_reads_a_newer_writer)
     al_wr_long(&endmsg, 5); /* "cancelled", v2 only */
     al_wr_long(&endmsg, 0);
     al_wr_long(&endmsg, 0);
+    al_wr_byte(&endmsg, 0); /* retried */
+    al_wr_byte(&endmsg, 0); /* eval */
     al_wr_string(&endmsg, "eu-west");
     REQUIREF(al_span_decode(endmsg.data, endmsg.len, &d, err, sizeof err) == 0, "%s", err);
     CHECK_EQ_INT(d.kind, AL_SPAN_KIND_ROLLOUT_END);
@@ -191,6 +202,55 @@ TEST(old_reader_reads_a_newer_writer)
     al_buf_free(&v2msg);
     fx_span_free(&f);
     free(v2);
+}
+
+/* schemas/history/span.v1.avsc (Span before eval) is compiled in: a span written by a v1
+ * proxy decodes with the current codec as a training span (eval false), and a current span
+ * of an eval rollout keeps eval through a round trip. */
+TEST(span_v1_reads_as_a_training_span)
+{
+    size_t n;
+    const al_schema_info *const *list = al_schema_list(&n);
+    const al_schema_info *v1 = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!list[i]->current && strcmp(list[i]->name, "ai.arclight.Span") == 0 &&
+            !strstr(list[i]->json, "\"eval\""))
+            v1 = list[i];
+    REQUIREF(v1, "schemas/history/span.v1.avsc is not in the registry");
+    fx_span f;
+    fx_span_llm(&f, 12, 3, 40);
+    f.s.eval = 1;
+    al_buf cur = {0}, old = {0};
+    REQUIRE(al_span_encode(&f.s, &cur, err, sizeof err) == 0);
+    al_span d = {0};
+    REQUIREF(al_span_decode(cur.data, cur.len, &d, err, sizeof err) == 0, "%s", err);
+    CHECK_EQ_INT(d.eval, 1);
+    REQUIREF(al_avro_resolve(cur.data, cur.len, v1->json, &old, err, sizeof err) == 0, "%s", err);
+    CHECK(old.len == cur.len - 1);
+    REQUIREF(al_span_decode(old.data, old.len, &d, err, sizeof err) == 0, "%s", err);
+    CHECK_EQ_INT(d.eval, 0);
+    CHECK_EQ_INT(d.llm_call.n_prompt_tokens, 12);
+    CHECK_EQ_STR(d.llm_call.request_json, f.req);
+
+    /* an end span of a retried attempt keeps retried; from a v1 writer it is false */
+    al_span e;
+    fx_span_end(&e);
+    e.rollout_end.retried = 1;
+    cur.len = 0;
+    old.len = 0;
+    REQUIRE(al_span_encode(&e, &cur, err, sizeof err) == 0);
+    REQUIREF(al_span_decode(cur.data, cur.len, &d, err, sizeof err) == 0, "%s", err);
+    CHECK_EQ_INT(d.rollout_end.retried, 1);
+    CHECK_EQ_INT(d.eval, 0);
+    REQUIREF(al_avro_resolve(cur.data, cur.len, v1->json, &old, err, sizeof err) == 0, "%s", err);
+    CHECK(old.len == cur.len - 2);
+    REQUIREF(al_span_decode(old.data, old.len, &d, err, sizeof err) == 0, "%s", err);
+    CHECK_EQ_INT(d.rollout_end.retried, 0);
+    CHECK_EQ_STR(d.rollout_end.reason, "agent exceeded 600 s");
+    al_span_clear(&d);
+    al_buf_free(&cur);
+    al_buf_free(&old);
+    fx_span_free(&f);
 }
 
 TEST(renamed_field_with_alias_resolves)

@@ -137,6 +137,7 @@ typedef struct al_rollout_end {
     al_rollout_status status;
     int32_t group_size; /* 0: null (use the configured group size) */
     const char *reason; /* NULL: null */
+    int retried;        /* 0 or 1: a new attempt of the rollout replaces this one */
 } al_rollout_end;
 
 typedef struct al_span {
@@ -152,6 +153,7 @@ typedef struct al_span {
     al_llm_call llm_call;
     al_reward reward;
     al_rollout_end rollout_end;
+    int eval;       /* 0 or 1: a held-out evaluation rollout's span (credit trains on none) */
     al_arena arena; /* codec-owned memory of a decoded span */
 } al_span;
 

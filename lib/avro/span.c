@@ -91,10 +91,11 @@ int al_span_encode(const al_span *s, al_buf *out, char *errstr, size_t errlen)
         bad = al_wr_long(out, e->status) ||
               (e->group_size ? al_wr_long(out, 1) || al_wr_long(out, e->group_size)
                              : al_wr_long(out, 0)) ||
-              al_wr_opt_string(out, e->reason);
+              al_wr_opt_string(out, e->reason) || al_wr_byte(out, e->retried ? 1 : 0);
         break;
     }
     }
+    bad = bad || al_wr_byte(out, s->eval ? 1 : 0);
     if (bad) return al_codec_oom(errstr, errlen, "encoding a Span");
     return 0;
 }
@@ -173,8 +174,11 @@ static int decode_body(al_rd *r, al_span *s)
                               "bad value: field group_size is %d, must be positive, at offset %zu",
                               e->group_size, off);
         }
-        if (al_rd_opt_string_a(r, a, "reason", &e->reason)) return -1;
+        if (al_rd_opt_string_a(r, a, "reason", &e->reason) ||
+            al_rd_bool(r, "retried", &e->retried))
+            return -1;
     }
+    if (al_rd_bool(r, "eval", &s->eval)) return -1;
     return al_codec_finish(r, "Span");
 }
 
