@@ -1,10 +1,11 @@
 /*
  * t1000_proxy_parsers: the proxy's HTTP/1.1 head parser and its byte-preserving JSON editor
- * (stages/proxy/http1.c), case by case.
+ * (stages/proxy/http1.c, json_edit.c), case by case.
  */
 #include "testlib.h"
 
 #include "../stages/proxy/http1.h"
+#include "../stages/proxy/json_edit.h"
 
 #include <string.h>
 

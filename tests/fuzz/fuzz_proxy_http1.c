@@ -1,11 +1,12 @@
 /*
- * fuzz_proxy_http1: libFuzzer target for the proxy's network-facing parsers
- * (stages/proxy/http1.c): the HTTP/1.1 request-head parser and the byte-preserving JSON
- * editor. The first input byte picks the parser. Beyond "no crash", the JSON editor must
- * keep valid JSON valid: when jansson accepts the input and the edit succeeds, jansson must
- * accept the output, and the output must not have grown by more than "null" per edit.
+ * fuzz_proxy_http1: libFuzzer target for the proxy's network-facing parsers: the HTTP/1.1
+ * request-head parser (stages/proxy/http1.c) and the byte-preserving JSON editor
+ * (stages/proxy/json_edit.c). The first input byte picks the parser. Beyond "no crash", the JSON
+ * editor must keep valid JSON valid: when jansson accepts the input and the edit succeeds, jansson
+ * must accept the output, and the output must not have grown by more than "null" per edit.
  */
 #include "../../stages/proxy/http1.h"
+#include "../../stages/proxy/json_edit.h"
 
 #include <jansson.h>
 #include <stdint.h>

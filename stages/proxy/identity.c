@@ -1,0 +1,450 @@
+/*
+ * identity.c: who a call belongs to. Owns the rollout table (each rollout's sequence
+ * numbers, forgotten after an hour idle), the session keys of POST /v1/sessions, the
+ * resolution of a request's identity (URL prefix, X-Arclight-* headers, session key, else a
+ * fresh untracked rollout), the --agent-key check, the proxy's ids (random hex), and the
+ * state file that keeps sequence numbers and session keys across restarts.
+ */
+#include "proxy.h"
+
+#include "core/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+static uint64_t rng_next(proxy *px)
+{
+    /* xorshift64*, seeded from getrandom: ids need to be unique, not secret */
+    uint64_t x = px->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    px->rng = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+void px_rand_hex(proxy *px, char *out, size_t nhex)
+{
+    static const char hx[] = "0123456789abcdef";
+    for (size_t i = 0; i < nhex; i += 16) {
+        uint64_t r = rng_next(px);
+        for (size_t k = 0; k < 16 && i + k < nhex; k++)
+            out[i + k] = hx[(r >> (4 * k)) & 15];
+    }
+    out[nhex] = '\0';
+}
+
+/* Secret-grade random hex for session keys. */
+static int secret_hex(char *out, size_t nbytes)
+{
+    uint8_t b[32];
+    if (nbytes > sizeof b || getrandom(b, nbytes, 0) != (ssize_t)nbytes) return -1;
+    al_hex(b, nbytes, out);
+    return 0;
+}
+
+/* Identity values: 1..128 of [A-Za-z0-9._:@-]. */
+int px_id_valid(const char *p, size_t n)
+{
+    if (n == 0 || n > 128) return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == ':' || c == '@' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+uint64_t px_fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * State file (spool_dir/proxy-state): what must outlive a restart besides the spans, so
+ * that a rollout going on after a restart does not start again at sequence 0 and its
+ * session key still works. Append-only lines, written with the spool's write at the end of
+ * the loop turn that changed them:
+ *   Q \t task\x1frollout\x1fattempt \t next_seq \t last_call_seq     (latest line wins)
+ *   S \t session key \t task \t rollout \t attempt
+ * Rewritten whole (temp file + rename) at start and when it passes 16 MiB; a torn last
+ * line (a crash mid-write) is skipped with a warning.
+ * ------------------------------------------------------------------------------------------ */
+
+#define STATE_MAX_BYTES (16u << 20)
+
+static void state_mark(proxy *px, rollout_ent *e)
+{
+    if (e->dirty || px->state_fd < 0) return;
+    if (px->ndirty == px->dirty_cap) {
+        size_t nc = px->dirty_cap ? px->dirty_cap * 2 : 256;
+        rollout_ent **nd = realloc(px->dirty, nc * sizeof *nd);
+        if (!nd) return; /* not recorded: after a restart this rollout restarts at 0 */
+        px->dirty = nd;
+        px->dirty_cap = nc;
+    }
+    e->dirty = 1;
+    px->dirty[px->ndirty++] = e;
+    if (px->flush_ev) event_active(px->flush_ev, EV_TIMEOUT, 1);
+}
+
+static void state_line(al_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void state_line(al_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || al_buf_reserve(b, (size_t)n + 1)) return;
+    va_start(ap, fmt);
+    vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+static void session_line(al_buf *b, const session_ent *s)
+{
+    state_line(b, "S\t%s\t%s\t%s\t%d\n", s->key, s->task, s->rollout, s->attempt);
+}
+
+/* Rewrites the state file from memory and opens it for appending. */
+void px_state_compact(proxy *px)
+{
+    al_buf b = {0};
+    for (size_t i = 0; i < px->rtab_size; i++)
+        for (rollout_ent *e = px->rtab[i]; e; e = e->next)
+            state_line(&b, "Q\t%s\t%" PRId64 "\t%" PRId64 "\n", e->key, e->next_seq,
+                       e->last_call_seq);
+    for (size_t i = 0; i < 1024; i++)
+        for (session_ent *s = px->sessions[i]; s; s = s->next)
+            session_line(&b, s);
+    char err[512];
+    if (px->state_fd >= 0) close(px->state_fd);
+    px->state_fd = -1;
+    if (al_file_write_atomic(px->state_path, b.len ? (const char *)b.data : "", b.len, err,
+                             sizeof err) != 0) {
+        al_log_warn(COMP, "state file: %s; sequence numbers restart at 0 after a restart", err);
+    } else {
+        px->state_fd = open(px->state_path, O_WRONLY | O_APPEND | O_CLOEXEC);
+        if (px->state_fd < 0)
+            al_log_warn(COMP, "state file %s: %s", px->state_path, strerror(errno));
+    }
+    px->state_bytes = b.len;
+    al_buf_free(&b);
+}
+
+/* Appends this turn's changes: the dirty rollouts' numbers after the session lines already
+ * queued in state_pend. */
+void px_state_flush(proxy *px)
+{
+    for (size_t i = 0; i < px->ndirty; i++) {
+        rollout_ent *e = px->dirty[i];
+        state_line(&px->state_pend, "Q\t%s\t%" PRId64 "\t%" PRId64 "\n", e->key, e->next_seq,
+                   e->last_call_seq);
+        e->dirty = 0;
+    }
+    px->ndirty = 0;
+    if (!px->state_pend.len || px->state_fd < 0) {
+        px->state_pend.len = 0;
+        return;
+    }
+    ssize_t w = write(px->state_fd, px->state_pend.data, px->state_pend.len);
+    if (w != (ssize_t)px->state_pend.len && !px->state_warned) {
+        px->state_warned = 1;
+        al_log_warn(COMP, "state file %s: %s; sequence numbers may restart after a restart",
+                    px->state_path, w < 0 ? strerror(errno) : "short write");
+    }
+    px->state_bytes += px->state_pend.len;
+    px->state_pend.len = 0;
+    if (px->state_bytes > STATE_MAX_BYTES) px_state_compact(px);
+}
+
+/* Reads the state file left by an earlier run (absent: a first start). */
+void px_state_load(proxy *px)
+{
+    char err[512];
+    size_t len = 0;
+    char *buf = al_file_read(px->state_path, &len, err, sizeof err);
+    if (!buf) return;
+    size_t nq = 0, ns = 0, bad = 0;
+    for (char *line = buf, *nl; line < buf + len; line = nl + 1) {
+        nl = memchr(line, '\n', (size_t)(buf + len - line));
+        if (!nl) {
+            bad++; /* torn last line */
+            break;
+        }
+        *nl = '\0';
+        char *f[6];
+        int nf = 0;
+        for (char *p = line; nf < 6;) {
+            f[nf++] = p;
+            char *t = strchr(p, '\t');
+            if (!t) break;
+            *t = '\0';
+            p = t + 1;
+        }
+        char *end;
+        if (nf == 4 && !strcmp(f[0], "Q")) {
+            char *a = strchr(f[1], '\x1f'), *b = a ? strchr(a + 1, '\x1f') : NULL;
+            if (!b) {
+                bad++;
+                continue;
+            }
+            *a = *b = '\0';
+            long at = strtol(b + 1, &end, 10);
+            long long nx = strtoll(f[2], NULL, 10), lc = strtoll(f[3], NULL, 10);
+            if (*end || at < 0 || at > 999999 || !px_id_valid(a + 1, strlen(a + 1)) ||
+                (*f[1] && !px_id_valid(f[1], strlen(f[1]))) || nx < 0 || lc < -1) {
+                bad++;
+                continue;
+            }
+            rollout_ent *e = px_rollout_get(px, f[1], a + 1, (int)at);
+            if (!e) break;
+            if (nx > e->next_seq) e->next_seq = nx;
+            if (lc > e->last_call_seq) e->last_call_seq = lc;
+            nq++;
+        } else if (nf == 5 && !strcmp(f[0], "S")) {
+            long at = strtol(f[4], &end, 10);
+            if (*end || at < 0 || at > 999999 || strncmp(f[1], "sk-arclight-", 12) != 0 ||
+                strlen(f[1]) >= sizeof((session_ent *)0)->key || !px_id_valid(f[3], strlen(f[3])) ||
+                (*f[2] && !px_id_valid(f[2], strlen(f[2])))) {
+                bad++;
+                continue;
+            }
+            session_ent *s = calloc(1, sizeof *s);
+            if (!s) break;
+            snprintf(s->key, sizeof s->key, "%s", f[1]);
+            s->task = strdup(f[2]);
+            s->rollout = strdup(f[3]);
+            s->attempt = (int)at;
+            size_t h = px_fnv1a(s->key) & 1023;
+            s->next = px->sessions[h];
+            px->sessions[h] = s;
+            px->nsessions++;
+            ns++;
+        } else {
+            bad++;
+        }
+    }
+    free(buf);
+    px->ndirty = 0; /* what was just read is on disk already */
+    for (size_t i = 0; i < px->rtab_size; i++)
+        for (rollout_ent *e = px->rtab[i]; e; e = e->next)
+            e->dirty = 0;
+    if (nq || ns)
+        al_log_info(COMP, "state: %zu rollouts' sequence numbers and %zu session keys from %s", nq,
+                    ns, px->state_path);
+    if (bad)
+        al_log_warn(COMP, "state file %s: %zu lines not understood, skipped", px->state_path, bad);
+}
+
+rollout_ent *px_rollout_get(proxy *px, const char *task, const char *rollout, int attempt)
+{
+    char key[512];
+    snprintf(key, sizeof key, "%s\x1f%s\x1f%d", task, rollout, attempt);
+    if (px->rtab_count >= px->rtab_size) {
+        size_t ns = px->rtab_size ? px->rtab_size * 2 : 1024;
+        rollout_ent **nt = calloc(ns, sizeof *nt);
+        if (!nt) return NULL;
+        for (size_t i = 0; i < px->rtab_size; i++)
+            for (rollout_ent *e = px->rtab[i], *nx; e; e = nx) {
+                nx = e->next;
+                size_t b = px_fnv1a(e->key) & (ns - 1);
+                e->next = nt[b];
+                nt[b] = e;
+            }
+        free(px->rtab);
+        px->rtab = nt;
+        px->rtab_size = ns;
+    }
+    size_t b = px_fnv1a(key) & (px->rtab_size - 1);
+    for (rollout_ent *e = px->rtab[b]; e; e = e->next)
+        if (strcmp(e->key, key) == 0) {
+            e->last_used_mono = al_mono_us();
+            state_mark(px, e);
+            return e;
+        }
+    rollout_ent *e = calloc(1, sizeof *e);
+    if (!e || !(e->key = strdup(key))) {
+        free(e);
+        return NULL;
+    }
+    e->last_call_seq = -1;
+    e->last_used_mono = al_mono_us();
+    e->next = px->rtab[b];
+    px->rtab[b] = e;
+    px->rtab_count++;
+    state_mark(px, e);
+    return e;
+}
+
+/* Forgets rollouts idle for an hour (their sequence numbers restart only if the agent comes
+ * back after that, which a rollout does not). */
+void px_sweep_cb(evutil_socket_t fd, short what, void *arg)
+{
+    proxy *px = arg;
+    (void)fd;
+    (void)what;
+    int64_t cutoff = al_mono_us() - 3600LL * 1000000;
+    px_state_flush(px); /* no dirty entry may be freed below */
+    for (size_t i = 0; i < px->rtab_size; i++) {
+        rollout_ent **pp = &px->rtab[i];
+        while (*pp) {
+            rollout_ent *e = *pp;
+            if (e->last_used_mono < cutoff) {
+                *pp = e->next;
+                free(e->key);
+                free(e);
+                px->rtab_count--;
+            } else {
+                pp = &e->next;
+            }
+        }
+    }
+}
+
+session_ent *px_session_find(proxy *px, const char *key, size_t n)
+{
+    if (n >= 80) return NULL;
+    char k[80];
+    memcpy(k, key, n);
+    k[n] = '\0';
+    for (session_ent *s = px->sessions[px_fnv1a(k) & 1023]; s; s = s->next)
+        if (strcmp(s->key, k) == 0) return s;
+    return NULL;
+}
+
+/* The bearer token of the request, if any. */
+int px_bearer(const conn *c, al_slice *tok)
+{
+    const al_slice *a = al_http1_header_get(&c->head, "authorization");
+    if (!a || a->n < 7 || strncasecmp(a->p, "Bearer ", 7) != 0) return 0;
+    tok->p = a->p + 7;
+    tok->n = a->n - 7;
+    while (tok->n && tok->p[0] == ' ')
+        tok->p++, tok->n--;
+    return 1;
+}
+
+/* Resolves identity from the URL prefix (already in id), else headers, else the session
+ * key; none at all gives an untracked rollout with a fresh id. -1 after answering 400. */
+int px_resolve_identity(conn *c, ident *id, int have_prefix)
+{
+    proxy *px = c->px;
+    const al_slice *h;
+    if (!have_prefix) {
+        const al_slice *ht = al_http1_header_get(&c->head, "x-arclight-task");
+        const al_slice *hr = al_http1_header_get(&c->head, "x-arclight-rollout");
+        al_slice tok;
+        session_ent *s;
+        if (ht || hr) {
+            if (!hr || !px_id_valid(hr->p, hr->n) || (ht && ht->n && !px_id_valid(ht->p, ht->n))) {
+                px_conn_error(c, 400, "invalid_request_error", "invalid_identity",
+                              "X-Arclight-Task and X-Arclight-Rollout must be 1-128 characters of "
+                              "A-Z a-z 0-9 . _ : @ - (X-Arclight-Rollout is required with them)");
+                return -1;
+            }
+            snprintf(id->task, sizeof id->task, "%.*s", ht ? (int)ht->n : 0, ht ? ht->p : "");
+            snprintf(id->rollout, sizeof id->rollout, "%.*s", (int)hr->n, hr->p);
+        } else if (px_bearer(c, &tok) && (s = px_session_find(px, tok.p, tok.n))) {
+            snprintf(id->task, sizeof id->task, "%s", s->task);
+            snprintf(id->rollout, sizeof id->rollout, "%s", s->rollout);
+            id->attempt = s->attempt;
+            id->from_session = 1;
+        } else {
+            id->task[0] = '\0';
+            memcpy(id->rollout, "untracked-", 10);
+            px_rand_hex(px, id->rollout + 10, 32);
+            id->untracked = 1;
+        }
+    }
+    if ((h = al_http1_header_get(&c->head, "x-arclight-attempt"))) {
+        int a = 0;
+        if (h->n == 0 || h->n > 6) a = -1;
+        for (size_t i = 0; i < h->n && a >= 0; i++)
+            a = h->p[i] >= '0' && h->p[i] <= '9' ? a * 10 + (h->p[i] - '0') : -1;
+        if (a < 0) {
+            px_conn_error(c, 400, "invalid_request_error", "invalid_identity",
+                          "X-Arclight-Attempt must be an integer from 0 to 999999");
+            return -1;
+        }
+        id->attempt = a;
+    }
+    return 0;
+}
+
+/* With --agent-key configured, a request must carry one of the keys or a session key. */
+int px_authorized(conn *c)
+{
+    proxy *px = c->px;
+    if (!px->cfg.n_agent_keys) return 1;
+    al_slice tok;
+    if (!px_bearer(c, &tok)) return 0;
+    for (size_t i = 0; i < px->cfg.n_agent_keys; i++)
+        if (al_slice_eq(tok, px->cfg.agent_keys[i])) return 1;
+    return px_session_find(px, tok.p, tok.n) != NULL;
+}
+
+/* A new session key standing for task/rollout/attempt (rollout NULL: a fresh rollout id),
+ * recorded in the state file with this turn's flush. NULL when out of memory or randomness. */
+session_ent *px_session_new(proxy *px, const char *task, const char *rollout, int attempt)
+{
+    session_ent *s = calloc(1, sizeof *s);
+    char gen[40];
+    if (!rollout) {
+        px_rand_hex(px, gen, 32);
+        rollout = gen;
+    }
+    char hex[65];
+    if (!s || secret_hex(hex, 24) != 0) {
+        free(s);
+        return NULL;
+    }
+    snprintf(s->key, sizeof s->key, "sk-arclight-%s", hex);
+    s->task = strdup(task ? task : "");
+    s->rollout = strdup(rollout);
+    s->attempt = attempt;
+    size_t b = px_fnv1a(s->key) & 1023;
+    s->next = px->sessions[b];
+    px->sessions[b] = s;
+    px->nsessions++;
+    if (px->state_fd >= 0) {
+        session_line(&px->state_pend, s);
+        event_active(px->flush_ev, EV_TIMEOUT, 1);
+    }
+    return s;
+}
+
+/* Frees the rollout table and the sessions (at exit). */
+void px_identity_free(proxy *px)
+{
+    for (size_t i = 0; i < px->rtab_size; i++)
+        for (rollout_ent *e = px->rtab[i], *nx; e; e = nx) {
+            nx = e->next;
+            free(e->key);
+            free(e);
+        }
+    free(px->rtab);
+    px->rtab = NULL;
+    for (size_t i = 0; i < 1024; i++)
+        for (session_ent *s = px->sessions[i], *nx; s; s = nx) {
+            nx = s->next;
+            free(s->task);
+            free(s->rollout);
+            free(s);
+        }
+    free(px->dirty);
+    px->dirty = NULL;
+}

@@ -1,0 +1,424 @@
+/*
+ * json_edit.c: JSON scanning, lookups and byte-preserving member removal on the text itself
+ * (see json_edit.h).
+ */
+#include "json_edit.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------
+ * JSON scanning
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct jscan {
+    const char *s, *e;
+    int depth;
+} jscan;
+
+static void ws(jscan *j)
+{
+    while (j->s < j->e && (*j->s == ' ' || *j->s == '\t' || *j->s == '\n' || *j->s == '\r'))
+        j->s++;
+}
+
+static int scan_string(jscan *j)
+{
+    if (j->s >= j->e || *j->s != '"') return -1;
+    j->s++;
+    while (j->s < j->e) {
+        unsigned char c = (unsigned char)*j->s;
+        if (c == '"') {
+            j->s++;
+            return 0;
+        }
+        if (c < 0x20) return -1;
+        if (c == '\\') {
+            j->s++;
+            if (j->s >= j->e) return -1;
+            char x = *j->s;
+            if (x == 'u') {
+                if (j->e - j->s < 5) return -1;
+                for (int k = 1; k <= 4; k++) {
+                    char h = j->s[k];
+                    if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') ||
+                          (h >= 'A' && h <= 'F')))
+                        return -1;
+                }
+                j->s += 4;
+            } else if (!strchr("\"\\/bfnrt", x) || x == 0) {
+                return -1;
+            }
+        }
+        j->s++;
+    }
+    return -1;
+}
+
+static int scan_value(jscan *j);
+
+static int scan_number(jscan *j)
+{
+    const char *s = j->s;
+    if (j->s < j->e && *j->s == '-') j->s++;
+    if (j->s >= j->e) return -1;
+    if (*j->s == '0')
+        j->s++;
+    else if (*j->s >= '1' && *j->s <= '9')
+        while (j->s < j->e && *j->s >= '0' && *j->s <= '9')
+            j->s++;
+    else
+        return -1;
+    if (j->s < j->e && *j->s == '.') {
+        j->s++;
+        const char *d = j->s;
+        while (j->s < j->e && *j->s >= '0' && *j->s <= '9')
+            j->s++;
+        if (j->s == d) return -1;
+    }
+    if (j->s < j->e && (*j->s == 'e' || *j->s == 'E')) {
+        j->s++;
+        if (j->s < j->e && (*j->s == '+' || *j->s == '-')) j->s++;
+        const char *d = j->s;
+        while (j->s < j->e && *j->s >= '0' && *j->s <= '9')
+            j->s++;
+        if (j->s == d) return -1;
+    }
+    return j->s > s ? 0 : -1;
+}
+
+static int scan_lit(jscan *j, const char *lit)
+{
+    size_t n = strlen(lit);
+    if ((size_t)(j->e - j->s) < n || memcmp(j->s, lit, n) != 0) return -1;
+    j->s += n;
+    return 0;
+}
+
+/* Scans one value (containers recursively, at most 512 deep). */
+static int scan_value(jscan *j)
+{
+    ws(j);
+    if (j->s >= j->e) return -1;
+    char c = *j->s;
+    if (c == '{' || c == '[') {
+        if (++j->depth > 512) return -1;
+        char close = c == '{' ? '}' : ']';
+        j->s++;
+        ws(j);
+        if (j->s < j->e && *j->s == close) {
+            j->s++;
+            j->depth--;
+            return 0;
+        }
+        for (;;) {
+            if (c == '{') {
+                ws(j);
+                if (scan_string(j)) return -1;
+                ws(j);
+                if (j->s >= j->e || *j->s != ':') return -1;
+                j->s++;
+            }
+            if (scan_value(j)) return -1;
+            ws(j);
+            if (j->s >= j->e) return -1;
+            if (*j->s == ',') {
+                j->s++;
+                continue;
+            }
+            if (*j->s == close) {
+                j->s++;
+                j->depth--;
+                return 0;
+            }
+            return -1;
+        }
+    }
+    if (c == '"') return scan_string(j);
+    if (c == 't') return scan_lit(j, "true");
+    if (c == 'f') return scan_lit(j, "false");
+    if (c == 'n') return scan_lit(j, "null");
+    return scan_number(j);
+}
+
+typedef struct jedit {
+    size_t start, end; /* bytes [start, end) replaced */
+    const char *repl;  /* "" or "null" */
+} jedit;
+
+#define JEDITS_MAX 512
+
+typedef struct jedits {
+    jedit e[JEDITS_MAX];
+    size_t n;
+} jedits;
+
+static int in_list(const char *const *list, const char *k, size_t kn)
+{
+    for (size_t i = 0; list && list[i]; i++)
+        if (strlen(list[i]) == kn && memcmp(list[i], k, kn) == 0) return 1;
+    return 0;
+}
+
+static int add_edit(jedits *ed, size_t s, size_t e, const char *repl)
+{
+    if (ed->n >= JEDITS_MAX) return -1;
+    ed->e[ed->n++] = (jedit){s, e, repl};
+    return 0;
+}
+
+/* Walks the object at j->s, deleting members named in `remove` and nulling those in `nul`;
+ * `on_choices` (top level only) descends into the "choices" array. Member deletion takes
+ * the separating comma with it so the result stays valid JSON. */
+static int walk_object(jscan *j, const char *base, const char *const *remove,
+                       const char *const *nul, const al_json_strip *spec, int top, jedits *ed)
+{
+    ws(j);
+    if (j->s >= j->e || *j->s != '{') return -1;
+    j->s++;
+    ws(j);
+    if (j->s < j->e && *j->s == '}') {
+        j->s++;
+        return 0;
+    }
+    int kept_before = 0;
+    size_t prev_end = 0;
+    for (;;) {
+        ws(j);
+        size_t mstart = (size_t)(j->s - base);
+        const char *ks = j->s + 1;
+        if (scan_string(j)) return -1;
+        size_t kn = (size_t)(j->s - ks) - 1;
+        ws(j);
+        if (j->s >= j->e || *j->s != ':') return -1;
+        j->s++;
+        ws(j);
+        size_t vstart = (size_t)(j->s - base);
+        int is_choices =
+            top && kn == 7 && memcmp(ks, "choices", 7) == 0 && j->s < j->e && *j->s == '[';
+        if (is_choices) {
+            /* each element: an object walked with the choice lists, else scanned */
+            j->s++;
+            ws(j);
+            if (j->s < j->e && *j->s == ']')
+                j->s++;
+            else
+                for (;;) {
+                    ws(j);
+                    if (j->s < j->e && *j->s == '{') {
+                        if (walk_object(j, base, spec->choice_remove, spec->choice_null, spec, 0,
+                                        ed))
+                            return -1;
+                    } else if (scan_value(j)) {
+                        return -1;
+                    }
+                    ws(j);
+                    if (j->s >= j->e) return -1;
+                    if (*j->s == ',') {
+                        j->s++;
+                        continue;
+                    }
+                    if (*j->s == ']') {
+                        j->s++;
+                        break;
+                    }
+                    return -1;
+                }
+        } else if (scan_value(j)) {
+            return -1;
+        }
+        size_t mend = (size_t)(j->s - base);
+        ws(j);
+        if (j->s >= j->e) return -1;
+        int last = *j->s == '}';
+        if (!last && *j->s != ',') return -1;
+        size_t next_start = 0;
+        if (!last) {
+            const char *save = j->s;
+            j->s++;
+            ws(j);
+            next_start = (size_t)(j->s - base);
+            j->s = save;
+        }
+        if (in_list(remove, ks, kn)) {
+            int r;
+            if (kept_before)
+                r = add_edit(ed, prev_end, mend, "");
+            else if (!last)
+                r = add_edit(ed, mstart, next_start, "");
+            else
+                r = add_edit(ed, mstart, mend, "");
+            if (r) return -1;
+        } else {
+            if (in_list(nul, ks, kn) &&
+                !(mend - vstart == 4 && memcmp(base + vstart, "null", 4) == 0))
+                if (add_edit(ed, vstart, mend, "null")) return -1;
+            kept_before = 1;
+        }
+        prev_end = mend;
+        j->s++;
+        if (last) return 0;
+    }
+}
+
+long al_json_strip_apply(const char *in, size_t len, const al_json_strip *spec, char *out,
+                         size_t outcap)
+{
+    jedits *ed = malloc(sizeof *ed);
+    if (!ed) return -1;
+    ed->n = 0;
+    jscan j = {in, in + len, 0};
+    long res = -1;
+    if (walk_object(&j, in, spec->top_remove, spec->top_null, spec, 1, ed) == 0) {
+        ws(&j);
+        if (j.s == j.e) {
+            /* edits come in text order except nested ones, which never overlap */
+            size_t o = 0, pos = 0;
+            /* sort by start (few edits: insertion sort) */
+            for (size_t a = 1; a < ed->n; a++)
+                for (size_t b = a; b > 0 && ed->e[b - 1].start > ed->e[b].start; b--) {
+                    jedit t = ed->e[b];
+                    ed->e[b] = ed->e[b - 1];
+                    ed->e[b - 1] = t;
+                }
+            int ok = 1;
+            for (size_t k = 0; k < ed->n && ok; k++) {
+                jedit *x = &ed->e[k];
+                if (x->start < pos) { /* inside a deleted member: already gone */
+                    if (x->end > pos) pos = x->end;
+                    continue;
+                }
+                size_t keep = x->start - pos, rl = strlen(x->repl);
+                if (o + keep + rl > outcap)
+                    ok = 0;
+                else {
+                    memcpy(out + o, in + pos, keep);
+                    o += keep;
+                    memcpy(out + o, x->repl, rl);
+                    o += rl;
+                    pos = x->end;
+                }
+            }
+            if (ok && o + (len - pos) <= outcap) {
+                memcpy(out + o, in + pos, len - pos);
+                o += len - pos;
+                res = (long)o;
+            }
+        }
+    }
+    free(ed);
+    return res;
+}
+
+int al_json_valid(const char *in, size_t n)
+{
+    jscan j = {in, in + n, 0};
+    if (scan_value(&j)) return 0;
+    ws(&j);
+    return j.s == j.e;
+}
+
+/* Several keys in one pass (al_json_member is the one-key case): the members after the
+ * first wanted one are not scanned again for each key. */
+int al_json_members(const char *in, size_t n, const char *const *keys, al_slice *vals, size_t nkeys)
+{
+    jscan j = {in, in + n, 0};
+    int found = 0;
+    for (size_t i = 0; i < nkeys; i++)
+        vals[i].p = NULL, vals[i].n = 0;
+    ws(&j);
+    if (j.s >= j.e || *j.s != '{') return -1;
+    j.s++;
+    ws(&j);
+    if (j.s < j.e && *j.s == '}') return 0;
+    for (;;) {
+        ws(&j);
+        const char *ks = j.s + 1;
+        if (scan_string(&j)) return -1;
+        size_t kn = (size_t)(j.s - ks) - 1;
+        ws(&j);
+        if (j.s >= j.e || *j.s != ':') return -1;
+        j.s++;
+        ws(&j);
+        const char *vs = j.s;
+        if (scan_value(&j)) return -1;
+        for (size_t i = 0; i < nkeys; i++)
+            if (!vals[i].p && strlen(keys[i]) == kn && memcmp(ks, keys[i], kn) == 0) {
+                vals[i].p = vs;
+                vals[i].n = (size_t)(j.s - vs);
+                found++;
+                break;
+            }
+        if ((size_t)found == nkeys) return found;
+        ws(&j);
+        if (j.s >= j.e) return -1;
+        if (*j.s == '}') return found;
+        if (*j.s != ',') return -1;
+        j.s++;
+    }
+}
+
+int al_json_member(const char *in, size_t n, const char *key, al_slice *val)
+{
+    return al_json_members(in, n, &key, val, 1);
+}
+
+int al_json_element(const char *in, size_t n, size_t i, al_slice *val)
+{
+    jscan j = {in, in + n, 0};
+    ws(&j);
+    if (j.s >= j.e || *j.s != '[') return -1;
+    j.s++;
+    ws(&j);
+    if (j.s < j.e && *j.s == ']') return 0;
+    for (size_t k = 0;; k++) {
+        ws(&j);
+        const char *vs = j.s;
+        if (scan_value(&j)) return -1;
+        if (k == i) {
+            val->p = vs;
+            val->n = (size_t)(j.s - vs);
+            return 1;
+        }
+        ws(&j);
+        if (j.s >= j.e) return -1;
+        if (*j.s == ']') return 0;
+        if (*j.s != ',') return -1;
+        j.s++;
+    }
+}
+
+int al_json_iter_init(al_json_iter *it, const char *in, size_t n)
+{
+    jscan j = {in, in + n, 0};
+    ws(&j);
+    if (j.s >= j.e || *j.s != '[') return -1;
+    it->s = j.s + 1;
+    it->e = j.e;
+    it->first = 1;
+    return 0;
+}
+
+int al_json_iter_next(al_json_iter *it, al_slice *val)
+{
+    jscan j = {it->s, it->e, 0};
+    ws(&j);
+    if (j.s >= j.e) return -1;
+    if (*j.s == ']') {
+        it->s = j.s;
+        return 0;
+    }
+    if (!it->first) {
+        if (*j.s != ',') return -1;
+        j.s++;
+        ws(&j);
+    }
+    const char *vs = j.s;
+    if (scan_value(&j)) return -1;
+    val->p = vs;
+    val->n = (size_t)(j.s - vs);
+    it->s = j.s;
+    it->first = 0;
+    return 1;
+}

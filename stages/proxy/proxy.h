@@ -1,0 +1,366 @@
+/*
+ * proxy.h: what the capture proxy's files share (issue 3; split by subsystem in issue 14).
+ * Not a library: the px_ names are the proxy's own, for its files only.
+ *
+ * One thread runs one libevent loop. Who owns what:
+ *   conn.c        the inbound connection layer: agents' sockets, reading a request (http1.c
+ *                 parses the head), answers written at the end of the loop turn
+ *   identity.c    rollouts, sessions and a request's identity, and the state file that keeps
+ *                 sequence numbers and session keys across restarts
+ *   spans.c       a span's trace context, encoding and spooling; the turn's flush to disk
+ *   capture.c     what capture does to a call: the request rewrite (fast and tree paths),
+ *                 the answer's capture and its stripping for the agent, SSE streams, the span
+ *   call.c        a call's lifecycle over both upstream clients (upstream.c, libcurl)
+ *   routes.c      routing a request, and the control endpoints (reward, end, sessions)
+ *   proxy_main.c  flags, wiring, metrics, signals and the drain
+ *   spool.c       the on-disk spool and its publisher thread (spool.h)
+ *   json_edit.c   byte-preserving JSON reading and editing over slices (json_edit.h)
+ */
+#ifndef ARCLIGHT_PROXY_PROXY_H
+#define ARCLIGHT_PROXY_PROXY_H
+
+#include "http1.h"
+#include "json_edit.h"
+#include "spool.h"
+#include "upstream.h"
+
+#include "avro/codec.h"
+#include "core/util.h"
+#include "http/metrics.h"
+
+#include <curl/curl.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/util.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#define COMP "proxy"
+
+/* ------------------------------------------------------------------------------------------
+ * Configuration and state
+ * ------------------------------------------------------------------------------------------ */
+
+typedef enum upkind { UP_ARCLIGHT, UP_VLLM, UP_SGLANG, UP_OPENAI } upkind;
+
+typedef struct pconf {
+    const char *listen;
+    char *upstreams[16];
+    size_t n_upstreams;
+    upkind kind;
+    char *upstream_key; /* injected as Authorization: Bearer; never logged */
+    int forward_agent_auth;
+    char *agent_keys[16];
+    size_t n_agent_keys;
+    size_t max_body;
+    size_t max_head;
+    size_t max_headers;
+    int max_conns;
+    int client_timeout_s;
+    long connect_timeout_ms;
+    long upstream_timeout_ms;
+    const char *spool_dir;
+    uint64_t spool_max;
+    al_spool_fsync fsync_mode;
+    const char *topic;
+    const char *agent_name;
+    int drain_timeout_s;
+    int access_log;
+    int curl_only; /* --upstream-client curl: no own client even for plain http:// */
+} pconf;
+
+enum {
+    R_CHAT = 0,
+    R_COMPL,
+    R_MODELS,
+    R_REWARD,
+    R_END,
+    R_SESSIONS,
+    R_HEALTH,
+    R_METRICS,
+    R_OTHER,
+    R_COUNT
+};
+
+typedef struct rollout_ent {
+    char *key; /* task \x1f rollout \x1f attempt */
+    int64_t next_seq, last_call_seq, last_used_mono;
+    int dirty; /* its sequence numbers changed since the state file last had them */
+    struct rollout_ent *next;
+} rollout_ent;
+
+typedef struct session_ent {
+    char key[80];
+    char *task, *rollout;
+    int attempt;
+    struct session_ent *next;
+} session_ent;
+
+typedef struct status_series {
+    int route, status;
+    al_counter *c;
+} status_series;
+
+typedef struct call call;
+typedef struct conn conn;
+
+typedef struct proxy {
+    pconf cfg;
+    struct event_base *base;
+    struct evconnlistener *listener;
+    CURLM *multi;
+    struct event *curl_timer, *sig_term, *sig_int, *drain_timer, *sweep_timer;
+    int running;
+    al_spool *spool;
+    al_metrics *metrics;
+    al_counter *spans_spooled, *spans_failed, *rejected_spool_full;
+    al_gauge *g_conns, *g_inflight, *g_spool_bytes, *g_spool_records;
+    al_counter *c_published, *c_dropped;
+    uint64_t seen_published, seen_dropped; /* already added to the counters */
+    pthread_mutex_t collect_mu;            /* renders come from two threads */
+    al_histogram *h_overhead, *h_upstream;
+    status_series series[128];
+    size_t nseries;
+    rollout_ent **rtab;
+    size_t rtab_size, rtab_count;
+    session_ent *sessions[1024];
+    size_t nsessions;
+    conn *conns;
+    call *calls; /* every call in flight, attached to a connection or not */
+    int nconns;
+    int inflight;
+    int draining;
+    int64_t drain_deadline_mono;
+    uint64_t rng;
+    al_buf enc;
+    al_buf strip; /* the agent's copy of an answer (px_strip_for_agent), used at once: shared */
+    CURL *easy_pool[256];             /* finished handles, reset and reused (saves their setup) */
+    al_upc_pool *upc;                 /* own keep-alive client for plain http:// upstreams */
+    char up_public[16][512];          /* each upstream's URL without credentials (px_url_public) */
+    struct event *flush_ev;           /* the spool's write of this loop turn's spans */
+    struct event *out_ev;             /* the turn's answers (px_conn_flush_turn), after its spans */
+    conn *wq_head, *wq_tail, *wbatch; /* connections with answers to write this turn */
+    /* the state file: sequence numbers and session keys that outlive a restart */
+    char state_path[4200];
+    int state_fd;
+    uint64_t state_bytes;
+    int state_warned;
+    al_buf state_pend;
+    rollout_ent **dirty;
+    size_t ndirty, dirty_cap;
+    size_t spool_pending; /* spans appended since the last flush */
+    size_t n_easy_pool;
+    int port;
+} proxy;
+
+/* ------------------------------------------------------------------------------------------
+ * An agent's connection (conn.c)
+ * ------------------------------------------------------------------------------------------ */
+
+enum { C_READ, C_BUSY, C_STREAM, C_WRITING };
+
+/* An agent's connection. Its socket is read and written directly rather than through a
+ * bufferevent: the read event stays registered for the connection's whole life, and an
+ * answer is written at the end of the loop turn that produced it (px_conn_flush_turn), after
+ * that turn's spans are on disk; only an answer the socket cannot take at once waits for
+ * EPOLLOUT. Per call this saves the epoll_ctl pair of a bufferevent's write enable/disable
+ * and the FIONREAD ioctl it makes before every read. */
+struct conn {
+    proxy *px;
+    int fd;
+    struct event *rev; /* readable; registered while `reading` */
+    struct event *wev; /* writable; registered only while an answer is blocked */
+    struct event *tev; /* the read timeout (C_READ) or the write timeout (blocked answer) */
+    char *in;          /* bytes read ahead of the current request (kept across requests) */
+    size_t in_len, in_cap;
+    struct evbuffer *out;
+    int state;
+    int keep_alive;
+    int sent_continue;
+    int reading;       /* rev is registered */
+    int no_read;       /* reading stopped for good: a malformed request is being answered */
+    int queued;        /* on px->wq or the batch px_conn_flush_turn writes */
+    int write_blocked; /* wev is registered */
+    char *req;         /* head + body of the current request (owned) */
+    size_t req_len;
+    al_http1_head head;
+    al_slice body;
+    int route;
+    int64_t t0_mono, start_us;
+    call *call;
+    conn *prev, *next;
+    conn *wprev, *wnext; /* the write queue */
+};
+
+/* Who a request belongs to (identity.c). */
+typedef struct ident {
+    char task[130], rollout[140];
+    int attempt;
+    int untracked;
+    int from_session;
+} ident;
+
+/* ------------------------------------------------------------------------------------------
+ * A call in flight (call.c), with what capture gathers from it (capture.c)
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct ivec {
+    int32_t *v;
+    size_t n, cap;
+} ivec;
+
+typedef struct fvec {
+    float *v;
+    size_t n, cap;
+} fvec;
+
+struct call {
+    proxy *px;
+    conn *c;
+    CURL *easy;
+    al_upc *uc; /* the exchange on the own client, instead of easy */
+    struct curl_slist *hdrs;
+    int route;
+    ident id;
+    int64_t seq;
+    char *agent;
+    char *method_path; /* for the access log */
+    char *req_json;    /* as the agent sent it */
+    char *up_body;
+    size_t up_len;
+    char *model;
+    int stream, want_logprobs, want_token_ids, injected_usage, is_chat, capture;
+    int up_idx, tries;
+    char url[1100];
+    al_buf body; /* non-streamed response, or the pending SSE bytes */
+    long status;
+    char ctype[128];
+    int64_t policy_version;
+    int64_t start_us, first_byte_us, first_token_us, end_us;
+    int64_t t0_mono, sent_mono, done_mono, pre_us;
+    int headers_sent;
+    int paused; /* the agent reads slower than the upstream writes */
+    ivec prompt, resp_ids;
+    fvec lps;
+    char *finish;
+    al_usage usage;
+    int have_usage;
+    /* stream merge */
+    al_buf content;
+    json_t *tools;
+    char *s_id, *s_model;
+    json_int_t s_created;
+    char *error;
+    char errbuf[CURL_ERROR_SIZE];
+    char trace[33], span_id[17], parent[17];
+    char parent_set;
+    call *cprev, *cnext;
+};
+
+/* ------------------------------------------------------------------------------------------
+ * conn.c: the inbound connection layer
+ * ------------------------------------------------------------------------------------------ */
+
+/* The listener's callback: a new agent connection (503 and closed beyond --max-connections). */
+void px_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                  void *arg);
+/* Frees c: its call is detached and goes on for its span. */
+void px_conn_free(conn *c);
+/* Queues a whole answer (head + body; no body for HEAD); the connection goes back to
+ * reading when it is written (keep-alive) or closes. extra: header lines, each with CRLF. */
+void px_conn_reply(conn *c, int status, const char *ctype, const char *extra, const char *body,
+                   size_t len);
+/* An OpenAI-style error answer: {"error":{"message","type","param","code"}}. */
+void px_conn_error(conn *c, int status, const char *type, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* A chunked answer: its head, its chunks, its end. */
+void px_conn_stream_begin(conn *c, int status, const char *ctype, const char *extra);
+void px_conn_stream_write(conn *c, const char *data, size_t len);
+void px_conn_stream_end(conn *c);
+/* The end of a loop turn: the turn's spans to disk, then every queued answer (px->out_ev). */
+void px_conn_flush_turn(evutil_socket_t fd, short what, void *arg);
+/* Whether the request says Content-Type: application/json. */
+int px_conn_is_json(const conn *c);
+/* The body as a JSON object (an empty body is {} unless required); NULL after answering
+ * 415 or 400. The caller owns the result. */
+json_t *px_conn_body_json(conn *c, int required);
+
+/* ------------------------------------------------------------------------------------------
+ * identity.c: rollouts, sessions, identity, the state file
+ * ------------------------------------------------------------------------------------------ */
+
+void px_rand_hex(proxy *px, char *out, size_t nhex); /* nhex random hex digits and a NUL */
+int px_id_valid(const char *p, size_t n);            /* 1..128 of [A-Za-z0-9._:@-] */
+uint64_t px_fnv1a(const char *s);
+/* The rollout's entry, made on first use; NULL when out of memory. */
+rollout_ent *px_rollout_get(proxy *px, const char *task, const char *rollout, int attempt);
+session_ent *px_session_find(proxy *px, const char *key, size_t n);
+session_ent *px_session_new(proxy *px, const char *task, const char *rollout, int attempt);
+/* The request's Bearer token, if any (1 with *tok). */
+int px_bearer(const conn *c, al_slice *tok);
+/* The request's identity: the URL prefix (already in id when have_prefix), else headers,
+ * else a session key, else a fresh untracked rollout. 0, or -1 after answering 400. */
+int px_resolve_identity(conn *c, ident *id, int have_prefix);
+/* With --agent-key, whether the request carries one of the keys or a session key. */
+int px_authorized(conn *c);
+void px_state_load(proxy *px);    /* reads the state file an earlier run left */
+void px_state_compact(proxy *px); /* rewrites it from memory and opens it for appending */
+void px_state_flush(proxy *px);   /* appends this turn's changes */
+void px_sweep_cb(evutil_socket_t fd, short what, void *arg); /* forgets idle rollouts */
+void px_identity_free(proxy *px);
+
+/* ------------------------------------------------------------------------------------------
+ * spans.c: spans to the spool
+ * ------------------------------------------------------------------------------------------ */
+
+/* A span of id's rollout at sequence seq, trace context from c's traceparent (c may be
+ * NULL); trace, span_id and parent are the caller's buffers (33, 17, 17 bytes). */
+void px_span_init(proxy *px, al_span *s, const ident *id, int64_t seq, const conn *c, char *trace,
+                  char *span_id, char *parent);
+/* Encodes and appends s to the spool; on disk at the end of this turn. 0, or -1 (logged
+ * and counted). */
+int px_span_publish(proxy *px, const al_span *s);
+void px_spool_flush(proxy *px);                                    /* this turn's spans */
+void px_spool_flush_cb(evutil_socket_t fd, short what, void *arg); /* spans, then state */
+
+/* ------------------------------------------------------------------------------------------
+ * capture.c: request rewrite, answer capture, SSE, the call's span
+ * ------------------------------------------------------------------------------------------ */
+
+/* The rewritten request without a tree (malloc'd, its length in *outlen), or NULL when the
+ * request needs px_rewrite_request. Both record in k what the agent itself asked for. */
+char *px_rewrite_fast(call *k, const char *in, size_t n, size_t *outlen);
+char *px_rewrite_request(call *k, json_t *req);
+/* Reads token ids, logprobs, finish reason and usage off a whole validated answer. */
+void px_capture_fast(call *k, const char *body, size_t n);
+/* The agent's copy of an answer (chunk: a stream chunk) in px->strip; its length, or -1
+ * when in is not one JSON object. */
+long px_strip_for_agent(call *k, const char *in, size_t len, int chunk);
+/* Handles the complete SSE events waiting in k->body (final: all of it). */
+void px_stream_process(call *k, int final);
+/* Builds the span of a finished call and spools it. */
+void px_call_span(call *k);
+
+/* ------------------------------------------------------------------------------------------
+ * call.c: a call's lifecycle over both upstream clients
+ * ------------------------------------------------------------------------------------------ */
+
+int px_calls_init(proxy *px);
+/* Starts the captured (or forwarded) call of c's request; answers c itself on failure. */
+void px_start_llm_call(conn *c, ident *id);
+/* A transfer ended: failover, or the answer, the access log, the span; frees k. */
+void px_call_done(call *k, CURLcode rc);
+void px_call_detach(call *k); /* the agent went away; the call goes on for its span */
+int px_call_resume(call *k);  /* a paused stream goes on; 1 when it was paused */
+void px_url_public(const char *url, char *out, size_t n); /* url less user:password@ */
+
+/* ------------------------------------------------------------------------------------------
+ * routes.c
+ * ------------------------------------------------------------------------------------------ */
+
+/* Routes one complete request of c. */
+void px_dispatch(conn *c);
+
+#endif

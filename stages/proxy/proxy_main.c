@@ -1,0 +1,610 @@
+/*
+ * arclight proxy: the capture proxy between an unchanged agent and an OpenAI-compatible
+ * model server (issue 3). This file owns the command: its flags and their defaults, the
+ * wiring of the loop (event base, listener, the spool and its producer, the state file,
+ * metrics and /healthz, signals), the drain on SIGTERM, and the exit path, where calls cut
+ * off by the drain timeout still get their span. proxy.h says which file owns the rest.
+ *
+ * One thread runs one libevent loop: inbound HTTP/1.1 on plain socket events (conn.c;
+ * answers leave at the end of the loop turn, after the turn's spans are spooled), and the
+ * upstream calls through the proxy's own keep-alive client (upstream.c) or libcurl's
+ * multi-socket interface driven by the same loop (call.c). Each call's span is encoded and
+ * appended to the on-disk spool (spool.c), whose own thread publishes to Kafka: agent
+ * traffic never waits for the broker.
+ */
+#include "proxy.h"
+
+#include "core/cli.h"
+#include "core/log.h"
+#include "http/server.h"
+#include "kafka/kafka.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static void drain_check(evutil_socket_t fd, short what, void *arg)
+{
+    proxy *px = arg;
+    (void)fd;
+    (void)what;
+    /* done when no call is in flight and every answer has left (a connection still
+     * writing closes itself once written, since draining turns keep-alive off) */
+    int writing = 0;
+    for (conn *c = px->conns; c; c = c->next)
+        if (c->state != C_READ || evbuffer_get_length(c->out) > 0) writing++;
+    if ((px->inflight == 0 && writing == 0) || al_mono_us() >= px->drain_deadline_mono) {
+        if (px->inflight)
+            al_log_warn(COMP, "drain timeout: %d calls still in flight are cut off", px->inflight);
+        event_base_loopbreak(px->base);
+    }
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    proxy *px = arg;
+    (void)what;
+    if (px->draining) return;
+    al_log_info(COMP, "signal %d: no new connections; draining %d calls in flight", (int)sig,
+                px->inflight);
+    px->draining = 1;
+    px->drain_deadline_mono = al_mono_us() + (int64_t)px->cfg.drain_timeout_s * 1000000;
+    if (px->listener) {
+        evconnlistener_free(px->listener);
+        px->listener = NULL;
+    }
+    struct timeval tv = {0, 20000};
+    px->drain_timer = event_new(px->base, -1, EV_PERSIST, drain_check, px);
+    evtimer_add(px->drain_timer, &tv);
+}
+
+static void collect(al_metrics *m, void *ud)
+{
+    proxy *px = ud;
+    (void)m;
+    al_spool_stats st;
+    al_spool_get_stats(px->spool, &st);
+    al_gauge_set(px->g_spool_bytes, (double)st.bytes);
+    al_gauge_set(px->g_spool_records, (double)st.records);
+    /* counters from the spool's totals; /metrics renders on the loop thread and on the
+     * --metrics server's thread */
+    pthread_mutex_lock(&px->collect_mu);
+    if (st.published > px->seen_published)
+        al_counter_add(px->c_published, (double)(st.published - px->seen_published));
+    if (st.dropped > px->seen_dropped)
+        al_counter_add(px->c_dropped, (double)(st.dropped - px->seen_dropped));
+    if (st.published > px->seen_published) px->seen_published = st.published;
+    if (st.dropped > px->seen_dropped) px->seen_dropped = st.dropped;
+    pthread_mutex_unlock(&px->collect_mu);
+}
+
+static int health(void *ud, char *reason, size_t n)
+{
+    proxy *px = ud;
+    al_spool_stats st;
+    al_spool_get_stats(px->spool, &st);
+    if (al_spool_full(px->spool, 4096)) {
+        snprintf(reason, n, "span spool full (%" PRIu64 " bytes): Kafka unreachable?", st.bytes);
+        return 1;
+    }
+    return 0;
+}
+
+static const char proxy_usage[] =
+    "usage: arclight proxy --upstream URL [options]\n"
+    "\n"
+    "Capture proxy: forwards an agent's OpenAI-compatible calls to the upstream model server\n"
+    "and publishes every call, reward and rollout end as a span on arclight.spans. Point the\n"
+    "agent at http://LISTEN/r/{task}/{rollout}/v1 (or /v1 with X-Arclight-Task/-Rollout\n"
+    "headers, or a key from POST /v1/sessions as its API key).\n"
+    "\n"
+    "  --listen HOST:PORT        where agents connect (default 127.0.0.1:8080; port 0: any;\n"
+    "                            the bound address is printed on stdout)\n"
+    "  --upstream URL            model server base URL, e.g. http://127.0.0.1:8000; repeat for\n"
+    "                            several (sticky per rollout, failover on connection errors)\n"
+    "  --upstream-kind KIND      arclight, vllm (default), sglang or openai: what to ask for\n"
+    "                            (vLLM-style return_token_ids + logprobs; openai: nothing,\n"
+    "                            text and usage only)\n"
+    "  --upstream-key-env NAME   environment variable holding the upstream API key (default\n"
+    "                            ARCLIGHT_UPSTREAM_API_KEY); sent as Authorization: Bearer\n"
+    "  --forward-agent-auth      send the agent's own Authorization upstream (when no key is\n"
+    "                            configured)\n"
+    "  --agent-key KEY           accept only agents with this Bearer key (repeatable; session\n"
+    "                            keys are accepted too); also $ARCLIGHT_PROXY_AGENT_KEYS\n"
+    "                            (comma-separated)\n"
+    "  --agent-name NAME         agent name recorded in spans (X-Arclight-Agent overrides)\n"
+    "  --topic TOPIC             spans topic (default arclight.spans)\n"
+    "  --spool-dir DIR           on-disk spool of spans (default ./arclight-spool)\n"
+    "  --spool-max-bytes N       spool bound; beyond it new calls get 503 (default 1 GiB)\n"
+    "  --spool-fsync MODE        never, interval (default: every second) or always\n"
+    "  --max-body-bytes N        request body limit (default 1 MiB, as nginx)\n"
+    "  --max-header-bytes N      request head limit (default 32 KiB, as nginx's 4 x 8k)\n"
+    "  --max-headers N           header count limit (default 100)\n"
+    "  --max-connections N       concurrent agent connections (default 1024)\n"
+    "  --client-timeout S        reading a request / idle keep-alive (default 60, as nginx)\n"
+    "  --connect-timeout-ms N    upstream connect timeout (default 5000)\n"
+    "  --upstream-timeout S      whole upstream call (default 600)\n"
+    "  --drain-timeout S         on SIGTERM, wait this long for calls and spans (default 30)\n"
+    "  --no-access-log           no per-call access log line\n"
+    "  --upstream-client C       auto (default: the proxy's own keep-alive HTTP/1.1 client for\n"
+    "                            http:// upstreams at an IP address or localhost, curl for the\n"
+    "                            rest) or curl (curl for every upstream)\n"
+    "  --help\n" AL_CLI_COMMON_HELP;
+
+enum {
+    OPT_LISTEN = AL_CLI_OPT_USER,
+    OPT_UPSTREAM,
+    OPT_KIND,
+    OPT_KEY_ENV,
+    OPT_FWD_AUTH,
+    OPT_AGENT_KEY,
+    OPT_AGENT_NAME,
+    OPT_TOPIC,
+    OPT_SPOOL_DIR,
+    OPT_SPOOL_MAX,
+    OPT_SPOOL_FSYNC,
+    OPT_MAX_BODY,
+    OPT_MAX_HEAD,
+    OPT_MAX_HEADERS,
+    OPT_MAX_CONNS,
+    OPT_CLIENT_TO,
+    OPT_CONNECT_TO,
+    OPT_UPSTREAM_TO,
+    OPT_DRAIN_TO,
+    OPT_NO_ACCESS,
+    OPT_UP_CLIENT,
+    OPT_HELP,
+};
+
+/* Lowers the scheduling priority (nice +5) of every thread but the calling one (the event
+ * loop): the spool's publisher and librdkafka's threads, and those they start later, which
+ * inherit it. The spans they carry are already on disk, so they can wait a little; the
+ * agents' calls cannot. On a machine with few cores they otherwise take the loop's core at
+ * random moments, which shows in the tail latency of calls. Best effort; the nice value of
+ * a thread is per thread on Linux. */
+static void background_threads_yield(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return;
+    pid_t self = (pid_t)syscall(SYS_gettid);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        pid_t tid = (pid_t)atoi(e->d_name);
+        if (tid <= 0 || tid == self) continue;
+        errno = 0;
+        int cur = getpriority(PRIO_PROCESS, (id_t)tid);
+        if (errno == 0 && cur < 5) setpriority(PRIO_PROCESS, (id_t)tid, cur + 5);
+    }
+    closedir(d);
+}
+
+static int parse_num(const char *s, long long lo, long long hi, long long *out)
+{
+    char *e;
+    errno = 0;
+    long long v = strtoll(s, &e, 10);
+    if (errno || e == s || *e || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int add_upstream(pconf *cf, const char *u)
+{
+    if (cf->n_upstreams >= AL_ARRAY_LEN(cf->upstreams)) return -1;
+    if (strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0) return -1;
+    char *d = strdup(u);
+    if (!d) return -1;
+    size_t n = strlen(d);
+    while (n && d[n - 1] == '/')
+        d[--n] = '\0';
+    if (n >= 3 && strcmp(d + n - 3, "/v1") == 0) d[n - 3] = '\0';
+    cf->upstreams[cf->n_upstreams++] = d;
+    return 0;
+}
+
+int cmd_proxy(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        AL_CLI_COMMON_OPTIONS,
+        {"listen", required_argument, 0, OPT_LISTEN},
+        {"upstream", required_argument, 0, OPT_UPSTREAM},
+        {"upstream-kind", required_argument, 0, OPT_KIND},
+        {"upstream-key-env", required_argument, 0, OPT_KEY_ENV},
+        {"forward-agent-auth", no_argument, 0, OPT_FWD_AUTH},
+        {"agent-key", required_argument, 0, OPT_AGENT_KEY},
+        {"agent-name", required_argument, 0, OPT_AGENT_NAME},
+        {"topic", required_argument, 0, OPT_TOPIC},
+        {"spool-dir", required_argument, 0, OPT_SPOOL_DIR},
+        {"spool-max-bytes", required_argument, 0, OPT_SPOOL_MAX},
+        {"spool-fsync", required_argument, 0, OPT_SPOOL_FSYNC},
+        {"max-body-bytes", required_argument, 0, OPT_MAX_BODY},
+        {"max-header-bytes", required_argument, 0, OPT_MAX_HEAD},
+        {"max-headers", required_argument, 0, OPT_MAX_HEADERS},
+        {"max-connections", required_argument, 0, OPT_MAX_CONNS},
+        {"client-timeout", required_argument, 0, OPT_CLIENT_TO},
+        {"connect-timeout-ms", required_argument, 0, OPT_CONNECT_TO},
+        {"upstream-timeout", required_argument, 0, OPT_UPSTREAM_TO},
+        {"drain-timeout", required_argument, 0, OPT_DRAIN_TO},
+        {"no-access-log", no_argument, 0, OPT_NO_ACCESS},
+        {"upstream-client", required_argument, 0, OPT_UP_CLIENT},
+        {"help", no_argument, 0, OPT_HELP},
+        {0, 0, 0, 0},
+    };
+    al_cli_common common;
+    al_cli_common_init(&common);
+    proxy *px = calloc(1, sizeof *px);
+    if (!px) return AL_EXIT_FAILURE;
+    pthread_mutex_init(&px->collect_mu, NULL);
+    px->state_fd = -1;
+    pconf *cf = &px->cfg;
+    cf->listen = "127.0.0.1:8080";
+    cf->kind = UP_VLLM;
+    cf->max_body = 1u << 20;
+    cf->max_head = 32768;
+    cf->max_headers = 100;
+    cf->max_conns = 1024;
+    cf->client_timeout_s = 60;
+    cf->connect_timeout_ms = 5000;
+    cf->upstream_timeout_ms = 600000;
+    cf->spool_dir = "./arclight-spool";
+    cf->spool_max = 1ull << 30;
+    cf->fsync_mode = AL_SPOOL_FSYNC_INTERVAL;
+    cf->topic = AL_TOPIC_SPANS;
+    cf->drain_timeout_s = 30;
+    cf->access_log = 1;
+    const char *key_env = "ARCLIGHT_UPSTREAM_API_KEY";
+    int rc = AL_EXIT_FAILURE, opt;
+    long long v;
+    al_kafka_conf *kc = NULL;
+    al_producer *producer = NULL;
+    al_http_server *msrv = NULL;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_LISTEN:
+            cf->listen = optarg;
+            break;
+        case OPT_UPSTREAM:
+            if (add_upstream(cf, optarg)) {
+                rc = al_cli_usage_error("proxy",
+                                        "--upstream %s: need an http:// or https:// URL "
+                                        "(at most 16 upstreams)",
+                                        optarg);
+                goto out;
+            }
+            break;
+        case OPT_KIND:
+            if (!strcmp(optarg, "arclight"))
+                cf->kind = UP_ARCLIGHT;
+            else if (!strcmp(optarg, "vllm"))
+                cf->kind = UP_VLLM;
+            else if (!strcmp(optarg, "sglang"))
+                cf->kind = UP_SGLANG;
+            else if (!strcmp(optarg, "openai"))
+                cf->kind = UP_OPENAI;
+            else {
+                rc = al_cli_usage_error("proxy",
+                                        "--upstream-kind %s: use arclight, vllm, sglang "
+                                        "or openai",
+                                        optarg);
+                goto out;
+            }
+            break;
+        case OPT_KEY_ENV:
+            key_env = optarg;
+            break;
+        case OPT_FWD_AUTH:
+            cf->forward_agent_auth = 1;
+            break;
+        case OPT_AGENT_KEY:
+            if (cf->n_agent_keys >= AL_ARRAY_LEN(cf->agent_keys) || !*optarg) {
+                rc = al_cli_usage_error("proxy", "--agent-key: empty, or more than 16 keys");
+                goto out;
+            }
+            cf->agent_keys[cf->n_agent_keys++] = strdup(optarg);
+            break;
+        case OPT_AGENT_NAME:
+            cf->agent_name = optarg;
+            break;
+        case OPT_TOPIC:
+            cf->topic = optarg;
+            break;
+        case OPT_SPOOL_DIR:
+            cf->spool_dir = optarg;
+            break;
+        case OPT_SPOOL_FSYNC:
+            if (!strcmp(optarg, "never"))
+                cf->fsync_mode = AL_SPOOL_FSYNC_NEVER;
+            else if (!strcmp(optarg, "interval"))
+                cf->fsync_mode = AL_SPOOL_FSYNC_INTERVAL;
+            else if (!strcmp(optarg, "always"))
+                cf->fsync_mode = AL_SPOOL_FSYNC_ALWAYS;
+            else {
+                rc = al_cli_usage_error("proxy", "--spool-fsync %s: use never, interval or always",
+                                        optarg);
+                goto out;
+            }
+            break;
+        case OPT_SPOOL_MAX:
+        case OPT_MAX_BODY:
+        case OPT_MAX_HEAD:
+        case OPT_MAX_HEADERS:
+        case OPT_MAX_CONNS:
+        case OPT_CLIENT_TO:
+        case OPT_CONNECT_TO:
+        case OPT_UPSTREAM_TO:
+        case OPT_DRAIN_TO: {
+            long long lo = 1, hi = 1LL << 50;
+            if (opt == OPT_MAX_HEADERS) hi = AL_HTTP1_HEADERS_CAP;
+            if (opt == OPT_MAX_HEAD) lo = 256, hi = 1 << 20;
+            if (opt == OPT_MAX_BODY) hi = 256LL << 20;
+            if (opt == OPT_MAX_CONNS) hi = 1000000;
+            if (opt == OPT_CLIENT_TO || opt == OPT_UPSTREAM_TO || opt == OPT_DRAIN_TO) hi = 86400;
+            if (opt == OPT_DRAIN_TO) lo = 0;
+            if (opt == OPT_SPOOL_MAX) lo = 4096;
+            if (parse_num(optarg, lo, hi, &v)) {
+                rc = al_cli_usage_error("proxy", "--%s %s: need an integer from %lld to %lld",
+                                        opts[opt - OPT_LISTEN + 4].name, optarg, lo, hi);
+                goto out;
+            }
+            if (opt == OPT_SPOOL_MAX) cf->spool_max = (uint64_t)v;
+            if (opt == OPT_MAX_BODY) cf->max_body = (size_t)v;
+            if (opt == OPT_MAX_HEAD) cf->max_head = (size_t)v;
+            if (opt == OPT_MAX_HEADERS) cf->max_headers = (size_t)v;
+            if (opt == OPT_MAX_CONNS) cf->max_conns = (int)v;
+            if (opt == OPT_CLIENT_TO) cf->client_timeout_s = (int)v;
+            if (opt == OPT_CONNECT_TO) cf->connect_timeout_ms = (long)v;
+            if (opt == OPT_UPSTREAM_TO) cf->upstream_timeout_ms = (long)v * 1000;
+            if (opt == OPT_DRAIN_TO) cf->drain_timeout_s = (int)v;
+            break;
+        }
+        case OPT_UP_CLIENT:
+            if (!strcmp(optarg, "curl"))
+                cf->curl_only = 1;
+            else if (strcmp(optarg, "auto") != 0) {
+                rc = al_cli_usage_error("proxy", "--upstream-client %s: use auto or curl", optarg);
+                goto out;
+            }
+            break;
+        case OPT_NO_ACCESS:
+            cf->access_log = 0;
+            break;
+        case OPT_HELP:
+            fputs(proxy_usage, stdout);
+            rc = AL_EXIT_OK;
+            goto out;
+        default: {
+            int r = al_cli_common_option(&common, opt, optarg);
+            if (r == 1) break;
+            if (r == 0) fputs(proxy_usage, stderr);
+            rc = AL_EXIT_USAGE;
+            goto out;
+        }
+        }
+    }
+    if (optind < argc) {
+        rc = al_cli_usage_error("proxy", "unexpected argument '%s'", argv[optind]);
+        goto out;
+    }
+    if (!cf->n_upstreams) {
+        rc = al_cli_usage_error("proxy", "--upstream URL is required (the model server)");
+        goto out;
+    }
+    char host[256];
+    int port;
+    if (al_cli_parse_hostport(cf->listen, host, sizeof host, &port) != 0) {
+        rc = al_cli_usage_error("proxy", "--listen %s: need HOST:PORT", cf->listen);
+        goto out;
+    }
+    const char *kv = getenv(key_env);
+    if (kv && *kv) cf->upstream_key = strdup(kv);
+    const char *ak = getenv("ARCLIGHT_PROXY_AGENT_KEYS");
+    if (ak && *ak) {
+        char *dup = strdup(ak), *save = NULL;
+        for (char *t = strtok_r(dup, ",", &save); t && cf->n_agent_keys < 16;
+             t = strtok_r(NULL, ",", &save))
+            if (*t) cf->agent_keys[cf->n_agent_keys++] = strdup(t);
+        free(dup);
+    }
+
+    char err[1024];
+    signal(SIGPIPE, SIG_IGN);
+    if (getrandom(&px->rng, sizeof px->rng, 0) != sizeof px->rng || !px->rng)
+        px->rng = (uint64_t)al_now_us() | 1;
+    kc = al_kafka_conf_from_cli(&common, err, sizeof err);
+    if (!kc) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    producer = al_producer_new(kc, err, sizeof err);
+    if (!producer) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    {
+        /* the first spans should not wait a second for librdkafka to notice the topic; a
+         * broker that is down only costs this second here (spans spool meanwhile) */
+        const char *outs[] = {cf->topic, NULL};
+        if (al_producer_prepare(producer, outs, 1000, err, sizeof err) != 0)
+            al_log_warn(COMP, "%s (spans spool until Kafka answers)", err);
+    }
+    px->spool = al_spool_open(cf->spool_dir, cf->spool_max, cf->fsync_mode, producer, cf->topic,
+                              err, sizeof err);
+    if (!px->spool) {
+        al_log_error(COMP, "%s", err);
+        al_producer_free(producer);
+        goto out;
+    }
+    background_threads_yield();
+    snprintf(px->state_path, sizeof px->state_path, "%s/proxy-state", cf->spool_dir);
+    px_state_load(px);
+    px_state_compact(px);
+    px->metrics = al_metrics_new();
+    al_metrics_add_process_metrics(px->metrics);
+    px->spans_spooled = al_metrics_counter(px->metrics, "arclight_proxy_spans_spooled_total",
+                                           "Spans written to the spool (then published)", NULL);
+    px->spans_failed = al_metrics_counter(px->metrics, "arclight_proxy_spans_failed_total",
+                                          "Spans that could not be encoded or spooled", NULL);
+    px->rejected_spool_full =
+        al_metrics_counter(px->metrics, "arclight_proxy_rejected_spool_full_total",
+                           "Calls refused with 503: spool full", NULL);
+    px->c_published = al_metrics_counter(px->metrics, "arclight_proxy_spans_published_total",
+                                         "Spans acknowledged by Kafka", NULL);
+    px->c_dropped =
+        al_metrics_counter(px->metrics, "arclight_proxy_spans_dropped_total",
+                           "Spans Kafka refused for good (larger than the broker takes)", NULL);
+    px->g_spool_bytes = al_metrics_gauge(px->metrics, "arclight_proxy_spool_bytes",
+                                         "Bytes in the spool (not yet acknowledged)", NULL);
+    px->g_spool_records = al_metrics_gauge(px->metrics, "arclight_proxy_spool_spans",
+                                           "Spans in the spool not yet acknowledged", NULL);
+    px->g_conns =
+        al_metrics_gauge(px->metrics, "arclight_proxy_connections", "Open agent connections", NULL);
+    px->g_inflight = al_metrics_gauge(px->metrics, "arclight_proxy_calls_in_flight",
+                                      "Upstream calls in flight", NULL);
+    px->h_overhead =
+        al_metrics_histogram(px->metrics, "arclight_proxy_overhead_seconds",
+                             "The proxy's own time per call (not the upstream's)",
+                             al_metrics_latency_buckets, al_metrics_latency_buckets_len, NULL);
+    px->h_upstream = al_metrics_histogram(px->metrics, "arclight_proxy_upstream_seconds",
+                                          "Upstream call latency", al_metrics_latency_buckets,
+                                          al_metrics_latency_buckets_len, NULL);
+    al_metrics_on_collect(px->metrics, collect, px);
+    if (common.metrics &&
+        !(msrv = al_http_server_start(common.metrics, px->metrics, health, px, err, sizeof err))) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+
+    /* the changelist folds curl's remove/re-add of pooled upstream sockets within one loop
+     * turn into at most one epoll_ctl */
+    struct event_config *ecfg = event_config_new();
+    if (ecfg) event_config_set_flag(ecfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+    px->base = ecfg ? event_base_new_with_config(ecfg) : NULL;
+    if (ecfg) event_config_free(ecfg);
+    if (!px->base) px->base = event_base_new();
+    if (!px->base) {
+        al_log_error(COMP, "cannot create the event loop");
+        goto out;
+    }
+    if (px_calls_init(px) != 0) goto out;
+
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    int sl;
+    const char *h4 = strcmp(host, "localhost") ? host : "127.0.0.1";
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, h4, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+        sl = (int)sizeof *s4;
+    } else if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)port);
+        sl = (int)sizeof *s6;
+    } else {
+        rc = al_cli_usage_error("proxy", "--listen %s: need a numeric address HOST:PORT",
+                                cf->listen);
+        goto out;
+    }
+    px->listener = evconnlistener_new_bind(px->base, px_accept_cb, px,
+                                           LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 1024,
+                                           (struct sockaddr *)&ss, sl);
+    if (!px->listener) {
+        al_log_error(COMP, "cannot listen on %s: %s", cf->listen, strerror(errno));
+        goto out;
+    }
+    struct sockaddr_storage bound;
+    socklen_t bl = sizeof bound;
+    getsockname(evconnlistener_get_fd(px->listener), (struct sockaddr *)&bound, &bl);
+    px->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                 : ((struct sockaddr_in *)&bound)->sin_port);
+    px->sig_term = evsignal_new(px->base, SIGTERM, on_signal, px);
+    px->sig_int = evsignal_new(px->base, SIGINT, on_signal, px);
+    event_add(px->sig_term, NULL);
+    event_add(px->sig_int, NULL);
+    struct timeval sweep = {300, 0};
+    px->sweep_timer = event_new(px->base, -1, EV_PERSIST, px_sweep_cb, px);
+    event_add(px->sweep_timer, &sweep);
+    px->flush_ev = event_new(px->base, -1, 0, px_spool_flush_cb, px);
+    px->out_ev = event_new(px->base, -1, 0, px_conn_flush_turn, px);
+    if (!px->sweep_timer || !px->flush_ev || !px->out_ev) {
+        al_log_error(COMP, "out of memory");
+        goto out;
+    }
+
+    char up[512];
+    px_url_public(cf->upstreams[0], up, sizeof up);
+    printf("%s:%d\n",
+           strchr(host, ':') ? "[::1]" : (strcmp(host, "localhost") ? host : "127.0.0.1"),
+           px->port);
+    fflush(stdout);
+    al_log_info(COMP, "listening on port %d; upstream %s (+%zu more); spans to %s via spool %s",
+                px->port, up, cf->n_upstreams - 1, cf->topic, cf->spool_dir);
+    event_base_dispatch(px->base);
+    rc = AL_EXIT_OK;
+    /* the final flush is bounded by --drain-timeout; a second SIGTERM must not cut it */
+    event_free(px->sig_term);
+    event_free(px->sig_int);
+    px->sig_term = px->sig_int = NULL;
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+
+out:
+    /* calls cut off by the drain timeout still get their (failed) span */
+    for (conn *c = px->conns; c; c = c->next)
+        if (c->call) {
+            c->call->c = NULL;
+            c->call = NULL;
+        }
+    while (px->calls)
+        px_call_done(px->calls, CURLE_ABORTED_BY_CALLBACK);
+    while (px->conns)
+        px_conn_free(px->conns);
+    if (px->spool) {
+        px_spool_flush(px);
+        px_state_flush(px);
+        long left = al_spool_close(px->spool, cf->drain_timeout_s * 1000);
+        if (left == 0 && rc == AL_EXIT_OK) al_log_info(COMP, "every span published; bye");
+    }
+    al_http_server_stop(msrv);
+    if (px->listener) evconnlistener_free(px->listener);
+    if (px->curl_timer) event_free(px->curl_timer);
+    if (px->sig_term) event_free(px->sig_term);
+    if (px->sig_int) event_free(px->sig_int);
+    if (px->drain_timer) event_free(px->drain_timer);
+    if (px->sweep_timer) event_free(px->sweep_timer);
+    if (px->flush_ev) event_free(px->flush_ev);
+    if (px->out_ev) event_free(px->out_ev);
+    if (px->state_fd >= 0) close(px->state_fd);
+    al_buf_free(&px->state_pend);
+    while (px->n_easy_pool)
+        curl_easy_cleanup(px->easy_pool[--px->n_easy_pool]);
+    if (px->multi) curl_multi_cleanup(px->multi);
+    al_upc_pool_free(px->upc);
+    if (px->base) event_base_free(px->base);
+    al_metrics_free(px->metrics);
+    al_kafka_conf_free(kc);
+    px_identity_free(px);
+    for (size_t i = 0; i < cf->n_upstreams; i++)
+        free(cf->upstreams[i]);
+    for (size_t i = 0; i < cf->n_agent_keys; i++)
+        free(cf->agent_keys[i]);
+    free(cf->upstream_key);
+    al_buf_free(&px->enc);
+    al_buf_free(&px->strip);
+    pthread_mutex_destroy(&px->collect_mu);
+    free(px);
+    return rc;
+}

@@ -1,0 +1,287 @@
+/*
+ * routes.c: what each request is. Owns the routes (every path also under
+ * /r/{task}/{rollout}):
+ *   POST /v1/chat/completions, POST /v1/completions   forwarded and captured (call.c)
+ *   GET  /v1/models                                   forwarded
+ *   POST /reward, POST /end                           reward and rollout-end spans
+ *   POST /v1/sessions                                 a session key standing for an identity
+ *   GET  /healthz, GET /metrics                       on the proxy's port too
+ * and the control endpoints themselves: rewards, rollout ends and sessions, with the
+ * checks that keep what credit cannot use out of the span stream.
+ */
+#include "proxy.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Admission of a reward or end span: the spool must have room and the rollout an entry.
+ * Returns the rollout, or NULL after answering the agent (503 spool full, 500 no memory). */
+static rollout_ent *control_span_admit(proxy *px, conn *c, const ident *id)
+{
+    if (al_spool_full(px->spool, 4096)) {
+        al_counter_inc(px->rejected_spool_full);
+        px_conn_error(c, 503, "server_error", "spool_full",
+                      "the proxy's span spool is full; retry when the broker is back");
+        return NULL;
+    }
+    rollout_ent *r = px_rollout_get(px, id->task, id->rollout, id->attempt);
+    if (!r) px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
+    return r;
+}
+
+/* POST .../reward: {"value": 1.0, "name": "accuracy"} or {"rewards": {"a": 1, "b": 0.5}} */
+static void handle_reward(conn *c, ident *id)
+{
+    proxy *px = c->px;
+    json_t *o = px_conn_body_json(c, 1);
+    if (!o) return;
+    json_t *v = json_object_get(o, "value"), *rs = json_object_get(o, "rewards");
+    const char *name = json_string_value(json_object_get(o, "name"));
+    if ((v && !json_is_number(v)) || (rs && !json_is_object(rs)) || (!v && !rs) ||
+        (json_object_get(o, "name") && !name)) {
+        json_decref(o);
+        px_conn_error(c, 400, "invalid_request_error", "invalid_reward",
+                      "a reward is {\"value\": number, \"name\": string (optional)} or "
+                      "{\"rewards\": {name: number, ...}}");
+        return;
+    }
+    const char *k;
+    json_t *x;
+    json_object_foreach(rs, k, x) if (!json_is_number(x) ||
+                                      !(fabs(json_number_value(x)) <= AL_REWARD_MAX))
+    {
+        /* k belongs to o: the answer is written before o goes */
+        px_conn_error(c, 400, "invalid_request_error", "invalid_reward",
+                      "reward \"%.100s\" is not a finite number within +-%g", k, AL_REWARD_MAX);
+        json_decref(o);
+        return;
+    }
+    if (v && !(fabs(json_number_value(v)) <= AL_REWARD_MAX)) {
+        json_decref(o);
+        px_conn_error(c, 400, "invalid_request_error", "invalid_reward",
+                      "value must be a finite number within +-%g", AL_REWARD_MAX);
+        return;
+    }
+    rollout_ent *r = control_span_admit(px, c, id);
+    if (!r) {
+        json_decref(o);
+        return;
+    }
+    json_t *seqs = json_array();
+    al_span s;
+    char trace[33], sid[17], parent[17];
+    if (v) {
+        px_span_init(px, &s, id, r->next_seq++, c, trace, sid, parent);
+        s.kind = AL_SPAN_KIND_REWARD;
+        s.reward.name = name ? name : "final";
+        s.reward.value = json_number_value(v);
+        s.reward.after_sequence = r->last_call_seq;
+        px_span_publish(px, &s);
+        json_array_append_new(seqs, json_integer(s.sequence));
+    }
+    json_object_foreach(rs, k, x)
+    {
+        px_span_init(px, &s, id, r->next_seq++, c, trace, sid, parent);
+        s.kind = AL_SPAN_KIND_REWARD;
+        s.reward.name = k;
+        s.reward.value = json_number_value(x);
+        s.reward.after_sequence = r->last_call_seq;
+        px_span_publish(px, &s);
+        json_array_append_new(seqs, json_integer(s.sequence));
+    }
+    json_t *resp = json_pack("{s:s,s:s,s:s,s:o}", "status", "recorded", "task_id", id->task,
+                             "rollout_id", id->rollout, "sequences", seqs);
+    char *b = json_dumps(resp, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    px_conn_reply(c, 200, "application/json", NULL, b, strlen(b));
+    free(b);
+    json_decref(resp);
+    json_decref(o);
+}
+
+/* POST .../end: {"status": "succeeded"|"failed"|..., "group_size": 8, "reason": "..."} */
+static void handle_end(conn *c, ident *id)
+{
+    proxy *px = c->px;
+    json_t *o = px_conn_body_json(c, 1);
+    if (!o) return;
+    const char *st = json_string_value(json_object_get(o, "status"));
+    json_t *gs = json_object_get(o, "group_size"), *rj = json_object_get(o, "reason");
+    int status = st ? al_rollout_status_parse(st) : -1;
+    if (status < 0 ||
+        (gs && !json_is_null(gs) &&
+         (!json_is_integer(gs) || json_integer_value(gs) < 1 ||
+          json_integer_value(gs) > 1000000)) ||
+        (rj && !json_is_null(rj) && !json_is_string(rj))) {
+        json_decref(o);
+        px_conn_error(
+            c, 400, "invalid_request_error", "invalid_end",
+            "an end is {\"status\": \"succeeded\"|\"failed\"|\"timeout\"|\"aborted\", "
+            "\"group_size\": positive integer (optional), \"reason\": string (optional)}");
+        return;
+    }
+    rollout_ent *r = control_span_admit(px, c, id);
+    if (!r) {
+        json_decref(o);
+        return;
+    }
+    al_span s;
+    char trace[33], sid[17], parent[17];
+    px_span_init(px, &s, id, r->next_seq++, c, trace, sid, parent);
+    s.kind = AL_SPAN_KIND_ROLLOUT_END;
+    s.rollout_end.status = (al_rollout_status)status;
+    s.rollout_end.group_size = json_is_integer(gs) ? (int32_t)json_integer_value(gs) : 0;
+    s.rollout_end.reason = json_string_value(rj);
+    px_span_publish(px, &s);
+    char b[400];
+    int n = snprintf(b, sizeof b, "{\"status\":\"recorded\",\"sequence\":%" PRId64 "}", s.sequence);
+    px_conn_reply(c, 200, "application/json", NULL, b, (size_t)n);
+    json_decref(o);
+}
+
+/* POST /v1/sessions: {"task_id": "...", "rollout_id": "...", "attempt": 0} (all optional)
+ * -> {"session_key": "sk-arclight-...", ...}; the agent uses the key as its API key. */
+static void handle_session(conn *c)
+{
+    proxy *px = c->px;
+    json_t *o = px_conn_body_json(c, 0);
+    if (!o) return;
+    const char *t = json_string_value(json_object_get(o, "task_id"));
+    const char *r = json_string_value(json_object_get(o, "rollout_id"));
+    json_t *a = json_object_get(o, "attempt");
+    if ((json_object_get(o, "task_id") && (!t || (*t && !px_id_valid(t, strlen(t))))) ||
+        (json_object_get(o, "rollout_id") && (!r || !px_id_valid(r, strlen(r)))) ||
+        (a &&
+         (!json_is_integer(a) || json_integer_value(a) < 0 || json_integer_value(a) > 999999))) {
+        json_decref(o);
+        px_conn_error(c, 400, "invalid_request_error", "invalid_identity",
+                      "task_id and rollout_id must be 1-128 characters of A-Z a-z 0-9 . _ : @ -; "
+                      "attempt an integer from 0 to 999999");
+        return;
+    }
+    if (px->nsessions >= 1000000) {
+        json_decref(o);
+        px_conn_error(c, 503, "server_error", "too_many_sessions",
+                      "the proxy holds 1000000 sessions already; restart it or use "
+                      "/r/{task}/{rollout}/v1 URLs");
+        return;
+    }
+    session_ent *s = px_session_new(px, t, r, a ? (int)json_integer_value(a) : 0);
+    if (!s) {
+        json_decref(o);
+        px_conn_error(c, 500, "server_error", "internal_error", "cannot create a session key");
+        return;
+    }
+    json_t *resp = json_pack("{s:s,s:s,s:s,s:i}", "session_key", s->key, "task_id", s->task,
+                             "rollout_id", s->rollout, "attempt", s->attempt);
+    char *body = json_dumps(resp, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    px_conn_reply(c, 200, "application/json", NULL, body, strlen(body));
+    free(body);
+    json_decref(resp);
+    json_decref(o);
+}
+
+/* Routes one complete request. */
+void px_dispatch(conn *c)
+{
+    proxy *px = c->px;
+    al_slice path = c->head.target;
+    const char *q = memchr(path.p, '?', path.n);
+    if (q) path.n = (size_t)(q - path.p);
+    ident id;
+    memset(&id, 0, sizeof id);
+    int prefix = 0;
+    if (path.n > 3 && memcmp(path.p, "/r/", 3) == 0) {
+        const char *t = path.p + 3, *end = path.p + path.n;
+        const char *s1 = memchr(t, '/', (size_t)(end - t));
+        const char *s2 = s1 ? memchr(s1 + 1, '/', (size_t)(end - s1 - 1)) : NULL;
+        if (!s2) {
+            c->route = R_OTHER;
+            px_conn_error(c, 404, "invalid_request_error", "unknown_route",
+                          "unknown route %.*s; use /r/{task}/{rollout}/v1/...",
+                          (int)(path.n > 200 ? 200 : path.n), path.p);
+            return;
+        }
+        if (!px_id_valid(t, (size_t)(s1 - t)) || !px_id_valid(s1 + 1, (size_t)(s2 - s1 - 1))) {
+            c->route = R_OTHER;
+            px_conn_error(c, 400, "invalid_request_error", "invalid_identity",
+                          "task and rollout in /r/{task}/{rollout}/ must be 1-128 characters of "
+                          "A-Z a-z 0-9 . _ : @ -");
+            return;
+        }
+        *al_put_mem(id.task, t, (size_t)(s1 - t)) = '\0'; /* id_valid: at most 128 */
+        *al_put_mem(id.rollout, s1 + 1, (size_t)(s2 - s1 - 1)) = '\0';
+        prefix = 1;
+        path = (al_slice){s2, (size_t)(end - s2)};
+    }
+    int route = R_OTHER, want_post = 1;
+    if (al_slice_eq(path, "/v1/chat/completions") || al_slice_eq(path, "/chat/completions"))
+        route = R_CHAT;
+    else if (al_slice_eq(path, "/v1/completions") || al_slice_eq(path, "/completions"))
+        route = R_COMPL;
+    else if (al_slice_eq(path, "/v1/models") || al_slice_eq(path, "/models"))
+        route = R_MODELS, want_post = 0;
+    else if (al_slice_eq(path, "/reward") || al_slice_eq(path, "/v1/reward"))
+        route = R_REWARD;
+    else if (al_slice_eq(path, "/end") || al_slice_eq(path, "/v1/end"))
+        route = R_END;
+    else if (!prefix && al_slice_eq(path, "/v1/sessions"))
+        route = R_SESSIONS;
+    else if (!prefix && al_slice_eq(path, "/healthz"))
+        route = R_HEALTH, want_post = 0;
+    else if (!prefix && al_slice_eq(path, "/metrics"))
+        route = R_METRICS, want_post = 0;
+    c->route = route;
+    if (route == R_OTHER) {
+        px_conn_error(c, 404, "invalid_request_error", "unknown_route", "unknown route %.*s %.*s",
+                      (int)c->head.method.n, c->head.method.p, (int)(path.n > 200 ? 200 : path.n),
+                      path.p);
+        return;
+    }
+    if (want_post ? !al_slice_eq(c->head.method, "POST")
+                  : !(al_slice_eq(c->head.method, "GET") || al_slice_eq(c->head.method, "HEAD"))) {
+        px_conn_error(c, 405, "invalid_request_error", "method_not_allowed",
+                      "%.*s is not allowed here; use %s", (int)c->head.method.n, c->head.method.p,
+                      want_post ? "POST" : "GET");
+        return;
+    }
+    if (route == R_HEALTH) {
+        static const char ok[] = "{\"status\":\"ok\"}";
+        px_conn_reply(c, 200, "application/json", NULL, ok, sizeof ok - 1);
+        return;
+    }
+    if (route == R_METRICS) {
+        size_t n;
+        char *text = al_metrics_render(px->metrics, &n);
+        px_conn_reply(c, 200, "text/plain; version=0.0.4", NULL, text ? text : "", text ? n : 0);
+        free(text);
+        return;
+    }
+    if (!px_authorized(c)) {
+        px_conn_error(c, 401, "invalid_request_error", "invalid_api_key",
+                      "missing or unknown API key for this proxy");
+        return;
+    }
+    if (route == R_SESSIONS) {
+        handle_session(c);
+        return;
+    }
+    if (px_resolve_identity(c, &id, prefix) != 0) return;
+    if (route == R_REWARD || route == R_END) {
+        if (id.untracked) {
+            px_conn_error(c, 400, "invalid_request_error", "invalid_identity",
+                          "a reward or end needs a rollout: use /r/{task}/{rollout}/%s, the "
+                          "X-Arclight-Rollout header or a session key",
+                          route == R_REWARD ? "reward" : "end");
+            return;
+        }
+        if (route == R_REWARD)
+            handle_reward(c, &id);
+        else
+            handle_end(c, &id);
+        return;
+    }
+    px_start_llm_call(c, &id);
+}

@@ -1,0 +1,94 @@
+/*
+ * spans.c: a span's way to the spool. Owns a span's trace context (the agent's W3C
+ * traceparent when it sent one, else fresh ids), its encoding and its append to the spool
+ * (keyed by task, else rollout, so a task's rollouts share a partition), and the end of the
+ * loop turn's write of the turn's spans and state-file lines, which runs before the turn's
+ * answers leave (px_px_conn_flush_turn calls it first).
+ */
+#include "proxy.h"
+
+#include "core/log.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+void px_span_init(proxy *px, al_span *s, const ident *id, int64_t seq, const conn *c, char *trace,
+                  char *span_id, char *parent)
+{
+    memset(s, 0, sizeof *s);
+    const al_slice *tp = c ? al_http1_header_get(&c->head, "traceparent") : NULL;
+    /* 00-<32 hex trace>-<16 hex parent>-<2 hex flags> */
+    if (tp && tp->n == 55 && tp->p[2] == '-' && tp->p[35] == '-' && tp->p[52] == '-') {
+        int ok = 1;
+        for (size_t i = 3; i < 52 && ok; i++)
+            if (i != 35 &&
+                !((tp->p[i] >= '0' && tp->p[i] <= '9') || (tp->p[i] >= 'a' && tp->p[i] <= 'f')))
+                ok = 0;
+        if (ok) {
+            memcpy(trace, tp->p + 3, 32);
+            trace[32] = '\0';
+            memcpy(parent, tp->p + 36, 16);
+            parent[16] = '\0';
+            s->parent_span_id = parent;
+        } else {
+            px_rand_hex(px, trace, 32);
+        }
+    } else {
+        px_rand_hex(px, trace, 32);
+    }
+    px_rand_hex(px, span_id, 16);
+    s->trace_id = trace;
+    s->span_id = span_id;
+    s->task_id = id->task;
+    s->rollout_id = id->rollout;
+    s->attempt = id->attempt;
+    s->sequence = seq;
+    s->timestamp_us = al_now_us();
+}
+
+/* Writes the spans this loop turn appended as one write (it runs after the turn's other
+ * callbacks, and before their answers leave: px_conn_flush_turn calls it first). Spans the disk did
+ * not take are logged and counted as failed. */
+void px_spool_flush(proxy *px)
+{
+    if (!px->spool_pending) return;
+    size_t written = 0;
+    char err[512];
+    if (al_spool_flush(px->spool, &written, err, sizeof err) != 0) {
+        al_log_error(COMP, "%zu spans lost: %s", px->spool_pending - written, err);
+        al_counter_add(px->spans_failed, (double)(px->spool_pending - written));
+    }
+    al_counter_add(px->spans_spooled, (double)written);
+    px->spool_pending = 0;
+}
+
+void px_spool_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    px_spool_flush(arg);
+    px_state_flush(arg);
+}
+
+/* Encodes and spools a span, keyed by task (else rollout) so that a task's rollouts share a
+ * partition; it reaches the disk at the end of this loop turn (px_spool_flush). 0, or -1
+ * (logged and counted). */
+int px_span_publish(proxy *px, const al_span *s)
+{
+    char err[512];
+    if (al_span_encode(s, &px->enc, err, sizeof err) != 0) {
+        al_log_error(COMP, "cannot encode span of rollout %s: %s", s->rollout_id, err);
+        al_counter_inc(px->spans_failed);
+        return -1;
+    }
+    const char *key = s->task_id && *s->task_id ? s->task_id : s->rollout_id;
+    if (al_spool_append(px->spool, key, strlen(key), px->enc.data, px->enc.len, err, sizeof err) !=
+        0) {
+        al_log_error(COMP, "span of rollout %s sequence %" PRId64 " lost: %s", s->rollout_id,
+                     s->sequence, err);
+        al_counter_inc(px->spans_failed);
+        return -1;
+    }
+    if (!px->spool_pending++ && px->flush_ev) event_active(px->flush_ev, EV_TIMEOUT, 1);
+    return 0;
+}
