@@ -18,3 +18,7 @@ arclight_fuzz(fuzz_credit TEST t0802_credit_fuzz CORPUS credit_corpus RUNS 50000
   DEPENDS ${PROJECT_SOURCE_DIR}/stages/credit/credit.h ${PROJECT_SOURCE_DIR}/lib/avro/codec.h
   INCLUDES ${PROJECT_SOURCE_DIR}/stages/credit
   LIBS -ljansson -lcrypto)
+
+# The contracts of credit's numbers, each expected value worked out from the documentation.
+arclight_test(t0803_credit_rewards SOURCES tests/t0803_credit_rewards.c LIBS arclight_credit TIMEOUT 60)
+arclight_test(t0804_credit_positions SOURCES tests/t0804_credit_positions.c LIBS arclight_credit TIMEOUT 60)

@@ -8,6 +8,7 @@
 
 #include "credit.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,6 +149,39 @@ CT_FN void feed_rollout(al_credit_part *p, const char *task, const char *rid, do
     feed(p, mk_simple(task, rid, 0, ts));
     feed(p, mk_reward(task, rid, 1, ts, "final", v, 0));
     feed(p, mk_end(task, rid, 2, ts, AL_ROLLOUT_STATUS_SUCCEEDED, 0));
+}
+
+/* A rollout of n calls (n <= 8) of 2 response tokens each: call k, then, where rk[k] is not
+ * NaN, a reward span named "r" of rk[k] after it; then (when end) an end span of status st.
+ * Sequence numbers count up from 0 in that order, timestamps from ts. With chain, call k's
+ * prompt is call k-1's prompt and response plus one agent token (100 + k), so --merge makes
+ * one sequence of them; without, every call starts a new context. Call k's response is
+ * {10 + 2k, 11 + 2k}. Returns the next sequence number. */
+CT_FN int64_t feed_chain(al_credit_part *p, const char *task, const char *rid, size_t n,
+                         const double *rk, int chain, int end, al_rollout_status st, int64_t ts)
+{
+    int32_t prompt[2 + 3 * 8], resp[2];
+    size_t np = 2;
+    int64_t seq = 0;
+    prompt[0] = 1;
+    prompt[1] = 2;
+    for (size_t k = 0; k < n && k < 8; k++) {
+        if (k && chain) {
+            prompt[np++] = 10 + 2 * (int32_t)(k - 1);
+            prompt[np++] = 11 + 2 * (int32_t)(k - 1);
+            prompt[np++] = 100 + (int32_t)k;
+        } else if (k) {
+            prompt[0] = 50 + (int32_t)k;
+            np = 1;
+        }
+        resp[0] = 10 + 2 * (int32_t)k;
+        resp[1] = 11 + 2 * (int32_t)k;
+        int64_t call_seq = seq;
+        feed(p, mk_call(task, rid, seq++, ts++, prompt, np, resp, 2, NULL));
+        if (rk && !isnan(rk[k])) feed(p, mk_reward(task, rid, seq++, ts++, "r", rk[k], call_seq));
+    }
+    if (end) feed(p, mk_end(task, rid, seq++, ts++, st, 0));
+    return seq;
 }
 
 #endif

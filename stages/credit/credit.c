@@ -58,28 +58,45 @@ int al_credit_estimator_parse(const char *name)
     return -1;
 }
 
+void al_credit_moments_of(const double *v, size_t n, al_credit_moments *m)
+{
+    double sum = 0, var = 0, maxabs = 0;
+    for (size_t k = 0; k < n; k++) {
+        sum += v[k];
+        if (fabs(v[k]) > maxabs) maxabs = fabs(v[k]);
+    }
+    m->n = n;
+    m->sum = sum;
+    m->mean = n ? sum / (double)n : 0;
+    for (size_t k = 0; k < n; k++)
+        var += (v[k] - m->mean) * (v[k] - m->mean);
+    m->std = n ? sqrt(var / (double)n) : 0;
+    m->flat = n <= 1 || m->std <= AL_CREDIT_FLAT * maxabs;
+}
+
+double al_credit_advantage_of(al_credit_estimator e, const al_credit_moments *m, double g,
+                              double eps)
+{
+    if (e == AL_CREDIT_ESTIMATOR_NONE) return g;
+    if (e == AL_CREDIT_ESTIMATOR_REINFORCE) return m->n ? g - m->mean : 0;
+    if (m->flat) return 0.0; /* no spread, or no group to compare with */
+    switch (e) {
+    case AL_CREDIT_ESTIMATOR_GRPO:
+        return (g - m->mean) / (m->std + eps);
+    case AL_CREDIT_ESTIMATOR_DR_GRPO:
+        return g - m->mean;
+    default: /* rloo */
+        return g - (m->sum - g) / (double)(m->n - 1);
+    }
+}
+
 double al_credit_advantage(al_credit_estimator e, const double *scores, size_t n, size_t i,
                            double g, double eps)
 {
-    double sum = 0, mean, var = 0;
-    if (e == AL_CREDIT_ESTIMATOR_NONE) return g;
-    if (n <= 1) return 0.0; /* no group to compare with */
-    for (size_t k = 0; k < n; k++)
-        sum += scores[k];
-    mean = sum / (double)n;
-    switch (e) {
-    case AL_CREDIT_ESTIMATOR_GRPO:
-        for (size_t k = 0; k < n; k++)
-            var += (scores[k] - mean) * (scores[k] - mean);
-        double den = sqrt(var / (double)n) + eps;
-        return den >= AL_CREDIT_MIN_SPREAD ? (g - mean) / den : 0.0;
-    case AL_CREDIT_ESTIMATOR_DR_GRPO:
-        return g - mean;
-    case AL_CREDIT_ESTIMATOR_RLOO:
-        return g - (sum - scores[i]) / (double)(n - 1);
-    default:
-        return g - mean; /* reinforce is handled by the part; this is its first group */
-    }
+    al_credit_moments m;
+    al_credit_moments_of(scores, n, &m);
+    return al_credit_advantage_of(e, &m, e == AL_CREDIT_ESTIMATOR_RLOO && i < n ? scores[i] : g,
+                                  eps);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -121,9 +138,8 @@ struct cr_rollout {
     al_rollout_status status;
     int32_t group_size_hint;
     int kept;
-    int use_default; /* no counted reward: default_reward at the last call */
-    double default_reward;
-    double score;                        /* G_0: the rollout's (discounted) reward */
+    double score; /* identical credit: R; discounted: the sum of imm (the metrics' value) */
+    double *imm, *ret; /* discounted credit: r_k and G_k per call (one block of 2 ncalls) */
     cr_rollout *hnext;                   /* hash chain */
     cr_rollout *open_prev, *open_next;   /* open list (while not ended) */
     cr_rollout *first_prev, *first_next; /* by_first list (until emitted) */
@@ -273,6 +289,7 @@ static void rollout_free(cr_rollout *r)
     for (size_t i = 0; i < r->nrewards; i++)
         free(r->rewards[i].name);
     free(r->calls);
+    free(r->imm);
     free(r->rewards);
     free(r->other_seqs);
     free(r->key);
@@ -519,7 +536,7 @@ static double rollout_reward(const al_credit_part *p, const cr_rollout *r, int *
     return v;
 }
 
-/* Per-call immediate rewards r[k] (k over the rollout's calls) for discounted assignment:
+/* Per-call immediate rewards rk[k] (k over the rollout's calls) for discounted assignment:
  * each counted reward goes to the last call at or before its after_sequence (the first call
  * when none). *found says whether any reward applied. */
 static void call_rewards(const al_credit_part *p, const cr_rollout *r, double *rk, int *found)
@@ -549,8 +566,24 @@ static void discounted_returns(const double *rk, size_t n, double gamma, double 
     }
 }
 
-/* Decides whether an ended rollout trains and its score (G_0). Fills r->kept, r->score. */
-static void rollout_settle(al_credit_part *p, cr_rollout *r)
+/* The sum of the rollout's counted rewards (discounted credit's metric value of a rollout
+ * without calls). */
+static double reward_sum(const al_credit_part *p, const cr_rollout *r, int *found)
+{
+    double v = 0;
+    *found = 0;
+    for (size_t i = 0; i < r->nrewards; i++)
+        if (reward_counts(p, &r->rewards[i])) {
+            v += r->rewards[i].value;
+            *found = 1;
+        }
+    return v;
+}
+
+/* Decides whether an ended rollout trains and what it scores (see credit.h, "Credit,
+ * exactly"): fills r->kept and r->score, and under discounted credit r->imm and r->ret.
+ * 0, or -1 out of memory. */
+static int rollout_settle(al_credit_part *p, cr_rollout *r)
 {
     al_credit_policy pol = AL_CREDIT_POLICY_KEEP;
     double dflt = 0;
@@ -564,31 +597,28 @@ static void rollout_settle(al_credit_part *p, cr_rollout *r)
     r->kept = pol == AL_CREDIT_POLICY_KEEP;
     if (!r->kept) {
         p->stats.rollouts_dropped++;
-        return;
+        return 0;
     }
     int found = 0;
-    if (p->cfg.assign == AL_CREDIT_ASSIGN_IDENTICAL || !r->ncalls) {
+    if (p->cfg.assign == AL_CREDIT_ASSIGN_IDENTICAL) {
         r->score = rollout_reward(p, r, &found);
+        if (!found) r->score = dflt;
+    } else if (!r->ncalls) {
+        r->score = reward_sum(p, r, &found);
+        if (!found) r->score = dflt;
     } else {
-        double *rk = malloc(2 * r->ncalls * sizeof *rk);
-        if (rk) {
-            call_rewards(p, r, rk, &found);
-            discounted_returns(rk, r->ncalls, p->cfg.gamma, rk + r->ncalls);
-            r->score = rk[r->ncalls];
-            free(rk);
-        }
+        if (!(r->imm = malloc(2 * r->ncalls * sizeof *r->imm))) return -1;
+        r->ret = r->imm + r->ncalls;
+        call_rewards(p, r, r->imm, &found);
+        if (!found) r->imm[r->ncalls - 1] = dflt;
+        discounted_returns(r->imm, r->ncalls, p->cfg.gamma, r->ret);
+        r->score = 0;
+        for (size_t k = 0; k < r->ncalls; k++)
+            r->score += r->imm[k];
     }
-    if (!found) {
-        /* A succeeded rollout without a reward trains with 0; a kept failed or timed-out one
-         * with the configured default (given to its last call under discounting). */
-        p->stats.rollouts_no_reward++;
-        r->use_default = 1;
-        r->default_reward = dflt;
-        r->score = p->cfg.assign == AL_CREDIT_ASSIGN_DISCOUNTED && r->ncalls
-                       ? dflt * pow(p->cfg.gamma, (double)(r->ncalls - 1))
-                       : dflt;
-    }
+    if (!found) p->stats.rollouts_no_reward++;
     if (p->sink.rollout) p->sink.rollout(p->sink.ud, r->score);
+    return 0;
 }
 
 static int ensure_scratch(al_credit_part *p, size_t n, size_t nidx)
@@ -623,34 +653,31 @@ static int extends(const cr_call *a, const cr_call *b)
            !memcmp(b->prompt + a->np, a->resp, a->nr * sizeof(int32_t));
 }
 
-/* The advantage of a call with return g (reinforce: against the task's baseline). */
-static double call_advantage(const al_credit_part *p, double g, const double *sc, size_t n,
-                             size_t mi, double baseline)
+/* What a group's advantages are computed from: per position (one under identical credit,
+ * every call position under discounted credit) the moments of its returns and, for
+ * reinforce, the task's baseline before this group. */
+typedef struct cr_credit {
+    const al_credit_moments *mo;
+    const double *base;
+} cr_credit;
+
+/* The advantage of call k of rollout r (see credit.h, "Credit, exactly"). */
+static double call_advantage(const al_credit_part *p, const cr_credit *cc, const cr_rollout *r,
+                             size_t k)
 {
-    if (p->cfg.estimator == AL_CREDIT_ESTIMATOR_REINFORCE) return g - baseline;
-    return al_credit_advantage(p->cfg.estimator, sc, n, mi, g, p->cfg.eps);
+    int disc = p->cfg.assign == AL_CREDIT_ASSIGN_DISCOUNTED;
+    double g = disc ? r->ret[k] : r->score;
+    size_t pos = disc ? k : 0;
+    if (p->cfg.estimator == AL_CREDIT_ESTIMATOR_REINFORCE) return g - cc->base[pos];
+    return al_credit_advantage_of(p->cfg.estimator, &cc->mo[pos], g, p->cfg.eps);
 }
 
-/* Emits the transitions of one kept rollout of group g (member index mi among the kept
- * ones, scores of the kept members in sc[0..n)). 0, or -1 (errstr). */
-static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *r, size_t mi,
-                        const double *sc, size_t n, double baseline, int64_t anchor,
-                        const char *group_id, int32_t gsize, int64_t ts, char *errstr,
-                        size_t errlen)
+/* Emits the transitions of one training member r of group g. 0, or -1 (errstr). */
+static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *r,
+                        const cr_credit *cc, int64_t anchor, const char *group_id, int32_t gsize,
+                        int64_t ts, char *errstr, size_t errlen)
 {
-    if (!r->ncalls) return 0;
-    double *rk = malloc(2 * r->ncalls * sizeof *rk);
-    if (!rk) return al_err(errstr, errlen, "out of memory");
-    double *gk = rk + r->ncalls;
-    if (p->cfg.assign == AL_CREDIT_ASSIGN_DISCOUNTED) {
-        int found;
-        call_rewards(p, r, rk, &found);
-        if (r->use_default) rk[r->ncalls - 1] = r->default_reward;
-        discounted_returns(rk, r->ncalls, p->cfg.gamma, gk);
-    } else {
-        for (size_t k = 0; k < r->ncalls; k++)
-            rk[k] = gk[k] = r->score;
-    }
+    int disc = p->cfg.assign == AL_CREDIT_ASSIGN_DISCOUNTED;
     int rc = 0;
     for (size_t k = 0; k < r->ncalls && !rc;) {
         /* calls k..e-1 form one sequence */
@@ -663,13 +690,13 @@ static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *
         size_t ntok = e - k == 1 ? c0->nr : cl->np + cl->nr - c0->np;
         int have_lp = 1;
         int64_t pv = -1;
-        double reward = 0;
+        double reward = disc ? 0 : r->score;
         for (size_t j = k; j < e; j++) {
             const cr_call *c = &r->calls[j];
             if (!c->lp) have_lp = 0;
             if (c->policy_version >= 0 && (pv < 0 || c->policy_version < pv))
                 pv = c->policy_version;
-            reward += rk[j];
+            if (disc) reward += r->imm[j];
         }
         if (ensure_scratch(p, ntok, e - k)) {
             rc = al_err(errstr, errlen, "out of memory");
@@ -695,10 +722,10 @@ static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *
             at += c->nr;
             p->s_idx[j - k] = (int32_t)c->seq;
         }
-        double adv = call_advantage(p, gk[k], sc, n, mi, baseline);
+        double adv = call_advantage(p, cc, r, k);
         /* A merged sequence under discounting: each call's tokens get their own call's
          * advantage (the scalar is the first call's); the agent's tokens get 0. */
-        int per_token = p->cfg.assign == AL_CREDIT_ASSIGN_DISCOUNTED && e - k > 1;
+        int per_token = disc && e - k > 1;
         if (per_token) {
             size_t pos = 0;
             for (size_t j = k; j < e; j++) {
@@ -708,7 +735,7 @@ static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *
                     for (size_t t = 0; t < add; t++)
                         p->s_tadv[pos++] = 0;
                 }
-                float a = (float)call_advantage(p, gk[j], sc, n, mi, baseline);
+                float a = (float)(j == k ? adv : call_advantage(p, cc, r, j));
                 for (size_t t = 0; t < c->nr; t++)
                     p->s_tadv[pos++] = a;
             }
@@ -734,7 +761,7 @@ static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *
             .rollout_logprobs = have_lp ? p->s_lp : NULL,
             .n_rollout_logprobs = have_lp ? at : 0,
             .reward = reward,
-            .return_value = gk[k],
+            .return_value = disc ? r->ret[k] : r->score,
             .advantage = adv,
             .token_advantages = per_token ? p->s_tadv : NULL,
             .n_token_advantages = per_token ? at : 0,
@@ -750,7 +777,6 @@ static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *
         p->stats.transitions++;
         k = e;
     }
-    free(rk);
     return rc;
 }
 
@@ -769,8 +795,9 @@ static cr_baseline *baseline_get(al_credit_part *p, const char *key, int *create
     return b;
 }
 
-/* Completes group g: computes advantages over its kept members and emits their transitions
- * (or drops the group), records its offset range, frees it. 0, or -1 (errstr). */
+/* Completes group g: computes the statistics over its training members (kept, with a
+ * call), emits their transitions (or drops the group), records its offset range, frees it.
+ * 0, or -1 (errstr). */
 static int group_emit(al_credit_part *p, cr_group *g, int timed_out, char *errstr, size_t errlen)
 {
     int rc = 0;
@@ -779,59 +806,77 @@ static int group_emit(al_credit_part *p, cr_group *g, int timed_out, char *errst
     p->stats.open_groups--;
     if (timed_out) p->stats.groups_timed_out++;
 
+    int disc = p->cfg.assign == AL_CREDIT_ASSIGN_DISCOUNTED;
     int64_t lo = INT64_MAX, hi = -1, ts = 0;
-    size_t n = 0;
+    size_t n = 0, npos = disc ? 0 : 1;
     for (size_t i = 0; i < g->nmembers; i++) {
         cr_rollout *r = g->members[i];
         if (r->first_offset < lo) lo = r->first_offset;
         if (r->first_offset > hi) hi = r->first_offset;
         if (r->max_ts > ts) ts = r->max_ts;
-        if (r->kept) n++;
+        if (r->kept && r->ncalls) {
+            n++;
+            if (disc && r->ncalls > npos) npos = r->ncalls;
+        }
     }
-    double *sc = calloc(n ? n : 1, sizeof *sc);
-    if (!sc) rc = al_err(errstr, errlen, "out of memory");
-    size_t k = 0;
-    for (size_t i = 0; sc && i < g->nmembers; i++)
-        if (g->members[i]->kept) sc[k++] = g->members[i]->score;
-    int all_equal = 1;
-    for (size_t i = 1; i < n; i++)
-        if (sc[i] != sc[0]) all_equal = 0;
+    /* per position: the members' returns there, their moments, reinforce's baseline */
+    double *vals = malloc((n ? n : 1) * sizeof *vals);
+    double *base = calloc(npos ? npos : 1, sizeof *base);
+    al_credit_moments *mo = calloc(npos ? npos : 1, sizeof *mo);
+    if (!vals || !base || !mo) rc = al_err(errstr, errlen, "out of memory");
+    int all_flat = 1;
+    for (size_t k = 0; !rc && k < npos; k++) {
+        size_t m = 0;
+        for (size_t i = 0; i < g->nmembers; i++) {
+            const cr_rollout *r = g->members[i];
+            if (!r->kept || !r->ncalls) continue;
+            if (!disc)
+                vals[m++] = r->score;
+            else if (r->ncalls > k)
+                vals[m++] = r->ret[k];
+        }
+        al_credit_moments_of(vals, m, &mo[k]);
+        if (!mo[k].flat) all_flat = 0;
+    }
 
     if (!rc && n == 0) {
         p->stats.groups_dropped_empty++;
-    } else if (!rc && p->cfg.drop_equal_groups && all_equal) {
+    } else if (!rc && p->cfg.drop_equal_groups && all_flat) {
         p->stats.groups_dropped_equal++;
     } else if (!rc) {
-        double baseline = 0;
-        cr_baseline *b = NULL;
-        if (p->cfg.estimator == AL_CREDIT_ESTIMATOR_REINFORCE) {
-            double mean = 0;
-            int created;
-            for (size_t i = 0; i < n; i++)
-                mean += sc[i];
-            mean /= (double)n;
-            if (!(b = baseline_get(p, g->key, &created)))
-                rc = al_err(errstr, errlen, "out of memory");
-            else {
-                if (created) b->value = mean; /* first group: its own mean */
-                baseline = b->value;
-                b->value += p->cfg.reinforce_alpha * (mean - b->value);
+        if (p->cfg.estimator == AL_CREDIT_ESTIMATOR_REINFORCE)
+            for (size_t k = 0; !rc && k < npos; k++) {
+                /* the task's baseline (under discounted credit, of position k) */
+                char key[1100];
+                if (disc)
+                    snprintf(key, sizeof key, "%s\x1f%zu", g->key, k);
+                else
+                    snprintf(key, sizeof key, "%s", g->key);
+                int created;
+                cr_baseline *b = baseline_get(p, key, &created);
+                if (!b) {
+                    rc = al_err(errstr, errlen, "out of memory");
+                    break;
+                }
+                if (created) b->value = mo[k].mean; /* its first group: its own mean */
+                base[k] = b->value;
+                b->value += p->cfg.reinforce_alpha * (mo[k].mean - b->value);
             }
-        }
         /* The group id: the group key and the first member (in end order) to end. */
         const cr_rollout *f = g->members[0];
         char gid[1024];
         snprintf(gid, sizeof gid, "%s/%s:%d", g->key, f->rollout_id, f->attempt);
-        k = 0;
+        cr_credit cc = {.mo = mo, .base = base};
         for (size_t i = 0; !rc && i < g->nmembers; i++) {
-            if (!g->members[i]->kept) continue;
-            rc = emit_rollout(p, g, g->members[i], k, sc, n, baseline, lo, gid, (int32_t)n, ts,
-                              errstr, errlen);
-            k++;
+            const cr_rollout *r = g->members[i];
+            if (!r->kept || !r->ncalls) continue;
+            rc = emit_rollout(p, g, r, &cc, lo, gid, (int32_t)n, ts, errstr, errlen);
         }
         if (!rc) p->stats.groups_completed++;
     }
-    free(sc);
+    free(vals);
+    free(base);
+    free(mo);
     if (hi >= 0 && interval_add(p, lo, hi) != 0 && !rc)
         rc = al_err(errstr, errlen, "out of memory");
     for (size_t i = 0; i < g->nmembers; i++)
@@ -891,7 +936,11 @@ static int rollout_end(al_credit_part *p, cr_rollout *r, char *errstr, size_t er
         rollout_free(r);
         return 0;
     }
-    rollout_settle(p, r);
+    if (rollout_settle(p, r)) {
+        first_unlink(p, r);
+        rollout_free(r);
+        return al_err(errstr, errlen, "out of memory");
+    }
     cr_group *g = TAB_FIND(p->gtab, p->gcap, cr_group, r->group_key);
     if (!g) {
         g = calloc(1, sizeof *g);

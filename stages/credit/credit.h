@@ -15,6 +15,35 @@
  * Transitions carry event time too: timestamp_us is the latest span timestamp of their
  * group (not the wall-clock time of emission), so that replays give byte-identical output.
  *
+ * Credit, exactly (the README's "Credit assignment" and schemas/transition.avsc say the same):
+ *
+ *   Calls. A rollout's calls are the LLM-call spans the part accepted, in sequence order;
+ *   call position k (0-based) is the k-th of them (rejected calls do not count). A rollout
+ *   trains when it is kept (succeeded, or failed / timed out under the keep policy) and has
+ *   a call; a group's members are its training rollouts in end order, and every transition
+ *   of the group carries their number as group_size (dropped rollouts do not count).
+ *   A kept rollout without a counted reward has reward 0 if it succeeded, else the
+ *   configured default (failed_reward, timeout_reward).
+ *
+ *   Identical credit. R is the last counted reward span (reward_mode last), the last one
+ *   named reward_name (named), or the sum of all (sum). Every call has reward = return = R;
+ *   the group's statistics (al_credit_moments) are over its members' R, and every call of a
+ *   member has the advantage of its R.
+ *
+ *   Discounted credit. Every reward span counts (named mode: those with the name; last and
+ *   sum do not differ here); each goes to the last call whose sequence is <= its
+ *   after_sequence (the first call if there is none); r_k is the sum of those of call k (the
+ *   default reward, if any, goes to the last call), G_k = r_k + gamma G_{k+1}. Position k's
+ *   statistics are over the G_k of the members that have a call k; call k's advantage is its
+ *   G_k against them (reinforce: against the task's running baseline of position k). So a
+ *   position every rollout has converged on (no spread) gives 0 and does not scale the
+ *   others, and a position only one rollout reached gives 0 (grpo, dr_grpo, rloo).
+ *
+ *   Merged sequence of calls k..e-1: reward = R (identical) or r_k + ... + r_{e-1}
+ *   (discounted); return_value = G_k; advantage = call k's. Under discounted credit it also
+ *   carries token_advantages: call j's advantage (as a float) on call j's response tokens
+ *   and 0 on the tokens the agent added between calls (those with loss_mask 0).
+ *
  * Offsets: al_credit_part_safe_offset says below which offset every span is finished with:
  * it never passes the first span of a rollout that is open or waits in an open group, and
  * never falls inside the offset range of an emitted group (so that a restart re-reads either
@@ -33,8 +62,8 @@
 typedef enum al_credit_estimator {
     AL_CREDIT_ESTIMATOR_GRPO = 0,      /* (G - mean) / (std + eps), population std */
     AL_CREDIT_ESTIMATOR_DR_GRPO = 1,   /* G - mean */
-    AL_CREDIT_ESTIMATOR_RLOO = 2,      /* G - mean of the other rollouts' scores */
-    AL_CREDIT_ESTIMATOR_REINFORCE = 3, /* G - running baseline of the task */
+    AL_CREDIT_ESTIMATOR_RLOO = 2,      /* G - mean of the other rollouts' returns */
+    AL_CREDIT_ESTIMATOR_REINFORCE = 3, /* G - running baseline of the task (and position) */
     AL_CREDIT_ESTIMATOR_NONE = 4,      /* G */
 } al_credit_estimator;
 
@@ -56,10 +85,12 @@ typedef enum al_credit_policy {
 
 /* Rewards: reward spans and the configured defaults must be within +-AL_REWARD_MAX (the
  * Span contract, avro/codec.h); a reward span beyond it is rejected (bad_span). */
-/* grpo divides by std + eps; below this the group has no spread to normalize by and every
- * advantage is 0 (so that, with rewards within AL_REWARD_MAX, an advantage always fits a
- * float). */
-#define AL_CREDIT_MIN_SPREAD 1e-12
+/* A set of returns (a group's rollout rewards; under discounted credit, one call position's
+ * returns across the group) has no spread when its population std is at most AL_CREDIT_FLAT
+ * times its largest |return|: grpo, dr_grpo and rloo then give every member 0, so that
+ * rounding noise (0.1 + 0.2 against 0.3) is not scaled up by 1 / eps into a signal. With a
+ * spread, grpo's |advantage| is at most sqrt(n - 1) (a z-score), so it always fits a float. */
+#define AL_CREDIT_FLAT 1e-9
 
 typedef struct al_credit_config {
     al_credit_estimator estimator;
@@ -89,10 +120,30 @@ void al_credit_config_init(al_credit_config *c);
 const char *al_credit_estimator_name(al_credit_estimator e);
 int al_credit_estimator_parse(const char *name);
 
-/* The advantage of a transition with return g in a group whose rollouts scored
- * scores[0..n) (i: the index of its rollout), for estimators other than reinforce (whose
- * baseline lives in the part). n == 1 gives 0 for grpo, dr_grpo and rloo; so does grpo when
- * std + eps is below AL_CREDIT_MIN_SPREAD (eps 0 and all scores equal, say). */
+/* The statistics of one set of returns v[0..n), each sum taken in index order (the order
+ * of the group's rollouts by end, which makes replays byte-identical): sum, mean = sum / n,
+ * population std = sqrt(sum (v - mean)^2 / n), and flat (no spread, see AL_CREDIT_FLAT;
+ * always set for n <= 1). */
+typedef struct al_credit_moments {
+    size_t n;
+    double sum, mean, std;
+    int flat;
+} al_credit_moments;
+
+void al_credit_moments_of(const double *v, size_t n, al_credit_moments *m);
+
+/* The advantage of return g, one of the set m was computed from, for estimators other than
+ * reinforce (whose baseline lives in the part; given reinforce this returns g - mean):
+ *   grpo     (g - mean) / (std + eps)
+ *   dr_grpo  g - mean
+ *   rloo     g - (sum - g) / (n - 1)       (the mean of the others)
+ *   none     g
+ * grpo, dr_grpo and rloo give 0 when m is flat (n == 1 included) or empty. */
+double al_credit_advantage_of(al_credit_estimator e, const al_credit_moments *m, double g,
+                              double eps);
+
+/* The same over scores[0..n), for the member i (whose score rloo leaves out; g is used for
+ * the other estimators and is normally scores[i]). */
 double al_credit_advantage(al_credit_estimator e, const double *scores, size_t n, size_t i,
                            double g, double eps);
 

@@ -45,26 +45,43 @@ static const char credit_usage[] =
     "  --group NAME            consumer group (default arclight-credit)\n"
     "  --input TOPIC           spans topic (default arclight.spans)\n"
     "  --output TOPIC          transitions topic (default arclight.transitions)\n"
-    "  --estimator E           grpo (default), dr_grpo, rloo, reinforce, none\n"
-    "  --reward MODE           last (default): the rollout's last reward; sum: their sum\n"
-    "  --reward-name NAME      use the last reward called NAME\n"
-    "  --credit MODE           identical (default): every call gets the rollout's reward;\n"
-    "                          discounted: each reward belongs to the call it followed,\n"
-    "                          and a call's return is sum_k gamma^(k-t) r_k\n"
+    "  --estimator E           grpo (default): (G - mean) / (std + eps), std the population\n"
+    "                          std; dr_grpo: G - mean; rloo: G - the mean of the others;\n"
+    "                          reinforce: G - the task's running baseline before the group\n"
+    "                          (starts at its first group's mean, moves by alpha (mean - b));\n"
+    "                          none: G. A set of returns whose std is <= 1e-9 * max |G|, or\n"
+    "                          of one rollout, has no spread: grpo, dr_grpo, rloo give 0\n"
+    "  --reward MODE           last (default): the rollout's reward span with the highest\n"
+    "                          sequence; sum: the sum of all of them\n"
+    "  --reward-name NAME      the last reward span called NAME (not with --reward)\n"
+    "  --credit MODE           identical (default): every call has reward = return = R, the\n"
+    "                          rollout's reward; the set is the group's R\n"
+    "                          discounted: every reward span (or each called NAME) belongs\n"
+    "                          to the last call at or before its after_sequence; r_k is what\n"
+    "                          call k got, G_k = r_k + gamma G_k+1; call k's set is the G_k\n"
+    "                          of the group's rollouts that have a k-th call (a set per call\n"
+    "                          position). A merged sequence has reward = the sum of its\n"
+    "                          calls' r_k, return and advantage of its first call, and\n"
+    "                          per-token advantages: each call's, 0 on the agent's tokens\n"
     "  --gamma G               discount for --credit discounted (default 1)\n"
     "  --merge                 merge consecutive calls whose prompt extends the previous\n"
     "                          prompt + response into one sequence (agent tokens masked)\n"
-    "  --group-size N          rollouts per task group when end spans do not say (default 8)\n"
+    "  --group-size N          rollouts per task group when end spans do not say (default 8);\n"
+    "                          a transition's group_size is the group's kept rollouts with\n"
+    "                          a call (dropped ones do not count)\n"
     "  --idle-timeout S        a rollout silent for S seconds of span time times out\n"
     "                          (default 600; 0: never)\n"
     "  --group-timeout S       a group waits S seconds after its first end (default 1800; 0:\n"
     "                          never)\n"
-    "  --on-timeout drop|keep  timed-out rollouts (default drop)\n"
-    "  --timeout-reward X      reward of a kept timed-out rollout without one (default 0)\n"
-    "  --on-failed drop|keep   failed and aborted rollouts (default drop)\n"
+    "  --on-timeout drop|keep  timed-out rollouts (default drop: they count towards the\n"
+    "                          group's size but train nothing)\n"
+    "  --timeout-reward X      reward of a kept timed-out rollout without one (default 0;\n"
+    "                          discounted: at its last call); one with a reward keeps it\n"
+    "  --on-failed drop|keep   failed and aborted rollouts (default drop, as above)\n"
     "  --failed-reward X       reward of a kept failed rollout without one (default 0)\n"
-    "  --drop-equal-groups     drop groups whose rewards are all equal (no signal)\n"
-    "  --eps X                 grpo's std epsilon (default 1e-6)\n"
+    "  --drop-equal-groups     drop groups in which no set of returns has spread (see\n"
+    "                          --estimator), whatever the estimator\n"
+    "  --eps X                 added to grpo's std, not its variance (default 1e-6)\n"
     "  --reinforce-alpha A     step of the per-task running baseline (default 0.1)\n"
     "  --quiet-flush S         move a partition's clock by wall time after S quiet seconds\n"
     "                          (default: the idle timeout; 0: never)\n"
@@ -606,7 +623,7 @@ int cmd_credit(int argc, char **argv)
     const char *group = "arclight-credit", *input = AL_TOPIC_SPANS;
     x.output = AL_TOPIC_TRANSITIONS;
     double d = 0, quiet_s = -1, exit_idle_s = 0, max_spans = 0, window = 256;
-    int opt;
+    int opt, reward_flag = 0;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (opt) {
@@ -634,6 +651,7 @@ int cmd_credit(int argc, char **argv)
             break;
         }
         case OPT_REWARD:
+            reward_flag = 1;
             if (!strcmp(optarg, "last"))
                 x.cfg.reward_mode = AL_CREDIT_REWARD_LAST;
             else if (!strcmp(optarg, "sum"))
@@ -725,6 +743,9 @@ int cmd_credit(int argc, char **argv)
         }
     }
     if (optind < argc) return al_cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
+    if (reward_flag && x.cfg.reward_name)
+        return al_cli_usage_error(cmd, "--reward and --reward-name do not combine (--reward-name "
+                                       "NAME takes the last reward span called NAME)");
     if (quiet_s < 0) quiet_s = (double)x.cfg.idle_timeout_us / 1e6;
 
     char err[1024];
