@@ -29,3 +29,8 @@ target_link_libraries(arclight PRIVATE ZLIB::ZLIB)
 # The proxy's own HTTP/1.1 upstream client against a scripted server (stages/proxy/upstream.c).
 arclight_test(t1005_proxy_upstream SOURCES tests/t1005_proxy_upstream.c stages/proxy/upstream.c
   LIBS PkgConfig::LIBEVENT TIMEOUT 60)
+# Held-out evaluation routes (/e/, /e:T/, X-Arclight-Eval): greedy sampling and eval spans.
+arclight_test(t1006_proxy_eval SOURCES tests/t1006_proxy_eval.c tests/fake_upstream.c
+  LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT
+  TIMEOUT 180)
+add_dependencies(t1006_proxy_eval arclight)

@@ -179,11 +179,11 @@ static void access_log(call *k, int status)
     al_log_info("proxy.access",
                 "%s status=%d upstream_status=%ld task=%s rollout=%s attempt=%d seq=%" PRId64
                 " stream=%d upstream=%s ms=%.3f overhead_us=%" PRId64 " prompt_tokens=%zu "
-                "response_tokens=%zu policy_version=%" PRId64 "%s%s",
+                "response_tokens=%zu policy_version=%" PRId64 "%s%s%s",
                 k->method_path, status, k->status, k->id.task, k->id.rollout, k->id.attempt, k->seq,
                 k->stream, up, (double)(k->end_us - k->start_us) / 1000.0, k->pre_us, k->prompt.n,
-                k->resp_ids.n, k->policy_version, k->error ? " error=" : "",
-                k->error ? k->error : "");
+                k->resp_ids.n, k->policy_version, k->id.eval ? " eval=1" : "",
+                k->error ? " error=" : "", k->error ? k->error : "");
 }
 
 static void upstream_error_message(call *k)
@@ -489,7 +489,7 @@ void px_start_llm_call(conn *c, ident *id)
         }
         k->up_body = up;
         k->up_len = up_len;
-        rollout_ent *r = px_rollout_get(px, id->task, id->rollout, id->attempt);
+        rollout_ent *r = px_rollout_of(px, &k->id);
         if (!r) {
             call_free(k);
             px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");

@@ -241,13 +241,13 @@ void px_capture_fast(call *k, const char *body, size_t n)
 }
 
 /* px_rewrite_request without a tree, for requests that only need fields added. NULL when the
- * request needs the general path (invalid JSON, for the error message; a field to replace;
- * escapes in the model name). */
+ * request needs the general path (invalid JSON, for the error message; a field to replace,
+ * an eval call's temperature among them; escapes in the model name). */
 char *px_rewrite_fast(call *k, const char *in, size_t n, size_t *outlen)
 {
     upkind kind = k->px->cfg.kind;
     al_slice v, so;
-    if (!al_json_valid(in, n)) return NULL;
+    if (k->id.eval || !al_json_valid(in, n)) return NULL;
     size_t e = n;
     while (e && (in[e - 1] == ' ' || in[e - 1] == '\t' || in[e - 1] == '\n' || in[e - 1] == '\r'))
         e--;
@@ -521,6 +521,8 @@ char *px_rewrite_request(call *k, json_t *req)
     /* OpenAI's API has no token ids, and some of its models refuse logprobs: the call must
      * not fail because of capture, so only text and usage are captured there */
     if (kind != UP_OPENAI) json_object_set_new(req, "return_token_ids", json_true());
+    /* a held-out evaluation samples the way the evaluator says, whatever the agent asked */
+    if (k->id.eval) json_object_set_new(req, "temperature", json_real(k->id.eval_temperature));
     if (!k->want_logprobs && kind != UP_OPENAI) {
         if (k->is_chat)
             json_object_set_new(req, "logprobs", json_true());

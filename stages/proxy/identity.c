@@ -77,7 +77,8 @@ uint64_t px_fnv1a(const char *s)
  * that a rollout going on after a restart does not start again at sequence 0 and its
  * session key still works. Append-only lines, written with the spool's write at the end of
  * the loop turn that changed them:
- *   Q \t task\x1frollout\x1fattempt \t next_seq \t last_call_seq     (latest line wins)
+ *   Q \t task\x1frollout\x1fattempt \t next_seq \t last_call_seq [\t e]
+ *       (a rollout's latest line wins; e: an eval rollout)
  *   S \t session key \t task \t rollout \t attempt
  * Rewritten whole (temp file + rename) at start and when it passes 16 MiB; a torn last
  * line (a crash mid-write) is skipped with a warning.
@@ -125,8 +126,8 @@ void px_state_compact(proxy *px)
     al_buf b = {0};
     for (size_t i = 0; i < px->rtab_size; i++)
         for (rollout_ent *e = px->rtab[i]; e; e = e->next)
-            state_line(&b, "Q\t%s\t%" PRId64 "\t%" PRId64 "\n", e->key, e->next_seq,
-                       e->last_call_seq);
+            state_line(&b, "Q\t%s\t%" PRId64 "\t%" PRId64 "%s\n", e->key, e->next_seq,
+                       e->last_call_seq, e->eval ? "\te" : "");
     for (size_t i = 0; i < 1024; i++)
         for (session_ent *s = px->sessions[i]; s; s = s->next)
             session_line(&b, s);
@@ -151,8 +152,8 @@ void px_state_flush(proxy *px)
 {
     for (size_t i = 0; i < px->ndirty; i++) {
         rollout_ent *e = px->dirty[i];
-        state_line(&px->state_pend, "Q\t%s\t%" PRId64 "\t%" PRId64 "\n", e->key, e->next_seq,
-                   e->last_call_seq);
+        state_line(&px->state_pend, "Q\t%s\t%" PRId64 "\t%" PRId64 "%s\n", e->key, e->next_seq,
+                   e->last_call_seq, e->eval ? "\te" : "");
         e->dirty = 0;
     }
     px->ndirty = 0;
@@ -196,7 +197,7 @@ void px_state_load(proxy *px)
             p = t + 1;
         }
         char *end;
-        if (nf == 4 && !strcmp(f[0], "Q")) {
+        if ((nf == 4 || (nf == 5 && !strcmp(f[4], "e"))) && !strcmp(f[0], "Q")) {
             char *a = strchr(f[1], '\x1f'), *b = a ? strchr(a + 1, '\x1f') : NULL;
             if (!b) {
                 bad++;
@@ -214,6 +215,7 @@ void px_state_load(proxy *px)
             if (!e) break;
             if (nx > e->next_seq) e->next_seq = nx;
             if (lc > e->last_call_seq) e->last_call_seq = lc;
+            if (nf == 5) e->eval = 1;
             nq++;
         } else if (nf == 5 && !strcmp(f[0], "S")) {
             long at = strtol(f[4], &end, 10);
@@ -290,6 +292,18 @@ rollout_ent *px_rollout_get(proxy *px, const char *task, const char *rollout, in
     return e;
 }
 
+/* The entry of id's rollout (NULL when out of memory). A rollout is an eval rollout from its
+ * first eval request on: id->eval then holds for each of its spans, whatever route they
+ * come by. */
+rollout_ent *px_rollout_of(proxy *px, ident *id)
+{
+    rollout_ent *r = px_rollout_get(px, id->task, id->rollout, id->attempt);
+    if (!r) return NULL;
+    if (id->eval) r->eval = 1; /* px_rollout_get marked it for the state file */
+    id->eval = r->eval;
+    return r;
+}
+
 /* Forgets rollouts idle for an hour (their sequence numbers restart only if the agent comes
  * back after that, which a rollout does not). */
 void px_sweep_cb(evutil_socket_t fd, short what, void *arg)
@@ -324,6 +338,23 @@ session_ent *px_session_find(proxy *px, const char *key, size_t n)
     for (session_ent *s = px->sessions[px_fnv1a(k) & 1023]; s; s = s->next)
         if (strcmp(s->key, k) == 0) return s;
     return NULL;
+}
+
+/* A temperature for /e:T/ or X-Arclight-Eval-Temperature: a plain decimal number from 0
+ * to 2 (OpenAI's range, and arclight serve's). 0 with *t, or -1. */
+int px_parse_temperature(const char *p, size_t n, double *t)
+{
+    char buf[32];
+    if (n == 0 || n >= sizeof buf) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (!((p[i] >= '0' && p[i] <= '9') || p[i] == '.')) return -1;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    char *e;
+    double v = strtod(buf, &e);
+    if (*e || !(v >= 0 && v <= 2)) return -1;
+    *t = v;
+    return 0;
 }
 
 /* The bearer token of the request, if any. */
@@ -381,6 +412,21 @@ int px_resolve_identity(conn *c, ident *id, int have_prefix)
             return -1;
         }
         id->attempt = a;
+    }
+    if ((h = al_http1_header_get(&c->head, "x-arclight-eval"))) {
+        if (al_slice_eq(*h, "1") || al_slice_caseeq(*h, "true")) {
+            id->eval = 1;
+        } else if (!al_slice_eq(*h, "0") && !al_slice_caseeq(*h, "false")) {
+            px_conn_error(c, 400, "invalid_request_error", "invalid_eval",
+                          "X-Arclight-Eval must be 1 or 0 (true or false)");
+            return -1;
+        }
+    }
+    if ((h = al_http1_header_get(&c->head, "x-arclight-eval-temperature")) &&
+        px_parse_temperature(h->p, h->n, &id->eval_temperature) != 0) {
+        px_conn_error(c, 400, "invalid_request_error", "invalid_eval_temperature",
+                      "X-Arclight-Eval-Temperature must be a number from 0 to 2");
+        return -1;
     }
     return 0;
 }

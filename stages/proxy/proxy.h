@@ -88,6 +88,7 @@ typedef struct rollout_ent {
     char *key; /* task \x1f rollout \x1f attempt */
     int64_t next_seq, last_call_seq, last_used_mono;
     int dirty; /* its sequence numbers changed since the state file last had them */
+    int eval;  /* a held-out evaluation rollout: every span of it carries eval */
     struct rollout_ent *next;
 } rollout_ent;
 
@@ -200,6 +201,8 @@ typedef struct ident {
     int attempt;
     int untracked;
     int from_session;
+    int eval;                /* /e/ prefix or X-Arclight-Eval: a held-out evaluation call */
+    double eval_temperature; /* the sampling temperature of an eval call (0: greedy) */
 } ident;
 
 /* ------------------------------------------------------------------------------------------
@@ -296,12 +299,18 @@ int px_id_valid(const char *p, size_t n);            /* 1..128 of [A-Za-z0-9._:@
 uint64_t px_fnv1a(const char *s);
 /* The rollout's entry, made on first use; NULL when out of memory. */
 rollout_ent *px_rollout_get(proxy *px, const char *task, const char *rollout, int attempt);
+/* The same for a request's identity, with the rollout's eval mark (see identity.c). */
+rollout_ent *px_rollout_of(proxy *px, ident *id);
 session_ent *px_session_find(proxy *px, const char *key, size_t n);
 session_ent *px_session_new(proxy *px, const char *task, const char *rollout, int attempt);
+/* An eval temperature (/e:T/, X-Arclight-Eval-Temperature): a plain decimal from 0 to 2.
+ * 0 with *t, or -1. */
+int px_parse_temperature(const char *p, size_t n, double *t);
 /* The request's Bearer token, if any (1 with *tok). */
 int px_bearer(const conn *c, al_slice *tok);
 /* The request's identity: the URL prefix (already in id when have_prefix), else headers,
- * else a session key, else a fresh untracked rollout. 0, or -1 after answering 400. */
+ * else a session key, else a fresh untracked rollout; X-Arclight-Attempt, X-Arclight-Eval
+ * and X-Arclight-Eval-Temperature on any route. 0, or -1 after answering 400. */
 int px_resolve_identity(conn *c, ident *id, int have_prefix);
 /* With --agent-key, whether the request carries one of the keys or a session key. */
 int px_authorized(conn *c);

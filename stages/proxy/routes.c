@@ -1,6 +1,7 @@
 /*
  * routes.c: what each request is. Owns the routes (every path also under
- * /r/{task}/{rollout}):
+ * /r/{task}/{rollout}, and under /e/{task}/{rollout} or /e:T/{task}/{rollout} for a held-out
+ * evaluation: eval spans, sampled at temperature 0 or T):
  *   POST /v1/chat/completions, POST /v1/completions   forwarded and captured (call.c)
  *   GET  /v1/models                                   forwarded
  *   POST /reward, POST /end                           reward and rollout-end spans
@@ -19,7 +20,7 @@
 
 /* Admission of a reward or end span: the spool must have room and the rollout an entry.
  * Returns the rollout, or NULL after answering the agent (503 spool full, 500 no memory). */
-static rollout_ent *control_span_admit(proxy *px, conn *c, const ident *id)
+static rollout_ent *control_span_admit(proxy *px, conn *c, ident *id)
 {
     if (al_spool_full(px->spool, 4096)) {
         al_counter_inc(px->rejected_spool_full);
@@ -27,7 +28,7 @@ static rollout_ent *control_span_admit(proxy *px, conn *c, const ident *id)
                       "the proxy's span spool is full; retry when the broker is back");
         return NULL;
     }
-    rollout_ent *r = px_rollout_get(px, id->task, id->rollout, id->attempt);
+    rollout_ent *r = px_rollout_of(px, id);
     if (!r) px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
     return r;
 }
@@ -50,8 +51,8 @@ static void handle_reward(conn *c, ident *id)
     }
     const char *k;
     json_t *x;
-    json_object_foreach(rs, k, x) if (!json_is_number(x) ||
-                                      !(fabs(json_number_value(x)) <= AL_REWARD_MAX))
+    json_object_foreach(rs, k,
+                        x) if (!json_is_number(x) || !(fabs(json_number_value(x)) <= AL_REWARD_MAX))
     {
         /* k belongs to o: the answer is written before o goes */
         px_conn_error(c, 400, "invalid_request_error", "invalid_reward",
@@ -183,6 +184,23 @@ static void handle_session(conn *c)
     json_decref(o);
 }
 
+/* The length of an identity prefix "/r/", "/e/" or "/e:T/" at the start of path (0: none;
+ * -1: "/e:T/" with T not a temperature). */
+static size_t prefix_len(al_slice path)
+{
+    if (path.n > 3 && (path.p[1] == 'r' || path.p[1] == 'e') && path.p[0] == '/' &&
+        path.p[2] == '/')
+        return 3;
+    if (path.n > 4 && memcmp(path.p, "/e:", 3) == 0) {
+        const char *s = memchr(path.p + 3, '/', path.n - 3);
+        double t;
+        if (!s || px_parse_temperature(path.p + 3, (size_t)(s - path.p - 3), &t) != 0)
+            return (size_t)-1;
+        return (size_t)(s - path.p) + 1;
+    }
+    return 0;
+}
+
 /* Routes one complete request. */
 void px_dispatch(conn *c)
 {
@@ -193,22 +211,34 @@ void px_dispatch(conn *c)
     ident id;
     memset(&id, 0, sizeof id);
     int prefix = 0;
-    if (path.n > 3 && memcmp(path.p, "/r/", 3) == 0) {
-        const char *t = path.p + 3, *end = path.p + path.n;
+    size_t plen = prefix_len(path);
+    if (plen == (size_t)-1) {
+        c->route = R_OTHER;
+        px_conn_error(c, 400, "invalid_request_error", "invalid_eval_temperature",
+                      "the temperature T in /e:T/{task}/{rollout}/ must be a number from 0 to 2");
+        return;
+    }
+    if (plen) {
+        if (path.p[1] == 'e') {
+            id.eval = 1;
+            if (plen > 3) px_parse_temperature(path.p + 3, plen - 4, &id.eval_temperature);
+        }
+        const char *t = path.p + plen, *end = path.p + path.n;
         const char *s1 = memchr(t, '/', (size_t)(end - t));
         const char *s2 = s1 ? memchr(s1 + 1, '/', (size_t)(end - s1 - 1)) : NULL;
         if (!s2) {
             c->route = R_OTHER;
             px_conn_error(c, 404, "invalid_request_error", "unknown_route",
-                          "unknown route %.*s; use /r/{task}/{rollout}/v1/...",
+                          "unknown route %.*s; use /r/{task}/{rollout}/v1/... (or /e/...)",
                           (int)(path.n > 200 ? 200 : path.n), path.p);
             return;
         }
         if (!px_id_valid(t, (size_t)(s1 - t)) || !px_id_valid(s1 + 1, (size_t)(s2 - s1 - 1))) {
             c->route = R_OTHER;
-            px_conn_error(c, 400, "invalid_request_error", "invalid_identity",
-                          "task and rollout in /r/{task}/{rollout}/ must be 1-128 characters of "
-                          "A-Z a-z 0-9 . _ : @ -");
+            px_conn_error(
+                c, 400, "invalid_request_error", "invalid_identity",
+                "task and rollout in /r/{task}/{rollout}/ (or /e/) must be 1-128 characters of "
+                "A-Z a-z 0-9 . _ : @ -");
             return;
         }
         *al_put_mem(id.task, t, (size_t)(s1 - t)) = '\0'; /* id_valid: at most 128 */

@@ -43,6 +43,7 @@ void px_span_init(proxy *px, al_span *s, const ident *id, int64_t seq, const con
     s->rollout_id = id->rollout;
     s->attempt = id->attempt;
     s->sequence = seq;
+    s->eval = id->eval;
     s->timestamp_us = al_now_us();
 }
 
