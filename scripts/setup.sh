@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything arclight needs on a fresh Debian 12 machine: Debian packages via apt,
-# npm packages via npm. Idempotent: a second run installs nothing and succeeds. Fails with a
+# npm packages via npm, and the Apache Kafka broker the real-Kafka tests run via Maven. Idempotent: a second run installs nothing and succeeds. Fails with a
 # message naming what is missing when something cannot be installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,9 @@ DEBIAN_PACKAGES=(
   python3-torch python3-numpy         # PyTorch reference for the model tests
   python3-yaml python3-kubernetes     # manifest checks: compose (t0003), deploy/k8s schema (t0004)
 )
+# Java 17 and Maven fetch and run the real Kafka broker of the `kafka`-labelled tests.
+command -v java >/dev/null 2>&1 || DEBIAN_PACKAGES+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || DEBIAN_PACKAGES+=(maven)
 # Node.js and npm run the openai npm client as a test agent. Machines of this kind ship a
 # Node.js build that includes npm; install Debian's only where there is none.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
@@ -64,7 +67,29 @@ if [ -f tests/node/package.json ]; then
   fi
 fi
 
-for tool in cmake cc pkg-config kcat avrocat node npm; do
+# Apache Kafka for the real-Kafka tests (ctest -L kafka): the release pinned in
+# tests/kafka/pom.xml, its jars copied by Maven into build-kafka/libs (Maven's own cache,
+# ~/.m2, makes a second copy quick; a second run with the same pom copies nothing).
+# tests/kafka_fixture.h runs it from there.
+KAFKA_LIBS=build-kafka/libs
+kafka_version=$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' tests/kafka/pom.xml)
+if [ -f "$KAFKA_LIBS/.complete" ] && [ "$(cat "$KAFKA_LIBS/.complete")" = "$kafka_version" ] \
+   && [ "$KAFKA_LIBS/.complete" -nt tests/kafka/pom.xml ]; then
+  echo "setup: Kafka $kafka_version already in $KAFKA_LIBS"
+else
+  echo "setup: fetching Apache Kafka $kafka_version with Maven into $KAFKA_LIBS"
+  rm -rf "$KAFKA_LIBS"
+  if ! mvn -B -q -f tests/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+       -DoutputDirectory="$PWD/$KAFKA_LIBS" >/tmp/arclight-mvn.log 2>&1; then
+    echo "setup: Maven could not fetch Kafka $kafka_version (see /tmp/arclight-mvn.log)" >&2
+    exit 1
+  fi
+  [ -f "$KAFKA_LIBS/kafka_2.13-$kafka_version.jar" ] \
+    || { echo "setup: kafka_2.13-$kafka_version.jar missing in $KAFKA_LIBS" >&2; exit 1; }
+  echo "$kafka_version" >"$KAFKA_LIBS/.complete"
+fi
+
+for tool in cmake cc pkg-config kcat avrocat node npm java mvn; do
   command -v "$tool" >/dev/null 2>&1 || { echo "setup: '$tool' is not on PATH after install" >&2; exit 1; }
 done
 [ -f /usr/include/librdkafka/rdkafka_mock.h ] || { echo "setup: rdkafka_mock.h missing (librdkafka-dev)" >&2; exit 1; }

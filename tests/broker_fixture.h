@@ -13,6 +13,19 @@
  * The child dies with the test process (PR_SET_PDEATHSIG), and an atexit hook stops brokers a
  * failing test left running. Header-only: include it in one test file (static functions).
  * ARCLIGHT_BIN is set by ctest; outside ctest it falls back to ./build/arclight.
+ *
+ * With ARCLIGHT_TEST_BROKER=kafka (ctest's NAME_kafka runs of tests registered with KAFKA)
+ * the same calls run real Apache Kafka (tests/kafka_fixture.h) instead:
+ *   - start: a KRaft cluster of --brokers N nodes (default 1), then `arclight topics create
+ *     --topics FILE` (--topics, else broker-config/topics.conf), as a user would set one up.
+ *     The cluster is started once per test process: a later start with the same node count
+ *     deletes every topic and consumer group and creates the topics again (a JVM start costs
+ *     seconds; a reset well under one). Other broker flags are refused.
+ *   - stop: returns 0 and leaves the cluster to the next start; it stops at exit.
+ *   - control: "create NAME PARTITIONS [REPLICATION]" through the Admin API (waiting for the
+ *     leaders), "down ID" kill -9s node ID, "up ID" starts it again and waits until it serves,
+ *     "ping". "error ..." and "rtt ..." are the mock's alone: -1 with the reply saying so;
+ *     al_test_broker_is_kafka() lets a test leave out what needs them.
  */
 #ifndef ARCLIGHT_BROKER_FIXTURE_H
 #define ARCLIGHT_BROKER_FIXTURE_H
@@ -34,11 +47,29 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "kafka_fixture.h"
+
 typedef struct al_test_broker {
-    pid_t pid;           /* 0 when not running */
+    pid_t pid;           /* 0 when not running (real Kafka: node 1's JVM) */
     char bootstrap[512]; /* "127.0.0.1:PORT[,127.0.0.1:PORT...]" */
-    char control[64];    /* "127.0.0.1:PORT" */
+    char control[64];    /* "127.0.0.1:PORT"; "kafka" for real Kafka */
+    int kafka;           /* 1: real Kafka (ARCLIGHT_TEST_BROKER=kafka) */
 } al_test_broker;
+
+/* 1 when this test process runs against real Kafka (ARCLIGHT_TEST_BROKER=kafka). */
+static inline int al_test_broker_kafka_mode(void)
+{
+    const char *m = getenv("ARCLIGHT_TEST_BROKER");
+    return m && !strcmp(m, "kafka");
+}
+
+static inline int al_test_broker_is_kafka(const al_test_broker *b)
+{
+    return b->kafka;
+}
+
+/* The real-Kafka cluster of this test process, kept from one start to the next. */
+static al_test_kafka al_test_broker_cluster;
 
 #define AL_TEST_BROKER_MAX 8
 static pid_t al_test_broker_pids[AL_TEST_BROKER_MAX];
@@ -105,11 +136,14 @@ static inline int al_test_broker_readline(int fd, char *buf, size_t buflen, int 
 /* Starts a broker with `--listen 127.0.0.1:0 --control 127.0.0.1:0 --log-level warn` plus
  * extra (NULL-terminated, may be NULL; later flags override earlier ones). Waits up to 60 s
  * for its addresses. 0, or -1 with the reason on stderr. */
+static inline int al_test_broker_start_kafka(al_test_broker *b, const char *const *extra);
+
 static inline int al_test_broker_start(al_test_broker *b, const char *const *extra)
 {
     const char *argv[64];
     int argc = 0, pfd[2];
     memset(b, 0, sizeof *b);
+    if (al_test_broker_kafka_mode()) return al_test_broker_start_kafka(b, extra);
     argv[argc++] = al_test_bin();
     argv[argc++] = "broker";
     argv[argc++] = "--listen";
@@ -168,10 +202,14 @@ static inline int al_test_broker_start(al_test_broker *b, const char *const *ext
 
 /* Sends one control line ("down 1", "up 1", "rtt 1 200", "ping") and reads the reply.
  * Returns 0 when the broker answered "ok...", -1 otherwise (reply holds what it said). */
+static inline int al_test_broker_control_kafka(al_test_broker *b, const char *cmd, char *reply,
+                                               size_t rlen);
+
 static inline int al_test_broker_control(al_test_broker *b, const char *cmd, char *reply,
                                          size_t rlen)
 {
     char buf[256] = "";
+    if (b->kafka) return al_test_broker_control_kafka(b, cmd, reply, rlen);
     struct sockaddr_in sin = {.sin_family = AF_INET};
     const char *colon = strrchr(b->control, ':');
     if (!colon) return -1;
@@ -197,6 +235,10 @@ static inline int al_test_broker_control(al_test_broker *b, const char *cmd, cha
 static inline int al_test_broker_stop(al_test_broker *b)
 {
     int status = 0;
+    if (b->kafka) {
+        b->pid = 0;
+        return 0;
+    }
     if (b->pid <= 0) return -1;
     kill(b->pid, SIGTERM);
     for (int i = 0; i < 400; i++) {
@@ -213,6 +255,108 @@ static inline int al_test_broker_stop(al_test_broker *b)
     al_test_broker_track(b->pid, 0);
     b->pid = 0;
     return -1;
+}
+
+/* al_test_broker_start for real Kafka: see the top of this file. */
+static inline int al_test_broker_start_kafka(al_test_broker *b, const char *const *extra)
+{
+    char topics[4096] = "", out[8192];
+    int nodes = 1;
+    for (int i = 0; extra && extra[i]; i++) {
+        if (!strcmp(extra[i], "--brokers") && extra[i + 1]) {
+            nodes = atoi(extra[++i]);
+        } else if (!strcmp(extra[i], "--topics") && extra[i + 1]) {
+            snprintf(topics, sizeof topics, "%s", extra[++i]);
+        } else {
+            fprintf(stderr, "broker fixture: %s is a flag of the embedded broker; real Kafka "
+                            "(ARCLIGHT_TEST_BROKER=kafka) takes --brokers and --topics only\n",
+                    extra[i]);
+            return -1;
+        }
+    }
+    al_test_kafka *k = &al_test_broker_cluster;
+    if (k->n && k->n != nodes) al_test_kafka_stop(k);
+    if (k->n) {
+        for (int i = 0; i < k->n; i++)
+            if (k->node[i].pid <= 0 && al_test_kafka_restart(k, i, 120) != 0) return -1;
+        if (al_test_kafka_reset(k) != 0) return -1;
+    } else if (al_test_kafka_start(k, nodes, NULL) != 0) {
+        return -1;
+    } else {
+        fprintf(stderr, "broker fixture: Apache Kafka, %d node%s, up in %.1f s at %s\n", nodes,
+                nodes == 1 ? "" : "s", k->start_s, k->bootstrap);
+    }
+    /* the topics, as a user creates them */
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' topics create --bootstrap '%s'%s%s%s --log-level warn 2>&1",
+             al_test_bin(), k->bootstrap, topics[0] ? " --topics '" : "", topics,
+             topics[0] ? "'" : "");
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "broker fixture: %s failed:\n%s\n", cmd, out);
+        return -1;
+    }
+    /* every topic it created has leaders before the test produces to it */
+    const char *names[256];
+    int nn = 0;
+    for (char *save = NULL, *line = strtok_r(out, "\n", &save); line && nn < 255;
+         line = strtok_r(NULL, "\n", &save)) {
+        char *c = strstr(line, ": created");
+        if (!c) c = strstr(line, ": exists");
+        if (!c) continue;
+        *c = '\0';
+        names[nn++] = line;
+    }
+    names[nn] = NULL;
+    if (al_test_kafka_wait_leaders(k->bootstrap, names, 60) != 0) {
+        fprintf(stderr, "broker fixture: the topics have no leaders after 60 s\n");
+        return -1;
+    }
+    b->kafka = 1;
+    b->pid = k->node[0].pid;
+    snprintf(b->bootstrap, sizeof b->bootstrap, "%.511s", k->bootstrap);
+    snprintf(b->control, sizeof b->control, "kafka");
+    return 0;
+}
+
+/* al_test_broker_control for real Kafka: see the top of this file. */
+static inline int al_test_broker_control_kafka(al_test_broker *b, const char *cmd, char *reply,
+                                               size_t rlen)
+{
+    char buf[256] = "", verb[32] = "", name[250] = "";
+    int a = 0, c = 0, rc = -1;
+    al_test_kafka *k = &al_test_broker_cluster;
+    int nf = sscanf(cmd, "%31s %249s %d %d", verb, name, &a, &c);
+    if (!strcmp(verb, "ping")) {
+        snprintf(buf, sizeof buf, "ok");
+        rc = 0;
+    } else if (!strcmp(verb, "brokers")) {
+        snprintf(buf, sizeof buf, "ok %d", k->n);
+        rc = 0;
+    } else if (!strcmp(verb, "create") && nf >= 3 && a > 0) {
+        char err[512];
+        rc = al_test_kafka_create_topic(k, name, a, nf >= 4 ? c : 3, err, sizeof err);
+        snprintf(buf, sizeof buf, rc == 0 ? "ok" : "error %s", err);
+    } else if ((!strcmp(verb, "down") || !strcmp(verb, "up")) && nf >= 2 && atoi(name) >= 1 &&
+               atoi(name) <= k->n) {
+        int i = atoi(name) - 1;
+        if (verb[0] == 'd') {
+            al_test_kafka_kill(k, i);
+            rc = 0;
+        } else {
+            rc = al_test_kafka_restart(k, i, 120);
+        }
+        if (i == 0) b->pid = k->node[0].pid;
+        snprintf(buf, sizeof buf, rc == 0 ? "ok" : "error node %d did not come back", i + 1);
+    } else {
+        snprintf(buf, sizeof buf, "error '%s' is not available on real Kafka", cmd);
+    }
+    if (reply && rlen) snprintf(reply, rlen, "%s", buf);
+    return rc;
 }
 
 /* The fields of /proc/PID/stat after the command name (state first), read into buf; NULL
