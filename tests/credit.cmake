@@ -22,3 +22,9 @@ arclight_fuzz(fuzz_credit TEST t0802_credit_fuzz CORPUS credit_corpus RUNS 50000
 # The contracts of credit's numbers, each expected value worked out from the documentation.
 arclight_test(t0803_credit_rewards SOURCES tests/t0803_credit_rewards.c LIBS arclight_credit TIMEOUT 60)
 arclight_test(t0804_credit_positions SOURCES tests/t0804_credit_positions.c LIBS arclight_credit TIMEOUT 60)
+arclight_test(t0805_credit_options SOURCES tests/t0805_credit_options.c LIBS arclight_credit TIMEOUT 60)
+add_dependencies(t0805_credit_options arclight)
+
+# The trainer's optimizer.safetensors read the way docs/TRAINING.md describes it, by a
+# Python reader checked against torch.optim.AdamW (issue 18: the doc must not go stale).
+arclight_test(t0810_optimizer_layout SOURCES tests/t0810_optimizer_layout.c LIBS arclight_model TIMEOUT 180)

@@ -245,6 +245,18 @@ TEST(a_spread_below_the_threshold_is_none)
     CHECK_NEAR(adv_of(&s, "b", 0), 1.0 / 3, 1e-9);
     al_credit_part_free(p);
     sink_free(&s);
+    /* tiny returns keep their spread: 1e-160 and 3e-160 with eps 0 are a z-score of -+1
+     * (their squared deviations, 1e-320, are below the smallest normal double) */
+    c.eps = 0;
+    p = mk_part(&c, &s);
+    const double ta[1] = {1e-160}, tb[1] = {3e-160};
+    feed_chain(p, "T", "a", 1, ta, 0, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 1);
+    feed_chain(p, "T", "b", 1, tb, 0, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 10);
+    REQUIRE(s.n == 2);
+    CHECK_NEAR(adv_of(&s, "a", 0), -1, 1e-12);
+    CHECK_NEAR(adv_of(&s, "b", 0), 1, 1e-12);
+    al_credit_part_free(p);
+    sink_free(&s);
 }
 
 /* ---- random groups against a reference computed from the definition -------------------- */

@@ -68,9 +68,18 @@ void al_credit_moments_of(const double *v, size_t n, al_credit_moments *m)
     m->n = n;
     m->sum = sum;
     m->mean = n ? sum / (double)n : 0;
-    for (size_t k = 0; k < n; k++)
-        var += (v[k] - m->mean) * (v[k] - m->mean);
-    m->std = n ? sqrt(var / (double)n) : 0;
+    /* The deviations are scaled by a power of two near the largest |v| (exactly, so the
+     * result is the plain formula's, bit for bit, wherever that neither underflows nor
+     * overflows): tiny returns keep their spread instead of squaring to 0 unevenly, which
+     * would let a z-score exceed sqrt(n - 1). */
+    int ex = 0;
+    if (maxabs > 0) frexp(maxabs, &ex);
+    double scale = ldexp(1.0, ex); /* maxabs < scale <= 2 maxabs, or 1 */
+    for (size_t k = 0; k < n; k++) {
+        double d = (v[k] - m->mean) / scale;
+        var += d * d;
+    }
+    m->std = n ? sqrt(var / (double)n) * scale : 0;
     m->flat = n <= 1 || m->std <= AL_CREDIT_FLAT * maxabs;
 }
 

@@ -15,6 +15,8 @@
  *   - every transition encodes, decodes, and decodes to what was emitted;
  *   - its return is finite, its reward and advantage finite as 32-bit floats (what the
  *     batcher takes), and so are its token advantages;
+ *   - a grpo advantage (scalar or per token) is at most sqrt(group_size - 1): a z-score
+ *     over at most that many returns (issue 18: per-position statistics);
  *   - its anchor offset is not below the safe offset reported before it;
  *   - the safe offset never decreases.
  *
@@ -64,6 +66,17 @@ static int on_transition(void *ud, const al_transition *t, int64_t anchor)
     }
     if (!finite_all(t->token_advantages, t->n_token_advantages))
         fail("a token advantage is not finite", t);
+    if (!strcmp(t->estimator, "grpo")) {
+        /* a z-score over at most group_size returns is at most sqrt(group_size - 1) */
+        double bound = sqrt(t->group_size > 1 ? (double)t->group_size - 1 : 0) * (1 + 1e-9);
+        if (fabs(t->advantage) > bound) {
+            fprintf(stderr, "advantage %g, group_size %d\n", t->advantage, t->group_size);
+            fail("a grpo advantage beyond sqrt(group_size - 1)", t);
+        }
+        for (size_t k = 0; k < t->n_token_advantages; k++)
+            if (fabs(t->token_advantages[k]) > bound * (1 + 1e-6))
+                fail("a grpo token advantage beyond sqrt(group_size - 1)", t);
+    }
     if (!t->n_prompt_tokens || !t->n_response_tokens) fail("no prompt or response tokens", t);
     enc.len = 0;
     if (al_transition_encode(t, &enc, err, sizeof err) != 0) {
