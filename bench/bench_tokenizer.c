@@ -8,8 +8,8 @@
  *   build/bench_tokenizer [SECONDS]      (from the repository root; needs node and
  *                                         tests/node/node_modules from scripts/setup.sh)
  */
-#include "model/tokenizer.h"
-#include "model/unicode.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -14,9 +14,6 @@ arclight_test(t0606_model_kv SOURCES tests/t0606_model_kv.c LIBS arclight_model 
 # libFuzzer target for safetensors files and config.json (arclight_fuzz: CMakeLists.txt).
 arclight_fuzz(fuzz_model_files TEST t0607_model_files_fuzz CORPUS model_corpus RUNS 100000
   MAX_LEN 8192
-  SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_model_files.c ${PROJECT_SOURCE_DIR}/lib/model/config.c
-          ${PROJECT_SOURCE_DIR}/lib/model/model.c ${PROJECT_SOURCE_DIR}/lib/model/layers.c
-          ${PROJECT_SOURCE_DIR}/lib/model/gemm.c ${PROJECT_SOURCE_DIR}/lib/model/safetensors.c
-          ${PROJECT_SOURCE_DIR}/lib/model/json.c
+  SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_model_files.c ${ARCLIGHT_MODEL_FUZZ_SOURCES}
   DEPENDS ${PROJECT_SOURCE_DIR}/lib/model/model.h ${PROJECT_SOURCE_DIR}/lib/model/config.h
           ${PROJECT_SOURCE_DIR}/lib/model/safetensors.h)

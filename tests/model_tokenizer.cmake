@@ -1,4 +1,4 @@
-# Tokenizer tests (0700-0749): lib/model/tokenizer*.c, unicode*.c.
+# Tokenizer tests (0700-0749): lib/text/tokenizer*.c, unicode*.c.
 # The real Qwen3 tokenizer (11 MB of JSON) is committed compressed as
 # tests/tokenizer/qwen3.tar.xz and unpacked here, at configure time, into the build tree
 # (again whenever the archive is newer than the stamp).
@@ -21,9 +21,7 @@ arclight_test(t0703_tokenizer_chat SOURCES tests/t0703_tokenizer_chat.c LIBS arc
 # bytes, tool-call parsing of model output (arclight_fuzz: CMakeLists.txt).
 arclight_fuzz(fuzz_tokenizer TEST t0704_tokenizer_fuzz CORPUS tokenizer_corpus RUNS 20000
   MAX_LEN 4096
-  SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_tokenizer.c ${PROJECT_SOURCE_DIR}/lib/model/tokenizer.c
-          ${PROJECT_SOURCE_DIR}/lib/model/tokenizer_chat.c ${PROJECT_SOURCE_DIR}/lib/model/unicode.c
-          ${PROJECT_SOURCE_DIR}/lib/model/unicode_tables.c ${PROJECT_SOURCE_DIR}/lib/model/json.c
-  DEPENDS ${PROJECT_SOURCE_DIR}/lib/model/tokenizer.h ${PROJECT_SOURCE_DIR}/lib/model/unicode.h
-          ${PROJECT_SOURCE_DIR}/lib/model/json.h
+  SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_tokenizer.c ${ARCLIGHT_TEXT_SOURCES}
+  DEPENDS ${PROJECT_SOURCE_DIR}/lib/text/tokenizer.h ${PROJECT_SOURCE_DIR}/lib/text/unicode.h
+          ${PROJECT_SOURCE_DIR}/lib/text/json.h
   ENV ARCLIGHT_SOURCE_DIR=${PROJECT_SOURCE_DIR})

@@ -20,13 +20,8 @@ add_dependencies(t1104_serve_proxy arclight)
 arclight_fuzz(fuzz_serve_request TEST t1105_serve_request_fuzz CORPUS serve_corpus RUNS 50000
   MAX_LEN 2048
   SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_serve_request.c ${PROJECT_SOURCE_DIR}/stages/serve/request.c
-          ${PROJECT_SOURCE_DIR}/lib/model/infer.c ${PROJECT_SOURCE_DIR}/lib/model/tokenizer.c
-          ${PROJECT_SOURCE_DIR}/lib/model/tokenizer_chat.c ${PROJECT_SOURCE_DIR}/lib/model/unicode.c
-          ${PROJECT_SOURCE_DIR}/lib/model/unicode_tables.c ${PROJECT_SOURCE_DIR}/lib/model/json.c
-          ${PROJECT_SOURCE_DIR}/lib/model/model.c ${PROJECT_SOURCE_DIR}/lib/model/config.c
-          ${PROJECT_SOURCE_DIR}/lib/model/layers.c ${PROJECT_SOURCE_DIR}/lib/model/gemm.c
-          ${PROJECT_SOURCE_DIR}/lib/model/safetensors.c
-  DEPENDS ${PROJECT_SOURCE_DIR}/stages/serve/request.h ${PROJECT_SOURCE_DIR}/lib/model/tokenizer.h
+          ${ARCLIGHT_MODEL_FUZZ_SOURCES}
+  DEPENDS ${PROJECT_SOURCE_DIR}/stages/serve/request.h ${PROJECT_SOURCE_DIR}/lib/text/tokenizer.h
           ${PROJECT_SOURCE_DIR}/lib/model/infer.h
   INCLUDES ${PROJECT_SOURCE_DIR}/stages/serve
   LIBS -ljansson

@@ -1,7 +1,7 @@
-/* 0500: lib/model/json — the model library's own JSON reader. */
+/* 0500: lib/text/json — the JSON reader of lib/text and lib/model. */
 #include "testlib.h"
 
-#include "model/json.h"
+#include "text/json.h"
 
 static al_json *parse(const char *s, char *err, size_t errlen)
 {

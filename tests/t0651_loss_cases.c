@@ -10,7 +10,7 @@
 #include "model/logprob.h"
 #include "model/loss.h"
 #include "model/optim.h"
-#include "model/sha256.h"
+#include "core/sha256.h"
 
 #include <unistd.h>
 
@@ -633,8 +633,8 @@ TEST(adamw_first_step_and_clipping_by_hand)
 static void sha_hex(const void *data, size_t len, char out[65])
 {
     uint8_t d[32];
-    al_model_sha256(data, len, d);
-    al_model_sha256_hex(d, out);
+    al_sha256(data, len, d);
+    al_hex(d, 32, out);
 }
 
 TEST(sha256_fips_180_2_vectors)
@@ -650,18 +650,18 @@ TEST(sha256_fips_180_2_vectors)
     /* One million 'a', fed in uneven pieces. */
     char *a = malloc(1000000);
     memset(a, 'a', 1000000);
-    al_model_sha256_ctx c;
-    al_model_sha256_init(&c);
+    al_sha256_ctx c;
+    al_sha256_init(&c);
     size_t off = 0, piece = 1;
     while (off < 1000000) {
         size_t n = piece < 1000000 - off ? piece : 1000000 - off;
-        al_model_sha256_update(&c, a + off, n);
+        al_sha256_update(&c, a + off, n);
         off += n;
         piece = piece * 3 % 997 + 1;
     }
     uint8_t d[32];
-    al_model_sha256_final(&c, d);
-    al_model_sha256_hex(d, hex);
+    al_sha256_final(&c, d);
+    al_hex(d, 32, hex);
     CHECK_EQ_STR(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
     /* The file digest equals the buffer digest. */
     char path[] = "/tmp/arclight-t0651-XXXXXX";
@@ -670,9 +670,9 @@ TEST(sha256_fips_180_2_vectors)
     REQUIRE(write(fd, a, 1000000) == 1000000);
     close(fd);
     char err[256], fhex[65];
-    CHECK(al_model_sha256_file(path, fhex, err, sizeof err) == 0);
+    CHECK(al_sha256_file(path, fhex, err, sizeof err) == 0);
     CHECK_EQ_STR(fhex, hex);
     unlink(path);
-    CHECK(al_model_sha256_file(path, fhex, err, sizeof err) == -1 && strstr(err, path));
+    CHECK(al_sha256_file(path, fhex, err, sizeof err) == -1 && strstr(err, path));
     free(a);
 }

@@ -9,7 +9,7 @@
 #include "model/checkpoint.h"
 #include "model/logprob.h"
 #include "model/safetensors.h"
-#include "model/sha256.h"
+#include "core/sha256.h"
 #include "model/trainer.h"
 
 #include <sys/stat.h>
@@ -329,7 +329,7 @@ TEST(resume_gives_bitwise_the_same_losses)
         CHECK_EQ_INT(info.step, 3);
         CHECK_EQ_INT(info.optimizer_step, 3 * 4);
         char sha[65];
-        REQUIRE(al_model_sha256_file(info.weights_path, sha, err, sizeof err) == 0);
+        REQUIRE(al_sha256_file(info.weights_path, sha, err, sizeof err) == 0);
         CHECK_EQ_STR(sha, info.weights_sha256);
         al_trainer_free(t);
         al_model_free(p);

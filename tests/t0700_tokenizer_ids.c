@@ -9,8 +9,8 @@
  * contractions and special tokens. Also: decode(encode(x)) == NFC(x), the
  * tokenizer_config.json fields, and round trips of random UTF-8 and random bytes.
  */
-#include "model/tokenizer.h"
-#include "model/unicode.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 #include "t0749_tokenizer_util.h"
 #include "testlib.h"
 

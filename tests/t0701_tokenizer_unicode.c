@@ -4,8 +4,8 @@
  * tests/tokenizer/expected_nfc.json), and the streaming decoder's handling of characters
  * split across tokens and of bytes that never become characters.
  */
-#include "model/tokenizer.h"
-#include "model/unicode.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 #include "t0749_tokenizer_util.h"
 #include "testlib.h"
 

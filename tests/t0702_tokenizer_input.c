@@ -6,7 +6,7 @@
  * load; never crash. Special tokens in the text become ids only when allowed; non-special
  * added tokens always do; lstrip/rstrip eat the whitespace around a token.
  */
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "t0749_tokenizer_util.h"
 #include "testlib.h"
 

@@ -7,7 +7,7 @@
  * (tests/tokenizer/gen_expected.mjs). Each is rebuilt here from plain C structs, rendered
  * by al_chat_render and compared byte for byte.
  */
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "t0749_tokenizer_util.h"
 #include "testlib.h"
 

@@ -5,8 +5,8 @@
 #ifndef ARCLIGHT_T0749_TOKENIZER_UTIL_H
 #define ARCLIGHT_T0749_TOKENIZER_UTIL_H
 
-#include "model/json.h"
-#include "model/tokenizer.h"
+#include "text/json.h"
+#include "text/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

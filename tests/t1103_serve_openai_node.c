@@ -14,7 +14,7 @@
 #include "testlib.h"
 #include "t1199_serve_helpers.h"
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "model/trainer.h"
 
 #define TOOLS                                                                                      \

@@ -3,7 +3,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,55 +124,3 @@ char *al_str_trim(char *s)
     return s;
 }
 
-struct al_sha256_ctx {
-    EVP_MD_CTX *md;
-};
-
-al_sha256_ctx *al_sha256_init(void)
-{
-    al_sha256_ctx *c = malloc(sizeof *c);
-    if (!c) return NULL;
-    c->md = EVP_MD_CTX_new();
-    if (!c->md || EVP_DigestInit_ex(c->md, EVP_sha256(), NULL) != 1) {
-        EVP_MD_CTX_free(c->md);
-        free(c);
-        return NULL;
-    }
-    return c;
-}
-
-void al_sha256_update(al_sha256_ctx *c, const void *data, size_t len)
-{
-    EVP_DigestUpdate(c->md, data, len);
-}
-
-void al_sha256_final(al_sha256_ctx *c, uint8_t out[32])
-{
-    unsigned int n = 32;
-    EVP_DigestFinal_ex(c->md, out, &n);
-    EVP_MD_CTX_free(c->md);
-    free(c);
-}
-
-void al_sha256(const void *data, size_t len, uint8_t out[32])
-{
-    unsigned int n = 32;
-    EVP_Digest(data, len, out, &n, EVP_sha256(), NULL);
-}
-
-void al_hex(const uint8_t *bytes, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[bytes[i] >> 4];
-        out[2 * i + 1] = digits[bytes[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
-void al_sha256_hex(const void *data, size_t len, char out[65])
-{
-    uint8_t d[32];
-    al_sha256(data, len, d);
-    al_hex(d, 32, out);
-}

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/sha256.h" /* al_sha256*, al_hex */
+
 #define AL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Wall-clock microseconds since the Unix epoch. */
@@ -29,17 +31,5 @@ int al_file_write_atomic(const char *path, const void *buf, size_t len, char *er
 /* Removes leading and trailing whitespace in place; returns s. */
 char *al_str_trim(char *s);
 
-/* SHA-256 of a buffer, as 32 bytes and as 64 lowercase hex chars + NUL. */
-void al_sha256(const void *data, size_t len, uint8_t out[32]);
-void al_sha256_hex(const void *data, size_t len, char out[65]);
-
-/* Incremental SHA-256, for files too big to hold. */
-/* Incremental SHA-256 (OpenSSL underneath); init returns NULL only when out of memory,
- * final frees the context. */
-typedef struct al_sha256_ctx al_sha256_ctx;
-al_sha256_ctx *al_sha256_init(void);
-void al_sha256_update(al_sha256_ctx *c, const void *data, size_t len);
-void al_sha256_final(al_sha256_ctx *c, uint8_t out[32]);
-void al_hex(const uint8_t *bytes, size_t n, char *out /* 2n+1 */);
 
 #endif

@@ -3,9 +3,9 @@
  */
 #include "model/checkpoint.h"
 
-#include "model/json.h"
+#include "text/json.h"
 #include "model/safetensors.h"
-#include "model/sha256.h"
+#include "core/sha256.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -196,7 +196,7 @@ int al_checkpoint_save(al_trainer *tr, const char *root, int64_t step, const cha
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     if (al_model_save_safetensors(m, path, AL_ST_DTYPE_F32, errstr, errlen) != 0) goto fail;
     char sha[65];
-    if (al_model_sha256_file(path, sha, errstr, errlen) != 0) goto fail;
+    if (al_sha256_file(path, sha, errstr, errlen) != 0) goto fail;
     snprintf(path, sizeof path, "%s/config.json", tmp);
     if (al_model_config_save(al_model_config_of(m), "float32", path, errstr, errlen) != 0) goto fail;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
@@ -257,7 +257,7 @@ int al_checkpoint_load(al_trainer *tr, const char *dir, al_checkpoint_info *info
 
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     char sha[65];
-    if (al_model_sha256_file(path, sha, errstr, errlen) != 0) return -1;
+    if (al_sha256_file(path, sha, errstr, errlen) != 0) return -1;
     if (strcmp(sha, sha_expected) != 0)
         return ck_err(errstr, errlen, "%s: sha256 %s differs from the recorded %s (corrupt or "
                                       "replaced weights)",

@@ -3,7 +3,7 @@
  */
 #include "model/config.h"
 
-#include "model/json.h"
+#include "text/json.h"
 #include "model/safetensors.h"
 
 #include <math.h>

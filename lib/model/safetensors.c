@@ -3,7 +3,7 @@
  */
 #include "model/safetensors.h"
 
-#include "model/json.h"
+#include "text/json.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -3,7 +3,7 @@
  */
 #include "model/trainer.h"
 
-#include "model/json.h"
+#include "text/json.h"
 #include "model/logprob.h"
 
 #include <errno.h>

@@ -20,7 +20,7 @@
 
 #include "model/infer.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <pthread.h>
 #include <stddef.h>

@@ -7,7 +7,7 @@
 #ifndef ARCLIGHT_SERVE_REQUEST_H
 #define ARCLIGHT_SERVE_REQUEST_H
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <stddef.h>
 #include <stdint.h>

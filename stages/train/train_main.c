@@ -36,7 +36,7 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "model/safetensors.h"
-#include "model/sha256.h"
+#include "core/sha256.h"
 #include "model/trainer.h"
 
 #include <errno.h>
@@ -298,7 +298,7 @@ static int save_version(train_worker *w, int full, const char *metrics, char sha
         snprintf(dir, sizeof dir, "%s/step-%" PRId64, w->out_abs, w->version);
         if (al_model_save_dir(w->policy, dir, AL_ST_DTYPE_F32, errstr, errlen) != 0) return -1;
         snprintf(file, sizeof file, "%s/model.safetensors", dir);
-        if (al_model_sha256_file(file, sha, errstr, errlen) != 0) return -1;
+        if (al_sha256_file(file, sha, errstr, errlen) != 0) return -1;
     }
     prune_snapshots(w);
     return 0;

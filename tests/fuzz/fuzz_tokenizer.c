@@ -9,9 +9,9 @@
  *   3: text for NFC, which must be idempotent.
  * Any crash, sanitizer report or broken invariant (abort) is a finding.
  */
-#include "model/json.h"
-#include "model/tokenizer.h"
-#include "model/unicode.h"
+#include "text/json.h"
+#include "text/tokenizer.h"
+#include "text/unicode.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Generates lib/model/unicode_tables.c: the Unicode data the tokenizer needs.
+"""Generates lib/text/unicode_tables.c: the Unicode data the tokenizer needs.
 
-  python3 tests/tokenizer/gen_unicode_tables.py > lib/model/unicode_tables.c
+  python3 tests/tokenizer/gen_unicode_tables.py > lib/text/unicode_tables.c
 
 The character classes come from tests/tokenizer/unicode_classes.json (Unicode 16.0, the
 version Hugging Face's Rust tokenizers use for their split regexes; written by

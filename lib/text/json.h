@@ -1,6 +1,6 @@
 /*
- * json.h: a small JSON reader for the model library (config.json, tokenizer.json,
- * safetensors headers). The model library depends on nothing but libc and libm, so it
+ * json.h: a small JSON reader for lib/text and lib/model (config.json, tokenizer.json,
+ * safetensors headers). Both depend on nothing but libc and libm, so they
  * cannot use jansson.
  *
  * al_json_parse builds a tree in one arena; al_json_free releases all of it. Strings are
@@ -8,8 +8,8 @@
  * byte length is kept as well, since JSON strings may contain \u0000. Object members keep
  * their document order. Nesting deeper than 512 levels is an error, not a stack overflow.
  */
-#ifndef ARCLIGHT_MODEL_JSON_H
-#define ARCLIGHT_MODEL_JSON_H
+#ifndef ARCLIGHT_TEXT_JSON_H
+#define ARCLIGHT_TEXT_JSON_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -2,7 +2,7 @@
  * unicode.c: UTF-8 coding, character classes and NFC over the generated tables in
  * unicode_tables.c. Everything here is pure and thread-safe.
  */
-#include "model/unicode.h"
+#include "text/unicode.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -18,8 +18,8 @@
  * A loaded tokenizer is immutable apart from its word cache (guarded by a mutex), so one
  * instance serves any number of threads.
  */
-#ifndef ARCLIGHT_MODEL_TOKENIZER_H
-#define ARCLIGHT_MODEL_TOKENIZER_H
+#ifndef ARCLIGHT_TEXT_TOKENIZER_H
+#define ARCLIGHT_TEXT_TOKENIZER_H
 
 #include <stddef.h>
 #include <stdint.h>

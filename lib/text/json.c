@@ -1,4 +1,4 @@
-#include "model/json.h"
+#include "text/json.h"
 
 #include <errno.h>
 #include <stdarg.h>

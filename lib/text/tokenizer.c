@@ -9,10 +9,10 @@
  *   4. each word's bytes map to byte-level symbols that are merged by rank, lowest first
  *      (leftmost on ties), with a heap; results are kept in a bounded word cache.
  */
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
-#include "model/json.h"
-#include "model/unicode.h"
+#include "text/json.h"
+#include "text/unicode.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -23,8 +23,8 @@
  * "function" wrappers is the caller's job (the struct holds name and arguments).
  * A NULL content renders as "" and NULL arguments as {}.
  */
-#include "model/json.h"
-#include "model/tokenizer.h"
+#include "text/json.h"
+#include "text/tokenizer.h"
 
 #include <math.h>
 #include <stdio.h>

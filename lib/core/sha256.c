@@ -1,8 +1,8 @@
 /*
- * sha256.c: SHA-256 after FIPS 180-4, section 6.2: a 64-byte block compression over eight
+ * sha256.c: the project's one SHA-256, after FIPS 180-4, section 6.2: a 64-byte block compression over eight
  * 32-bit words, message padded with 0x80, zeros and the bit length (big-endian).
  */
-#include "model/sha256.h"
+#include "core/sha256.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -57,7 +57,7 @@ static void sha256_block(uint32_t h[8], const uint8_t *p)
     h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += k;
 }
 
-void al_model_sha256_init(al_model_sha256_ctx *c)
+void al_sha256_init(al_sha256_ctx *c)
 {
     static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
@@ -66,7 +66,7 @@ void al_model_sha256_init(al_model_sha256_ctx *c)
     c->fill = 0;
 }
 
-void al_model_sha256_update(al_model_sha256_ctx *c, const void *data, size_t len)
+void al_sha256_update(al_sha256_ctx *c, const void *data, size_t len)
 {
     const uint8_t *p = data;
     c->bytes += len;
@@ -85,7 +85,7 @@ void al_model_sha256_update(al_model_sha256_ctx *c, const void *data, size_t len
     c->fill = len;
 }
 
-void al_model_sha256_final(al_model_sha256_ctx *c, uint8_t out[32])
+void al_sha256_final(al_sha256_ctx *c, uint8_t out[32])
 {
     uint64_t bits = c->bytes * 8;
     uint8_t pad[72] = {0x80};
@@ -93,7 +93,7 @@ void al_model_sha256_final(al_model_sha256_ctx *c, uint8_t out[32])
     size_t padlen = c->fill < 56 ? 56 - c->fill : 120 - c->fill;
     for (int i = 0; i < 8; i++) pad[padlen + i] = (uint8_t)(bits >> (56 - 8 * i));
     uint64_t keep = c->bytes;
-    al_model_sha256_update(c, pad, padlen + 8);
+    al_sha256_update(c, pad, padlen + 8);
     c->bytes = keep;
     for (int i = 0; i < 8; i++) {
         out[4 * i] = (uint8_t)(c->h[i] >> 24);
@@ -103,25 +103,32 @@ void al_model_sha256_final(al_model_sha256_ctx *c, uint8_t out[32])
     }
 }
 
-void al_model_sha256(const void *data, size_t len, uint8_t out[32])
+void al_sha256(const void *data, size_t len, uint8_t out[32])
 {
-    al_model_sha256_ctx c;
-    al_model_sha256_init(&c);
-    al_model_sha256_update(&c, data, len);
-    al_model_sha256_final(&c, out);
+    al_sha256_ctx c;
+    al_sha256_init(&c);
+    al_sha256_update(&c, data, len);
+    al_sha256_final(&c, out);
 }
 
-void al_model_sha256_hex(const uint8_t digest[32], char out[65])
+void al_hex(const uint8_t *bytes, size_t n, char *out)
 {
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) {
-        out[2 * i] = hex[digest[i] >> 4];
-        out[2 * i + 1] = hex[digest[i] & 15];
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[bytes[i] >> 4];
+        out[2 * i + 1] = digits[bytes[i] & 15];
     }
-    out[64] = '\0';
+    out[2 * n] = '\0';
 }
 
-int al_model_sha256_file(const char *path, char out_hex[65], char *errstr, size_t errlen)
+void al_sha256_hex(const void *data, size_t len, char out[65])
+{
+    uint8_t d[32];
+    al_sha256(data, len, d);
+    al_hex(d, 32, out);
+}
+
+int al_sha256_file(const char *path, char out_hex[65], char *errstr, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -134,10 +141,10 @@ int al_model_sha256_file(const char *path, char out_hex[65], char *errstr, size_
         if (errstr && errlen) snprintf(errstr, errlen, "sha256: out of memory");
         return -1;
     }
-    al_model_sha256_ctx c;
-    al_model_sha256_init(&c);
+    al_sha256_ctx c;
+    al_sha256_init(&c);
     size_t n;
-    while ((n = fread(buf, 1, 1 << 20, f)) > 0) al_model_sha256_update(&c, buf, n);
+    while ((n = fread(buf, 1, 1 << 20, f)) > 0) al_sha256_update(&c, buf, n);
     int bad = ferror(f);
     fclose(f);
     free(buf);
@@ -146,7 +153,7 @@ int al_model_sha256_file(const char *path, char out_hex[65], char *errstr, size_
         return -1;
     }
     uint8_t d[32];
-    al_model_sha256_final(&c, d);
-    al_model_sha256_hex(d, out_hex);
+    al_sha256_final(&c, d);
+    al_hex(d, 32, out_hex);
     return 0;
 }
