@@ -87,7 +87,7 @@ TEST(kv_decode_logprobs_equal_trainer)
     REQUIRE(m);
     int V = al_model_config_of(m)->vocab_size;
     char err[256];
-    al_infer_kv *kv = al_infer_kv_new(al_model_config_of(m), 128, err, sizeof err);
+    al_infer_kv *kv = al_infer_kv_new(m, 128, err, sizeof err);
     al_infer_scratch *sc = al_infer_scratch_new();
     REQUIRE(kv && sc);
     al_infer_sampler s;
@@ -256,7 +256,7 @@ static void batched_equals_whole(al_model_arch arch)
     int nsteps = (int)(sizeof plan / sizeof plan[0]);
     al_infer_kv *kv[NS];
     for (int i = 0; i < NS; i++)
-        REQUIRE((kv[i] = al_infer_kv_new(c, MAXT, err, sizeof err)));
+        REQUIRE((kv[i] = al_infer_kv_new(m, MAXT, err, sizeof err)));
     al_infer_scratch *sc = al_infer_scratch_new();
     float *got = malloc(sizeof(float) * NS * V), *want = malloc(sizeof(float) * MAXT * V);
     int32_t pos[MAXT], cu[2];
@@ -290,7 +290,7 @@ static void batched_equals_whole(al_model_arch arch)
            arch == AL_MODEL_ARCH_QWEN3 ? "qwen3" : "qwen2", worst);
     CHECKF(worst < 1e-4, "batched forward differs by %g", worst);
     /* a copied prefix continues exactly like the original */
-    al_infer_kv *cp = al_infer_kv_new(c, MAXT, err, sizeof err);
+    al_infer_kv *cp = al_infer_kv_new(m, MAXT, err, sizeof err);
     REQUIRE(cp);
     CHECK(al_infer_kv_copy_prefix(cp, kv[1], kv[1]->len + 1) == -1);
     REQUIRE(al_infer_kv_copy_prefix(cp, kv[1], kv[1]->len) == 0);

@@ -5,8 +5,10 @@
  * together in one pass, each by its own number of tokens (a prompt chunk being prefilled,
  * or one token being decoded), so that every Linear layer is one matrix product over all
  * their rows (what makes 16 sequences cost far less than 16 passes). Attention stays per
- * sequence, against its own cache. Results equal al_model_forward on each whole sequence up
- * to float rounding (test 1100). al_model_kv_* in model.h is the one-sequence form.
+ * sequence, against its own cache (the backend's attention_kv op). It is the model's one
+ * forward (model.c) in its serving form: results equal al_model_forward on each whole
+ * sequence up to float rounding (test 1100). al_model_kv_* in model.h is the one-sequence
+ * form.
  *
  *   - Log-probabilities are "raw": log softmax of the model's logits at temperature 1,
  *     before temperature, top-k or top-p (vLLM V1's default logprobs mode). They are
@@ -19,7 +21,7 @@
  *     lower id) whose mass reaches top_p; one draw picks within what is kept.
  *   - A sampler holds scratch for one vocabulary; one sampler per thread.
  *
- * libc and libm only.
+ * libc and libm only (the sampler); the forward runs on the model's backend.
  */
 #ifndef ARCLIGHT_MODEL_INFER_H
 #define ARCLIGHT_MODEL_INFER_H
@@ -84,18 +86,17 @@ static inline double al_infer_logprob_t(const float *logits, double lse_t, int32
 
 /* ---- KV caches and the batched forward ---- */
 
-/* Keys and values of one sequence: (L, max_tokens, NKV*HD) each. */
-typedef struct al_infer_kv {
-    int L, max, len, kvw;
-    float *k, *v;
-} al_infer_kv;
+/* Keys and values of one sequence on the model's backend (ops.h: len and max are read by
+ * callers; the rest is the backend's). */
+typedef al_kv al_infer_kv;
 
-/* A cache for up to max_tokens tokens of a model of config c. NULL with errstr. */
-al_infer_kv *al_infer_kv_new(const al_model_config *c, int max_tokens, char *errstr, size_t errlen);
+/* A cache for up to max_tokens tokens of model m's shape, on m's backend. NULL with errstr.
+ * A cache serves any weights of that shape on the same backend. */
+al_infer_kv *al_infer_kv_new(const al_model *m, int max_tokens, char *errstr, size_t errlen);
 void al_infer_kv_free(al_infer_kv *kv);
-/* Makes dst hold the first len tokens of src (same model shape; len <= src's length and
- * dst's capacity): n > 1 samples of one prompt prefill it once. 0, or -1 when it does not
- * fit or the shapes differ. */
+/* Makes dst hold the first len tokens of src (same model shape and backend; len <= src's
+ * length and dst's capacity): n > 1 samples of one prompt prefill it once. 0, or -1 when it
+ * does not fit or the shapes differ. */
 int al_infer_kv_copy_prefix(al_infer_kv *dst, const al_infer_kv *src, int len);
 /* Bytes a cache of max_tokens takes. */
 size_t al_infer_kv_bytes(const al_model_config *c, int max_tokens);

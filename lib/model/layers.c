@@ -291,6 +291,57 @@ void al_attention_backward(float *dq, float *dk, float *dv, float *scratch, cons
     }
 }
 
+void al_attention_kv_forward(float *out, const float *q, const float *k_new, const float *v_new,
+                             float *const *kc, float *const *vc, const int *past, int nseq,
+                             const int *cu_rows, int NH, int NKV, int HD)
+{
+    int rep = NH / NKV, Q = NH * HD, KV = NKV * HD, T = cu_rows[nseq];
+    float scale = 1.0f / sqrtf((float)HD);
+    for (int i = 0; i < nseq; i++)
+        for (int r = cu_rows[i]; r < cu_rows[i + 1]; r++) {
+            size_t off = (size_t)(past[i] + r - cu_rows[i]) * (size_t)KV;
+            memcpy(kc[i] + off, k_new + (size_t)r * KV, sizeof(float) * KV);
+            memcpy(vc[i] + off, v_new + (size_t)r * KV, sizeof(float) * KV);
+        }
+    size_t work = 0;
+    for (int i = 0; i < nseq; i++)
+        work += (size_t)(cu_rows[i + 1] - cu_rows[i]) * NH * (size_t)(past[i] + 1);
+#pragma omp parallel for schedule(dynamic, 4) if (work > 8192)
+    for (int rh = 0; rh < T * NH; rh++) {
+        int r = rh / NH, h = rh % NH, i = 0;
+        while (r >= cu_rows[i + 1])
+            i++;
+        int pos = past[i] + r - cu_rows[i];
+        const float *qr = q + (size_t)r * Q + (size_t)h * HD;
+        const float *kh = kc[i] + (size_t)(h / rep) * HD, *vh = vc[i] + (size_t)(h / rep) * HD;
+        float *o = out + (size_t)r * Q + (size_t)h * HD;
+        float mx = -INFINITY, sum = 0.0f;
+        for (int d = 0; d < HD; d++)
+            o[d] = 0.0f;
+        for (int j = 0; j <= pos; j++) {
+            const float *kj = kh + (size_t)j * KV, *vj = vh + (size_t)j * KV;
+            float dot = 0.0f;
+            for (int d = 0; d < HD; d++)
+                dot += qr[d] * kj[d];
+            dot *= scale;
+            if (dot > mx) {
+                float f = expf(mx - dot);
+                sum *= f;
+                for (int d = 0; d < HD; d++)
+                    o[d] *= f;
+                mx = dot;
+            }
+            float w = expf(dot - mx);
+            sum += w;
+            for (int d = 0; d < HD; d++)
+                o[d] += w * vj[d];
+        }
+        float inv = 1.0f / sum;
+        for (int d = 0; d < HD; d++)
+            o[d] *= inv;
+    }
+}
+
 void al_swiglu_forward(float *h, const float *gate, const float *up, size_t N)
 {
 #pragma omp parallel for schedule(static) if (N > PAR_MIN)

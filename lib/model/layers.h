@@ -65,6 +65,16 @@ void al_attention_backward(float *dq, float *dk, float *dv, float *scratch, cons
                            const float *q, const float *k, const float *v,
                            const int32_t *cu_seqlens, int nseq, int NH, int NKV, int HD);
 
+/* Attention of rows against KV caches (serving). Sequence i owns rows cu_rows[i] ..
+ * cu_rows[i+1] of q (rows, NH*HD) and of k_new, v_new (rows, NKV*HD); row j of it sits at
+ * position past[i] + j. The new keys and values go into the sequence's cache first:
+ * kc[i], vc[i] point at its layer's (max, NKV*HD) block. Each (row, head) then attends to
+ * positions 0..its own in one pass with a running maximum (no score buffer), so a prompt
+ * chunk and a decode step run the same loop. out (rows, NH*HD). */
+void al_attention_kv_forward(float *out, const float *q, const float *k_new, const float *v_new,
+                             float *const *kc, float *const *vc, const int *past, int nseq,
+                             const int *cu_rows, int NH, int NKV, int HD);
+
 /* h = silu(gate) * up over N elements. */
 void al_swiglu_forward(float *h, const float *gate, const float *up, size_t N);
 /* dgate, dup OVERWRITTEN from dh. */

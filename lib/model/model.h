@@ -19,11 +19,17 @@
  * Not thread-safe: one model per thread. Inside, work is split over OpenMP threads
  * (OMP_NUM_THREADS); OpenBLAS is switched to one thread per call so the two pools never
  * compete for cores (see gemm.h).
+ *
+ * One forward (model.c) serves training (a packed micro-batch, activations kept), prefill
+ * chunks and decode steps (rows of several sequences against their KV caches, infer.h and
+ * al_model_kv below); every op in it goes through the model's backend table (ops.h): the
+ * CPU backend unless al_model_set_backend moved the model to CUDA.
  */
 #ifndef ARCLIGHT_MODEL_MODEL_H
 #define ARCLIGHT_MODEL_MODEL_H
 
 #include "model/config.h"
+#include "model/ops.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -75,10 +81,22 @@ const al_model_config *al_model_config_of(const al_model *m);
  * norm weights 1. */
 void al_model_init_random(al_model *m, uint64_t seed);
 
-/* The flat arrays (al_model_num_params() floats each), owned by the model. */
+/* The flat arrays (al_model_num_params() floats each), owned by the model, on the host.
+ * On a device backend they are brought up to date from the device first, and the device's
+ * copy counts as stale afterwards (the caller may write through the pointer): the next
+ * forward uploads them again. */
 size_t al_model_num_params(const al_model *m);
 float *al_model_params(al_model *m);
 float *al_model_grads(al_model *m);
+/* Tells the model its host parameters changed behind a pointer taken earlier. */
+void al_model_params_changed(al_model *m);
+
+/* The backend the model computes on (the CPU backend after al_model_new). Moving copies
+ * the weights and gradients there (f32 masters; act-type copies for the forward) and frees
+ * the activations of the old one. 0, or -1 with errstr (out of device memory: the model
+ * stays on the CPU). The backend is borrowed and must outlive the model's use of it. */
+int al_model_set_backend(al_model *m, al_backend *b, char *errstr, size_t errlen);
+al_backend *al_model_backend(const al_model *m);
 /* Typed views into them (pointers into the arrays above). */
 const al_model_weights *al_model_param_tensors(const al_model *m);
 const al_model_weights *al_model_grad_tensors(const al_model *m);
@@ -103,6 +121,27 @@ int al_model_backward(al_model *m, const float *dlogits);
 
 void al_model_zero_grad(al_model *m);
 
+/* The trainer's path, which never hands (T, V) logits to the host: the forward of a packed
+ * batch (as al_model_forward), then logp (T) = log softmax(logits / temperature)[targets]
+ * and entropy (T, NULL: skipped) as logprob.h defines them (targets < 0: no target, logp 0).
+ * A device backend works through the vocabulary in row chunks and keeps no more of the
+ * logits than a chunk. 0, or -1 with al_model_error (bad batch or target, temperature <= 0,
+ * out of memory). */
+int al_model_forward_logprob(al_model *m, const int32_t *tokens, const int32_t *positions,
+                             const int32_t *cu_seqlens, int nseq, int T, const int32_t *targets,
+                             float temperature, float *logp, float *entropy);
+/* Backward of the last al_model_forward_logprob from dlogp (T) and dentropy (T) (either NULL:
+ * zeros); gradients accumulate as in al_model_backward. */
+int al_model_backward_logprob(al_model *m, const float *dlogp, const float *dentropy);
+
+/* Clips the gradients by global norm on the backend (al_grad_clip's rule, optim.h) and
+ * returns the norm before clipping. */
+double al_model_clip_grads(al_model *m, float max_norm);
+/* One AdamW update of parameters [off, off+count) on the backend with moments moment1 and
+ * moment2 (backend memory, al_model_num_params() floats each; the host ones on the CPU). */
+void al_model_adamw_range(al_model *m, float *moment1, float *moment2, size_t off, size_t count,
+                          const al_adamw_args *args);
+
 /* The last error message ("" if none). */
 const char *al_model_error(const al_model *m);
 
@@ -116,9 +155,10 @@ size_t al_model_activation_bytes(const al_model *m);
  * (up to float rounding). */
 typedef struct al_model_kv al_model_kv;
 
-/* A cache for up to max_tokens tokens of one sequence (positions 0..max_tokens-1). NULL
- * with errstr when out of memory or max_tokens <= 0. Free with al_model_kv_free. The cache
- * is tied to m's shape, not its weights: after a weight update, reset it. */
+/* A cache for up to max_tokens tokens of one sequence (positions 0..max_tokens-1), on m's
+ * backend. NULL with errstr when out of memory or max_tokens <= 0. Free with
+ * al_model_kv_free. The cache is tied to m's shape, not its weights: after a weight update,
+ * reset it. It runs the same forward as al_infer_forward (one sequence). */
 al_model_kv *al_model_kv_new(const al_model *m, int max_tokens, char *errstr, size_t errlen);
 void al_model_kv_free(al_model_kv *kv);
 /* Forgets the sequence (length 0); keeps the memory. */

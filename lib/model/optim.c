@@ -136,20 +136,28 @@ void al_adamw_free(al_adamw *opt)
     memset(opt, 0, sizeof *opt);
 }
 
-void al_adamw_update_range(al_adamw *opt, float *params, const float *grads, double lr,
-                           size_t off, size_t count, float weight_decay)
+al_adamw_args al_adamw_args_at(const al_adamw *opt, double lr, float weight_decay)
 {
-    const al_optim_config *c = &opt->cfg;
-    int64_t t = opt->step + 1;
+    al_adamw_args a = {.lr = lr,
+                       .beta1 = opt->cfg.beta1,
+                       .beta2 = opt->cfg.beta2,
+                       .eps = opt->cfg.eps,
+                       .weight_decay = weight_decay,
+                       .t = opt->step + 1};
+    return a;
+}
+
+void al_adamw_range(float *params, const float *grads, float *m, float *v, size_t off,
+                    size_t count, const al_adamw_args *a)
+{
     /* Same float32 arithmetic order as torch.optim.AdamW's single-tensor path. */
-    float b1 = c->beta1, b2 = c->beta2;
-    double bc1 = 1.0 - pow((double)b1, (double)t);
-    double bc2 = 1.0 - pow((double)b2, (double)t);
-    float step_size = (float)(lr / bc1);
+    float b1 = a->beta1, b2 = a->beta2;
+    double bc1 = 1.0 - pow((double)b1, (double)a->t);
+    double bc2 = 1.0 - pow((double)b2, (double)a->t);
+    float step_size = (float)(a->lr / bc1);
     float bc2_sqrt = (float)sqrt(bc2);
-    float decay = (float)(1.0 - lr * (double)weight_decay);
-    float eps = c->eps;
-    float *m = opt->m, *v = opt->v;
+    float decay = (float)(1.0 - a->lr * (double)a->weight_decay);
+    float eps = a->eps;
     size_t end = off + count;
 #pragma omp parallel for schedule(static) if (count > 65536)
     for (size_t i = off; i < end; i++) {
@@ -162,6 +170,13 @@ void al_adamw_update_range(al_adamw *opt, float *params, const float *grads, dou
         float denom = sqrtf(vi) / bc2_sqrt + eps;
         params[i] = p - step_size * (mi / denom);
     }
+}
+
+void al_adamw_update_range(al_adamw *opt, float *params, const float *grads, double lr,
+                           size_t off, size_t count, float weight_decay)
+{
+    al_adamw_args a = al_adamw_args_at(opt, lr, weight_decay);
+    al_adamw_range(params, grads, opt->m, opt->v, off, count, &a);
 }
 
 void al_adamw_step_done(al_adamw *opt)

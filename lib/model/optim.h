@@ -12,6 +12,8 @@
 #ifndef ARCLIGHT_MODEL_OPTIM_H
 #define ARCLIGHT_MODEL_OPTIM_H
 
+#include "model/ops.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -83,5 +85,12 @@ void al_adamw_update(al_adamw *opt, float *params, const float *grads, double lr
 void al_adamw_update_range(al_adamw *opt, float *params, const float *grads, double lr,
                            size_t off, size_t count, float weight_decay);
 void al_adamw_step_done(al_adamw *opt);
+
+/* The arguments of update number opt->step + 1 at learning rate lr with weight decay wd. */
+al_adamw_args al_adamw_args_at(const al_adamw *opt, double lr, float weight_decay);
+
+/* The update itself on raw arrays, elements [off, off+count): the CPU backend's op. */
+void al_adamw_range(float *params, const float *grads, float *m, float *v, size_t off,
+                    size_t count, const al_adamw_args *a);
 
 #endif

@@ -3,8 +3,8 @@
  */
 #include "model/trainer.h"
 
-#include "text/json.h"
 #include "model/logprob.h"
+#include "text/json.h"
 
 #include <errno.h>
 #include <math.h>
@@ -29,9 +29,13 @@ struct al_trainer {
     int V;
     decay_seg *segs;
     int nsegs;
+    /* AdamW moments on the policy's backend: opt.m / opt.v themselves on the CPU; on a
+     * device, copies kept in step with them (moments_at) */
+    al_backend *mbe;
+    float *dm, *dv;
+    int moments_at; /* 1: host current, 2: backend current, 3: both */
     /* scratch, grown to the largest chunk */
     int cap_T;
-    float *logits; /* (cap_T, V), also dlogits in place */
     float *logp, *entropy, *dlogp, *dentropy; /* (cap_T) each */
 };
 
@@ -304,12 +308,45 @@ al_trainer *al_trainer_new(al_model *policy, al_model *reference, const al_train
     return tr;
 }
 
+/* The moments on the policy's backend, current. 0, or -1 when out of device memory. */
+static int moments_to_backend(al_trainer *tr)
+{
+    al_backend *b = al_model_backend(tr->policy);
+    if (b->ops->host_memory && b->ops->act_bytes == sizeof(float)) {
+        if (tr->mbe && tr->mbe != b) tr->mbe->ops->free(tr->mbe, tr->dm), tr->mbe->ops->free(tr->mbe, tr->dv);
+        tr->mbe = b, tr->dm = tr->opt.m, tr->dv = tr->opt.v, tr->moments_at = 3;
+        return 0;
+    }
+    size_t bytes = sizeof(float) * tr->opt.n;
+    if (tr->mbe != b) {
+        if (tr->mbe && tr->dm != tr->opt.m) tr->mbe->ops->free(tr->mbe, tr->dm), tr->mbe->ops->free(tr->mbe, tr->dv);
+        tr->dm = b->ops->alloc(b, bytes);
+        tr->dv = b->ops->alloc(b, bytes);
+        tr->mbe = b;
+        if (!tr->dm || !tr->dv) {
+            b->ops->free(b, tr->dm), b->ops->free(b, tr->dv);
+            tr->dm = tr->dv = NULL, tr->mbe = NULL;
+            return -1;
+        }
+        tr->moments_at = 1;
+    }
+    if (!(tr->moments_at & 2)) {
+        b->ops->upload(b, tr->dm, tr->opt.m, bytes);
+        b->ops->upload(b, tr->dv, tr->opt.v, bytes);
+        tr->moments_at = 3;
+    }
+    return 0;
+}
+
 void al_trainer_free(al_trainer *tr)
 {
     if (!tr) return;
+    if (tr->mbe && tr->dm != tr->opt.m) {
+        tr->mbe->ops->free(tr->mbe, tr->dm);
+        tr->mbe->ops->free(tr->mbe, tr->dv);
+    }
     al_adamw_free(&tr->opt);
     free(tr->segs);
-    free(tr->logits);
     free(tr->logp);
     free(tr->entropy);
     free(tr->dlogp);
@@ -332,6 +369,16 @@ al_model *al_trainer_policy(al_trainer *tr)
 
 al_adamw *al_trainer_optimizer(al_trainer *tr)
 {
+    /* on a device, the moments come down first; the caller may write them (a checkpoint
+     * being loaded), so the device's copies count as stale after */
+    if (tr->mbe && tr->dm != tr->opt.m) {
+        if (!(tr->moments_at & 1)) {
+            size_t bytes = sizeof(float) * tr->opt.n;
+            tr->mbe->ops->download(tr->mbe, tr->opt.m, tr->dm, bytes);
+            tr->mbe->ops->download(tr->mbe, tr->opt.v, tr->dv, bytes);
+        }
+        tr->moments_at = 1;
+    }
     return &tr->opt;
 }
 
@@ -343,9 +390,6 @@ const al_trainer_config *al_trainer_config_of(const al_trainer *tr)
 static int ensure_scratch(al_trainer *tr, int T)
 {
     if (T <= tr->cap_T) return 0;
-    float *l = realloc(tr->logits, sizeof(float) * (size_t)T * tr->V);
-    if (!l) return -1;
-    tr->logits = l;
     float **bufs[4] = {&tr->logp, &tr->entropy, &tr->dlogp, &tr->dentropy};
     for (int i = 0; i < 4; i++) {
         float *b = realloc(*bufs[i], sizeof(float) * (size_t)T);
@@ -423,19 +467,19 @@ static int chunk_prepare(const al_trainer *tr, const al_train_chunk *c, chunk_pr
 static int chunk_logprobs(al_trainer *tr, al_model *m, const al_train_chunk *c,
                           const chunk_prep *p, float *out, char *errstr, size_t errlen)
 {
-    if (al_model_forward(m, c->tokens, p->positions, c->cu_seqlens, c->nseq, c->T, tr->logits))
+    if (al_model_forward_logprob(m, c->tokens, p->positions, c->cu_seqlens, c->nseq, c->T,
+                                 p->targets, tr->cfg.temperature, out, NULL))
         return tr_err(errstr, errlen, "%s", al_model_error(m));
-    return al_logprob_forward(tr->logits, p->targets, c->T, tr->V, tr->cfg.temperature, out, NULL,
-                              errstr, errlen);
+    return 0;
 }
 
 static void update_params(al_trainer *tr, double lr)
 {
-    float *params = al_model_params(tr->policy);
-    const float *grads = al_model_grads(tr->policy);
-    for (int i = 0; i < tr->nsegs; i++)
-        al_adamw_update_range(&tr->opt, params, grads, lr, tr->segs[i].off, tr->segs[i].count,
-                              tr->segs[i].wd);
+    for (int i = 0; i < tr->nsegs; i++) {
+        al_adamw_args a = al_adamw_args_at(&tr->opt, lr, tr->segs[i].wd);
+        al_model_adamw_range(tr->policy, tr->dm, tr->dv, tr->segs[i].off, tr->segs[i].count, &a);
+    }
+    if (tr->dm != tr->opt.m) tr->moments_at = 2;
     al_adamw_step_done(&tr->opt);
 }
 
@@ -455,6 +499,9 @@ int al_trainer_step(al_trainer *tr, const al_train_chunk *chunks, int nchunks,
     }
     double t0 = mono_s();
     if (ensure_scratch(tr, maxT)) return tr_err(errstr, errlen, "out of memory for %d tokens", maxT);
+    if (moments_to_backend(tr))
+        return tr_err(errstr, errlen, "out of %s memory for the optimizer's moments",
+                      al_model_backend(tr->policy)->ops->name);
     chunk_prep *prep = calloc((size_t)nchunks, sizeof *prep);
     if (!prep) return tr_err(errstr, errlen, "out of memory");
     int rc = -1;
@@ -476,7 +523,6 @@ int al_trainer_step(al_trainer *tr, const al_train_chunk *chunks, int nchunks,
     al_loss_stats st;
     al_loss_stats_init(&st);
     double loss_sum = 0.0, gn_sum = 0.0, gn_max = 0.0, lr = 0.0;
-    size_t np = al_model_num_params(tr->policy);
     for (int ep = 0; ep < cfg->ppo_epochs; ep++) {
         for (int g = 0; g < mb; g++) {
             int cb = (int)((long)g * nchunks / mb), ce = (int)((long)(g + 1) * nchunks / mb);
@@ -494,14 +540,12 @@ int al_trainer_step(al_trainer *tr, const al_train_chunk *chunks, int nchunks,
             for (int i = cb; i < ce; i++) {
                 const al_train_chunk *c = &chunks[i];
                 chunk_prep *p = &prep[i];
-                if (al_model_forward(tr->policy, c->tokens, p->positions, c->cu_seqlens, c->nseq,
-                                     c->T, tr->logits)) {
+                if (al_model_forward_logprob(tr->policy, c->tokens, p->positions, c->cu_seqlens,
+                                             c->nseq, c->T, p->targets, cfg->temperature,
+                                             tr->logp, tr->entropy)) {
                     tr_err(errstr, errlen, "%s", al_model_error(tr->policy));
                     goto done;
                 }
-                if (al_logprob_forward(tr->logits, p->targets, c->T, tr->V, cfg->temperature,
-                                       tr->logp, tr->entropy, errstr, errlen))
-                    goto done;
                 al_loss_input li = {.T = c->T,
                                     .nseq = c->nseq,
                                     .cu_seqlens = c->cu_seqlens,
@@ -517,15 +561,14 @@ int al_trainer_step(al_trainer *tr, const al_train_chunk *chunks, int nchunks,
                                     errstr, errlen))
                     goto done;
                 update_loss += l;
-                al_logprob_backward(tr->logits, p->targets, c->T, tr->V, cfg->temperature,
-                                    tr->dlogp, cfg->loss.entropy_coef != 0.0f ? tr->dentropy : NULL,
-                                    tr->logits);
-                if (al_model_backward(tr->policy, tr->logits)) {
+                if (al_model_backward_logprob(tr->policy, tr->dlogp,
+                                              cfg->loss.entropy_coef != 0.0f ? tr->dentropy
+                                                                              : NULL)) {
                     tr_err(errstr, errlen, "%s", al_model_error(tr->policy));
                     goto done;
                 }
             }
-            double gn = al_grad_clip(al_model_grads(tr->policy), np, cfg->optim.grad_clip);
+            double gn = al_model_clip_grads(tr->policy, cfg->optim.grad_clip);
             if (!isfinite(update_loss) || !isfinite(gn)) {
                 tr_err(errstr, errlen,
                        "non-finite %s at update %d of the step (loss %g, grad norm %g); no update "

@@ -318,7 +318,7 @@ static void admit(al_serve_engine *e)
         for (int i = 0; i < r->nseq; i++) {
             al_serve_seq *s = &r->seqs[i];
             char err[256];
-            s->kv = al_infer_kv_new(al_model_config_of(s->w->model), r->nprompt + r->max_tokens,
+            s->kv = al_infer_kv_new(s->w->model, r->nprompt + r->max_tokens,
                                     err, sizeof err);
             al_infer_rng_seed(&s->rng, s->seed, (uint64_t)i);
             if (!s->kv) {
