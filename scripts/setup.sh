@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config git unzip
   clang libclang-rt-14-dev            # libFuzzer for the fuzz targets
   librdkafka-dev libavro-dev avro-bin libjansson-dev libevent-dev libcurl4-openssl-dev
   libssl-dev libopenblas-dev zlib1g-dev  # zlib: replay inflates deflate recordings
@@ -88,6 +88,9 @@ else
     || { echo "setup: kafka_2.13-$kafka_version.jar missing in $KAFKA_LIBS" >&2; exit 1; }
   echo "$kafka_version" >"$KAFKA_LIBS/.complete"
 fi
+
+# cuBLAS, cuDNN and NCCL for the CUDA backend, where nvcc is present (scripts/cuda_deps.sh).
+bash scripts/cuda_deps.sh
 
 for tool in cmake cc pkg-config kcat avrocat node npm java mvn; do
   command -v "$tool" >/dev/null 2>&1 || { echo "setup: '$tool' is not on PATH after install" >&2; exit 1; }
