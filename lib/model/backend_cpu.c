@@ -111,12 +111,12 @@ static void cpu_attention_forward(al_backend *b, void *out, void *scratch, const
     al_attention_forward(out, scratch, q, k, v, cu_seqlens, nseq, NH, NKV, HD);
 }
 static void cpu_attention_backward(al_backend *b, void *dq, void *dk, void *dv, void *scratch,
-                                   const void *dout, const void *q, const void *k,
+                                   const void *dout, const void *out, const void *q, const void *k,
                                    const void *v, const int32_t *cu_seqlens,
                                    const int32_t *cu_seqlens_host, int nseq, int NH, int NKV,
                                    int HD)
 {
-    (void)b, (void)cu_seqlens_host;
+    (void)b, (void)cu_seqlens_host, (void)out;
     al_attention_backward(dq, dk, dv, scratch, dout, q, k, v, cu_seqlens, nseq, NH, NKV, HD);
 }
 
@@ -305,53 +305,4 @@ static al_backend cpu_backend = {&cpu_ops, NULL};
 al_backend *al_backend_cpu(void)
 {
     return &cpu_backend;
-}
-
-#ifdef ARCLIGHT_HAVE_CUDA_BACKEND
-/* backend_cuda.cu */
-al_backend *al_backend_cuda_new(char *errstr, size_t errlen);
-int al_backend_cuda_device_count(void);
-#endif
-
-int al_backend_cuda_built(void)
-{
-#ifdef ARCLIGHT_HAVE_CUDA_BACKEND
-    return 1;
-#else
-    return 0;
-#endif
-}
-
-int al_backend_cuda_available(void)
-{
-#ifdef ARCLIGHT_HAVE_CUDA_BACKEND
-    return al_backend_cuda_device_count() > 0;
-#else
-    return 0;
-#endif
-}
-
-al_backend *al_backend_open(const char *name, char *errstr, size_t errlen)
-{
-    if (!name || !strcmp(name, "cpu")) return al_backend_cpu();
-    int want_cuda = !strcmp(name, "cuda"), is_auto = !strcmp(name, "auto");
-    if (!want_cuda && !is_auto) {
-        snprintf(errstr, errlen, "unknown device '%s' (expected cuda, cpu or auto)", name);
-        return NULL;
-    }
-#ifdef ARCLIGHT_HAVE_CUDA_BACKEND
-    if (is_auto && !al_backend_cuda_available()) return al_backend_cpu();
-    return al_backend_cuda_new(errstr, errlen);
-#else
-    if (is_auto) return al_backend_cpu();
-    snprintf(errstr, errlen,
-             "device cuda: this build has no CUDA backend (configure with nvcc, cuBLAS, cuDNN "
-             "and NCCL present; see README)");
-    return NULL;
-#endif
-}
-
-void al_backend_free(al_backend *b)
-{
-    if (b && b->ops->destroy) b->ops->destroy(b);
 }

@@ -871,7 +871,7 @@ static void backward_layers(al_model *m)
         o->linear_backward(b, a->dbig, GP(m, g->wo + (size_t)l * C * Q),
                            GP(m, g->bo ? g->bo + (size_t)l * C : NULL), a->dres, atty,
                            WP(m, p->wo + (size_t)l * C * Q), T, Q, C);
-        o->attention_backward(b, a->dq, a->dk, a->dv, m->att_scratch, a->dbig, q, k, v, m->cu_d,
+        o->attention_backward(b, a->dq, a->dk, a->dv, m->att_scratch, a->dbig, atty, q, k, v, m->cu_d,
                               m->cu_h, m->nseq, NH, NKV, HD);
         o->rope_backward(b, a->dq, a->rope_cos, a->rope_sin, T, NH, HD);
         o->rope_backward(b, a->dk, a->rope_cos, a->rope_sin, T, NKV, HD);

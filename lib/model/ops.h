@@ -23,6 +23,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct al_backend al_backend;
 
 /* One sequence's keys and values in a backend's KV cache: L layers, up to `max` positions
@@ -90,9 +94,11 @@ typedef struct al_backend_ops {
     void (*attention_forward)(al_backend *b, void *out, void *scratch, const void *q,
                               const void *k, const void *v, const int32_t *cu_seqlens,
                               const int32_t *cu_seqlens_host, int nseq, int NH, int NKV, int HD);
-    /* dq, dk, dv (act) OVERWRITTEN. */
+    /* dq, dk, dv (act) OVERWRITTEN; out is the forward's output (backends that need
+     * rowsum(dout * out) read it). */
     void (*attention_backward)(al_backend *b, void *dq, void *dk, void *dv, void *scratch,
-                               const void *dout, const void *q, const void *k, const void *v,
+                               const void *dout, const void *out, const void *q, const void *k,
+                               const void *v,
                                const int32_t *cu_seqlens, const int32_t *cu_seqlens_host,
                                int nseq, int NH, int NKV, int HD);
     /* Attention over KV caches (serving: prefill chunks and decode steps alike). Sequence i
@@ -166,9 +172,16 @@ al_backend *al_backend_cpu(void);
 al_backend *al_backend_open(const char *name, char *errstr, size_t errlen);
 void al_backend_free(al_backend *b);
 
-/* Whether this build carries the CUDA backend, and whether a CUDA device can be opened now
- * (never touches the GPU when the build has no CUDA). */
+/* Whether this build carries the CUDA backend (the module libarclight_cuda.so, loaded on
+ * first use from $ARCLIGHT_CUDA_BACKEND, beside the executable, or the build tree), and
+ * whether a CUDA device can be opened now (0 when the module or a device is missing). */
 int al_backend_cuda_built(void);
 int al_backend_cuda_available(void);
+/* A symbol of the CUDA module (NCCL data parallelism lives there too), or NULL. */
+void *al_backend_cuda_symbol(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
