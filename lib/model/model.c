@@ -154,6 +154,15 @@ float *al_model_params(al_model *m)
     }
     return m->params_mem;
 }
+const float *al_model_params_read(al_model *m)
+{
+    if (!m->host && !(m->params_at & ON_HOST)) {
+        m->be->ops->download(m->be, m->params_mem, m->dmaster, sizeof(float) * m->nparams);
+        m->params_at = ON_BOTH;
+    }
+    return m->params_mem;
+}
+
 float *al_model_grads(al_model *m)
 {
     if (!m->host) {
@@ -522,9 +531,17 @@ static int acts_sizes(const al_model *m, size_t t, int training, size_t sizes[NA
     return NACTS;
 }
 
-/* Points the fields of *a into one block of `mem` laid out by acts_sizes (256-byte aligned
- * pieces); with mem NULL only returns the total. */
-static size_t acts_carve(const size_t sizes[NACTS], void *mem, acts *a)
+/* Bytes of one block holding the fields of acts_sizes, each piece 256-byte aligned. */
+static size_t acts_total(const size_t sizes[NACTS])
+{
+    size_t off = 0;
+    for (int i = 0; i < NACTS; i++)
+        off += (sizes[i] + 255) & ~(size_t)255;
+    return off;
+}
+
+/* Points the fields of *a into `mem`, laid out as acts_total counts it. */
+static void acts_carve(const size_t sizes[NACTS], void *mem, acts *a)
 {
     void **fields[NACTS] = {
         &a->res,   &a->res_mid, &a->ln1,  (void **)&a->ln1_rstd, &a->q_pre,
@@ -538,16 +555,13 @@ static size_t acts_carve(const size_t sizes[NACTS], void *mem, acts *a)
     _Static_assert(sizeof fields / sizeof fields[0] == NACTS, "one pointer per activation");
     size_t off = 0;
     for (int i = 0; i < NACTS; i++) {
-        if (mem) *fields[i] = sizes[i] ? (char *)mem + off : NULL;
+        *fields[i] = sizes[i] ? (char *)mem + off : NULL;
         off += (sizes[i] + 255) & ~(size_t)255;
     }
-    if (mem) {
-        if (!a->q_pre) a->q_pre = a->q;
-        if (!a->k_pre) a->k_pre = a->k;
-        if (!a->h) a->h = a->gate;
-        if (!a->res_mid) a->res_mid = a->res;
-    }
-    return off;
+    if (!a->q_pre) a->q_pre = a->q;
+    if (!a->k_pre) a->k_pre = a->k;
+    if (!a->h) a->h = a->gate;
+    if (!a->res_mid) a->res_mid = a->res;
 }
 
 /* Grows the training activations to hold T tokens (no-op when they already do). */
@@ -556,7 +570,7 @@ static int ensure_acts(al_model *m, int T)
     if (T <= m->cap_T) return 0;
     size_t sizes[NACTS];
     acts_sizes(m, (size_t)T, 1, sizes);
-    size_t total = acts_carve(sizes, NULL, NULL);
+    size_t total = acts_total(sizes);
     void *mem = m->be->ops->alloc(m->be, total);
     if (!mem) return model_err(m, "model: out of %s memory for activations of %d tokens", m->be->ops->name, T);
     m->be->ops->free(m->be, m->act_mem);
@@ -953,6 +967,24 @@ int al_model_backward_logprob(al_model *m, const float *dlogp, const float *dent
     return 0;
 }
 
+float *al_model_backend_params(al_model *m)
+{
+    params_to_backend(m);
+    return m->dmaster;
+}
+float *al_model_backend_grads(al_model *m)
+{
+    grads_to_backend(m);
+    m->grads_at = m->host ? ON_BOTH : ON_BACKEND;
+    return m->dgrads;
+}
+void al_model_backend_params_changed(al_model *m)
+{
+    if (m->host) return;
+    m->be->ops->weights_from_master(m->be, m->dw, m->dmaster, m->nparams);
+    m->params_at = ON_BACKEND;
+}
+
 double al_model_clip_grads(al_model *m, float max_norm)
 {
     grads_to_backend(m);
@@ -988,6 +1020,8 @@ struct al_infer_scratch {
     int32_t *tok_h, *pos_h, *last_h; /* host (rows) */
     int32_t *tok_d, *last_d;         /* backend (rows); == host ones on the CPU */
     int *cu_rows;                    /* host (rows + 1) */
+    float *logits_d;                 /* device logits (rows with logits, V); NULL on the host */
+    size_t logits_cap;               /* bytes */
 };
 
 al_infer_scratch *al_infer_scratch_new(void)
@@ -1002,11 +1036,12 @@ static void scratch_release(al_infer_scratch *s)
         if (!s->be->ops->host_memory) {
             s->be->ops->free(s->be, s->tok_d);
             s->be->ops->free(s->be, s->last_d);
+            s->be->ops->free(s->be, s->logits_d);
         }
     }
     free(s->tok_h), free(s->pos_h), free(s->last_h), free(s->cu_rows);
     s->mem = NULL, s->tok_h = s->pos_h = s->last_h = s->tok_d = s->last_d = NULL;
-    s->cu_rows = NULL, s->rows = 0;
+    s->cu_rows = NULL, s->rows = 0, s->logits_d = NULL, s->logits_cap = 0;
 }
 
 void al_infer_scratch_free(al_infer_scratch *s)
@@ -1030,7 +1065,7 @@ static int scratch_ensure(al_infer_scratch *s, const al_model *m, size_t R)
     al_backend *b = m->be;
     size_t sizes[NACTS];
     acts_sizes(m, rows, 0, sizes);
-    size_t total = acts_carve(sizes, NULL, NULL);
+    size_t total = acts_total(sizes);
     void *mem = b->ops->alloc(b, total);
     int32_t *th = malloc(sizeof(int32_t) * rows), *ph = malloc(sizeof(int32_t) * rows);
     int32_t *lh = malloc(sizeof(int32_t) * rows), *td = th, *ld = lh;
@@ -1101,17 +1136,13 @@ static int forward_kv(const al_model *m, al_infer_scratch *s, al_kv *const *kvs,
     if (o->host_memory) {
         o->lm_head_forward(b, logits, s->a.lnf, WP(m, m->p.lm_head), nrows, C, V);
     } else {
-        /* f32 logits on the device: in the freed q/k/v/atty space when it holds them, else a
-         * temporary buffer */
         size_t need = sizeof(float) * (size_t)nrows * V;
-        float *dl = b->ops->alloc(b, need);
-        if (!dl) {
+        if (ensure_buf(b, (void **)&s->logits_d, &s->logits_cap, need)) {
             snprintf(errstr, errlen, "infer forward: out of %s memory for logits", o->name);
             return -1;
         }
-        o->lm_head_forward(b, dl, s->a.lnf, WP(m, m->p.lm_head), nrows, C, V);
-        o->download(b, logits, dl, need);
-        o->free(b, dl);
+        o->lm_head_forward(b, s->logits_d, s->a.lnf, WP(m, m->p.lm_head), nrows, C, V);
+        o->download(b, logits, s->logits_d, need);
     }
     return 0;
 }
