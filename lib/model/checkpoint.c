@@ -129,7 +129,7 @@ static int save_state(al_trainer *tr, const char *path, int64_t step, const char
                       const char *metrics_json, char *errstr, size_t errlen)
 {
     const al_trainer_config *c = al_trainer_config_of(tr);
-    al_adamw *opt = al_trainer_optimizer(tr);
+    const al_adamw *opt = al_trainer_optimizer_read(tr);
     al_json_buf b = {0};
     al_json_buf_printf(&b, "{\n  \"format\": \"%s\",\n  \"version\": %d,\n", STATE_FORMAT,
                        STATE_VERSION);
@@ -200,7 +200,7 @@ int al_checkpoint_save(al_trainer *tr, const char *root, int64_t step, const cha
     snprintf(path, sizeof path, "%s/config.json", tmp);
     if (al_model_config_save(al_model_config_of(m), "float32", path, errstr, errlen) != 0) goto fail;
     snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
-    if (save_optimizer(al_trainer_optimizer(tr), path, errstr, errlen) != 0) goto fail;
+    if (save_optimizer(al_trainer_optimizer_read(tr), path, errstr, errlen) != 0) goto fail;
     snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
     if (save_state(tr, path, step, sha, metrics_json, errstr, errlen) != 0) goto fail;
 
@@ -210,7 +210,7 @@ int al_checkpoint_save(al_trainer *tr, const char *root, int64_t step, const cha
         goto fail;
     }
     info->step = step;
-    info->optimizer_step = al_trainer_optimizer(tr)->step;
+    info->optimizer_step = al_trainer_optimizer_read(tr)->step;
     snprintf(info->weights_path, sizeof info->weights_path, "%s/model.safetensors", info->dir);
     memcpy(info->weights_sha256, sha, sizeof sha);
     return 0;

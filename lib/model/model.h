@@ -88,6 +88,8 @@ void al_model_init_random(al_model *m, uint64_t seed);
 size_t al_model_num_params(const al_model *m);
 float *al_model_params(al_model *m);
 float *al_model_grads(al_model *m);
+/* The same, for reading only: the device's copy stays current (checkpoints, hashing). */
+const float *al_model_params_read(al_model *m);
 /* Tells the model its host parameters changed behind a pointer taken earlier. */
 void al_model_params_changed(al_model *m);
 
@@ -133,6 +135,13 @@ int al_model_forward_logprob(al_model *m, const int32_t *tokens, const int32_t *
 /* Backward of the last al_model_forward_logprob from dlogp (T) and dentropy (T) (either NULL:
  * zeros); gradients accumulate as in al_model_backward. */
 int al_model_backward_logprob(al_model *m, const float *dlogp, const float *dentropy);
+
+/* The backend's own arrays (al_model_num_params() f32 each): the master weights and the
+ * gradients, for collective operations (dist.h). After writing the masters, call
+ * al_model_backend_params_changed (the forward's copies are made from them again). */
+float *al_model_backend_params(al_model *m);
+float *al_model_backend_grads(al_model *m);
+void al_model_backend_params_changed(al_model *m);
 
 /* Clips the gradients by global norm on the backend (al_grad_clip's rule, optim.h) and
  * returns the norm before clipping. */

@@ -614,7 +614,7 @@ int al_model_save_safetensors(const al_model *m, const char *path, al_st_dtype d
         lenbuf[i] = (uint8_t)((uint64_t)h.len >> (8 * i));
     int ok = fwrite(lenbuf, 1, 8, f) == 8 && fwrite(h.data, 1, h.len, f) == h.len;
     free(h.data);
-    const float *params = al_model_params((al_model *)m);
+    const float *params = al_model_params_read((al_model *)m);
     uint16_t chunk[4096];
     for (size_t i = 0; i < nt && ok; i++) {
         const float *src = params + tt[i].offset;

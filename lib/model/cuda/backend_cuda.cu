@@ -14,7 +14,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CTX(b) ((cuda_ctx *)(b)->ctx)
+/* The backend's context, with its device made current on the calling thread: the serve
+ * engine, its policy follower and the trainer call ops from threads of their own, and a
+ * thread's current device starts at 0. */
+static __thread int tl_device = -1;
+static inline cuda_ctx *ctx_of(al_backend *b)
+{
+    cuda_ctx *c = (cuda_ctx *)b->ctx;
+    if (tl_device != c->device) {
+        CUDA_CHECK(cudaSetDevice(c->device));
+        tl_device = c->device;
+    }
+    return c;
+}
+#define CTX(b) ctx_of(b)
 #define EW_THREADS 256
 
 static unsigned ew_blocks(size_t n)
@@ -771,6 +784,7 @@ extern "C" al_backend *al_backend_cuda_new(char *errstr, size_t errlen)
     }
     c->device = dev;
     CUDA_CHECK(cudaSetDevice(dev));
+    tl_device = dev;
     CUDA_CHECK(cudaGetDeviceProperties(&c->prop, dev));
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasLtCreate(&c->lt));

@@ -14,30 +14,43 @@
 struct gemm_entry {
     int used;
     int ta, tb, m, n, k, lda, ldb, ldd, has_bias;
+    uint32_t align; /* the pointers' alignments, packed (see alignment) */
     cudaDataType_t dt;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
 };
 
+/* The largest power of two up to 256 dividing p: cuBLASLt's heuristic assumes 256-byte aligned
+ * operands unless told otherwise, and row offsets into a matrix (a chunk of rows, one layer of
+ * a stacked tensor) can be less aligned. */
+static uint32_t alignment(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t r = 256;
+    while (r > 1 && (a % r)) r >>= 1;
+    return r;
+}
+
 static unsigned gemm_hash(int ta, int tb, int m, int n, int k, int lda, int ldb, int ldd, int bias,
-                          cudaDataType_t dt)
+                          cudaDataType_t dt, uint32_t align)
 {
     unsigned h = 2166136261u;
-    int v[10] = {ta, tb, m, n, k, lda, ldb, ldd, bias, (int)dt};
-    for (int i = 0; i < 10; i++)
+    int v[11] = {ta, tb, m, n, k, lda, ldb, ldd, bias, (int)dt, (int)align};
+    for (int i = 0; i < 11; i++)
         h = (h ^ (unsigned)v[i]) * 16777619u;
     return h;
 }
 
 static gemm_entry *gemm_plan(cuda_ctx *c, int ta, int tb, int m, int n, int k, int lda, int ldb,
-                             int ldd, cudaDataType_t dt, int has_bias)
+                             int ldd, cudaDataType_t dt, int has_bias, const uint32_t al[3])
 {
+    uint32_t align = al[0] | al[1] << 9 | al[2] << 18;
     if (!c->gemm_cache) {
         c->gemm_cache = (gemm_entry *)calloc(GEMM_CACHE, sizeof(gemm_entry));
         if (!c->gemm_cache) al_cuda_fail("calloc", "out of memory for the GEMM table", 0, __FILE__, __LINE__);
     }
-    unsigned h = gemm_hash(ta, tb, m, n, k, lda, ldb, ldd, has_bias, dt) % GEMM_CACHE;
+    unsigned h = gemm_hash(ta, tb, m, n, k, lda, ldb, ldd, has_bias, dt, align) % GEMM_CACHE;
     gemm_entry *e = NULL;
     for (unsigned i = 0; i < GEMM_CACHE; i++) {
         gemm_entry *x = &c->gemm_cache[(h + i) % GEMM_CACHE];
@@ -46,7 +59,8 @@ static gemm_entry *gemm_plan(cuda_ctx *c, int ta, int tb, int m, int n, int k, i
             break;
         }
         if (x->ta == ta && x->tb == tb && x->m == m && x->n == n && x->k == k && x->lda == lda &&
-            x->ldb == ldb && x->ldd == ldd && x->dt == dt && x->has_bias == has_bias)
+            x->ldb == ldb && x->ldd == ldd && x->dt == dt && x->has_bias == has_bias &&
+            x->align == align)
             return x;
     }
     if (!e) { /* full: drop everything (shapes of a run are few; this is a safety valve) */
@@ -57,7 +71,7 @@ static gemm_entry *gemm_plan(cuda_ctx *c, int ta, int tb, int m, int n, int k, i
     }
     memset(e, 0, sizeof *e);
     e->ta = ta, e->tb = tb, e->m = m, e->n = n, e->k = k, e->lda = lda, e->ldb = ldb;
-    e->ldd = ldd, e->dt = dt, e->has_bias = has_bias;
+    e->ldd = ldd, e->dt = dt, e->has_bias = has_bias, e->align = align;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&e->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
@@ -75,6 +89,12 @@ static gemm_entry *gemm_plan(cuda_ctx *c, int ta, int tb, int m, int n, int k, i
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                       &c->lt_ws_bytes, sizeof c->lt_ws_bytes));
+    cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    uint32_t vals[4] = {al[0], al[1], al[2], al[2]};
+    for (int i = 0; i < 4; i++)
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &vals[i], sizeof vals[i]));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(c->lt, e->desc, e->la, e->lb, e->ld, e->ld, pref, 1,
@@ -93,7 +113,9 @@ void cuda_gemm(cuda_ctx *c, int trans_a, int trans_b, int m, int n, int k, const
                const void *bias)
 {
     if (m <= 0 || n <= 0) return;
-    gemm_entry *e = gemm_plan(c, trans_a, trans_b, m, n, k, lda, ldb, ldd, dt, bias != NULL);
+    uint32_t al[3] = {alignment(A), alignment(B), alignment(D)};
+    if (bias && alignment(bias) < al[2]) al[2] = alignment(bias);
+    gemm_entry *e = gemm_plan(c, trans_a, trans_b, m, n, k, lda, ldb, ldd, dt, bias != NULL, al);
     if (bias)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                     &bias, sizeof bias));
