@@ -3,6 +3,7 @@
  */
 #include "model/trainer.h"
 
+#include "model/dist.h"
 #include "model/logprob.h"
 #include "text/json.h"
 
@@ -26,6 +27,7 @@ struct al_trainer {
     al_model *policy;    /* borrowed */
     al_model *reference; /* borrowed, NULL without KL */
     al_adamw opt;
+    al_dist *dist; /* borrowed; NULL: one replica */
     int V;
     decay_seg *segs;
     int nsegs;
@@ -45,6 +47,7 @@ typedef struct chunk_prep {
     int32_t *targets, *positions; /* (T) */
     float *mask, *adv, *rollout;  /* (T); adv NULL for sft without advantages, rollout NULL */
     float *old, *ref;             /* (T) or NULL */
+    int owner;                    /* the replica that runs it (dist.h) */
 } chunk_prep;
 
 static int tr_err(char *errstr, size_t errlen, const char *fmt, ...)
@@ -367,6 +370,37 @@ al_model *al_trainer_policy(al_trainer *tr)
     return tr->policy;
 }
 
+int al_trainer_set_dist(al_trainer *tr, al_dist *d, char *errstr, size_t errlen)
+{
+    tr->dist = d;
+    if (al_dist_world(d) == 1) return 0;
+    /* everyone starts from rank 0's weights, moments and step */
+    al_model *m = tr->policy;
+    if (moments_to_backend(tr))
+        return tr_err(errstr, errlen, "out of %s memory for the optimizer's moments",
+                      al_model_backend(m)->ops->name);
+    al_dist_broadcast(d, al_model_backend_params(m), al_model_num_params(m), 0);
+    al_model_backend_params_changed(m);
+    al_dist_broadcast(d, tr->dm, tr->opt.n, 0);
+    al_dist_broadcast(d, tr->dv, tr->opt.n, 0);
+    if (tr->dm != tr->opt.m) tr->moments_at = 2;
+    double step = (double)tr->opt.step;
+    al_dist_allreduce_host(d, &step, 1, 1); /* rank 0's is the largest after a resume */
+    tr->opt.step = (int64_t)step;
+    return 0;
+}
+
+const al_adamw *al_trainer_optimizer_read(al_trainer *tr)
+{
+    if (tr->mbe && tr->dm != tr->opt.m && !(tr->moments_at & 1)) {
+        size_t bytes = sizeof(float) * tr->opt.n;
+        tr->mbe->ops->download(tr->mbe, tr->opt.m, tr->dm, bytes);
+        tr->mbe->ops->download(tr->mbe, tr->opt.v, tr->dv, bytes);
+        tr->moments_at = 3;
+    }
+    return &tr->opt;
+}
+
 al_adamw *al_trainer_optimizer(al_trainer *tr)
 {
     /* on a device, the moments come down first; the caller may write them (a checkpoint
@@ -511,8 +545,15 @@ int al_trainer_step(al_trainer *tr, const al_train_chunk *chunks, int nchunks,
             goto done;
         }
 
+    /* Which replica runs each chunk: chunk i of its mini-batch goes to replica i mod world. */
+    int world = al_dist_world(tr->dist), rank = al_dist_rank(tr->dist);
+    for (int g = 0; g < mb; g++)
+        for (int i = (int)((long)g * nchunks / mb); i < (int)((long)(g + 1) * nchunks / mb); i++)
+            prep[i].owner = (i - (int)((long)g * nchunks / mb)) % world;
+
     /* Old and reference logprobs: once per step, before any update. */
     for (int i = 0; i < nchunks; i++) {
+        if (prep[i].owner != rank) continue;
         if (need_old && chunk_logprobs(tr, tr->policy, &chunks[i], &prep[i], prep[i].old, errstr, errlen))
             goto done;
         if (tr->reference &&
@@ -540,6 +581,7 @@ int al_trainer_step(al_trainer *tr, const al_train_chunk *chunks, int nchunks,
             for (int i = cb; i < ce; i++) {
                 const al_train_chunk *c = &chunks[i];
                 chunk_prep *p = &prep[i];
+                if (p->owner != rank) continue;
                 if (al_model_forward_logprob(tr->policy, c->tokens, p->positions, c->cu_seqlens,
                                              c->nseq, c->T, p->targets, cfg->temperature,
                                              tr->logp, tr->entropy)) {
@@ -568,6 +610,11 @@ int al_trainer_step(al_trainer *tr, const al_train_chunk *chunks, int nchunks,
                     goto done;
                 }
             }
+            if (world > 1) { /* every replica's share of the mini-batch, summed */
+                al_dist_allreduce(tr->dist, al_model_backend_grads(tr->policy),
+                                  al_model_num_params(tr->policy));
+                al_dist_allreduce_host(tr->dist, &update_loss, 1, 0);
+            }
             double gn = al_model_clip_grads(tr->policy, cfg->optim.grad_clip);
             if (!isfinite(update_loss) || !isfinite(gn)) {
                 tr_err(errstr, errlen,
@@ -583,6 +630,16 @@ int al_trainer_step(al_trainer *tr, const al_train_chunk *chunks, int nchunks,
             gn_sum += gn;
             if (gn > gn_max) gn_max = gn;
         }
+    }
+    if (world > 1) {
+        double sums[10] = {st.loss,      st.tokens,    st.seqs,    st.sum_pg,        st.sum_kl,
+                           st.sum_entropy, st.sum_ratio, st.sum_clipped, st.sum_dual_clipped,
+                           st.sum_tis};
+        al_dist_allreduce_host(tr->dist, sums, 10, 0);
+        al_dist_allreduce_host(tr->dist, &st.ratio_max, 1, 1);
+        st.loss = sums[0], st.tokens = sums[1], st.seqs = sums[2], st.sum_pg = sums[3];
+        st.sum_kl = sums[4], st.sum_entropy = sums[5], st.sum_ratio = sums[6];
+        st.sum_clipped = sums[7], st.sum_dual_clipped = sums[8], st.sum_tis = sums[9];
     }
     al_loss_stats_finish(&st);
     out->step = tr->opt.step;

@@ -115,9 +115,19 @@ al_model *al_trainer_clone_model(al_model *m, char *errstr, size_t errlen);
 int al_trainer_step(al_trainer *tr, const al_train_chunk *chunks, int nchunks,
                     al_train_stats *out, char *errstr, size_t errlen);
 
-/* Accessors for checkpoints. */
+/* Data parallelism (dist.h): the trainer runs its replica's share of each mini-batch and
+ * sums gradients and statistics over d (borrowed; NULL or world 1: alone). Every replica
+ * takes rank 0's weights, moments and optimizer step first (call after loading or resuming
+ * on every rank). 0, or -1 with errstr. */
+typedef struct al_dist al_dist;
+int al_trainer_set_dist(al_trainer *tr, al_dist *d, char *errstr, size_t errlen);
+
+/* Accessors for checkpoints. On a device backend the optimizer's moments come back to the
+ * host first; al_trainer_optimizer lets the caller change them (a checkpoint being loaded:
+ * the device's copies are refreshed before the next update), _read only reads them. */
 al_model *al_trainer_policy(al_trainer *tr);
 al_adamw *al_trainer_optimizer(al_trainer *tr);
+const al_adamw *al_trainer_optimizer_read(al_trainer *tr);
 const al_trainer_config *al_trainer_config_of(const al_trainer *tr);
 
 #endif

@@ -20,6 +20,14 @@
  *
  * Bad chunks (undecodable, inconsistent shapes or totals, tokens outside the vocabulary)
  * and steps the trainer refuses go to arclight.deadletter with the reason.
+ *
+ * Data parallelism (lib/model/dist.h; ARCLIGHT_DIST_WORLD > 1, one process per GPU). Rank 0
+ * is the trainer described above. Every other rank is a follower: it reads the whole topic
+ * with a consumer group of its own (new at each start, from the beginning, nothing
+ * committed), skips the steps rank 0's checkpoint holds, and runs every step with rank 0
+ * (its share of the chunks, gradients summed over NCCL); it writes no checkpoint and
+ * publishes nothing. At start every rank takes rank 0's weights, moments and step counts, so
+ * a restart of any rank is a restart of the group from rank 0's newest full checkpoint.
  */
 #include "assembler.h"
 #include "ckpt_http.h"
@@ -34,6 +42,7 @@
 #include "kafka/stage.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "model/dist.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "core/sha256.h"
@@ -50,6 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define COMP "train"
@@ -65,6 +75,7 @@ static const char *const setting_keys[] = {
 typedef struct train_opts {
     const char *model_dir, *out_dir, *model_name, *listen, *train_config;
     const char *input_topic, *policy_topic, *group;
+    const char *device; /* cuda, cpu or auto (NULL: auto) */
     int resume;
     int64_t checkpoint_every, keep, stop_after;
     int64_t kill_version;
@@ -107,6 +118,9 @@ typedef struct train_worker {
     train_opts *o;
     char out_abs[PATH_MAX];
     al_model *policy, *reference;
+    al_backend *be; /* the models' backend (cpu or cuda) */
+    al_dist *dist;  /* data-parallel group; NULL: alone */
+    int follower;   /* a rank > 0 of the group: trains, never writes or publishes */
     al_trainer *tr;
     al_train_asm *asmb;
     al_producer *prod;
@@ -336,6 +350,17 @@ static void apply_step(train_worker *w, al_train_ready *r)
         return;
     }
     al_train_stats st;
+    if (w->follower) {
+        /* rank 0 does the writing, publishing and dead-lettering of the same step */
+        int ok = al_trainer_step(w->tr, r->chunks, r->nchunks, &st, err, sizeof err) == 0;
+        if (ok) w->version++, w->batch_step = r->step;
+        else al_log_error(COMP, "step %" PRId64 ": the trainer refused it: %s", r->step, err);
+        al_log_info(COMP, "%s v%" PRId64 " (batch step %" PRId64 ", rank %d of %d)%s",
+                    w->o->model_name, w->version, r->step, al_dist_rank(w->dist),
+                    al_dist_world(w->dist), ok ? "" : ": refused");
+        ready_release(r);
+        return;
+    }
     if (al_trainer_step(w->tr, r->chunks, r->nchunks, &st, err, sizeof err) != 0) {
         char reason[1200];
         snprintf(reason, sizeof reason, "step %" PRId64 ": the trainer refused it: %s", r->step, err);
@@ -561,6 +586,8 @@ static void usage(FILE *f)
             "  --policy-topic T          default arclight.policy\n"
             "  --group ID                consumer group (default arclight-train-NAME)\n"
             "  --steps N                 stop at version N (checkpointed and acknowledged: exit 0)\n"
+            "  --device cuda|cpu|auto    where the model trains (default auto: cuda when this build\n"
+            "                            has the CUDA backend and a device is visible, else cpu)\n"
             "Loss:\n"
             "  --loss ppo|gspo|cispo|sft (default ppo)\n"
             "  --loss-agg token-mean|seq-mean-token-sum|seq-mean-token-mean (default token-mean)\n"
@@ -583,7 +610,8 @@ int cmd_train(int argc, char **argv)
 {
     enum {
         O_MODEL = AL_CLI_OPT_USER, O_OUT, O_RESUME, O_NAME, O_EVERY, O_KEEP, O_LISTEN, O_TCONF,
-        O_IN, O_POLICY, O_GROUP, O_STEPS, O_EPOCHS, O_HELP, O_SETTING = AL_CLI_OPT_USER + 100
+        O_IN, O_POLICY, O_GROUP, O_STEPS, O_EPOCHS, O_HELP, O_DEVICE,
+        O_SETTING = AL_CLI_OPT_USER + 100
     };
     static char flag_names[N_SETTINGS][32];
     static struct option opts[N_SETTINGS + 32];
@@ -601,6 +629,7 @@ int cmd_train(int argc, char **argv)
         {"group", required_argument, 0, O_GROUP},
         {"steps", required_argument, 0, O_STEPS},
         {"epochs", required_argument, 0, O_EPOCHS},
+        {"device", required_argument, 0, O_DEVICE},
         {"help", no_argument, 0, O_HELP},
         AL_CLI_COMMON_OPTIONS,
     };
@@ -640,6 +669,11 @@ int cmd_train(int argc, char **argv)
         }
         switch (c) {
         case O_MODEL: o.model_dir = optarg; break;
+        case O_DEVICE:
+            if (strcmp(optarg, "cuda") && strcmp(optarg, "cpu") && strcmp(optarg, "auto"))
+                return al_cli_usage_error("train", "--device must be cuda, cpu or auto, not '%s'", optarg);
+            o.device = optarg;
+            break;
         case O_OUT: o.out_dir = optarg; break;
         case O_RESUME: o.resume = 1; break;
         case O_NAME: o.model_name = optarg; break;
@@ -738,6 +772,16 @@ int cmd_train(int argc, char **argv)
         al_log_error(COMP, "reference model %s: %s", o.model_dir, err);
         goto out;
     }
+    if (!(w.be = al_backend_open(o.device ? o.device : "auto", err, sizeof err))) {
+        al_log_error(COMP, "--device %s: %s", o.device ? o.device : "auto", err);
+        goto out;
+    }
+    if (al_model_set_backend(w.policy, w.be, err, sizeof err) != 0 ||
+        (w.reference && al_model_set_backend(w.reference, w.be, err, sizeof err) != 0)) {
+        al_log_error(COMP, "--device %s: %s", w.be->ops->name, err);
+        goto out;
+    }
+    al_log_info(COMP, "training on %s", w.be->ops->name);
     if (!(w.tr = al_trainer_new(w.policy, w.reference, &tc, err, sizeof err))) {
         rc = al_cli_usage_error("train", "%s", err);
         goto out;
@@ -786,13 +830,46 @@ int cmd_train(int argc, char **argv)
         if (al_producer_prepare(w.prod, outs, 10000, err, sizeof err) != 0)
             al_log_warn(COMP, "%s (sending anyway; messages wait for it)", err);
     }
-    if (o.resume) {
+    {
+        al_dist_opts dopt;
+        if (al_dist_opts_from_env(&dopt, err, sizeof err) != 0) {
+            rc = al_cli_usage_error("train", "%s", err);
+            goto out;
+        }
+        if (dopt.world > 1) {
+            w.follower = dopt.rank != 0;
+            al_log_info(COMP, "data parallel: rank %d of %d, rendezvous at %s", dopt.rank,
+                        dopt.world, dopt.addr);
+            if (!(w.dist = al_dist_new(w.be, &dopt, err, sizeof err))) {
+                al_log_error(COMP, "%s", err);
+                goto out;
+            }
+        }
+    }
+    if (o.resume && !w.follower) {
         int r = resume(&w, err, sizeof err);
         if (r < 0) {
             al_log_error(COMP, "%s", err);
             goto out;
         }
         if (r == 1) al_log_info(COMP, "--resume: no checkpoint under %s; starting from %s", w.out_abs, o.model_dir);
+    }
+    if (w.dist) {
+        /* everyone takes rank 0's weights, moments and counts (the largest after a resume) */
+        if (al_trainer_set_dist(w.tr, w.dist, err, sizeof err) != 0) {
+            al_log_error(COMP, "%s", err);
+            goto out;
+        }
+        double counts[2] = {(double)w.version, (double)w.batch_step};
+        al_dist_allreduce_host(w.dist, counts, 2, 1);
+        w.version = (int64_t)counts[0], w.batch_step = (int64_t)counts[1];
+        w.last_full = w.version;
+    }
+    static char follower_group[PATH_MAX + 96];
+    if (w.follower) {
+        snprintf(follower_group, sizeof follower_group, "%s-rank%d-%lld-%d", o.group,
+                 al_dist_rank(w.dist), (long long)time(NULL), (int)getpid());
+        o.group = follower_group;
     }
     const al_model_config *mc = al_model_config_of(w.policy);
     if (!(w.asmb = al_train_asm_new(o.model_name, mc->vocab_size, mc->max_position_embeddings,
@@ -871,7 +948,7 @@ int cmd_train(int argc, char **argv)
         }
     }
     /* A clean stop: checkpoint the last update so that its chunks need not be re-applied. */
-    if (!al_stage_failed(&w.st) && w.version > w.last_full) {
+    if (!al_stage_failed(&w.st) && !w.follower && w.version > w.last_full) {
         char sha[65];
         if (save_version(&w, 1, w.last_metrics, sha, err, sizeof err) != 0)
             al_stage_fail(&w.st, "checkpoint at exit: %s", err);
@@ -898,6 +975,8 @@ out:
     al_trainer_free(w.tr);
     al_model_free(w.reference);
     al_model_free(w.policy);
+    al_dist_free(w.dist);
+    al_backend_free(w.be);
     al_metrics_free(w.met.reg);
     al_kafka_conf_free(kc);
     return rc;
