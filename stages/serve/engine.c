@@ -537,6 +537,8 @@ al_serve_engine *al_serve_engine_start(al_serve_weights *w, const al_tokenizer *
     const al_model_config *c = al_model_config_of(w->model);
     if (!e) goto oom;
     e->o = *o, e->tok = tok, e->cur = w, e->weight_sets = 1, e->cfg = *c;
+    if (!e->o.backend) e->o.backend = al_backend_cpu();
+    if (al_model_set_backend(w->model, e->o.backend, errstr, errlen) != 0) goto fail;
     e->V = c->vocab_size;
     e->scratch = al_infer_scratch_new();
     if (!e->scratch || batch_ensure(e, 16) || al_infer_sampler_init(&e->sampler, e->V)) goto oom;
@@ -633,6 +635,11 @@ void al_serve_engine_set_weights(al_serve_engine *e, al_serve_weights *w)
     e->swaps++;
     pthread_mutex_unlock(&e->lock);
     weights_free(dead);
+}
+
+al_backend *al_serve_engine_backend(al_serve_engine *e)
+{
+    return e->o.backend;
 }
 
 int64_t al_serve_engine_version(al_serve_engine *e)

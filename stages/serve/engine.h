@@ -115,12 +115,14 @@ typedef struct al_serve_engine_opts {
     int max_model_len;        /* prompt + generated tokens */
     int logprobs_temperature; /* 0: raw logprobs (vLLM's default); 1: log softmax(logits / T)
                                  with the request's temperature T (raw when T = 0) */
+    al_backend *backend;      /* where the weights and KV caches live (NULL: the CPU); borrowed,
+                                 outlives the engine */
 } al_serve_engine_opts;
 
 typedef struct al_serve_engine al_serve_engine;
 
 /* Starts the engine thread on `w` (takes ownership of the caller's reference) and `tok`
- * (borrowed; outlives the engine). NULL with errstr. */
+ * (borrowed; outlives the engine); w's model is moved to o->backend. NULL with errstr. */
 al_serve_engine *al_serve_engine_start(al_serve_weights *w, const al_tokenizer *tok,
                                        const al_serve_engine_opts *o, char *errstr, size_t errlen);
 /* Stops: running sequences finish with ABORT, the thread is joined, everything freed. */
@@ -135,8 +137,11 @@ enum {
 /* Queues r (the engine takes its own reference). */
 int al_serve_engine_submit(al_serve_engine *e, al_serve_req *r, char *errstr, size_t errlen);
 
+/* The backend weight sets must be on (al_model_set_backend) before set_weights. */
+al_backend *al_serve_engine_backend(al_serve_engine *e);
+
 /* Replaces the weights new sequences start on (takes ownership of the caller's reference
- * to w). Sequences already admitted keep theirs. */
+ * to w; its model is on the engine's backend). Sequences already admitted keep theirs. */
 void al_serve_engine_set_weights(al_serve_engine *e, al_serve_weights *w);
 /* The version new sequences would get now. */
 int64_t al_serve_engine_version(al_serve_engine *e);

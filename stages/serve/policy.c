@@ -145,6 +145,10 @@ static void handle(al_serve_policy *p, const rd_kafka_message_t *msg)
     if (al_serve_fetch_weights(pv.checkpoint_uri ? pv.checkpoint_uri : "", pv.sha256, &bytes, &len,
                                err, sizeof err) == 0)
         m = al_serve_model_from_bytes(&p->cfg, bytes, len, pv.checkpoint_uri, err, sizeof err);
+    if (m && al_model_set_backend(m, al_serve_engine_backend(p->eng), err, sizeof err) != 0) {
+        al_model_free(m);
+        m = NULL;
+    }
     if (!m) {
         al_log_error(COMP,
                      "policy version %" PRId64 " not loaded, still serving version %" PRId64 ": %s",

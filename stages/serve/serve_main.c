@@ -921,7 +921,9 @@ static const char *usage_text =
     "  --max-model-len N        prompt + completion tokens (default: the model's\n"
     "                           max_position_embeddings)\n"
     "  --threads N              OpenMP threads of the engine (default: "
-    "OMP_NUM_THREADS)\n" AL_CLI_COMMON_HELP;
+    "OMP_NUM_THREADS)\n"
+    "  --device cuda|cpu|auto   where the model runs (default auto: cuda when this build has\n"
+    "                           the CUDA backend and a device is visible, else cpu)\n" AL_CLI_COMMON_HELP;
 
 enum {
     OPT_MODEL = AL_CLI_OPT_USER,
@@ -937,6 +939,7 @@ enum {
     OPT_THREADS,
     OPT_DRAIN,
     OPT_LOGPROBS_MODE,
+    OPT_DEVICE,
     OPT_HELP,
 };
 
@@ -969,6 +972,7 @@ int cmd_serve(int argc, char **argv)
         {"threads", required_argument, 0, OPT_THREADS},
         {"drain-timeout", required_argument, 0, OPT_DRAIN},
         {"logprobs-mode", required_argument, 0, OPT_LOGPROBS_MODE},
+        {"device", required_argument, 0, OPT_DEVICE},
         {"help", no_argument, 0, OPT_HELP},
         AL_CLI_COMMON_OPTIONS,
         {0, 0, 0, 0},
@@ -976,7 +980,7 @@ int cmd_serve(int argc, char **argv)
     al_cli_common common;
     al_cli_common_init(&common);
     const char *model_dir = NULL, *tok_dir = NULL, *listen = "127.0.0.1:8000", *name = NULL;
-    const char *topic = "arclight.policy";
+    const char *topic = "arclight.policy", *device = "auto";
     long long version = 0, max_seqs = 64, max_kv = 2048, max_len = 0, threads = 0, drain = 30;
     int follow = 0, o, lp_temperature = 0;
     optind = 1;
@@ -987,6 +991,12 @@ int cmd_serve(int argc, char **argv)
             break;
         case OPT_TOKENIZER:
             tok_dir = optarg;
+            break;
+        case OPT_DEVICE:
+            if (strcmp(optarg, "cuda") && strcmp(optarg, "cpu") && strcmp(optarg, "auto"))
+                return al_cli_usage_error("serve", "--device must be cuda, cpu or auto, not '%s'",
+                                          optarg);
+            device = optarg;
             break;
         case OPT_LISTEN:
             listen = optarg;
@@ -1091,8 +1101,15 @@ int cmd_serve(int argc, char **argv)
     sc.name = name;
     sc.drain_timeout_s = (double)drain;
     sc.max_model_len = max_len ? (int)max_len : sc.cfg.max_position_embeddings;
+    al_backend *be = al_backend_open(device, err, sizeof err);
+    if (!be) {
+        al_log_error(COMP, "--device %s: %s", device, err);
+        al_model_free(m);
+        al_tokenizer_free(sc.tok);
+        return AL_EXIT_FAILURE;
+    }
     al_serve_engine_opts eo = {(int)max_seqs, (size_t)max_kv << 20, sc.max_model_len,
-                               lp_temperature};
+                               lp_temperature, be};
     al_serve_weights *w = al_serve_weights_new(m, version);
     sc.eng = w ? al_serve_engine_start(w, sc.tok, &eo, err, sizeof err) : NULL;
     if (!sc.eng) {
@@ -1194,6 +1211,7 @@ out:
     if (sigterm) event_free(sigterm);
     if (sc.http) evhttp_free(sc.http);
     al_serve_engine_stop(sc.eng);
+    al_backend_free(be);
     if (sc.base) event_base_free(sc.base);
     al_metrics_free(sc.metrics);
     al_tokenizer_free(sc.tok);
