@@ -7,3 +7,8 @@ foreach(t t1700_backend_ops t1701_backend_train_step t1702_backend_vs_pytorch t1
   arclight_test(${t} SOURCES tests/${t}.c LIBS arclight_model TIMEOUT 300 LABELS gpu)
   set_tests_properties(${t} PROPERTIES SKIP_RETURN_CODE 77)
 endforeach()
+
+# The GPU benchmark program (bench/bench_gpu.c: train / decode / save), built with the model
+# library alone so that tests/gpu/run.sh builds it on a GPU machine (model-only).
+add_executable(bench_gpu bench/bench_gpu.c)
+target_link_libraries(bench_gpu PRIVATE arclight_model m)
