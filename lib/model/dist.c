@@ -75,6 +75,7 @@ int al_dist_opts_from_env(al_dist_opts *o, char *errstr, size_t errlen)
         o->rank = atoi(d);
     }
     static char addr[300];
+    addr[0] = 0;
     const char *a = getenv("ARCLIGHT_DIST_ADDR");
     if (a && *a) {
         snprintf(addr, sizeof addr, "%s", a);
