@@ -90,7 +90,7 @@ TEST(two_ranks_match_one_gpu)
         /* fresh processes (exec): CUDA may not be used in a child forked after the parent
          * initialised it */
         if ((pid[rank] = fork()) == 0) {
-            char rs[8], ps[8];
+            char rs[16], ps[16];
             snprintf(rs, sizeof rs, "%d", rank), snprintf(ps, sizeof ps, "%d", port);
             execl("/proc/self/exe", "t1705_dist_nccl", "--rank", rs, ps, path[rank], (char *)NULL);
             _exit(127);
