@@ -26,3 +26,18 @@ arclight_fuzz(fuzz_serve_request TEST t1105_serve_request_fuzz CORPUS serve_corp
   INCLUDES ${PROJECT_SOURCE_DIR}/stages/serve
   LIBS -ljansson
   ENV ARCLIGHT_SOURCE_DIR=${PROJECT_SOURCE_DIR})
+# What a PolicyVersion may make the follower do (issue 15, items 1-7 and 20); python3 runs a
+# misbehaving checkpoint server (tests/serve/policy_http.py).
+arclight_test(t1106_serve_policy SOURCES tests/t1106_serve_policy.c
+  LIBS arclight_model arclight_avro arclight_core PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL
+  TIMEOUT 300)
+add_dependencies(t1106_serve_policy arclight)
+# libFuzzer target for the follower's URI, path, sha256, redirect-origin and safetensors
+# pre-checks (stages/serve/fetch.c).
+arclight_fuzz(fuzz_serve_fetch TEST t1107_serve_fetch_fuzz CORPUS serve_fetch_corpus RUNS 100000
+  MAX_LEN 512
+  SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_serve_fetch.c ${PROJECT_SOURCE_DIR}/stages/serve/fetch.c
+          ${PROJECT_SOURCE_DIR}/lib/core/util.c
+  DEPENDS ${PROJECT_SOURCE_DIR}/stages/serve/fetch.h
+  INCLUDES ${PROJECT_SOURCE_DIR}/stages/serve
+  LIBS -lcurl -lcrypto)

@@ -190,8 +190,8 @@ TEST(weights_swap_under_load_without_a_failed_request)
     char model[300];
     snprintf(model, sizeof model, "%s/tiny", g_dir);
     const char *args[] = {
-        "--model", model, "--follow-policy", "--bootstrap", g_broker.bootstrap, "--log-level",
-        "warn",    NULL};
+        "--model", model, "--follow-policy", "--bootstrap", g_broker.bootstrap,
+        "--checkpoint-root", g_dir, "--log-level", "warn", NULL};
     REQUIRE(sv_start(&g_srv, args) == 0);
 
     /* an HTTP file server for version 3 */

@@ -7,6 +7,7 @@
 #define ARCLIGHT_T1199_SERVE_HELPERS_H
 
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "model/logprob.h"
@@ -75,8 +77,15 @@ typedef struct sv_server {
     char url[160]; /* http://127.0.0.1:PORT */
 } sv_server;
 
-/* Starts `arclight serve ARGS... --listen 127.0.0.1:0` and reads its address. 0 or -1. */
+/* Starts `arclight serve ARGS... --listen 127.0.0.1:0` and reads its address. 0 or -1.
+ * With log (a path) the server's stderr goes to that file (appended). */
+static inline int sv_start_log(sv_server *s, const char *const *args, const char *log);
 static inline int sv_start(sv_server *s, const char *const *args)
+{
+    return sv_start_log(s, args, NULL);
+}
+
+static inline int sv_start_log(sv_server *s, const char *const *args, const char *log)
 {
     int fds[2];
     if (pipe(fds) != 0) return -1;
@@ -84,6 +93,10 @@ static inline int sv_start(sv_server *s, const char *const *args)
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         dup2(fds[1], 1);
+        if (log) {
+            int lf = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+            if (lf >= 0) dup2(lf, 2);
+        }
         close(fds[0]);
         close(fds[1]);
         const char *argv[40] = {sv_serve_bin(), "serve", "--listen", "127.0.0.1:0"};
@@ -121,6 +134,57 @@ static inline int sv_stop(sv_server *s)
     waitpid(s->pid, &st, 0);
     s->pid = 0;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The whole file at path (malloc'd, NUL-terminated; "" when missing). */
+static inline char *sv_slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *d = NULL;
+    size_t n = 0, cap = 0;
+    if (f) {
+        char tmp[65536];
+        size_t r;
+        while ((r = fread(tmp, 1, sizeof tmp, f)) > 0) {
+            if (n + r + 1 > cap) {
+                cap = (n + r + 1) * 2;
+                d = realloc(d, cap);
+            }
+            memcpy(d + n, tmp, r);
+            n += r;
+        }
+        fclose(f);
+    }
+    if (!d) d = calloc(1, 1);
+    else d[n] = 0;
+    return d;
+}
+
+/* Waits up to secs for the file at path to contain needle: 0, or -1. */
+static inline int sv_wait_log(const char *path, const char *needle, double secs)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        char *d = sv_slurp(path);
+        int found = strstr(d, needle) != NULL;
+        free(d);
+        if (found) return 0;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) * 1e-9 > secs) return -1;
+        usleep(50000);
+    }
+}
+
+/* Occurrences of needle in the file at path. */
+static inline int sv_log_count(const char *path, const char *needle)
+{
+    char *d = sv_slurp(path);
+    int n = 0;
+    for (const char *p = d; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    free(d);
+    return n;
 }
 
 typedef struct sv_buf {

@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define COMP "serve"
@@ -916,6 +917,19 @@ static const char *usage_text =
     "  --policy-version N       version of the weights in --model (default 0)\n"
     "  --follow-policy          follow arclight.policy on --bootstrap (default off)\n"
     "  --policy-topic TOPIC     default arclight.policy\n"
+    "  --checkpoint-root DIR    file:// checkpoint URIs are read only under DIR (repeat for\n"
+    "                           more); without it only as the trainer writes them:\n"
+    "                           .../step-N/model.safetensors\n"
+    "  --policy-redirects MODE  same-origin (default: a redirect may change the path only)\n"
+    "                           or off (a redirect is an error)\n"
+    "  --policy-low-speed-limit N  a weight download slower than N bytes/s (default 10240)\n"
+    "  --policy-low-speed-time S   for S seconds (default 30) is abandoned\n"
+    "  --policy-wait S          at start, wait up to S seconds (default 30) for the policy\n"
+    "                           topic to be read to its end and its newest version loaded\n"
+    "                           before listening; then listen anyway and go on following\n"
+    "  --drain-timeout S        on SIGTERM, let requests in flight finish for up to S\n"
+    "                           seconds (default 30)\n"
+    "  --logprobs-mode MODE     raw (default) or temperature\n"
     "  --max-num-seqs N         sequences running or queued at once (default 64)\n"
     "  --max-kv-mib N           KV cache all sequences may reserve (default 2048)\n"
     "  --max-model-len N        prompt + completion tokens (default: the model's\n"
@@ -940,6 +954,11 @@ enum {
     OPT_DRAIN,
     OPT_LOGPROBS_MODE,
     OPT_DEVICE,
+    OPT_CKPT_ROOT,
+    OPT_REDIRECTS,
+    OPT_LOW_SPEED,
+    OPT_LOW_SPEED_TIME,
+    OPT_POLICY_WAIT,
     OPT_HELP,
 };
 
@@ -973,6 +992,11 @@ int cmd_serve(int argc, char **argv)
         {"drain-timeout", required_argument, 0, OPT_DRAIN},
         {"logprobs-mode", required_argument, 0, OPT_LOGPROBS_MODE},
         {"device", required_argument, 0, OPT_DEVICE},
+        {"checkpoint-root", required_argument, 0, OPT_CKPT_ROOT},
+        {"policy-redirects", required_argument, 0, OPT_REDIRECTS},
+        {"policy-low-speed-limit", required_argument, 0, OPT_LOW_SPEED},
+        {"policy-low-speed-time", required_argument, 0, OPT_LOW_SPEED_TIME},
+        {"policy-wait", required_argument, 0, OPT_POLICY_WAIT},
         {"help", no_argument, 0, OPT_HELP},
         AL_CLI_COMMON_OPTIONS,
         {0, 0, 0, 0},
@@ -982,7 +1006,11 @@ int cmd_serve(int argc, char **argv)
     const char *model_dir = NULL, *tok_dir = NULL, *listen = "127.0.0.1:8000", *name = NULL;
     const char *topic = "arclight.policy", *device = "auto";
     long long version = 0, max_seqs = 64, max_kv = 2048, max_len = 0, threads = 0, drain = 30;
-    int follow = 0, o, lp_temperature = 0;
+    long long low_speed = 10240, low_speed_time = 30, policy_wait = 30;
+    int follow = 0, o, lp_temperature = 0, redirects = AL_SERVE_REDIRECTS_SAME_ORIGIN;
+    enum { MAX_ROOTS = 16 };
+    const char *roots_given[MAX_ROOTS];
+    size_t nroots = 0;
     optind = 1;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
@@ -1042,6 +1070,33 @@ int cmd_serve(int argc, char **argv)
                 return al_cli_usage_error(
                     "serve", "--logprobs-mode wants raw or temperature, got '%s'", optarg);
             break;
+        case OPT_CKPT_ROOT:
+            if (nroots == MAX_ROOTS)
+                return al_cli_usage_error("serve", "at most %d --checkpoint-root flags",
+                                          (int)MAX_ROOTS);
+            roots_given[nroots++] = optarg;
+            break;
+        case OPT_REDIRECTS:
+            if (!strcmp(optarg, "same-origin"))
+                redirects = AL_SERVE_REDIRECTS_SAME_ORIGIN;
+            else if (!strcmp(optarg, "off"))
+                redirects = AL_SERVE_REDIRECTS_OFF;
+            else
+                return al_cli_usage_error(
+                    "serve", "--policy-redirects wants same-origin or off, got '%s'", optarg);
+            break;
+        case OPT_LOW_SPEED:
+            if (parse_pos("serve", "--policy-low-speed-limit", optarg, 0, 1LL << 40, &low_speed))
+                return AL_EXIT_USAGE;
+            break;
+        case OPT_LOW_SPEED_TIME:
+            if (parse_pos("serve", "--policy-low-speed-time", optarg, 1, 86400, &low_speed_time))
+                return AL_EXIT_USAGE;
+            break;
+        case OPT_POLICY_WAIT:
+            if (parse_pos("serve", "--policy-wait", optarg, 0, 86400, &policy_wait))
+                return AL_EXIT_USAGE;
+            break;
         case OPT_HELP:
             fputs(usage_text, stdout);
             return AL_EXIT_OK;
@@ -1059,6 +1114,17 @@ int cmd_serve(int argc, char **argv)
     int port;
     if (al_cli_parse_hostport(listen, host, sizeof host, &port) != 0 || port < 0 || port > 65535)
         return al_cli_usage_error("serve", "--listen wants HOST:PORT, got '%s'", listen);
+    /* the roots as the follower compares them: absolute, links resolved */
+    static char roots_buf[MAX_ROOTS][PATH_MAX];
+    const char *roots[MAX_ROOTS];
+    for (size_t i = 0; i < nroots; i++) {
+        struct stat sb;
+        if (!realpath(roots_given[i], roots_buf[i]) || stat(roots_buf[i], &sb) != 0 ||
+            !S_ISDIR(sb.st_mode))
+            return al_cli_usage_error("serve", "--checkpoint-root '%s' is not a directory",
+                                      roots_given[i]);
+        roots[i] = roots_buf[i];
+    }
     if (threads > 0) {
         char t[16];
         snprintf(t, sizeof t, "%lld", threads);
@@ -1110,6 +1176,7 @@ int cmd_serve(int argc, char **argv)
     }
     al_serve_engine_opts eo = {(int)max_seqs, (size_t)max_kv << 20, sc.max_model_len,
                                lp_temperature, be};
+    size_t max_weight_bytes = al_serve_weights_max_bytes(m);
     al_serve_weights *w = al_serve_weights_new(m, version);
     sc.eng = w ? al_serve_engine_start(w, sc.tok, &eo, err, sizeof err) : NULL;
     if (!sc.eng) {
@@ -1147,6 +1214,31 @@ int cmd_serve(int argc, char **argv)
     al_http_server *msrv = NULL;
     al_serve_policy *pol = NULL;
     struct event *sigint = NULL, *sigterm = NULL;
+    if (follow) {
+        al_serve_policy_opts po = {
+            .topic = topic,
+            .model = name,
+            .cfg = &sc.cfg,
+            .fetch = {.max_bytes = max_weight_bytes,
+                      .roots = roots,
+                      .nroots = nroots,
+                      .redirects = (al_serve_redirects)redirects,
+                      .low_speed_limit = (long)low_speed,
+                      .low_speed_time = (long)low_speed_time,
+                      .connect_timeout = 10},
+        };
+        if (!(pol = al_serve_policy_start(&common, &po, sc.eng, err, sizeof err))) {
+            al_log_error(COMP, "cannot follow %s: %s", topic, err);
+            goto out;
+        }
+        /* a restarted server answers with the newest version, not its initial weights */
+        if (al_serve_policy_wait_ready(pol, (double)policy_wait, err, sizeof err) != 0)
+            al_log_warn(COMP,
+                        "listening before the policy is known (--policy-wait %lld s passed): "
+                        "%s; serving version %" PRId64 " meanwhile",
+                        policy_wait, err, al_serve_engine_version(sc.eng));
+    }
+    sc.policy = pol;
     evthread_use_pthreads();
     sc.base = event_base_new();
     sc.http = sc.base ? evhttp_new(sc.base) : NULL;
@@ -1178,12 +1270,6 @@ int cmd_serve(int argc, char **argv)
         al_log_error(COMP, "%s", err);
         goto out;
     }
-    if (follow &&
-        !(pol = al_serve_policy_start(&common, topic, name, &sc.cfg, sc.eng, err, sizeof err))) {
-        al_log_error(COMP, "cannot follow %s: %s", topic, err);
-        goto out;
-    }
-    sc.policy = pol;
     signal(SIGPIPE, SIG_IGN);
     sc.bound = bs;
     sigint = evsignal_new(sc.base, SIGINT, on_signal, &sc);
