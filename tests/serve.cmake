@@ -41,3 +41,7 @@ arclight_fuzz(fuzz_serve_fetch TEST t1107_serve_fetch_fuzz CORPUS serve_fetch_co
   DEPENDS ${PROJECT_SOURCE_DIR}/stages/serve/fetch.h
   INCLUDES ${PROJECT_SOURCE_DIR}/stages/serve
   LIBS -lcurl -lcrypto)
+# serve's HTTP surface (issue 15): NUL round trip, the shared HTTP/1.1 parser's answers.
+arclight_test(t1108_serve_http SOURCES tests/t1108_serve_http.c
+  LIBS arclight_model PkgConfig::JANSSON PkgConfig::CURL TIMEOUT 120)
+add_dependencies(t1108_serve_http arclight)

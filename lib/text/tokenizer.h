@@ -137,6 +137,9 @@ typedef struct al_chat_message {
     al_chat_role role;
     const char *content;           /* NULL renders as "" */
     const char *reasoning_content; /* Qwen3 only; NULL when absent */
+    /* Bytes of content and reasoning_content, for text that holds NUL bytes (a token's text
+     * may be one); 0: strlen. */
+    size_t content_len, reasoning_len;
     const al_chat_tool_call *tool_calls;
     size_t n_tool_calls;
 } al_chat_message;

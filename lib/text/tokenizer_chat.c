@@ -186,6 +186,21 @@ static void putn(al_json_buf *b, const char *s, size_t n)
     al_json_buf_append(b, s, n);
 }
 
+/* A message's content and reasoning as (pointer, length): NUL bytes inside are text. */
+static const char *msg_content(const al_chat_message *m, size_t *len)
+{
+    const char *c = m->content ? m->content : "";
+    *len = m->content && m->content_len ? m->content_len : strlen(c);
+    return c;
+}
+
+static void put_content(al_json_buf *b, const al_chat_message *m)
+{
+    size_t n;
+    const char *c = msg_content(m, &n);
+    putn(b, c, n);
+}
+
 static void render_tool_call(al_json_buf *b, const al_chat_tool_call *tc,
                              al_chat_template_kind kind)
 {
@@ -208,10 +223,13 @@ static int render_tools(al_json_buf *b, const al_chat_request *req, al_chat_temp
     const al_chat_message *first = &req->messages[0];
     put(b, "<|im_start|>system\n");
     if (kind == AL_CHAT_TEMPLATE_QWEN2_5) {
-        put(b, first->role == AL_CHAT_SYSTEM ? first->content : QWEN_DEFAULT_SYSTEM);
+        if (first->role == AL_CHAT_SYSTEM)
+            put_content(b, first);
+        else
+            put(b, QWEN_DEFAULT_SYSTEM);
         put(b, "\n\n");
     } else if (first->role == AL_CHAT_SYSTEM) {
-        put(b, first->content);
+        put_content(b, first);
         put(b, "\n\n");
     }
     put(b, TOOLS_INTRO);
@@ -262,13 +280,13 @@ static const char *find_first(const char *s, size_t n, const char *needle)
 static void render_qwen3_assistant(al_json_buf *b, const al_chat_message *m, int after_last_query,
                                    int is_last)
 {
-    const char *content = m->content ? m->content : "";
-    size_t clen = strlen(content);
+    size_t clen;
+    const char *content = msg_content(m, &clen);
     const char *reasoning = "";
     size_t rlen = 0;
     if (m->reasoning_content) {
         reasoning = m->reasoning_content;
-        rlen = strlen(reasoning);
+        rlen = m->reasoning_len ? m->reasoning_len : strlen(reasoning);
     } else if (find_first(content, clen, "</think>")) {
         /* content.split('</think>')[-1].lstrip('\n') */
         const char *last_end = find_last(content, clen, "</think>");
@@ -358,7 +376,7 @@ char *al_chat_render(al_chat_template_kind kind, const al_chat_request *req, siz
         }
     } else if (msgs[0].role == AL_CHAT_SYSTEM) {
         put(&b, "<|im_start|>system\n");
-        put(&b, msgs[0].content);
+        put_content(&b, &msgs[0]);
         put(&b, "<|im_end|>\n");
     } else if (kind == AL_CHAT_TEMPLATE_QWEN2_5) {
         put(&b, "<|im_start|>system\n");
@@ -368,8 +386,8 @@ char *al_chat_render(al_chat_template_kind kind, const al_chat_request *req, siz
     /* Qwen3: the last user message that is not a wrapped tool response. */
     size_t last_query = n - 1;
     for (size_t i = n; i-- > 0;) {
-        const char *c = msgs[i].content ? msgs[i].content : "";
-        size_t cl = strlen(c);
+        size_t cl;
+        const char *c = msg_content(&msgs[i], &cl);
         if (msgs[i].role == AL_CHAT_USER &&
             !(has_prefix(c, cl, "<tool_response>") && has_suffix(c, cl, "</tool_response>"))) {
             last_query = i;
@@ -385,15 +403,17 @@ char *al_chat_render(al_chat_template_kind kind, const al_chat_request *req, siz
             put(&b, "<|im_start|>");
             put(&b, role_name(m->role));
             put(&b, "\n");
-            put(&b, m->content);
+            put_content(&b, m);
             put(&b, "<|im_end|>\n");
         } else if (m->role == AL_CHAT_ASSISTANT && kind == AL_CHAT_TEMPLATE_QWEN3) {
             render_qwen3_assistant(&b, m, i > last_query, i == n - 1);
         } else if (m->role == AL_CHAT_ASSISTANT) {
             put(&b, "<|im_start|>assistant");
-            if (m->content && *m->content) {
+            size_t cl;
+            const char *c = msg_content(m, &cl);
+            if (cl) {
                 put(&b, "\n");
-                put(&b, m->content);
+                putn(&b, c, cl);
             }
             for (size_t j = 0; j < m->n_tool_calls; j++) {
                 put(&b, "\n");
@@ -403,7 +423,7 @@ char *al_chat_render(al_chat_template_kind kind, const al_chat_request *req, siz
         } else if (m->role == AL_CHAT_TOOL) {
             if (i == 0 || msgs[i - 1].role != AL_CHAT_TOOL) put(&b, "<|im_start|>user");
             put(&b, "\n<tool_response>\n");
-            put(&b, m->content);
+            put_content(&b, m);
             put(&b, "\n</tool_response>");
             if (i == n - 1 || msgs[i + 1].role != AL_CHAT_TOOL) put(&b, "<|im_end|>\n");
         }

@@ -56,6 +56,15 @@ static int get_bool(json_t *o, const char *k, int *out)
     return 1;
 }
 
+/* The value of a string that must not hold NUL bytes (a name, a role, a stop string), or
+ * NULL when v is not a string or holds one. NUL is text only in what a model generated and
+ * gets back (content, reasoning, prompts): there it keeps its length. */
+static const char *str_value(json_t *v)
+{
+    const char *s = json_string_value(v);
+    return s && strlen(s) == json_string_length(v) ? s : NULL;
+}
+
 #define BAD(param, ...)                                                                            \
     do {                                                                                           \
         snprintf(err, errlen, __VA_ARGS__);                                                        \
@@ -116,7 +125,7 @@ static int parse_sampling(const al_serve_parse_ctx *sc, json_t *body, al_serve_r
         BAD("echo", "echo is not supported by this server");
     json_t *rf = json_object_get(body, "response_format");
     if (rf && !json_is_null(rf) &&
-        strcmp(json_string_value(json_object_get(rf, "type")) ?: "", "text") != 0)
+        strcmp(str_value(json_object_get(rf, "type")) ?: "", "text") != 0)
         BAD("response_format", "response_format other than {\"type\": \"text\"} is not supported");
     if ((r = get_int(body, "n", &iv)) < 0) BAD("n", "n must be an integer");
     if (r && (iv < 1 || iv > AL_SERVE_MAX_N))
@@ -129,6 +138,7 @@ static int parse_sampling(const al_serve_parse_ctx *sc, json_t *body, al_serve_r
     json_t *st = json_object_get(body, "stop");
     if (st && !json_is_null(st)) {
         if (json_is_string(st)) {
+            if (!str_value(st)) BAD("stop", "stop strings must not hold NUL bytes");
             p->stop = calloc(1, sizeof *p->stop);
             p->stop[0] = strdup(json_string_value(st));
             p->nstop = 1;
@@ -139,6 +149,7 @@ static int parse_sampling(const al_serve_parse_ctx *sc, json_t *body, al_serve_r
             for (size_t i = 0; i < n; i++) {
                 json_t *e = json_array_get(st, i);
                 if (!json_is_string(e)) BAD("stop", "stop must be a string or an array of strings");
+                if (!str_value(e)) BAD("stop", "stop strings must not hold NUL bytes");
                 p->stop[p->nstop++] = strdup(json_string_value(e));
             }
         } else {
@@ -188,13 +199,19 @@ static int parse_sampling(const al_serve_parse_ctx *sc, json_t *body, al_serve_r
     return 0;
 }
 
-/* Message content: a string, null, or an array of {"type": "text", "text": ...} parts. */
-static int content_text(json_t *c, char **out)
+/* Message content: a string, null, or an array of {"type": "text", "text": ...} parts, into
+ * *out (malloc'd, NUL-terminated) and *len (NUL bytes inside count: the text of a token such
+ * as id 0 may be one, and what serve generated must be accepted back). */
+static int content_text(json_t *c, char **out, size_t *olen)
 {
     *out = NULL;
+    *olen = 0;
     if (!c || json_is_null(c)) return 0;
     if (json_is_string(c)) {
-        *out = strdup(json_string_value(c));
+        size_t n = json_string_length(c);
+        if (!(*out = malloc(n + 1))) return -1;
+        memcpy(*out, json_string_value(c), n + 1);
+        *olen = n;
         return 0;
     }
     if (!json_is_array(c)) return -1;
@@ -204,9 +221,9 @@ static int content_text(json_t *c, char **out)
     json_array_foreach(c, i, part)
     {
         json_t *t = json_object_get(part, "text");
-        if (!json_is_string(t) ||
-            strcmp(json_string_value(json_object_get(part, "type")) ?: "text", "text"))
-            return -1;
+        json_t *ty = json_object_get(part, "type");
+        const char *tv = json_is_string(ty) ? str_value(ty) : "text";
+        if (!json_is_string(t) || !tv || strcmp(tv, "text") != 0) return -1;
         cap += json_string_length(t);
     }
     *out = malloc(cap);
@@ -217,6 +234,7 @@ static int content_text(json_t *c, char **out)
         len += json_string_length(t);
     }
     (*out)[len] = 0;
+    *olen = len;
     return 0;
 }
 
@@ -248,9 +266,13 @@ static int parse_chat_prompt(const al_serve_parse_ctx *sc, json_t *body, al_serv
             snprintf(err, errlen, "messages[%zu] must be an object", i);
             goto out;
         }
-        const char *role = json_string_value(json_object_get(o, "role"));
+        const char *role = str_value(json_object_get(o, "role"));
         if (!role) {
-            snprintf(err, errlen, "messages[%zu].role is missing", i);
+            snprintf(err, errlen,
+                     json_is_string(json_object_get(o, "role"))
+                         ? "messages[%zu].role holds a NUL byte"
+                         : "messages[%zu].role is missing",
+                     i);
             goto out;
         }
         if (!strcmp(role, "system") || !strcmp(role, "developer"))
@@ -268,15 +290,19 @@ static int parse_chat_prompt(const al_serve_parse_ctx *sc, json_t *body, al_serv
             goto out;
         }
         char *text;
-        if (content_text(json_object_get(o, "content"), &text) != 0) {
+        size_t text_len;
+        if (content_text(json_object_get(o, "content"), &text, &text_len) != 0) {
             snprintf(err, errlen,
                      "messages[%zu].content must be a string or an array of text parts", i);
             goto out;
         }
         owned[nown++] = text;
-        m[i].content = text;
+        m[i].content = text, m[i].content_len = text_len;
         json_t *rc_ = json_object_get(o, "reasoning_content");
-        if (json_is_string(rc_)) m[i].reasoning_content = json_string_value(rc_);
+        if (json_is_string(rc_)) {
+            m[i].reasoning_content = json_string_value(rc_);
+            m[i].reasoning_len = json_string_length(rc_);
+        }
         json_t *tc = json_object_get(o, "tool_calls");
         if (tc && !json_is_null(tc)) {
             if (!json_is_array(tc)) {
@@ -289,9 +315,9 @@ static int parse_chat_prompt(const al_serve_parse_ctx *sc, json_t *body, al_serv
             json_array_foreach(tc, j, c)
             {
                 json_t *fn = json_object_get(c, "function");
-                const char *name = json_string_value(json_object_get(fn, "name"));
+                const char *name = str_value(json_object_get(fn, "name"));
                 json_t *args = json_object_get(fn, "arguments");
-                if (!name || !(json_is_string(args) || json_is_object(args))) {
+                if (!name || !(str_value(args) || json_is_object(args))) {
                     snprintf(
                         err, errlen,
                         "messages[%zu].tool_calls[%zu] needs function.name and function.arguments",
@@ -311,7 +337,7 @@ static int parse_chat_prompt(const al_serve_parse_ctx *sc, json_t *body, al_serv
         }
     }
     json_t *tl = json_object_get(body, "tools");
-    const char *tool_choice = json_string_value(json_object_get(body, "tool_choice"));
+    const char *tool_choice = str_value(json_object_get(body, "tool_choice"));
     if (tl && !json_is_null(tl)) {
         if (!json_is_array(tl)) {
             snprintf(err, errlen, "tools must be an array");
@@ -424,7 +450,8 @@ int al_serve_request_parse(const al_serve_parse_ctx *sc, int chat, const char *b
         return -1;
     }
     json_error_t je;
-    json_t *j = json_loadb(body, len, 0, &je);
+    /* NUL is allowed: serve writes the text of a NUL token as \u0000 and must read it back */
+    json_t *j = json_loadb(body, len, JSON_ALLOW_NUL, &je);
     if (!j) {
         snprintf(err, errlen, "the body is not valid JSON: %s (line %d, column %d)", je.text,
                  je.line, je.column);
@@ -436,11 +463,13 @@ int al_serve_request_parse(const al_serve_parse_ctx *sc, int chat, const char *b
         return -1;
     }
     json_t *mj = json_object_get(j, "model");
-    const char *model = json_string_value(mj);
+    const char *model = str_value(mj);
     if (mj && !json_is_null(mj) && (!model || strcmp(model, sc->name) != 0)) {
         e->status = 404, e->param = "model";
         snprintf(err, errlen, "The model `%.200s` does not exist.",
-                 model ? model : "(not a string)");
+                 model                ? model
+                 : json_is_string(mj) ? "(a name holding a NUL byte)"
+                                      : "(not a string)");
         json_decref(j);
         return -1;
     }

@@ -731,7 +731,7 @@ static void handle_tokenize(serve_ctx *sc, struct evhttp_request *req)
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
     const char *body = len ? (const char *)evbuffer_pullup(in, (ssize_t)len) : "";
-    json_t *j = json_loadb(body, len, 0, NULL);
+    json_t *j = json_loadb(body, len, JSON_ALLOW_NUL, NULL);
     int chat = json_is_object(j) && json_object_get(j, "messages");
     json_decref(j);
     /* the generation parser renders and checks it; one token of room is all it needs here */
