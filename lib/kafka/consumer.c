@@ -42,6 +42,7 @@ struct al_consumer {
     size_t nbatch, ibatch;
     unsigned rebalances; /* counts rebalance callbacks: a batch taken across one is checked */
     uint64_t commit_failures; /* commits on a rebalance or a close the broker refused */
+    int64_t close_deadline_us; /* al_mono_us() by which a close must be done; 0: none */
 };
 
 /* ------------------------------------------------------------------------------------------
@@ -297,13 +298,24 @@ static void assign_start_offsets(al_consumer *c, rd_kafka_topic_partition_list_t
     resolve_logical_offsets(c, parts);
 }
 
+/* Milliseconds left of a close's budget (at most cap), or cap when there is none. */
+static int close_budget_ms(const al_consumer *c, int cap)
+{
+    if (!c->close_deadline_us) return cap;
+    int64_t left = (c->close_deadline_us - al_mono_us()) / 1000;
+    return left <= 0 ? 0 : left < cap ? (int)left : cap;
+}
+
 static void consumer_flush_and_commit(al_consumer *c, const char *why)
 {
     char err[512];
-    if (c->linked && al_producer_flush(c->linked, 30000, err, sizeof err) != 0)
+    if (c->linked && al_producer_flush(c->linked, close_budget_ms(c, 30000), err, sizeof err) != 0)
         al_log_warn("kafka", "%s: producer flush: %s", why, err);
     consumer_store_offsets(c);
-    rd_kafka_resp_err_t e = rd_kafka_commit(c->rk, NULL, 0);
+    /* A close with a budget commits asynchronously: a synchronous commit to a broker that
+     * does not answer waits for the request timeout, whatever the budget says. The close
+     * itself waits for the commit while its budget lasts. */
+    rd_kafka_resp_err_t e = rd_kafka_commit(c->rk, NULL, c->close_deadline_us ? 1 : 0);
     if (e && e != RD_KAFKA_RESP_ERR__NO_OFFSET) {
         c->commit_failures++;
         al_log_warn("kafka", "%s: commit failed: %s (the next owner reads again from the last "
@@ -357,6 +369,19 @@ static void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     } else if (aerr) {
         consumer_fail(c, "partition assignment failed: %s", rd_kafka_err2str(aerr));
     }
+}
+
+/* Results of commits; only those of a close count (its commit is asynchronous, see
+ * consumer_flush_and_commit); the periodic automatic commits retry by themselves. */
+static void consumer_commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                               rd_kafka_topic_partition_list_t *offsets, void *opaque)
+{
+    (void)rk, (void)offsets;
+    al_consumer *c = opaque;
+    if (!c->close_deadline_us || !err || err == RD_KAFKA_RESP_ERR__NO_OFFSET) return;
+    c->commit_failures++;
+    al_log_warn("kafka", "close: commit failed: %s (the next owner reads again from the last "
+                "committed offset)", rd_kafka_err2str(err));
 }
 
 static void consumer_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
@@ -422,6 +447,7 @@ al_consumer *al_consumer_new(const al_kafka_conf *conf, const char *group, al_pr
     }
     rd_kafka_conf_set_opaque(rc, c);
     rd_kafka_conf_set_rebalance_cb(rc, consumer_rebalance_cb);
+    rd_kafka_conf_set_offset_commit_cb(rc, consumer_commit_cb);
     rd_kafka_conf_set_error_cb(rc, consumer_error_cb);
     /* A full queue must not idle the fetcher for a second (wake_stalled_fetchers): from
      * librdkafka 2.2 a setting says how long it waits (default 1000 ms), before that the
@@ -454,19 +480,71 @@ al_consumer *al_consumer_new(const al_kafka_conf *conf, const char *group, al_pr
 
 void al_consumer_free(al_consumer *c)
 {
+    al_consumer_free_within(c, AL_CONSUMER_CLOSE_MS);
+}
+
+void al_consumer_free_within(al_consumer *c, int timeout_ms)
+{
     if (!c) return;
     /* Messages taken but not handed out were never tracked: the next owner (or the next
      * run) reads them again from the stored offsets. */
     while (c->ibatch < c->nbatch)
         rd_kafka_message_destroy(c->batch[c->ibatch++]);
     if (c->queue) rd_kafka_queue_destroy(c->queue);
-    /* Close runs the revoke callback: flush, store, commit. */
-    rd_kafka_resp_err_t err = rd_kafka_consumer_close(c->rk);
-    if (err) al_log_warn("kafka", "consumer close: %s", rd_kafka_err2str(err));
+    /* Close runs the revoke callback (flush, store, commit), served here from the close's
+     * own queue so that it can be given up when the broker does not answer in time. */
+    if (timeout_ms < 0) timeout_ms = 0;
+    c->close_deadline_us = al_mono_us() + (int64_t)timeout_ms * 1000;
+    if (!c->close_deadline_us) c->close_deadline_us = 1;
+    /* A close that has started cannot be cut short (destroying the handle waits for its
+     * LeaveGroup, 5 s against a broker that does not answer), so first ask whether the
+     * cluster answers at all. */
+    int closed = 0, left = close_budget_ms(c, 1000);
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t merr =
+        left > 0 ? rd_kafka_metadata(c->rk, 0, NULL, &md, left) : RD_KAFKA_RESP_ERR__TIMED_OUT;
+    if (md) rd_kafka_metadata_destroy(md);
+    if (merr) {
+        al_log_warn("kafka", "Kafka does not answer (%s): leaving the group without a close; "
+                             "what was not committed is read again after a restart",
+                    rd_kafka_err2str(merr));
+        /* what the close's revoke would have told the stage; nothing was committed */
+        rd_kafka_topic_partition_list_t *a = NULL;
+        if (rd_kafka_assignment(c->rk, &a) == 0 && a && a->cnt > 0 && c->rb_fn)
+            c->rb_fn(c, AL_REBALANCE_LOST, a, c->rb_ctx);
+        if (a) rd_kafka_topic_partition_list_destroy(a);
+    } else {
+        rd_kafka_queue_t *q = rd_kafka_queue_new(c->rk);
+        rd_kafka_error_t *e = q ? rd_kafka_consumer_close_queue(c->rk, q) : NULL;
+        if (e) {
+            al_log_warn("kafka", "consumer close: %s", rd_kafka_error_string(e));
+            rd_kafka_error_destroy(e);
+        } else if (q) {
+            /* the event interface: a revoke comes as an event, handled by the rebalance
+             * callback as a consumer_poll would; the rest (messages fetched before the close,
+             * errors) is dropped: those messages are read again from the committed offsets */
+            while (!(closed = rd_kafka_consumer_closed(c->rk)) &&
+                   al_mono_us() < c->close_deadline_us) {
+                rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 50);
+                if (!ev) continue;
+                if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_REBALANCE)
+                    consumer_rebalance_cb(c->rk, rd_kafka_event_error(ev),
+                                          (rd_kafka_topic_partition_list_t *)
+                                              rd_kafka_event_topic_partition_list(ev),
+                                          c);
+                rd_kafka_event_destroy(ev);
+            }
+            if (!closed)
+                al_log_warn("kafka", "the consumer did not close within %d ms: leaving without "
+                                     "it; what was not committed is read again after a restart",
+                            timeout_ms);
+        }
+        if (q) rd_kafka_queue_destroy(q);
+    }
     while (c->nparts)
         ps_remove(c, c->parts[0]->topic, c->parts[0]->partition);
     al_kafka__reason_forget(c->rk);
-    rd_kafka_destroy(c->rk);
+    rd_kafka_destroy_flags(c->rk, closed ? 0 : RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
     free(c->parts);
     free(c);
 }
@@ -698,6 +776,30 @@ int al_consumer_commit(al_consumer *c, char *errstr, size_t errlen)
 {
     consumer_store_offsets(c);
     rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, NULL, 0);
+    if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+        return al_err(errstr, errlen, "commit: %s", rd_kafka_err2str(err));
+    return 0;
+}
+
+int al_consumer_commit_within(al_consumer *c, int timeout_ms, char *errstr, size_t errlen)
+{
+    consumer_store_offsets(c);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(c->rk);
+    if (!q) return al_err(errstr, errlen, "commit: out of memory");
+    rd_kafka_resp_err_t err = rd_kafka_commit_queue(c->rk, NULL, q, NULL, NULL);
+    if (!err) {
+        /* the result comes as an event on q; a broker that does not answer leaves it to
+         * librdkafka (the queue outlives our handle) */
+        rd_kafka_event_t *ev = rd_kafka_queue_poll(q, timeout_ms > 0 ? timeout_ms : 0);
+        if (!ev) {
+            rd_kafka_queue_destroy(q);
+            return al_err(errstr, errlen, "commit: no answer from the broker within %d ms",
+                          timeout_ms);
+        }
+        err = rd_kafka_event_error(ev);
+        rd_kafka_event_destroy(ev);
+    }
+    rd_kafka_queue_destroy(q);
     if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
         return al_err(errstr, errlen, "commit: %s", rd_kafka_err2str(err));
     return 0;

@@ -197,6 +197,9 @@ al_producer *al_producer_new(const al_kafka_conf *conf, char *errstr, size_t err
 /* Flushes for up to 10 s (messages still queued after that are reported lost in the log)
  * and frees. NULL-safe. */
 void al_producer_free(al_producer *p);
+/* The same with the flush bounded by timeout_ms (a stage's drain budget): what is not
+ * acknowledged by then gets a failed delivery report. */
+void al_producer_free_within(al_producer *p, int timeout_ms);
 
 /* Routes delivery reports to fn(ctx). Set it before the first send. */
 void al_producer_set_delivery_cb(al_producer *p, al_delivery_fn fn, void *ctx);
@@ -278,8 +281,14 @@ typedef void (*al_rebalance_fn)(al_consumer *c, al_rebalance_event ev,
  * consumer first). NULL with errstr on failure. */
 al_consumer *al_consumer_new(const al_kafka_conf *conf, const char *group, al_producer *linked,
                              char *errstr, size_t errlen);
-/* Leaves the group (flushing linked and committing stored offsets) and frees. NULL-safe. */
+/* Leaves the group (flushing linked and committing stored offsets) and frees, within
+ * AL_CONSUMER_CLOSE_MS. NULL-safe. */
+#define AL_CONSUMER_CLOSE_MS 30000
 void al_consumer_free(al_consumer *c);
+/* The same within timeout_ms: the flush of the linked producer, the commit and the leave are
+ * given up when the broker does not answer in time (a warning says so; what was not committed
+ * is read again by the next owner), so that a stop never waits on an unreachable broker. */
+void al_consumer_free_within(al_consumer *c, int timeout_ms);
 /* Subscribes to n topics. 0, or -1 with errstr. */
 int al_consumer_subscribe(al_consumer *c, const char *const *topics, size_t n, char *errstr,
                           size_t errlen);
@@ -314,6 +323,9 @@ void al_consumer_input_skip(al_consumer *c, const rd_kafka_message_t *m);
 /* Commits stored offsets now (synchronously). 0, or -1 with errstr. Stored offsets are also
  * committed every auto.commit.interval.ms and on rebalance/close. */
 int al_consumer_commit(al_consumer *c, char *errstr, size_t errlen);
+/* The same, waiting at most timeout_ms for the broker's answer (-1 with "no answer" past it;
+ * the commit may still land later). */
+int al_consumer_commit_within(al_consumer *c, int timeout_ms, char *errstr, size_t errlen);
 /* Connects and fetches metadata within timeout_ms: 0, or -1 naming the bootstrap servers. */
 int al_consumer_check(al_consumer *c, int timeout_ms, char *errstr, size_t errlen);
 rd_kafka_t *al_consumer_handle(al_consumer *c);

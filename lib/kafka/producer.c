@@ -185,13 +185,19 @@ static rd_kafka_topic_t *topic_handle(al_producer *p, const char *name)
 
 void al_producer_free(al_producer *p)
 {
+    al_producer_free_within(p, 10000);
+}
+
+void al_producer_free_within(al_producer *p, int timeout_ms)
+{
     char err[512];
     if (!p) return;
-    if (al_producer_flush(p, 10000, err, sizeof err) != 0)
+    if (timeout_ms < 0) timeout_ms = 0;
+    if (al_producer_flush(p, timeout_ms, err, sizeof err) != 0)
         al_log_error("kafka", "producer closing with undelivered messages: %s", err);
     /* Whatever is left gets a failed delivery report now, so that nothing waits forever. */
     rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-    rd_kafka_flush(p->rk, 1000);
+    rd_kafka_flush(p->rk, timeout_ms < 1000 ? 100 : 1000);
     al_kafka__reason_forget(p->rk);
     for (int i = 0; i < atomic_load(&p->ntopics); i++) {
         rd_kafka_topic_destroy(p->topics[i].rkt);

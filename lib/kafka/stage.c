@@ -4,6 +4,7 @@
 #include "kafka/stage.h"
 
 #include "core/log.h"
+#include "core/util.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -31,8 +32,23 @@ void al_stage_keep_freed_memory(void)
 #endif
 }
 
+void al_stage_drain_start(al_stage *s, double seconds)
+{
+    if (s->drain_deadline_us) return;
+    s->drain_deadline_us = al_mono_us() + (int64_t)(seconds * 1e6);
+    if (!s->drain_deadline_us) s->drain_deadline_us = 1;
+}
+
+int al_stage_drain_left_ms(const al_stage *s, int cap)
+{
+    if (!s->drain_deadline_us) return cap;
+    int64_t left = (s->drain_deadline_us - al_mono_us()) / 1000;
+    return left <= 0 ? 0 : left < cap ? (int)left : cap;
+}
+
 void al_stage_init(al_stage *s, const char *comp, const char *health_text, int log_failures)
 {
+    s->drain_deadline_us = 0;
     s->comp = comp;
     s->health_text = health_text;
     s->log_failures = log_failures;

@@ -26,6 +26,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct al_stage {
     const char *comp;        /* log component (borrowed, e.g. "batch") */
@@ -33,7 +34,17 @@ typedef struct al_stage {
     int log_failures;        /* 1: al_stage_fail logs the reason as an error when it latches */
     atomic_int failed;
     char reason[512];
+    int64_t drain_deadline_us; /* al_mono_us() by which the stop must be done; 0: not stopping */
 } al_stage;
+
+/* The stop budget every consuming stage takes as --drain-timeout S: from the moment the loop
+ * ends, flushing outputs, the last commit and leaving the group all share S seconds, so that
+ * a stop never waits on a broker that is gone (what is not committed by then is read again
+ * after a restart: at least once). */
+#define AL_STAGE_DRAIN_DEFAULT_S 15
+void al_stage_drain_start(al_stage *s, double seconds);
+/* Milliseconds left of the budget, at most cap; cap before al_stage_drain_start. */
+int al_stage_drain_left_ms(const al_stage *s, int cap);
 
 /* Starts healthy. comp and health_text are borrowed and must outlive the stage. */
 void al_stage_init(al_stage *s, const char *comp, const char *health_text, int log_failures);

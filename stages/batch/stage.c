@@ -544,10 +544,8 @@ static int policy_start(policy_follower *pf, const al_kafka_conf *kc, const char
 
 static void policy_free(policy_follower *pf)
 {
-    if (pf->rk) {
-        rd_kafka_consumer_close(pf->rk);
-        rd_kafka_destroy(pf->rk);
-    }
+    /* assign-only: no group to leave, nothing to commit, so no close to wait on the broker */
+    if (pf->rk) rd_kafka_destroy_flags(pf->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
     free(pf->eof_seen);
     al_policy_version_clear(&pf->pv);
 }
@@ -608,6 +606,9 @@ static void usage(FILE *f)
             "  --policy-topic T          default arclight.policy\n"
             "  --group ID                consumer group (default arclight-batch); one worker per group\n"
             "  --steps N                 exit 0 once step N-1 of a model is acknowledged\n"
+            "  --drain-timeout S         on SIGTERM, at most S seconds (default 15) to flush\n"
+            "                            steps, commit and leave the group, whether or not\n"
+            "                            Kafka answers\n"
             "  --help\n" AL_CLI_COMMON_HELP);
 }
 
@@ -635,7 +636,8 @@ int cmd_batch(int argc, char **argv)
 {
     enum {
         O_STEP_SEQ = AL_CLI_OPT_USER, O_STEP_TOK, O_MB_TOK, O_MAX_MSG, O_STALENESS, O_STALE,
-        O_WHITEN, O_IDLE, O_DEDUP, O_RECOVER, O_IN, O_OUT, O_POLICY, O_GROUP, O_STEPS, O_HELP
+        O_WHITEN, O_IDLE, O_DEDUP, O_RECOVER, O_IN, O_OUT, O_POLICY, O_GROUP, O_STEPS, O_DRAIN,
+        O_HELP
     };
     static const struct option opts[] = {
         {"step-sequences", required_argument, 0, O_STEP_SEQ},
@@ -653,6 +655,7 @@ int cmd_batch(int argc, char **argv)
         {"policy-topic", required_argument, 0, O_POLICY},
         {"group", required_argument, 0, O_GROUP},
         {"steps", required_argument, 0, O_STEPS},
+        {"drain-timeout", required_argument, 0, O_DRAIN},
         {"help", no_argument, 0, O_HELP},
         AL_CLI_COMMON_OPTIONS,
         {0, 0, 0, 0},
@@ -671,7 +674,7 @@ int cmd_batch(int argc, char **argv)
         .kill_chunk = -1,
     };
     al_batch_config_default(&o.cfg);
-    int64_t v = 0, max_msg = -1, step_seq = -1, step_tok = -1;
+    int64_t v = 0, max_msg = -1, step_seq = -1, step_tok = -1, drain_s = AL_STAGE_DRAIN_DEFAULT_S;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -701,6 +704,7 @@ int cmd_batch(int argc, char **argv)
         case O_POLICY: o.policy_topic = optarg; break;
         case O_GROUP: o.group = optarg; break;
         case O_STEPS: name = "--steps"; bad = al_stage_parse_i64(optarg, 1, &o.stop_after_step); break;
+        case O_DRAIN: name = "--drain-timeout"; bad = al_stage_parse_i64(optarg, 0, &drain_s); break;
         case O_HELP:
         case 'h': usage(stdout); return AL_EXIT_OK;
         default: {
@@ -895,7 +899,8 @@ int cmd_batch(int argc, char **argv)
     }
     al_transition_clear(&t);
     /* Finish what is in flight so that its inputs' offsets can be stored and committed. */
-    if (w.prod && al_producer_flush(w.prod, 30000, err, sizeof err) != 0)
+    al_stage_drain_start(&w.st, (double)drain_s);
+    if (w.prod && al_producer_flush(w.prod, al_stage_drain_left_ms(&w.st, 30000), err, sizeof err) != 0)
         al_stage_fail(&w.st, "at exit: %s", err);
     if (w.steps_done && w.last_step_us > w.first_msg_us) {
         double sec = (double)(w.last_step_us - w.first_msg_us) / 1e6;
@@ -912,7 +917,8 @@ out:
      * only what is stored, and a restart re-reads them. Their handles are released after the
      * consumer is gone, when releasing them can no longer store anything. */
     w.closing = 1;
-    al_consumer_free(w.cons);
+    al_stage_drain_start(&w.st, (double)drain_s);
+    al_consumer_free_within(w.cons, al_stage_drain_left_ms(&w.st, AL_CONSUMER_CLOSE_MS));
     while (w.flights) {
         flight *f = w.flights;
         w.flights = f->next;
@@ -921,7 +927,7 @@ out:
         free(f);
     }
     al_batcher_release_all(w.batcher, release_input, NULL);
-    al_producer_free(w.prod);
+    al_producer_free_within(w.prod, al_stage_drain_left_ms(&w.st, 10000));
     policy_free(&pf);
     al_batcher_free(w.batcher);
     free(w.next_offset);

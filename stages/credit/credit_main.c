@@ -88,7 +88,10 @@ static const char credit_usage[] =
     "  --reward-window N       rollouts in the reward mean/std metrics (default 256)\n"
     "  --max-spans N           stop after N consumed messages (benchmarks)\n"
     "  --exit-idle S           stop after S seconds without a message (at least 30 s before\n"
-    "                          the first one; tests, benchmarks)\n" AL_CLI_COMMON_HELP;
+    "                          the first one; tests, benchmarks)\n"
+    "  --drain-timeout S       on SIGTERM, at most S seconds (default 15) to flush outputs,\n"
+    "                          commit and leave the group, whether or not Kafka answers\n"
+    AL_CLI_COMMON_HELP;
 
 enum {
     OPT_GROUP = AL_CLI_OPT_USER,
@@ -114,6 +117,7 @@ enum {
     OPT_WINDOW,
     OPT_MAX_SPANS,
     OPT_EXIT_IDLE,
+    OPT_DRAIN,
     OPT_HELP,
 };
 
@@ -609,6 +613,7 @@ int cmd_credit(int argc, char **argv)
         {"reward-window", required_argument, 0, OPT_WINDOW},
         {"max-spans", required_argument, 0, OPT_MAX_SPANS},
         {"exit-idle", required_argument, 0, OPT_EXIT_IDLE},
+        {"drain-timeout", required_argument, 0, OPT_DRAIN},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0},
     };
@@ -622,7 +627,8 @@ int cmd_credit(int argc, char **argv)
     al_credit_config_init(&x.cfg);
     const char *group = "arclight-credit", *input = AL_TOPIC_SPANS;
     x.output = AL_TOPIC_TRANSITIONS;
-    double d = 0, quiet_s = -1, exit_idle_s = 0, max_spans = 0, window = 256;
+    double d = 0, drain_s = AL_STAGE_DRAIN_DEFAULT_S, quiet_s = -1, exit_idle_s = 0,
+           max_spans = 0, window = 256;
     int opt, reward_flag = 0;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -720,6 +726,10 @@ int cmd_credit(int argc, char **argv)
             break;
         case OPT_ALPHA:
             if (parse_double(cmd, "--reinforce-alpha", optarg, 1e-9, 1, &x.cfg.reinforce_alpha))
+                return AL_EXIT_USAGE;
+            break;
+        case OPT_DRAIN:
+            if (parse_double(cmd, "--drain-timeout", optarg, 0, 3600, &drain_s))
                 return AL_EXIT_USAGE;
             break;
         case OPT_QUIET:
@@ -848,11 +858,14 @@ int cmd_credit(int argc, char **argv)
         al_log_error(cmd, "stopping: %s", al_stage_reason(&x.st));
     } else {
         int64_t consumed_at = al_mono_us();
-        int flushed = al_producer_flush(x.producer, 30000, err, sizeof err) == 0;
+        al_stage_drain_start(&x.st, drain_s);
+        int flushed = al_producer_flush(x.producer, al_stage_drain_left_ms(&x.st, 30000), err,
+                                        sizeof err) == 0;
         double secs = first_msg ? (double)(al_mono_us() - first_msg) / 1e6 : 0;
         if (!flushed)
             al_log_error(cmd, "%s", err);
-        else if (al_consumer_commit(x.consumer, err, sizeof err) != 0)
+        else if (al_consumer_commit_within(x.consumer, al_stage_drain_left_ms(&x.st, 30000), err,
+                                           sizeof err) != 0)
             al_log_warn(cmd, "%s", err);
         else
             rc = AL_EXIT_OK;
@@ -875,10 +888,11 @@ out:
     al_http_server_stop(srv);
     /* The consumer's close revokes every partition (our callback drops their state). A
      * failed run must not commit what it has: holds are ended only after the close. */
-    al_consumer_free(x.consumer);
+    al_stage_drain_start(&x.st, drain_s);
+    al_consumer_free_within(x.consumer, al_stage_drain_left_ms(&x.st, AL_CONSUMER_CLOSE_MS));
     while (x.nparts)
         cpart_drop(&x, x.parts[0]);
-    al_producer_free(x.producer);
+    al_producer_free_within(x.producer, al_stage_drain_left_ms(&x.st, 10000));
     al_kafka_conf_free(kc);
     al_span_clear(&span);
     al_buf_free(&x.buf);

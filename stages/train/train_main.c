@@ -588,6 +588,9 @@ static void usage(FILE *f)
             "  --steps N                 stop at version N (checkpointed and acknowledged: exit 0)\n"
             "  --device cuda|cpu|auto    where the model trains (default auto: cuda when this build\n"
             "                            has the CUDA backend and a device is visible, else cpu)\n"
+            "  --drain-timeout S         on SIGTERM, after the exit checkpoint, at most S seconds\n"
+            "                            (default 15) to publish, commit and leave the group,\n"
+            "                            whether or not Kafka answers\n"
             "Loss:\n"
             "  --loss ppo|gspo|cispo|sft (default ppo)\n"
             "  --loss-agg token-mean|seq-mean-token-sum|seq-mean-token-mean (default token-mean)\n"
@@ -610,7 +613,7 @@ int cmd_train(int argc, char **argv)
 {
     enum {
         O_MODEL = AL_CLI_OPT_USER, O_OUT, O_RESUME, O_NAME, O_EVERY, O_KEEP, O_LISTEN, O_TCONF,
-        O_IN, O_POLICY, O_GROUP, O_STEPS, O_EPOCHS, O_HELP, O_DEVICE,
+        O_IN, O_POLICY, O_GROUP, O_STEPS, O_EPOCHS, O_HELP, O_DEVICE, O_DRAIN,
         O_SETTING = AL_CLI_OPT_USER + 100
     };
     static char flag_names[N_SETTINGS][32];
@@ -630,6 +633,7 @@ int cmd_train(int argc, char **argv)
         {"steps", required_argument, 0, O_STEPS},
         {"epochs", required_argument, 0, O_EPOCHS},
         {"device", required_argument, 0, O_DEVICE},
+        {"drain-timeout", required_argument, 0, O_DRAIN},
         {"help", no_argument, 0, O_HELP},
         AL_CLI_COMMON_OPTIONS,
     };
@@ -656,6 +660,7 @@ int cmd_train(int argc, char **argv)
     /* flags are applied after --train-config, in their order */
     const char *set_keys[256], *set_vals[256];
     int nset = 0;
+    int64_t drain_s = AL_STAGE_DRAIN_DEFAULT_S;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -685,6 +690,7 @@ int cmd_train(int argc, char **argv)
         case O_POLICY: o.policy_topic = optarg; break;
         case O_GROUP: o.group = optarg; break;
         case O_STEPS: name = "--steps"; bad = al_stage_parse_i64(optarg, 1, &o.stop_after); break;
+        case O_DRAIN: name = "--drain-timeout"; bad = al_stage_parse_i64(optarg, 0, &drain_s); break;
         case O_EPOCHS:
             if (nset >= 256) return al_cli_usage_error("train", "too many settings");
             set_keys[nset] = "ppo_epochs";
@@ -953,7 +959,8 @@ int cmd_train(int argc, char **argv)
         if (save_version(&w, 1, w.last_metrics, sha, err, sizeof err) != 0)
             al_stage_fail(&w.st, "checkpoint at exit: %s", err);
     }
-    if (w.prod && al_producer_flush(w.prod, 30000, err, sizeof err) != 0)
+    al_stage_drain_start(&w.st, (double)drain_s);
+    if (w.prod && al_producer_flush(w.prod, al_stage_drain_left_ms(&w.st, 30000), err, sizeof err) != 0)
         al_stage_fail(&w.st, "at exit: %s", err);
     if (!al_stage_failed(&w.st)) retire_applied(&w);
     rc = al_stage_failed(&w.st) ? AL_EXIT_FAILURE : AL_EXIT_OK;
@@ -962,14 +969,15 @@ out:
      * commits only what is stored, and a restart re-reads them. Their handles are released
      * after the consumer is gone, when releasing them can no longer store anything. */
     w.closing = 1;
-    al_consumer_free(w.cons);
+    al_stage_drain_start(&w.st, (double)drain_s);
+    al_consumer_free_within(w.cons, al_stage_drain_left_ms(&w.st, AL_CONSUMER_CLOSE_MS));
     while (w.applied_head) {
         applied *a = w.applied_head;
         w.applied_head = a->next;
         applied_free(a);
     }
     al_train_asm_free(w.asmb, held_release, NULL);
-    al_producer_free(w.prod);
+    al_producer_free_within(w.prod, al_stage_drain_left_ms(&w.st, 10000));
     al_ckpt_http_stop(w.http);
     al_http_server_stop(msrv);
     al_trainer_free(w.tr);
