@@ -12,6 +12,7 @@
 #include "broker_fixture.h"
 
 #include <fcntl.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -25,11 +26,14 @@
 
 static char g_dir[128], g_topics[256], g_model[256];
 
-static int sh(const char *fmt, const char *a, const char *b) __attribute__((format(printf, 1, 0)));
-static int sh(const char *fmt, const char *a, const char *b)
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
 {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, fmt, a, b);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
     return system(cmd) == 0 ? 0 : -1;
 }
 
@@ -170,8 +174,8 @@ TEST(setup)
     REQUIRE(sh("%s model init --config tests/model/tiny-qwen2.json --out %s --seed 1 >/dev/null",
                al_test_bin(), g_model) == 0);
     REQUIRE(sh("cp tests/tokenizer/tiny/tokenizer.json tests/tokenizer/tiny/tokenizer_config.json "
-               "%s/%s",
-               g_model, "") == 0);
+               "%s/",
+               g_model) == 0);
 }
 
 TEST(each_stage_stops_within_its_drain_timeout_with_the_broker_frozen)
@@ -188,5 +192,5 @@ TEST(each_stage_stops_within_its_drain_timeout_with_the_broker_killed)
 
 TEST(teardown)
 {
-    if (g_dir[0]) sh("rm -rf %s%s", g_dir, "");
+    if (g_dir[0]) sh("rm -rf %s", g_dir);
 }
