@@ -37,10 +37,10 @@ add_dependencies(t1106_serve_policy arclight)
 arclight_fuzz(fuzz_serve_fetch TEST t1107_serve_fetch_fuzz CORPUS serve_fetch_corpus RUNS 100000
   MAX_LEN 512
   SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_serve_fetch.c ${PROJECT_SOURCE_DIR}/stages/serve/fetch.c
-          ${PROJECT_SOURCE_DIR}/lib/core/util.c
+          ${PROJECT_SOURCE_DIR}/lib/core/util.c ${PROJECT_SOURCE_DIR}/lib/core/sha256.c
   DEPENDS ${PROJECT_SOURCE_DIR}/stages/serve/fetch.h
   INCLUDES ${PROJECT_SOURCE_DIR}/stages/serve
-  LIBS -lcurl -lcrypto)
+  LIBS -lcurl)
 # serve's HTTP surface (issue 15): NUL round trip, the shared HTTP/1.1 parser's answers.
 arclight_test(t1108_serve_http SOURCES tests/t1108_serve_http.c
   LIBS arclight_model PkgConfig::JANSSON PkgConfig::CURL TIMEOUT 120)
