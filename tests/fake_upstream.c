@@ -38,6 +38,7 @@ struct fake_upstream {
 static const char *const ANSWER[4] = {"The", " answer", " is", " 4."};
 static const int ANSWER_IDS[4] = {100, 101, 102, 103};
 static const double ANSWER_LP[4] = {-0.25, -0.5, -0.75, -1.0};
+static const char REASONING[] = "Two and two make four.";
 
 typedef struct fu_req {
     int chat, stream, ids, lp, usage, tools, slow;
@@ -92,6 +93,11 @@ static json_t *usage_obj(const fu_req *q, int completion)
                      "completion_tokens", completion, "prompt_tokens_details");
 }
 
+static const char *finish_of(const fu_req *q)
+{
+    return q->tools ? "tool_calls" : !strcmp(q->model, "length") ? "length" : "stop";
+}
+
 static void whole(struct evhttp_request *r, const fu_req *q)
 {
     json_t *choice;
@@ -104,9 +110,11 @@ static void whole(struct evhttp_request *r, const fu_req *q)
         else
             msg = json_pack("{s:s,s:s,s:[]}", "role", "assistant", "content", "The answer is 4.",
                             "tool_calls");
+        if (!strcmp(q->model, "reasoning"))
+            json_object_set_new(msg, "reasoning_content", json_string(REASONING));
         choice = json_pack("{s:i,s:o,s:o,s:s,s:n,s:o}", "index", 0, "message", msg, "logprobs",
                            q->lp ? chat_logprobs(0, 4) : json_null(), "finish_reason",
-                           q->tools ? "tool_calls" : "stop", "stop_reason", "token_ids",
+                           finish_of(q), "stop_reason", "token_ids",
                            q->ids ? ids_range(0, 4) : json_null());
     } else {
         choice = json_pack("{s:i,s:s,s:o,s:s,s:n,s:o,s:o}", "index", 0, "text", "The answer is 4.",
@@ -166,6 +174,9 @@ static int stream_step(fu_stream *s)
     if (s->step == 0 && q->chat) {
         choice = json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", 0, "delta", "role", "assistant",
                            "content", "", "logprobs", "finish_reason");
+        if (!strcmp(q->model, "reasoning"))
+            json_object_set_new(json_object_get(choice, "delta"), "reasoning_content",
+                                json_string(REASONING));
         json_object_set_new(o, "choices", json_pack("[o]", choice));
         if (q->ids) json_object_set(o, "prompt_token_ids", q->prompt_ids);
     } else if (s->step >= 1 && s->step <= ntok) {
@@ -203,7 +214,7 @@ static int stream_step(fu_stream *s)
     } else if (s->step == ntok + 1) {
         if (q->chat)
             choice = json_pack("{s:i,s:{},s:n,s:s,s:n}", "index", 0, "delta", "logprobs",
-                               "finish_reason", q->tools ? "tool_calls" : "stop", "stop_reason");
+                               "finish_reason", finish_of(q), "stop_reason");
         else
             choice = json_pack("{s:i,s:s,s:n,s:s,s:n}", "index", 0, "text", "", "logprobs",
                                "finish_reason", "stop", "stop_reason");

@@ -15,6 +15,9 @@
  *   model "big-stream"      -> 1500 content chunks of 2000 characters (3 MB), all at once
  *   model "huge-numbers"    -> a whole answer whose usage.prompt_tokens is 1e300 and whose
  *                              first chat logprob is -1e300
+ *   model "reasoning"       -> chat answers with reasoning_content "Two and two make four."
+ *                              (whole; streamed in the first chunk, with the role)
+ *   model "length"          -> finish_reason "length"
  *   a tool result as the last message -> text again (the agent's tool loop ends)
  * Whole responses carry unrequested fields as null (pydantic model_dump); stream chunks omit
  * them (exclude_unset), as vLLM does. Every answer has x-arclight-policy-version: 7.

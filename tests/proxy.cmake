@@ -34,3 +34,7 @@ arclight_test(t1006_proxy_eval SOURCES tests/t1006_proxy_eval.c tests/fake_upstr
   LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT
   TIMEOUT 180)
 add_dependencies(t1006_proxy_eval arclight)
+# The Responses API and Anthropic Messages translators against fixtures from their docs.
+arclight_test(t1007_proxy_translate SOURCES tests/t1007_proxy_translate.c
+  stages/proxy/translate.c stages/proxy/responses.c stages/proxy/messages.c
+  LIBS PkgConfig::JANSSON TIMEOUT 30)

@@ -60,6 +60,9 @@ static void call_free(call *k)
     free(k->s_id);
     free(k->s_model);
     free(k->error);
+    al_xl_free(k->xl);
+    free(k->xout.p);
+    free(k->agent_answer);
     free(k);
 }
 
@@ -234,8 +237,10 @@ void px_call_done(call *k, CURLcode rc)
                  k->errbuf[0] ? k->errbuf : curl_easy_strerror(rc));
         k->error = strdup(msg);
         if (k->headers_sent) {
-            /* mid-stream: all we can do is end the stream */
+            /* mid-stream: all we can do is end the stream (a translated one with its API's
+             * failure event) */
             px_stream_process(k, 1);
+            if (k->xl) px_xl_stream_end(k, msg);
             agent_status = 200;
             if (c) {
                 c->keep_alive = 0; /* the agent sees a stream that ended early */
@@ -243,6 +248,11 @@ void px_call_done(call *k, CURLcode rc)
             }
         } else {
             agent_status = rc == CURLE_OPERATION_TIMEDOUT ? 504 : 502;
+            if (k->xl) {
+                free(k->agent_answer);
+                k->agent_answer =
+                    al_xl_error_body(k->api, agent_status, "upstream_error", NULL, msg);
+            }
             if (c)
                 px_conn_error(c, agent_status, "upstream_error",
                               agent_status == 504 ? "upstream_timeout" : "upstream_unavailable",
@@ -251,8 +261,19 @@ void px_call_done(call *k, CURLcode rc)
         if (!k->status) k->status = 0;
     } else if (k->headers_sent) {
         px_stream_process(k, 1);
+        if (k->xl) px_xl_stream_end(k, NULL); /* a stream without its [DONE]: ended here */
         agent_status = 200;
         if (c) px_conn_stream_end(c);
+    } else if (k->xl) {
+        if (k->status >= 200 && k->status < 300) {
+            px_capture_fast(k, (const char *)k->body.data, k->body.len);
+            k->first_token_us = k->end_us;
+        } else if (k->status >= 400) {
+            upstream_error_message(k);
+        }
+        char extra[512];
+        extra_headers(k, extra, sizeof extra);
+        agent_status = px_xl_answer(k, c, extra);
     } else {
         agent_status = (int)k->status;
         const char *ct = k->ctype[0] ? k->ctype : "application/json";
@@ -269,7 +290,12 @@ void px_call_done(call *k, CURLcode rc)
         } else if (k->status >= 400) {
             upstream_error_message(k);
         }
-        if (c) {
+        char *am = NULL; /* the models list in Anthropic's shape */
+        if (k->route == R_MODELS && k->api == AL_API_MESSAGES && k->status == 200)
+            am = px_models_anthropic((const char *)k->body.data, k->body.len);
+        if (c && am) {
+            px_conn_reply(c, agent_status, "application/json", NULL, am, strlen(am));
+        } else if (c) {
             char extra[512];
             extra_headers(k, extra, sizeof extra);
             if (sl >= 0)
@@ -277,6 +303,7 @@ void px_call_done(call *k, CURLcode rc)
             else
                 px_conn_reply(c, agent_status, ct, extra, (char *)k->body.data, k->body.len);
         }
+        free(am);
     }
     if (c) c->call = NULL;
     if (k->capture) {
@@ -307,9 +334,9 @@ static int call_start(call *k)
     proxy *px = k->px;
     k->tries++;
     const char *base = px->cfg.upstreams[k->up_idx];
-    const char *path = k->route == R_CHAT    ? "/v1/chat/completions"
-                       : k->route == R_COMPL ? "/v1/completions"
-                                             : "/v1/models";
+    const char *path = k->route == R_COMPL    ? "/v1/completions"
+                       : k->route == R_MODELS ? "/v1/models"
+                                              : "/v1/chat/completions"; /* and translated ones */
     k->body.len = 0;
     k->status = 0;
     k->errbuf[0] = '\0';
@@ -437,7 +464,12 @@ void px_start_llm_call(conn *c, ident *id)
     }
     k->px = px;
     k->route = c->route;
-    k->is_chat = c->route == R_CHAT;
+    k->api = c->route == R_RESPONSES  ? AL_API_RESPONSES
+             : c->route == R_MESSAGES ? AL_API_MESSAGES
+                                      : AL_API_CHAT;
+    if (c->route == R_MODELS && al_http1_header_get(&c->head, "anthropic-version"))
+        k->api = AL_API_MESSAGES; /* the list in Anthropic's shape */
+    k->is_chat = c->route == R_CHAT || c->route == R_RESPONSES || c->route == R_MESSAGES;
     k->capture = c->route != R_MODELS;
     k->policy_version = -1;
     k->id = *id;
@@ -464,7 +496,23 @@ void px_start_llm_call(conn *c, ident *id)
     } else {
         px_rand_hex(px, k->trace, 32);
     }
-    if (k->capture) {
+    if (k->capture && k->api) {
+        size_t up_len = 0;
+        char *up = NULL;
+        if (px_xl_prepare(k, c, &up, &up_len) != 0) { /* answered */
+            call_free(k);
+            return;
+        }
+        k->req_json = slice_dup(c->body);
+        if (!k->req_json) {
+            free(up);
+            call_free(k);
+            px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
+            return;
+        }
+        k->up_body = up;
+        k->up_len = up_len;
+    } else if (k->capture) {
         size_t up_len = 0;
         char *up = px_conn_is_json(c) ? px_rewrite_fast(k, c->body.p, c->body.n, &up_len) : NULL;
         if (!up) {
@@ -489,6 +537,8 @@ void px_start_llm_call(conn *c, ident *id)
         }
         k->up_body = up;
         k->up_len = up_len;
+    }
+    if (k->capture) {
         rollout_ent *r = px_rollout_of(px, &k->id);
         if (!r) {
             call_free(k);
@@ -505,7 +555,7 @@ void px_start_llm_call(conn *c, ident *id)
         char h[1100];
         snprintf(h, sizeof h, "Authorization: Bearer %s", px->cfg.upstream_key);
         k->hdrs = curl_slist_append(k->hdrs, h);
-    } else if (px->cfg.forward_agent_auth && px_bearer(c, &tok) && tok.n < 1000 &&
+    } else if (px->cfg.forward_agent_auth && px_api_key(c, &tok) && tok.n < 1000 &&
                !px_session_find(px, tok.p, tok.n)) {
         char h[1100];
         snprintf(h, sizeof h, "Authorization: Bearer %.*s", (int)tok.n, tok.p);

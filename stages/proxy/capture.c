@@ -380,7 +380,7 @@ void px_stream_process(call *k, int final)
             }
         }
         if (!sep) {
-            if (final && pos < k->body.len && k->c)
+            if (final && pos < k->body.len && k->c && !k->xl)
                 px_conn_stream_write(k->c, b + pos, k->body.len - pos);
             if (final) pos = k->body.len;
             break;
@@ -388,6 +388,25 @@ void px_stream_process(call *k, int final)
         const char *ev = b + pos;
         size_t evlen = evend - pos;
         int forwarded = 0;
+        if (k->xl) { /* a translated stream: each chunk becomes the agent's API's events */
+            if (evlen > 5 && memcmp(ev, "data:", 5) == 0 && !memchr(ev, '\n', evlen)) {
+                const char *d = ev + 5;
+                size_t dl = evlen - 5;
+                if (dl && *d == ' ') d++, dl--;
+                json_t *o = dl == 6 && memcmp(d, "[DONE]", 6) == 0
+                                ? NULL
+                                : json_loadb(d, dl, JSON_ALLOW_NUL, NULL);
+                if (o) {
+                    capture_object(k, o, 1);
+                    px_xl_chunk(k, o);
+                    json_decref(o);
+                } else if (dl == 6 && memcmp(d, "[DONE]", 6) == 0) {
+                    px_xl_stream_end(k, NULL);
+                }
+            }
+            pos = evend + sep;
+            continue;
+        }
         if (evlen > 5 && memcmp(ev, "data:", 5) == 0 && !memchr(ev, '\n', evlen)) {
             const char *d = ev + 5;
             size_t dl = evlen - 5;
@@ -449,7 +468,9 @@ void px_call_span(call *k)
     l->policy_version = k->policy_version;
     l->request_json = k->req_json;
     char *merged = NULL;
-    if (k->stream && k->headers_sent) {
+    if (k->xl) {
+        l->response_json = k->agent_answer ? k->agent_answer : "";
+    } else if (k->stream && k->headers_sent) {
         json_t *choice;
         const char *content = k->content.len ? (const char *)k->content.data : NULL;
         json_t *jc = content ? json_stringn(content, k->content.len) : json_null();

@@ -21,9 +21,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static const char *route_names[R_COUNT] = {"chat_completions", "completions", "models",
-                                           "reward",           "end",         "sessions",
-                                           "healthz",          "metrics",     "unknown"};
+static const char *route_names[R_COUNT] = {
+    "chat_completions", "completions", "models",    "reward",   "end",  "sessions",
+    "healthz",          "metrics",     "responses", "messages", "root", "unknown"};
 
 static const char *status_text(int st)
 {
@@ -191,10 +191,9 @@ void px_conn_error(conn *c, int status, const char *type, const char *code, cons
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    json_t *j = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", msg, "type", type, "param",
-                          "code", code);
-    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
+    /* on the Messages route, Anthropic's {"type":"error","error":{...}} */
+    char *body = al_xl_error_body(c->route == R_MESSAGES ? AL_API_MESSAGES : AL_API_CHAT, status,
+                                  type, code, msg);
     const char *b = body ? body : "{\"error\":{\"message\":\"error\"}}";
     px_conn_reply(c, status, "application/json", NULL, b, strlen(b));
     free(body);

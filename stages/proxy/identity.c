@@ -357,8 +357,7 @@ int px_parse_temperature(const char *p, size_t n, double *t)
     return 0;
 }
 
-/* The bearer token of the request, if any. */
-int px_bearer(const conn *c, al_slice *tok)
+static int bearer(const conn *c, al_slice *tok)
 {
     const al_slice *a = al_http1_header_get(&c->head, "authorization");
     if (!a || a->n < 7 || strncasecmp(a->p, "Bearer ", 7) != 0) return 0;
@@ -367,6 +366,24 @@ int px_bearer(const conn *c, al_slice *tok)
     while (tok->n && tok->p[0] == ' ')
         tok->p++, tok->n--;
     return 1;
+}
+
+/* The API key of the request: its Bearer token (OpenAI's clients), else its x-api-key
+ * (Anthropic's). */
+int px_api_key(const conn *c, al_slice *tok)
+{
+    if (bearer(c, tok)) return 1;
+    const al_slice *x = al_http1_header_get(&c->head, "x-api-key");
+    if (!x || !x->n) return 0;
+    *tok = *x;
+    return 1;
+}
+
+static int is_agent_key(const proxy *px, al_slice tok)
+{
+    for (size_t i = 0; i < px->cfg.n_agent_keys; i++)
+        if (al_slice_eq(tok, px->cfg.agent_keys[i])) return 1;
+    return 0;
 }
 
 /* Resolves identity from the URL prefix (already in id), else headers, else the session
@@ -389,7 +406,7 @@ int px_resolve_identity(conn *c, ident *id, int have_prefix)
             }
             snprintf(id->task, sizeof id->task, "%.*s", ht ? (int)ht->n : 0, ht ? ht->p : "");
             snprintf(id->rollout, sizeof id->rollout, "%.*s", (int)hr->n, hr->p);
-        } else if (px_bearer(c, &tok) && (s = px_session_find(px, tok.p, tok.n))) {
+        } else if (px_api_key(c, &tok) && (s = px_session_find(px, tok.p, tok.n))) {
             snprintf(id->task, sizeof id->task, "%s", s->task);
             snprintf(id->rollout, sizeof id->rollout, "%s", s->rollout);
             id->attempt = s->attempt;
@@ -431,16 +448,16 @@ int px_resolve_identity(conn *c, ident *id, int have_prefix)
     return 0;
 }
 
-/* With --agent-key configured, a request must carry one of the keys or a session key. */
+/* With --agent-key configured, a request must carry one of the keys or a session key, as
+ * its Bearer token or its x-api-key. */
 int px_authorized(conn *c)
 {
     proxy *px = c->px;
     if (!px->cfg.n_agent_keys) return 1;
     al_slice tok;
-    if (!px_bearer(c, &tok)) return 0;
-    for (size_t i = 0; i < px->cfg.n_agent_keys; i++)
-        if (al_slice_eq(tok, px->cfg.agent_keys[i])) return 1;
-    return px_session_find(px, tok.p, tok.n) != NULL;
+    if (bearer(c, &tok) && (is_agent_key(px, tok) || px_session_find(px, tok.p, tok.n))) return 1;
+    const al_slice *x = al_http1_header_get(&c->head, "x-api-key");
+    return x && (is_agent_key(px, *x) || px_session_find(px, x->p, x->n));
 }
 
 /* A new session key standing for task/rollout/attempt (rollout NULL: a fresh rollout id),

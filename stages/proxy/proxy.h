@@ -22,6 +22,7 @@
 #include "http1.h"
 #include "json_edit.h"
 #include "spool.h"
+#include "translate.h"
 #include "upstream.h"
 
 #include "avro/codec.h"
@@ -68,7 +69,8 @@ typedef struct pconf {
     const char *agent_name;
     int drain_timeout_s;
     int access_log;
-    int curl_only; /* --upstream-client curl: no own client even for plain http:// */
+    int curl_only;               /* --upstream-client curl: no own client even for plain http:// */
+    size_t response_store_bytes; /* --response-store-mib; 0: previous_response_id refused */
 } pconf;
 
 enum {
@@ -80,6 +82,9 @@ enum {
     R_SESSIONS,
     R_HEALTH,
     R_METRICS,
+    R_RESPONSES, /* POST /v1/responses, translated to chat completions (apis.c) */
+    R_MESSAGES,  /* POST /v1/messages, likewise */
+    R_ROOT,      /* GET/HEAD on a base URL: what clients probe before their first call */
     R_OTHER,
     R_COUNT
 };
@@ -106,6 +111,7 @@ typedef struct status_series {
 
 typedef struct call call;
 typedef struct conn conn;
+typedef struct px_store px_store; /* apis.c: responses kept for previous_response_id */
 
 typedef struct proxy {
     pconf cfg;
@@ -139,6 +145,7 @@ typedef struct proxy {
     al_buf strip; /* the agent's copy of an answer (px_strip_for_agent), used at once: shared */
     CURL *easy_pool[256];             /* finished handles, reset and reused (saves their setup) */
     al_upc_pool *upc;                 /* own keep-alive client for plain http:// upstreams */
+    px_store *store;                  /* NULL: --response-store-mib 0 */
     char up_public[16][512];          /* each upstream's URL without credentials (px_url_public) */
     struct event *flush_ev;           /* the spool's write of this loop turn's spans */
     struct event *out_ev;             /* the turn's answers (px_conn_flush_turn), after its spans */
@@ -259,6 +266,12 @@ struct call {
     char errbuf[CURL_ERROR_SIZE];
     char trace[33], span_id[17], parent[17];
     char parent_set;
+    /* a translated call (apis.c): the agent's API, its translator, the events for the
+     * agent, and the answer the agent got (for the span) */
+    al_api api;
+    al_xl *xl;
+    al_xbuf xout;
+    char *agent_answer;
     call *cprev, *cnext;
 };
 
@@ -275,7 +288,8 @@ void px_conn_free(conn *c);
  * reading when it is written (keep-alive) or closes. extra: header lines, each with CRLF. */
 void px_conn_reply(conn *c, int status, const char *ctype, const char *extra, const char *body,
                    size_t len);
-/* An OpenAI-style error answer: {"error":{"message","type","param","code"}}. */
+/* An OpenAI-style error answer: {"error":{"message","type","param","code"}} (Anthropic's
+ * {"type":"error","error":{"type","message"}} on the Messages route). */
 void px_conn_error(conn *c, int status, const char *type, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* A chunked answer: its head, its chunks, its end. */
@@ -306,13 +320,14 @@ session_ent *px_session_new(proxy *px, const char *task, const char *rollout, in
 /* An eval temperature (/e:T/, X-Arclight-Eval-Temperature): a plain decimal from 0 to 2.
  * 0 with *t, or -1. */
 int px_parse_temperature(const char *p, size_t n, double *t);
-/* The request's Bearer token, if any (1 with *tok). */
-int px_bearer(const conn *c, al_slice *tok);
+/* The request's API key, if any (1 with *tok): its Bearer token, else its x-api-key. */
+int px_api_key(const conn *c, al_slice *tok);
 /* The request's identity: the URL prefix (already in id when have_prefix), else headers,
  * else a session key, else a fresh untracked rollout; X-Arclight-Attempt, X-Arclight-Eval
  * and X-Arclight-Eval-Temperature on any route. 0, or -1 after answering 400. */
 int px_resolve_identity(conn *c, ident *id, int have_prefix);
-/* With --agent-key, whether the request carries one of the keys or a session key. */
+/* With --agent-key, whether the request carries one of the keys or a session key (Bearer
+ * or x-api-key). */
 int px_authorized(conn *c);
 void px_state_load(proxy *px);    /* reads the state file an earlier run left */
 void px_state_compact(proxy *px); /* rewrites it from memory and opens it for appending */
@@ -364,6 +379,24 @@ void px_call_done(call *k, CURLcode rc);
 void px_call_detach(call *k); /* the agent went away; the call goes on for its span */
 int px_call_resume(call *k);  /* a paused stream goes on; 1 when it was paused */
 void px_url_public(const char *url, char *out, size_t n); /* url less user:password@ */
+
+/* ------------------------------------------------------------------------------------------
+ * apis.c: the Responses and Messages APIs by translation, the response store
+ * ------------------------------------------------------------------------------------------ */
+
+px_store *px_store_new(size_t max_bytes);
+void px_store_free(px_store *s);
+/* The translated request to send upstream (*up, malloc'd, and its length): 0, or -1 after
+ * answering c (400 in the API's shape, 415, 500). k->api says which API. */
+int px_xl_prepare(call *k, conn *c, char **up, size_t *up_len);
+/* Answers c (may be NULL: the agent went away) with the whole upstream answer in k->body
+ * translated, or the upstream's error in the agent's API's shape. Returns the status. */
+int px_xl_answer(call *k, conn *c, const char *extra);
+/* A stream: one upstream chunk; the end (error NULL: the upstream finished it). */
+void px_xl_chunk(call *k, json_t *chunk);
+void px_xl_stream_end(call *k, const char *error);
+/* An upstream's models list in Anthropic's shape (malloc'd), or NULL when it is not one. */
+char *px_models_anthropic(const char *body, size_t n);
 
 /* ------------------------------------------------------------------------------------------
  * routes.c

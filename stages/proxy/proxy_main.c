@@ -104,8 +104,10 @@ static int health(void *ud, char *reason, size_t n)
 static const char proxy_usage[] =
     "usage: arclight proxy --upstream URL [options]\n"
     "\n"
-    "Capture proxy: forwards an agent's OpenAI-compatible calls to the upstream model server\n"
-    "and publishes every call, reward and rollout end as a span on arclight.spans. Point the\n"
+    "Capture proxy: forwards an agent's calls to the upstream model server (chat completions\n"
+    "and completions as they are; the Responses API and the Anthropic Messages API translated\n"
+    "to chat completions) and publishes every call, reward and rollout end as a span on\n"
+    "arclight.spans. Point the\n"
     "agent at http://LISTEN/r/{task}/{rollout}/v1 (or /v1 with X-Arclight-Task/-Rollout\n"
     "headers, or a key from POST /v1/sessions as its API key). Held-out evaluation:\n"
     "/e/{task}/{rollout}/v1 (greedy) or /e:T/{task}/{rollout}/v1 (temperature T), or the\n"
@@ -139,6 +141,9 @@ static const char proxy_usage[] =
     "  --upstream-timeout S      whole upstream call (default 600)\n"
     "  --drain-timeout S         on SIGTERM, wait this long for calls and spans (default 30)\n"
     "  --no-access-log           no per-call access log line\n"
+    "  --response-store-mib N    memory for Responses API answers kept for previous_response_id\n"
+    "                            (default 256; oldest first out; 0: previous_response_id is\n"
+    "                            refused with 400)\n"
     "  --upstream-client C       auto (default: the proxy's own keep-alive HTTP/1.1 client for\n"
     "                            http:// upstreams at an IP address or localhost, curl for the\n"
     "                            rest) or curl (curl for every upstream)\n"
@@ -166,6 +171,7 @@ enum {
     OPT_DRAIN_TO,
     OPT_NO_ACCESS,
     OPT_UP_CLIENT,
+    OPT_RESP_STORE,
     OPT_HELP,
 };
 
@@ -240,6 +246,7 @@ int cmd_proxy(int argc, char **argv)
         {"drain-timeout", required_argument, 0, OPT_DRAIN_TO},
         {"no-access-log", no_argument, 0, OPT_NO_ACCESS},
         {"upstream-client", required_argument, 0, OPT_UP_CLIENT},
+        {"response-store-mib", required_argument, 0, OPT_RESP_STORE},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0},
     };
@@ -265,6 +272,7 @@ int cmd_proxy(int argc, char **argv)
     cf->topic = AL_TOPIC_SPANS;
     cf->drain_timeout_s = 30;
     cf->access_log = 1;
+    cf->response_store_bytes = (size_t)256 << 20;
     const char *key_env = "ARCLIGHT_UPSTREAM_API_KEY";
     int rc = AL_EXIT_FAILURE, opt;
     long long v;
@@ -346,14 +354,16 @@ int cmd_proxy(int argc, char **argv)
         case OPT_CLIENT_TO:
         case OPT_CONNECT_TO:
         case OPT_UPSTREAM_TO:
-        case OPT_DRAIN_TO: {
+        case OPT_DRAIN_TO:
+        case OPT_RESP_STORE: {
             long long lo = 1, hi = 1LL << 50;
             if (opt == OPT_MAX_HEADERS) hi = AL_HTTP1_HEADERS_CAP;
             if (opt == OPT_MAX_HEAD) lo = 256, hi = 1 << 20;
             if (opt == OPT_MAX_BODY) hi = 256LL << 20;
             if (opt == OPT_MAX_CONNS) hi = 1000000;
             if (opt == OPT_CLIENT_TO || opt == OPT_UPSTREAM_TO || opt == OPT_DRAIN_TO) hi = 86400;
-            if (opt == OPT_DRAIN_TO) lo = 0;
+            if (opt == OPT_DRAIN_TO || opt == OPT_RESP_STORE) lo = 0;
+            if (opt == OPT_RESP_STORE) hi = 1 << 20;
             if (opt == OPT_SPOOL_MAX) lo = 4096;
             if (parse_num(optarg, lo, hi, &v)) {
                 rc = al_cli_usage_error("proxy", "--%s %s: need an integer from %lld to %lld",
@@ -369,6 +379,7 @@ int cmd_proxy(int argc, char **argv)
             if (opt == OPT_CONNECT_TO) cf->connect_timeout_ms = (long)v;
             if (opt == OPT_UPSTREAM_TO) cf->upstream_timeout_ms = (long)v * 1000;
             if (opt == OPT_DRAIN_TO) cf->drain_timeout_s = (int)v;
+            if (opt == OPT_RESP_STORE) cf->response_store_bytes = (size_t)v << 20;
             break;
         }
         case OPT_UP_CLIENT:
@@ -500,6 +511,10 @@ int cmd_proxy(int argc, char **argv)
         goto out;
     }
     if (px_calls_init(px) != 0) goto out;
+    if (cf->response_store_bytes && !(px->store = px_store_new(cf->response_store_bytes))) {
+        al_log_error(COMP, "out of memory");
+        goto out;
+    }
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
@@ -595,6 +610,7 @@ out:
         curl_easy_cleanup(px->easy_pool[--px->n_easy_pool]);
     if (px->multi) curl_multi_cleanup(px->multi);
     al_upc_pool_free(px->upc);
+    px_store_free(px->store);
     if (px->base) event_base_free(px->base);
     al_metrics_free(px->metrics);
     al_kafka_conf_free(kc);

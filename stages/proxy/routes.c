@@ -3,7 +3,11 @@
  * /r/{task}/{rollout}, and under /e/{task}/{rollout} or /e:T/{task}/{rollout} for a held-out
  * evaluation: eval spans, sampled at temperature 0 or T):
  *   POST /v1/chat/completions, POST /v1/completions   forwarded and captured (call.c)
- *   GET  /v1/models                                   forwarded
+ *   POST /v1/responses, POST /v1/messages             translated to chat completions and
+ *                                                     captured (apis.c)
+ *   GET  /v1/models                                   forwarded (Anthropic's shape for a
+ *                                                     request with anthropic-version)
+ *   GET/HEAD / (and /v1, and /r/{task}/{rollout})     200: clients probe their base URL
  *   POST /reward, POST /end                           reward and rollout-end spans
  *   POST /v1/sessions                                 a session key standing for an identity
  *   GET  /healthz, GET /metrics                       on the proxy's port too
@@ -226,6 +230,7 @@ void px_dispatch(conn *c)
         const char *t = path.p + plen, *end = path.p + path.n;
         const char *s1 = memchr(t, '/', (size_t)(end - t));
         const char *s2 = s1 ? memchr(s1 + 1, '/', (size_t)(end - s1 - 1)) : NULL;
+        if (s1 && !s2 && s1 + 1 < end) s2 = end; /* the base URL itself: /r/{task}/{rollout} */
         if (!s2) {
             c->route = R_OTHER;
             px_conn_error(c, 404, "invalid_request_error", "unknown_route",
@@ -251,8 +256,15 @@ void px_dispatch(conn *c)
         route = R_CHAT;
     else if (al_slice_eq(path, "/v1/completions") || al_slice_eq(path, "/completions"))
         route = R_COMPL;
+    else if (al_slice_eq(path, "/v1/responses") || al_slice_eq(path, "/responses"))
+        route = R_RESPONSES;
+    else if (al_slice_eq(path, "/v1/messages") || al_slice_eq(path, "/messages"))
+        route = R_MESSAGES;
     else if (al_slice_eq(path, "/v1/models") || al_slice_eq(path, "/models"))
         route = R_MODELS, want_post = 0;
+    else if (path.n == 0 || al_slice_eq(path, "/") || al_slice_eq(path, "/v1") ||
+             al_slice_eq(path, "/v1/"))
+        route = R_ROOT, want_post = 0;
     else if (al_slice_eq(path, "/reward") || al_slice_eq(path, "/v1/reward"))
         route = R_REWARD;
     else if (al_slice_eq(path, "/end") || al_slice_eq(path, "/v1/end"))
@@ -277,7 +289,7 @@ void px_dispatch(conn *c)
                       want_post ? "POST" : "GET");
         return;
     }
-    if (route == R_HEALTH) {
+    if (route == R_HEALTH || route == R_ROOT) { /* ROOT: a client's probe of its base URL */
         static const char ok[] = "{\"status\":\"ok\"}";
         px_conn_reply(c, 200, "application/json", NULL, ok, sizeof ok - 1);
         return;

@@ -1,0 +1,295 @@
+/*
+ * apis.c: the agent APIs the proxy serves by translation (issue 14): POST /v1/responses
+ * (OpenAI Responses API) and POST /v1/messages (Anthropic Messages API) on an upstream that
+ * speaks chat completions. Owns the glue between a call (call.c, capture.c) and its
+ * translator (translate.c, responses.c, messages.c): the request's translation before the
+ * capture rewrite, the whole answer's translation, a stream's events chunk by chunk, the
+ * answer the span keeps (what the agent got), errors in the agent's API's shape, the models
+ * list in Anthropic's shape, and the bounded in-memory store that serves
+ * previous_response_id (--response-store-mib; oldest first out).
+ */
+#include "proxy.h"
+
+#include "core/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------------------------------
+ * The response store: id -> the conversation a later previous_response_id continues from
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct rs_ent {
+    char id[96];
+    json_t *conv;
+    size_t bytes;
+    struct rs_ent *hnext, *newer, *older;
+} rs_ent;
+
+struct px_store {
+    rs_ent **tab;
+    size_t tab_size, count, bytes, max_bytes;
+    rs_ent *newest, *oldest;
+};
+
+px_store *px_store_new(size_t max_bytes)
+{
+    px_store *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->tab_size = 4096;
+    s->tab = calloc(s->tab_size, sizeof *s->tab);
+    if (!s->tab) {
+        free(s);
+        return NULL;
+    }
+    s->max_bytes = max_bytes;
+    return s;
+}
+
+static rs_ent **rs_slot(px_store *s, const char *id)
+{
+    rs_ent **pp = &s->tab[px_fnv1a(id) & (s->tab_size - 1)];
+    while (*pp && strcmp((*pp)->id, id) != 0)
+        pp = &(*pp)->hnext;
+    return pp;
+}
+
+static void rs_unlink(px_store *s, rs_ent *e)
+{
+    if (e->newer)
+        e->newer->older = e->older;
+    else
+        s->newest = e->older;
+    if (e->older)
+        e->older->newer = e->newer;
+    else
+        s->oldest = e->newer;
+    e->newer = e->older = NULL;
+}
+
+static void rs_drop(px_store *s, rs_ent *e)
+{
+    rs_ent **pp = rs_slot(s, e->id);
+    if (*pp == e) *pp = e->hnext;
+    rs_unlink(s, e);
+    s->bytes -= e->bytes;
+    s->count--;
+    json_decref(e->conv);
+    free(e);
+}
+
+/* Keeps conv (takes the reference) under id; the oldest go when past the byte bound. */
+static void px_store_put(px_store *s, const char *id, json_t *conv, size_t bytes)
+{
+    if (!s || !conv || bytes > s->max_bytes || strlen(id) >= sizeof((rs_ent *)0)->id) {
+        json_decref(conv);
+        return;
+    }
+    rs_ent **pp = rs_slot(s, id);
+    if (*pp) rs_drop(s, *pp);
+    while (s->oldest && s->bytes + bytes > s->max_bytes)
+        rs_drop(s, s->oldest);
+    rs_ent *e = calloc(1, sizeof *e);
+    if (!e) {
+        json_decref(conv);
+        return;
+    }
+    snprintf(e->id, sizeof e->id, "%s", id);
+    e->conv = conv;
+    e->bytes = bytes;
+    pp = rs_slot(s, id);
+    *pp = e;
+    e->older = s->newest;
+    if (s->newest) s->newest->newer = e;
+    s->newest = e;
+    if (!s->oldest) s->oldest = e;
+    s->bytes += bytes;
+    s->count++;
+}
+
+/* al_xl_lookup_fn over the store: a new reference, and the entry becomes the newest. */
+static json_t *store_lookup(void *ud, const char *id)
+{
+    px_store *s = ud;
+    rs_ent *e = *rs_slot(s, id);
+    if (!e) return NULL;
+    rs_unlink(s, e);
+    e->older = s->newest;
+    if (s->newest) s->newest->newer = e;
+    s->newest = e;
+    if (!s->oldest) s->oldest = e;
+    return json_incref(e->conv);
+}
+
+void px_store_free(px_store *s)
+{
+    if (!s) return;
+    while (s->oldest)
+        rs_drop(s, s->oldest);
+    free(s->tab);
+    free(s);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * A translated call
+ * ------------------------------------------------------------------------------------------ */
+
+static void reply_error(conn *c, al_api api, int status, const char *type, const char *code,
+                        const char *message)
+{
+    char *b = al_xl_error_body(api, status, type, code, message);
+    const char *body = b ? b : "{\"error\":{\"message\":\"error\"}}";
+    px_conn_reply(c, status, "application/json", NULL, body, strlen(body));
+    free(b);
+}
+
+int px_xl_prepare(call *k, conn *c, char **up, size_t *up_len)
+{
+    proxy *px = k->px;
+    if (!px_conn_is_json(c)) {
+        px_conn_error(c, 415, "invalid_request_error", "unsupported_media_type",
+                      "Content-Type must be application/json");
+        return -1;
+    }
+    char seed[25];
+    px_rand_hex(px, seed, 24);
+    al_xl_env env = {seed, (int64_t)time(NULL), px->store ? store_lookup : NULL, px->store};
+    al_xl_err err;
+    json_t *chat = NULL;
+    k->xl = al_xl_request(k->api, c->body.p, c->body.n, &env, &chat, &err);
+    if (!k->xl) {
+        reply_error(c, k->api, err.status, err.type, err.code, err.message);
+        return -1;
+    }
+    *up = px_rewrite_request(k, chat);
+    json_decref(chat);
+    if (!*up) {
+        px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
+        return -1;
+    }
+    *up_len = strlen(*up);
+    return 0;
+}
+
+/* What the span keeps as the answer: the agent's answer object. */
+static void keep_answer(call *k, json_t *ans)
+{
+    free(k->agent_answer);
+    k->agent_answer = ans ? json_dumps(ans, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+}
+
+static void store_answer(call *k)
+{
+    proxy *px = k->px;
+    if (!px->store || !al_xl_store(k->xl)) return;
+    json_t *conv = al_xl_conversation(k->xl);
+    size_t bytes = k->up_len + (k->agent_answer ? strlen(k->agent_answer) : 0) + 256;
+    px_store_put(px->store, al_xl_id(k->xl), conv, bytes);
+}
+
+int px_xl_answer(call *k, conn *c, const char *extra)
+{
+    int status = (int)k->status;
+    if (k->status >= 200 && k->status < 300) {
+        json_t *o = json_loadb((const char *)k->body.data, k->body.len, 0, NULL);
+        al_xl_err err;
+        json_t *ans = o ? al_xl_answer(k->xl, o, &err) : NULL;
+        json_decref(o);
+        if (!o)
+            snprintf(err.message, sizeof err.message,
+                     "the upstream answered with a body that is not JSON");
+        if (!ans) {
+            k->error = strdup(err.message);
+            status = 502;
+            char *b = al_xl_error_body(k->api, status, "upstream_error", "bad_upstream_answer",
+                                       err.message);
+            free(k->agent_answer);
+            k->agent_answer = b;
+            if (c)
+                px_conn_reply(c, status, "application/json", extra, b ? b : "", b ? strlen(b) : 0);
+            return status;
+        }
+        keep_answer(k, ans);
+        json_decref(ans);
+        store_answer(k);
+        const char *b = k->agent_answer ? k->agent_answer : "{}";
+        if (c) px_conn_reply(c, status, "application/json", extra, b, strlen(b));
+        return status;
+    }
+    /* an error of the upstream's, in the agent's API's terms (its message kept) */
+    json_t *o = json_loadb((const char *)k->body.data, k->body.len, JSON_ALLOW_NUL, NULL);
+    json_t *e = json_object_get(o, "error");
+    const char *m = json_string_value(json_object_get(e, "message"));
+    if (!m) m = json_string_value(json_object_get(o, "message"));
+    if (!m) m = k->error ? k->error : "the upstream failed";
+    const char *type = json_string_value(json_object_get(e, "type"));
+    char *b = al_xl_error_body(k->api, status, type, NULL, m);
+    json_decref(o);
+    free(k->agent_answer);
+    k->agent_answer = b;
+    if (c) px_conn_reply(c, status, "application/json", extra, b ? b : "", b ? strlen(b) : 0);
+    return status;
+}
+
+static void stream_out(call *k)
+{
+    if (k->c && k->xout.n) px_conn_stream_write(k->c, k->xout.p, k->xout.n);
+    k->xout.n = 0;
+}
+
+void px_xl_chunk(call *k, json_t *chunk)
+{
+    if (al_xl_chunk(k->xl, chunk, &k->xout) != 0 && !k->error)
+        k->error = strdup("out of memory translating the stream");
+    stream_out(k);
+}
+
+void px_xl_stream_end(call *k, const char *error)
+{
+    int ended = al_xl_final(k->xl) != NULL;
+    if (!ended && al_xl_end(k->xl, error, &k->xout) != 0 && !k->error)
+        k->error = strdup("out of memory translating the stream");
+    stream_out(k);
+    if (ended) return;
+    keep_answer(k, al_xl_final(k->xl));
+    if (!error) store_answer(k);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Models in Anthropic's shape
+ * ------------------------------------------------------------------------------------------ */
+
+char *px_models_anthropic(const char *body, size_t n)
+{
+    json_t *o = json_loadb(body, n, 0, NULL), *m;
+    json_t *data = json_object_get(o, "data");
+    if (!json_is_array(data)) {
+        json_decref(o);
+        return NULL;
+    }
+    json_t *out = json_array();
+    size_t i;
+    json_array_foreach(data, i, m)
+    {
+        const char *id = json_string_value(json_object_get(m, "id"));
+        if (!id) continue;
+        json_t *cr = json_object_get(m, "created");
+        time_t t = json_is_integer(cr) ? (time_t)json_integer_value(cr) : 0;
+        struct tm tm;
+        char when[40] = "1970-01-01T00:00:00Z";
+        if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        json_array_append_new(out, json_pack("{s:s,s:s,s:s,s:s}", "type", "model", "id", id,
+                                             "display_name", id, "created_at", when));
+    }
+    size_t nm = json_array_size(out);
+    json_t *first = nm ? json_object_get(json_array_get(out, 0), "id") : NULL;
+    json_t *last = nm ? json_object_get(json_array_get(out, nm - 1), "id") : NULL;
+    json_t *r = json_pack("{s:o,s:b,s:O,s:O}", "data", out, "has_more", 0, "first_id",
+                          first ? first : json_null(), "last_id", last ? last : json_null());
+    char *s = r ? json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(r);
+    json_decref(o);
+    return s;
+}

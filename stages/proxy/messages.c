@@ -1,0 +1,399 @@
+/*
+ * messages.c: the Anthropic Messages API (POST /v1/messages) over chat completions. Owns
+ * the request's translation (system, messages with text, image, tool_use, tool_result and
+ * thinking blocks, tools, tool_choice, stop_sequences, sampling), the Message object with
+ * its stop_reason (end_turn, max_tokens, stop_sequence, tool_use) and usage, and the event
+ * stream: message_start, ping, content_block_start / content_block_delta (text_delta,
+ * thinking_delta, input_json_delta) / content_block_stop, message_delta, message_stop, and
+ * error for a stream that fails.
+ *
+ * Server tools (web search, code execution, ...) run on Anthropic's servers: tools with a
+ * type other than "custom" are left out of the model's tools.
+ */
+#include "translate_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const TEXT_BLOCKS[] = {"text", NULL};
+
+/* ------------------------------------------------------------------------------------------
+ * The request
+ * ------------------------------------------------------------------------------------------ */
+
+static json_t *image_part(json_t *src)
+{
+    const char *ty = json_string_value(json_object_get(src, "type"));
+    if (ty && !strcmp(ty, "url") && json_is_string(json_object_get(src, "url")))
+        return json_pack("{s:s,s:{s:O}}", "type", "image_url", "image_url", "url",
+                         json_object_get(src, "url"));
+    const char *mt = json_string_value(json_object_get(src, "media_type"));
+    const char *data = json_string_value(json_object_get(src, "data"));
+    if (!ty || strcmp(ty, "base64") || !mt || !data) return NULL;
+    size_t ml = strlen(mt), dl = strlen(data);
+    char *url = malloc(ml + dl + 14);
+    if (!url) return NULL;
+    snprintf(url, ml + dl + 14, "data:%s;base64,%s", mt, data);
+    json_t *p = json_pack("{s:s,s:{s:s}}", "type", "image_url", "image_url", "url", url);
+    free(url);
+    return p;
+}
+
+/* Adds one message of the agent's to msgs: a user message's tool results become tool
+ * messages (first, as chat wants them right after the calls), its text and images one user
+ * message; an assistant message's text, thinking and tool_use blocks one assistant message. */
+static int add_message(json_t *msgs, json_t *m, size_t i, al_xl_err *err)
+{
+    if (!json_is_object(m))
+        return xl_fail(err, 400, "invalid_request_error", NULL, NULL,
+                       "messages.%zu: must be an object", i);
+    const char *role = json_string_value(json_object_get(m, "role"));
+    if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
+        return xl_fail(err, 400, "invalid_request_error", NULL, NULL,
+                       "messages.%zu.role: Input should be 'user' or 'assistant'", i);
+    int user = role[0] == 'u';
+    json_t *content = json_object_get(m, "content");
+    if (json_is_string(content))
+        return json_array_append_new(msgs,
+                                     json_pack("{s:s,s:O}", "role", role, "content", content));
+    if (!json_is_array(content))
+        return xl_fail(err, 400, "invalid_request_error", NULL, NULL,
+                       "messages.%zu.content: must be a string or an array of content blocks", i);
+    al_xbuf text = {0}, thinking = {0};
+    json_t *parts = json_array(), *calls = json_array(), *b;
+    int has_image = 0, rc = 0;
+    size_t k;
+    json_array_foreach(content, k, b)
+    {
+        const char *ty = json_string_value(json_object_get(b, "type"));
+        json_t *tx = json_object_get(b, "text");
+        if (!ty) {
+            rc = xl_fail(err, 400, "invalid_request_error", NULL, NULL,
+                         "messages.%zu.content.%zu.type: Field required", i, k);
+        } else if (!strcmp(ty, "text") && json_is_string(tx)) {
+            al_xbuf_add(&text, json_string_value(tx), json_string_length(tx));
+            json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", tx));
+        } else if (!strcmp(ty, "image") && user) {
+            json_t *p = image_part(json_object_get(b, "source"));
+            if (!p)
+                rc = xl_fail(err, 400, "invalid_request_error", NULL, NULL,
+                             "messages.%zu.content.%zu.source: an image needs a base64 source "
+                             "(media_type, data) or a url source",
+                             i, k);
+            json_array_append_new(parts, p);
+            has_image = 1;
+        } else if (!strcmp(ty, "tool_result") && user) {
+            const char *id = json_string_value(json_object_get(b, "tool_use_id"));
+            json_t *c = json_object_get(b, "content");
+            char *out = c ? xl_text_of(c, TEXT_BLOCKS) : strdup("");
+            if (!id || !out) {
+                rc = xl_fail(err, 400, "invalid_request_error", NULL, NULL,
+                             "messages.%zu.content.%zu: a tool_result needs tool_use_id and a "
+                             "content of text (a string or text blocks)",
+                             i, k);
+            } else {
+                json_array_append_new(msgs, json_pack("{s:s,s:s,s:s}", "role", "tool",
+                                                      "tool_call_id", id, "content", out));
+            }
+            free(out);
+        } else if (!strcmp(ty, "tool_use") && !user) {
+            const char *id = json_string_value(json_object_get(b, "id"));
+            const char *name = json_string_value(json_object_get(b, "name"));
+            json_t *in = json_object_get(b, "input");
+            char *args =
+                json_is_object(in) ? json_dumps(in, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+            if (!id || !name || !args)
+                rc = xl_fail(err, 400, "invalid_request_error", NULL, NULL,
+                             "messages.%zu.content.%zu: a tool_use needs id, name and an input "
+                             "object",
+                             i, k);
+            else
+                json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type",
+                                                       "function", "function", "name", name,
+                                                       "arguments", args));
+            free(args);
+        } else if (!strcmp(ty, "thinking") && !user) {
+            const char *t = json_string_value(json_object_get(b, "thinking"));
+            if (t) al_xbuf_add(&thinking, t, strlen(t));
+        } else if (!strcmp(ty, "redacted_thinking") && !user) {
+            /* encrypted by another server: nothing a model here can read */
+        } else {
+            rc = xl_fail(err, 400, "invalid_request_error", NULL, NULL,
+                         "messages.%zu.content.%zu: %s blocks are not supported in %s messages "
+                         "by this proxy",
+                         i, k, ty, role);
+        }
+        if (rc) break;
+    }
+    if (!rc && user && json_array_size(parts))
+        rc = json_array_append_new(
+            msgs, json_pack("{s:s,s:o}", "role", "user", "content",
+                            has_image ? json_incref(parts) : json_string(text.p ? text.p : "")));
+    if (!rc && !user) {
+        json_t *a = json_pack("{s:s}", "role", "assistant");
+        json_object_set_new(a, "content", text.p ? json_string(text.p) : json_null());
+        if (thinking.p) json_object_set_new(a, "reasoning_content", json_string(thinking.p));
+        if (json_array_size(calls)) json_object_set(a, "tool_calls", calls);
+        rc = json_array_append_new(msgs, a);
+    }
+    json_decref(parts);
+    json_decref(calls);
+    free(text.p);
+    free(thinking.p);
+    return rc;
+}
+
+static json_t *chat_tools(json_t *tools, al_xl_err *err)
+{
+    json_t *out = json_array(), *t;
+    size_t i;
+    json_array_foreach(tools, i, t)
+    {
+        const char *ty = json_string_value(json_object_get(t, "type"));
+        if (ty && strcmp(ty, "custom")) continue; /* a server tool: it runs at Anthropic */
+        const char *name = json_string_value(json_object_get(t, "name"));
+        json_t *schema = json_object_get(t, "input_schema"),
+               *desc = json_object_get(t, "description");
+        if (!name || !json_is_object(schema)) {
+            json_decref(out);
+            xl_fail(err, 400, "invalid_request_error", NULL, NULL,
+                    "tools.%zu: a tool needs a name and an input_schema object", i);
+            return NULL;
+        }
+        json_t *fn = json_pack("{s:s,s:O}", "name", name, "parameters", schema);
+        if (json_is_string(desc)) json_object_set(fn, "description", desc);
+        json_array_append_new(out, json_pack("{s:s,s:o}", "type", "function", "function", fn));
+    }
+    return out;
+}
+
+int xlm_request(al_xl *x, json_t **chat, al_xl_err *err)
+{
+    json_t *r = x->req;
+    const char *model = json_string_value(json_object_get(r, "model"));
+    json_t *mt = json_object_get(r, "max_tokens"), *msgs_in = json_object_get(r, "messages");
+    if (!model)
+        return xl_fail(err, 400, "invalid_request_error", NULL, NULL, "model: Field required");
+    if (!json_is_integer(mt) || json_integer_value(mt) < 1)
+        return xl_fail(err, 400, "invalid_request_error", NULL, NULL,
+                       "max_tokens: Field required (a positive integer)");
+    if (!json_is_array(msgs_in))
+        return xl_fail(err, 400, "invalid_request_error", NULL, NULL,
+                       "messages: Field required (an array)");
+    json_t *st = json_object_get(r, "stream");
+    if (st && !json_is_boolean(st))
+        return xl_fail(err, 400, "invalid_request_error", NULL, NULL, "stream: must be a boolean");
+    if (!(x->model = strdup(model)))
+        return xl_fail(err, 500, "api_error", NULL, NULL, "out of memory");
+    x->stream = json_is_true(st);
+    json_t *c = *chat = json_pack("{s:s,s:O}", "model", model, "max_tokens", mt);
+    json_t *msgs = json_array();
+    if (!c || !msgs || json_object_set_new(c, "messages", msgs)) {
+        json_decref(msgs);
+        return xl_fail(err, 500, "api_error", NULL, NULL, "out of memory");
+    }
+    json_t *sys = json_object_get(r, "system");
+    if (sys && !json_is_null(sys)) {
+        char *s = NULL;
+        if (json_is_string(sys)) {
+            s = strdup(json_string_value(sys));
+        } else if (json_is_array(sys)) {
+            /* text blocks, one after the other */
+            al_xbuf b = {0};
+            size_t i;
+            json_t *blk;
+            json_array_foreach(sys, i, blk)
+            {
+                const char *t = json_string_value(json_object_get(blk, "text"));
+                if (!t) {
+                    free(b.p);
+                    return xl_fail(err, 400, "invalid_request_error", NULL, NULL,
+                                   "system.%zu: must be a text block", i);
+                }
+                if (i) al_xbuf_add(&b, "\n", 1);
+                al_xbuf_add(&b, t, strlen(t));
+            }
+            s = b.p ? b.p : strdup("");
+        }
+        if (!s)
+            return xl_fail(err, 400, "invalid_request_error", NULL, NULL,
+                           "system: must be a string or an array of text blocks");
+        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", s));
+        free(s);
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs_in, i, m) if (add_message(msgs, m, i, err)) return -1;
+    json_t *tools = json_object_get(r, "tools");
+    if (tools && !json_is_array(tools))
+        return xl_fail(err, 400, "invalid_request_error", NULL, NULL, "tools: must be an array");
+    json_t *tc = json_object_get(r, "tool_choice");
+    const char *tct = json_string_value(json_object_get(tc, "type"));
+    if (json_array_size(tools)) {
+        json_t *ct = chat_tools(tools, err);
+        if (!ct) return -1;
+        if (json_array_size(ct)) {
+            json_object_set_new(c, "tools", ct);
+            if (tct && !strcmp(tct, "any")) {
+                json_object_set_new(c, "tool_choice", json_string("required"));
+            } else if (tct && !strcmp(tct, "none")) {
+                json_object_set_new(c, "tool_choice", json_string("none"));
+            } else if (tct && !strcmp(tct, "tool")) {
+                const char *n = json_string_value(json_object_get(tc, "name"));
+                if (!n)
+                    return xl_fail(err, 400, "invalid_request_error", NULL, NULL,
+                                   "tool_choice.name: Field required");
+                json_object_set_new(
+                    c, "tool_choice",
+                    json_pack("{s:s,s:{s:s}}", "type", "function", "function", "name", n));
+            }
+            if (json_is_true(json_object_get(tc, "disable_parallel_tool_use")))
+                json_object_set_new(c, "parallel_tool_calls", json_false());
+        } else {
+            json_decref(ct);
+        }
+    }
+    static const char *const same[] = {"temperature", "top_p", "top_k", NULL};
+    for (size_t k = 0; same[k]; k++) {
+        json_t *v = json_object_get(r, same[k]);
+        if (v && !json_is_null(v) && !json_is_number(v))
+            return xl_fail(err, 400, "invalid_request_error", NULL, NULL, "%s: must be a number",
+                           same[k]);
+        if (v && !json_is_null(v)) json_object_set(c, same[k], v);
+    }
+    json_t *ss = json_object_get(r, "stop_sequences");
+    if (json_array_size(ss)) json_object_set(c, "stop", ss);
+    if (x->stream) json_object_set_new(c, "stream", json_true());
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * The answer
+ * ------------------------------------------------------------------------------------------ */
+
+static const char *stop_reason(const al_xl *x, const char **seq)
+{
+    *seq = NULL;
+    const char *f = x->finish ? x->finish : "";
+    if (!strcmp(f, "length")) return "max_tokens";
+    if (!strcmp(f, "tool_calls") || x->ntools) return "tool_use";
+    json_t *ss = json_object_get(x->req, "stop_sequences"), *s;
+    size_t i;
+    if (x->stop_str)
+        json_array_foreach(ss, i,
+                           s) if (json_is_string(s) && !strcmp(json_string_value(s), x->stop_str))
+        {
+            *seq = json_string_value(s);
+            return "stop_sequence";
+        }
+    return "end_turn";
+}
+
+static json_t *usage_object(const al_xl *x, int64_t in)
+{
+    int64_t cached = x->cached_tok < in ? x->cached_tok : 0;
+    return json_pack("{s:I,s:I,s:I,s:I}", "input_tokens", (json_int_t)(in - cached),
+                     "cache_creation_input_tokens", (json_int_t)0, "cache_read_input_tokens",
+                     (json_int_t)cached, "output_tokens", (json_int_t)x->out_tok);
+}
+
+static json_t *message_object(const al_xl *x, const char *stop, const char *seq, int64_t in)
+{
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "id", x->id, "type", "message", "role", "assistant",
+                          "model", x->up_model ? x->up_model : x->model);
+    if (!o) return NULL;
+    json_object_set(o, "content", x->output);
+    json_object_set_new(o, "stop_reason", stop ? json_string(stop) : json_null());
+    json_object_set_new(o, "stop_sequence", seq ? json_string(seq) : json_null());
+    json_object_set_new(o, "usage", usage_object(x, in));
+    return o;
+}
+
+int xlm_open_stream(al_xl *x, al_xbuf *out)
+{
+    json_t *m = message_object(x, NULL, NULL, x->prompt_ids);
+    if (m) json_object_set_new(m, "content", json_array());
+    return xl_sse(out, "message_start",
+                  json_pack("{s:s,s:o}", "type", "message_start", "message", m)) ||
+                   xl_sse(out, "ping", json_pack("{s:s}", "type", "ping"))
+               ? -1
+               : 0;
+}
+
+static xl_tool *open_tool(al_xl *x)
+{
+    return &x->tools[x->open_tool];
+}
+
+int xlm_item_open(al_xl *x, al_xbuf *out, int emit)
+{
+    if (!emit) return 0;
+    json_t *b;
+    if (x->open == XK_TEXT)
+        b = json_pack("{s:s,s:s}", "type", "text", "text", "");
+    else if (x->open == XK_REASONING)
+        b = json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", "");
+    else
+        b = json_pack("{s:s,s:s,s:s,s:{}}", "type", "tool_use", "id", open_tool(x)->call_id, "name",
+                      open_tool(x)->name ? open_tool(x)->name : "", "input");
+    return xl_sse(out, "content_block_start",
+                  json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", x->open_index,
+                            "content_block", b));
+}
+
+int xlm_piece(al_xl *x, const char *s, size_t n, al_xbuf *out, int emit)
+{
+    if (!emit) return 0;
+    json_t *d = json_stringn(s, n), *delta;
+    if (x->open == XK_TEXT)
+        delta = json_pack("{s:s,s:o}", "type", "text_delta", "text", d);
+    else if (x->open == XK_REASONING)
+        delta = json_pack("{s:s,s:o}", "type", "thinking_delta", "thinking", d);
+    else
+        delta = json_pack("{s:s,s:o}", "type", "input_json_delta", "partial_json", d);
+    return xl_sse(out, "content_block_delta",
+                  json_pack("{s:s,s:i,s:o}", "type", "content_block_delta", "index", x->open_index,
+                            "delta", delta));
+}
+
+int xlm_item_close(al_xl *x, al_xbuf *out, int emit)
+{
+    json_t *b;
+    if (x->open == XK_TEXT) {
+        b = json_pack("{s:s,s:s}", "type", "text", "text", x->text.p ? x->text.p : "");
+    } else if (x->open == XK_REASONING) {
+        b = json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking",
+                      x->reasoning.p ? x->reasoning.p : "", "signature", "");
+    } else {
+        xl_tool *t = open_tool(x);
+        b = json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", t->call_id, "name",
+                      t->name ? t->name : "", "input", xl_args_object(t->args.p));
+    }
+    if (!b || json_array_append_new(x->output, b)) return -1;
+    if (!emit) return 0;
+    return xl_sse(out, "content_block_stop",
+                  json_pack("{s:s,s:i}", "type", "content_block_stop", "index", x->open_index));
+}
+
+int xlm_end(al_xl *x, const char *error, al_xbuf *out, int emit)
+{
+    const char *seq, *stop = stop_reason(x, &seq);
+    int64_t in = x->have_usage ? x->in_tok : x->prompt_ids;
+    x->final = message_object(x, stop, seq, in);
+    if (!x->final) return -1;
+    if (!emit) return 0;
+    if (error)
+        return xl_sse(out, "error",
+                      json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error",
+                                "message", error));
+    json_t *u = json_pack("{s:I}", "output_tokens", (json_int_t)x->out_tok);
+    if (x->have_usage) json_object_set_new(u, "input_tokens", json_integer(in));
+    return xl_sse(out, "message_delta",
+                  json_pack("{s:s,s:{s:s,s:o},s:o}", "type", "message_delta", "delta",
+                            "stop_reason", stop, "stop_sequence",
+                            seq ? json_string(seq) : json_null(), "usage", u)) ||
+                   xl_sse(out, "message_stop", json_pack("{s:s}", "type", "message_stop"))
+               ? -1
+               : 0;
+}

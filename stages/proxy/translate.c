@@ -1,0 +1,481 @@
+/*
+ * translate.c: the shared half of the API translators (see translate.h). Owns a call's
+ * translation state, the reading of chat completions (a whole answer's message, or a
+ * stream's deltas: reasoning, text, tool calls, finish reason, usage) and the building of
+ * the agent's answer item by item: one item is open at a time (a text, a reasoning or a
+ * tool call), a piece of another kind closes it and opens the next. What each item looks
+ * like, and which events announce it, is each API's: responses.c, messages.c.
+ */
+#include "translate_int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define XL_MAX_TOOLS 128 /* tool calls in one answer */
+
+int al_xbuf_add(al_xbuf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 256;
+        while (nc < b->n + n + 1)
+            nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np) return -1;
+        b->p = np;
+        b->cap = nc;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+    return 0;
+}
+
+int xl_fail(al_xl_err *e, int status, const char *type, const char *code, const char *param,
+            const char *fmt, ...)
+{
+    if (!e) return -1;
+    e->status = status;
+    snprintf(e->type, sizeof e->type, "%s", type);
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int xl_sse(al_xbuf *out, const char *type, json_t *o)
+{
+    if (!o) return -1;
+    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    if (!s) return -1;
+    int rc = al_xbuf_add(out, "event: ", 7) || al_xbuf_add(out, type, strlen(type)) ||
+             al_xbuf_add(out, "\ndata: ", 7) || al_xbuf_add(out, s, strlen(s)) ||
+             al_xbuf_add(out, "\n\n", 2);
+    free(s);
+    return rc ? -1 : 0;
+}
+
+char *xl_text_of(json_t *content, const char *const *types)
+{
+    if (json_is_string(content)) return strdup(json_string_value(content));
+    if (!json_is_array(content)) return NULL;
+    al_xbuf b = {0};
+    size_t i;
+    json_t *p;
+    json_array_foreach(content, i, p)
+    {
+        const char *t = json_string_value(json_object_get(p, "type"));
+        int ok = 0;
+        for (size_t k = 0; t && types[k] && !ok; k++)
+            ok = !strcmp(t, types[k]);
+        json_t *tx = json_object_get(p, "text");
+        if (!ok || !json_is_string(tx)) {
+            free(b.p);
+            return NULL;
+        }
+        if (al_xbuf_add(&b, json_string_value(tx), json_string_length(tx))) {
+            free(b.p);
+            return NULL;
+        }
+    }
+    return b.p ? b.p : strdup("");
+}
+
+json_t *xl_args_object(const char *args)
+{
+    json_t *o = args && *args ? json_loads(args, JSON_DECODE_ANY, NULL) : NULL;
+    if (json_is_object(o)) return o;
+    json_decref(o);
+    return json_object();
+}
+
+al_xl *al_xl_request(al_api api, const char *body, size_t n, const al_xl_env *env, json_t **chat,
+                     al_xl_err *err)
+{
+    *chat = NULL;
+    if (api != AL_API_RESPONSES && api != AL_API_MESSAGES) {
+        xl_fail(err, 500, "server_error", "internal_error", NULL, "no translator for this API");
+        return NULL;
+    }
+    al_xl *x = calloc(1, sizeof *x);
+    if (!x) {
+        xl_fail(err, 500, "server_error", "out_of_memory", NULL, "out of memory");
+        return NULL;
+    }
+    x->api = api;
+    x->open_tool = (size_t)-1;
+    x->store = 1;
+    x->created = env ? env->created : 0;
+    snprintf(x->seed, sizeof x->seed, "%s", env && env->seed ? env->seed : "0");
+    snprintf(x->id, sizeof x->id, "%s_%s", api == AL_API_RESPONSES ? "resp" : "msg", x->seed);
+    json_error_t je;
+    x->req = json_loadb(body, n, 0, &je);
+    x->output = json_array();
+    int rc;
+    if (!x->req)
+        rc = xl_fail(err, 400, "invalid_request_error", "invalid_json", NULL,
+                     "request body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
+                     je.column);
+    else if (!json_is_object(x->req))
+        rc = xl_fail(err, 400, "invalid_request_error", "invalid_json", NULL,
+                     "request body must be a JSON object");
+    else if (!x->output)
+        rc = xl_fail(err, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    else
+        rc = api == AL_API_RESPONSES ? xlr_request(x, env, chat, err) : xlm_request(x, chat, err);
+    if (rc != 0) {
+        json_decref(*chat);
+        *chat = NULL;
+        al_xl_free(x);
+        return NULL;
+    }
+    return x;
+}
+
+void al_xl_free(al_xl *x)
+{
+    if (!x) return;
+    json_decref(x->req);
+    json_decref(x->conv);
+    free(x->model);
+    free(x->up_model);
+    free(x->text.p);
+    free(x->reasoning.p);
+    json_decref(x->text_lps);
+    for (size_t i = 0; i < x->ntools; i++) {
+        free(x->tools[i].call_id);
+        free(x->tools[i].name);
+        free(x->tools[i].args.p);
+    }
+    free(x->tools);
+    json_decref(x->output);
+    free(x->finish);
+    free(x->stop_str);
+    json_decref(x->final);
+    free(x);
+}
+
+int al_xl_stream(const al_xl *x)
+{
+    return x->stream;
+}
+
+const char *al_xl_model(const al_xl *x)
+{
+    return x->model ? x->model : "";
+}
+
+const char *al_xl_id(const al_xl *x)
+{
+    return x->id;
+}
+
+json_t *al_xl_final(const al_xl *x)
+{
+    return x->final;
+}
+
+int al_xl_store(const al_xl *x)
+{
+    return x->api == AL_API_RESPONSES && x->store;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Building the answer
+ * ------------------------------------------------------------------------------------------ */
+
+static int item_close(al_xl *x, al_xbuf *out, int emit)
+{
+    if (!x->open) return 0;
+    int rc =
+        x->api == AL_API_RESPONSES ? xlr_item_close(x, out, emit) : xlm_item_close(x, out, emit);
+    if (x->open == XK_TOOL) x->tools[x->open_tool].closed = 1;
+    x->open = XK_NONE;
+    x->open_tool = (size_t)-1;
+    json_decref(x->text_lps);
+    x->text_lps = NULL;
+    return rc;
+}
+
+/* Makes an item of kind (tool: x->tools[tool]) the open one. */
+static int switch_to(al_xl *x, int kind, size_t tool, al_xbuf *out, int emit)
+{
+    if (x->open == kind && (kind != XK_TOOL || x->open_tool == tool)) return 0;
+    if (item_close(x, out, emit)) return -1;
+    x->open = kind;
+    x->open_tool = tool;
+    x->open_index = x->nout++;
+    x->text.n = x->reasoning.n = 0;
+    if (x->text.p) x->text.p[0] = '\0';
+    if (x->reasoning.p) x->reasoning.p[0] = '\0';
+    if (kind == XK_TOOL) {
+        x->tools[tool].out_index = x->open_index;
+        snprintf(x->open_id, sizeof x->open_id, "%s", x->tools[tool].item_id);
+    } else {
+        snprintf(x->open_id, sizeof x->open_id, "%s_%s_%d", kind == XK_TEXT ? "msg" : "rs", x->seed,
+                 x->open_index);
+    }
+    return x->api == AL_API_RESPONSES ? xlr_item_open(x, out, emit) : xlm_item_open(x, out, emit);
+}
+
+static int piece(al_xl *x, const char *s, size_t n, json_t *lps, al_xbuf *out, int emit)
+{
+    al_xbuf *b = x->open == XK_TEXT        ? &x->text
+                 : x->open == XK_REASONING ? &x->reasoning
+                                           : &x->tools[x->open_tool].args;
+    if (al_xbuf_add(b, s, n)) return -1;
+    return x->api == AL_API_RESPONSES ? xlr_piece(x, s, n, lps, out, emit)
+                                      : xlm_piece(x, s, n, out, emit);
+}
+
+/* The answer's tool call at the upstream's index (made on first sight), or NULL past the
+ * bound or out of memory. */
+static xl_tool *tool_at(al_xl *x, int chat_index, size_t *pos)
+{
+    for (size_t i = 0; i < x->ntools; i++)
+        if (x->tools[i].chat_index == chat_index) {
+            *pos = i;
+            return &x->tools[i];
+        }
+    if (x->ntools >= XL_MAX_TOOLS) return NULL;
+    if (x->ntools == x->tools_cap) {
+        size_t nc = x->tools_cap ? x->tools_cap * 2 : 4;
+        xl_tool *nt = realloc(x->tools, nc * sizeof *nt);
+        if (!nt) return NULL;
+        x->tools = nt;
+        x->tools_cap = nc;
+    }
+    xl_tool *t = &x->tools[x->ntools];
+    memset(t, 0, sizeof *t);
+    t->chat_index = chat_index;
+    snprintf(t->item_id, sizeof t->item_id, "%s_%s_%zu",
+             x->api == AL_API_RESPONSES ? "fc" : "toolu", x->seed, x->ntools);
+    *pos = x->ntools++;
+    return t;
+}
+
+static const char *str_member(json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(o, k));
+}
+
+/* One delta (stream) or message (whole answer): its reasoning, its text, its tool calls,
+ * in that order. lps: the chat logprobs.content of this piece of text (may be NULL). */
+static int feed(al_xl *x, json_t *d, json_t *lps, al_xbuf *out, int emit)
+{
+    if (!json_is_object(d)) return 0;
+    json_t *r = json_object_get(d, "reasoning_content");
+    if (!json_is_string(r)) r = json_object_get(d, "reasoning");
+    if (json_is_string(r) && json_string_length(r)) {
+        if (switch_to(x, XK_REASONING, 0, out, emit) ||
+            piece(x, json_string_value(r), json_string_length(r), NULL, out, emit))
+            return -1;
+    }
+    json_t *c = json_object_get(d, "content");
+    if (json_is_string(c) && json_string_length(c)) {
+        if (switch_to(x, XK_TEXT, 0, out, emit) ||
+            piece(x, json_string_value(c), json_string_length(c), lps, out, emit))
+            return -1;
+    }
+    json_t *tcs = json_object_get(d, "tool_calls"), *tc;
+    size_t i;
+    if (!json_is_array(tcs)) return 0;
+    json_array_foreach(tcs, i, tc)
+    {
+        if (!json_is_object(tc)) continue;
+        json_t *ji = json_object_get(tc, "index");
+        int idx =
+            json_is_integer(ji) && json_integer_value(ji) >= 0 && json_integer_value(ji) < 1000000
+                ? (int)json_integer_value(ji)
+                : (int)i;
+        size_t pos;
+        xl_tool *t = tool_at(x, idx, &pos);
+        if (!t) continue; /* beyond XL_MAX_TOOLS: not answered */
+        json_t *fn = json_object_get(tc, "function");
+        const char *id = str_member(tc, "id"), *name = str_member(fn, "name");
+        if (id && *id && !t->call_id && !(t->call_id = strdup(id))) return -1;
+        if (name && !t->name && !(t->name = strdup(name))) return -1;
+        json_t *args = json_object_get(fn, "arguments");
+        char *argtext = NULL;
+        if (json_is_object(args)) /* some servers send arguments as an object */
+            argtext = json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        const char *a = argtext ? argtext : json_string_value(args);
+        if (t->closed) { /* a late piece of a call already closed: kept in the answer only */
+            int rc = a ? al_xbuf_add(&t->args, a, strlen(a)) : 0;
+            if (!rc && a && t->item)
+                json_object_set_new(t->item, "arguments", json_string(t->args.p));
+            free(argtext);
+            if (rc) return -1;
+            continue;
+        }
+        if (!t->call_id) {
+            char made[96];
+            snprintf(made, sizeof made, "call_%s_%zu", x->seed, pos);
+            if (!(t->call_id = strdup(made))) {
+                free(argtext);
+                return -1;
+            }
+        }
+        if (switch_to(x, XK_TOOL, pos, out, emit) ||
+            (a && *a && piece(x, a, strlen(a), NULL, out, emit))) {
+            free(argtext);
+            return -1;
+        }
+        free(argtext);
+    }
+    return 0;
+}
+
+static int64_t count(json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    double d = json_is_integer(v) ? (double)json_integer_value(v) : json_number_value(v);
+    return d >= 0 && d <= 0x1p53 ? (int64_t)d : 0;
+}
+
+static void read_usage(al_xl *x, json_t *u)
+{
+    if (!json_is_object(u)) return;
+    x->have_usage = 1;
+    x->in_tok = count(u, "prompt_tokens");
+    x->out_tok = count(u, "completion_tokens");
+    x->cached_tok = count(json_object_get(u, "prompt_tokens_details"), "cached_tokens");
+    x->reasoning_tok = count(json_object_get(u, "completion_tokens_details"), "reasoning_tokens");
+}
+
+static int read_finish(al_xl *x, json_t *c0)
+{
+    const char *f = str_member(c0, "finish_reason");
+    if (f && *f) {
+        free(x->finish);
+        if (!(x->finish = strdup(f))) return -1;
+    }
+    const char *s = str_member(c0, "stop_reason"); /* vLLM: the stop string that ended it */
+    if (s) {
+        free(x->stop_str);
+        if (!(x->stop_str = strdup(s))) return -1;
+    }
+    return 0;
+}
+
+static int set_up_model(al_xl *x, json_t *o)
+{
+    const char *m = str_member(o, "model");
+    if (m && !x->up_model && !(x->up_model = strdup(m))) return -1;
+    return 0;
+}
+
+static int finish(al_xl *x, const char *error, al_xbuf *out, int emit)
+{
+    if (x->ended) return 0;
+    if (item_close(x, out, emit)) return -1;
+    x->ended = 1;
+    return x->api == AL_API_RESPONSES ? xlr_end(x, error, out, emit) : xlm_end(x, error, out, emit);
+}
+
+json_t *al_xl_answer(al_xl *x, json_t *completion, al_xl_err *err)
+{
+    json_t *c0 = json_array_get(json_object_get(completion, "choices"), 0);
+    json_t *msg = json_object_get(c0, "message");
+    if (!json_is_object(completion) || !json_is_object(msg)) {
+        xl_fail(err, 502, "upstream_error", "bad_upstream_answer", NULL,
+                "the upstream's answer is not a chat completion (no choices[0].message)");
+        return NULL;
+    }
+    json_t *lps = json_object_get(json_object_get(c0, "logprobs"), "content");
+    read_usage(x, json_object_get(completion, "usage"));
+    if (set_up_model(x, completion) || read_finish(x, c0) ||
+        feed(x, msg, json_is_array(lps) ? lps : NULL, NULL, 0) || finish(x, NULL, NULL, 0) ||
+        !x->final) {
+        xl_fail(err, 500, "server_error", "out_of_memory", NULL, "out of memory");
+        return NULL;
+    }
+    return json_incref(x->final);
+}
+
+int al_xl_chunk(al_xl *x, json_t *chunk, al_xbuf *out)
+{
+    if (x->ended || !json_is_object(chunk)) return 0;
+    json_t *pids = json_object_get(chunk, "prompt_token_ids");
+    json_t *c0 = json_array_get(json_object_get(chunk, "choices"), 0);
+    if (!json_is_array(pids)) pids = json_object_get(c0, "prompt_token_ids");
+    if (json_is_array(pids) && !x->prompt_ids) x->prompt_ids = (int64_t)json_array_size(pids);
+    if (set_up_model(x, chunk)) return -1;
+    if (!x->started) {
+        x->started = 1;
+        if ((x->api == AL_API_RESPONSES ? xlr_open_stream(x, out) : xlm_open_stream(x, out)))
+            return -1;
+    }
+    read_usage(x, json_object_get(chunk, "usage"));
+    if (!json_is_object(c0)) return 0;
+    json_t *lps = json_object_get(json_object_get(c0, "logprobs"), "content");
+    if (feed(x, json_object_get(c0, "delta"), json_is_array(lps) ? lps : NULL, out, 1)) return -1;
+    return read_finish(x, c0);
+}
+
+int al_xl_end(al_xl *x, const char *error, al_xbuf *out)
+{
+    if (x->ended) return 0;
+    if (!x->started) {
+        x->started = 1;
+        if ((x->api == AL_API_RESPONSES ? xlr_open_stream(x, out) : xlm_open_stream(x, out)))
+            return -1;
+    }
+    return finish(x, error, out, 1);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Errors in each API's terms
+ * ------------------------------------------------------------------------------------------ */
+
+static const char *anthropic_type(int status)
+{
+    switch (status) {
+    case 400:
+    case 405:
+    case 411:
+    case 415:
+    case 422:
+        return "invalid_request_error";
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 404:
+        return "not_found_error";
+    case 408:
+    case 504:
+        return "timeout_error";
+    case 413:
+    case 431:
+        return "request_too_large";
+    case 429:
+        return "rate_limit_error";
+    case 503:
+    case 529:
+        return "overloaded_error";
+    default:
+        return status < 500 ? "invalid_request_error" : "api_error";
+    }
+}
+
+char *al_xl_error_body(al_api api, int status, const char *type, const char *code,
+                       const char *message)
+{
+    json_t *o;
+    if (api == AL_API_MESSAGES)
+        o = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", anthropic_type(status),
+                      "message", message ? message : "");
+    else
+        o = json_pack("{s:{s:s,s:s,s:n,s:o}}", "error", "message", message ? message : "", "type",
+                      type ? type : (status < 500 ? "invalid_request_error" : "server_error"),
+                      "param", "code", code && *code ? json_string(code) : json_null());
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    return s;
+}
