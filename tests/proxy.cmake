@@ -38,3 +38,8 @@ add_dependencies(t1006_proxy_eval arclight)
 arclight_test(t1007_proxy_translate SOURCES tests/t1007_proxy_translate.c
   stages/proxy/translate.c stages/proxy/responses.c stages/proxy/messages.c
   LIBS PkgConfig::JANSSON TIMEOUT 30)
+# The Responses and Messages APIs end to end through arclight proxy to the fake upstream.
+arclight_test(t1008_proxy_apis SOURCES tests/t1008_proxy_apis.c tests/fake_upstream.c
+  LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT
+  TIMEOUT 180)
+add_dependencies(t1008_proxy_apis arclight)

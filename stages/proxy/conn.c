@@ -10,6 +10,8 @@
  */
 #include "proxy.h"
 
+#include "core/log.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -153,6 +155,21 @@ static void conn_unqueue(conn *c)
 
 /* Writes a whole response (head + body). The connection goes back to reading when it is
  * written (keep-alive) or closes. */
+/* The access-log line of an answer that is not a call's (a call writes its own, with what
+ * it captured): unknown routes, refused requests, rewards, ends, sessions. Probes of
+ * /healthz, /metrics and base URLs that succeed are not logged. */
+static void access_log_request(const conn *c, int status)
+{
+    if (!c->px->cfg.access_log || !c->req || c->call) return;
+    if (status == 200 && (c->route == R_HEALTH || c->route == R_METRICS || c->route == R_ROOT))
+        return;
+    size_t ml = c->head.method.n > 32 ? 32 : c->head.method.n;
+    size_t tl = c->head.target.n > 400 ? 400 : c->head.target.n;
+    al_log_info("proxy.access", "method=%.*s path=%.*s status=%d route=%s ms=%.3f", (int)ml,
+                c->head.method.p, (int)tl, c->head.target.p, status, route_names[c->route],
+                (double)(al_mono_us() - c->t0_mono) / 1000.0);
+}
+
 void px_conn_reply(conn *c, int status, const char *ctype, const char *extra, const char *body,
                    size_t len)
 {
@@ -180,6 +197,7 @@ void px_conn_reply(conn *c, int status, const char *ctype, const char *extra, co
     if (len && !(c->req && al_slice_eq(c->head.method, "HEAD"))) evbuffer_add(out, body, len);
     c->state = C_WRITING;
     count_request(px, c->route, status);
+    access_log_request(c, status);
     conn_finish_request(c);
 }
 
