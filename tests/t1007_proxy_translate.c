@@ -369,6 +369,47 @@ TEST(a_failed_stream_ends_with_the_apis_failure_event)
     }
 }
 
+TEST(an_empty_answer_is_an_empty_message)
+{
+    const char *b = "{\"model\":\"m\",\"input\":\"x\"}";
+    al_xl_env env = {"s4", 0, NULL, NULL};
+    json_t *chat;
+    al_xl_err err;
+    al_xl *x = al_xl_request(AL_API_RESPONSES, b, strlen(b), &env, &chat, &err);
+    REQUIRE(x);
+    json_decref(chat);
+    json_t *c = json_loads("{\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+                           "\"content\":\"\"},\"finish_reason\":\"stop\"}]}",
+                           0, NULL);
+    json_t *ans = al_xl_answer(x, c, &err);
+    REQUIRE(ans);
+    json_t *item = json_array_get(json_object_get(ans, "output"), 0);
+    CHECK_EQ_INT(json_array_size(json_object_get(ans, "output")), 1);
+    CHECK_EQ_STR(json_string_value(json_object_get(item, "type")), "message");
+    CHECK_EQ_STR(json_string_value(
+                     json_object_get(json_array_get(json_object_get(item, "content"), 0), "text")),
+                 "");
+    json_decref(ans);
+    json_decref(c);
+    al_xl_free(x);
+    /* streamed: the message's events come before response.completed */
+    b = "{\"model\":\"m\",\"input\":\"x\",\"stream\":true}";
+    x = al_xl_request(AL_API_RESPONSES, b, strlen(b), &env, &chat, &err);
+    REQUIRE(x);
+    json_decref(chat);
+    al_xbuf out = {0};
+    CHECK(al_xl_end(x, NULL, &out) == 0);
+    json_t *evs = parse_events(out.p);
+    CHECK_EQ_INT(json_array_size(evs), 8);
+    CHECK_EQ_STR(json_string_value(json_array_get(json_array_get(evs, 2), 0)),
+                 "response.output_item.added");
+    CHECK_EQ_STR(json_string_value(json_array_get(json_array_get(evs, 7), 0)),
+                 "response.completed");
+    json_decref(evs);
+    free(out.p);
+    al_xl_free(x);
+}
+
 TEST(the_upstream_answer_must_be_a_chat_completion)
 {
     const char *b = "{\"model\":\"m\",\"input\":\"x\"}";

@@ -141,7 +141,7 @@ static void reply_error(conn *c, al_api api, int status, const char *type, const
 {
     char *b = al_xl_error_body(api, status, type, code, message);
     const char *body = b ? b : "{\"error\":{\"message\":\"error\"}}";
-    px_conn_reply(c, status, "application/json", NULL, body, strlen(body));
+    px_conn_reply_error(c, status, body, message);
     free(b);
 }
 

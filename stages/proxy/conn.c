@@ -158,6 +158,8 @@ static void conn_unqueue(conn *c)
 /* The access-log line of an answer that is not a call's (a call writes its own, with what
  * it captured): unknown routes, refused requests, rewards, ends, sessions. Probes of
  * /healthz, /metrics and base URLs that succeed are not logged. */
+static const char *reply_why; /* the error being answered, for its access-log line */
+
 static void access_log_request(const conn *c, int status)
 {
     if (!c->px->cfg.access_log || !c->req || c->call) return;
@@ -165,9 +167,10 @@ static void access_log_request(const conn *c, int status)
         return;
     size_t ml = c->head.method.n > 32 ? 32 : c->head.method.n;
     size_t tl = c->head.target.n > 400 ? 400 : c->head.target.n;
-    al_log_info("proxy.access", "method=%.*s path=%.*s status=%d route=%s ms=%.3f", (int)ml,
+    al_log_info("proxy.access", "method=%.*s path=%.*s status=%d route=%s ms=%.3f%s%.300s", (int)ml,
                 c->head.method.p, (int)tl, c->head.target.p, status, route_names[c->route],
-                (double)(al_mono_us() - c->t0_mono) / 1000.0);
+                (double)(al_mono_us() - c->t0_mono) / 1000.0, reply_why ? " error=" : "",
+                reply_why ? reply_why : "");
 }
 
 void px_conn_reply(conn *c, int status, const char *ctype, const char *extra, const char *body,
@@ -213,8 +216,15 @@ void px_conn_error(conn *c, int status, const char *type, const char *code, cons
     char *body = al_xl_error_body(c->route == R_MESSAGES ? AL_API_MESSAGES : AL_API_CHAT, status,
                                   type, code, msg);
     const char *b = body ? body : "{\"error\":{\"message\":\"error\"}}";
-    px_conn_reply(c, status, "application/json", NULL, b, strlen(b));
+    px_conn_reply_error(c, status, b, msg);
     free(body);
+}
+
+void px_conn_reply_error(conn *c, int status, const char *body, const char *why)
+{
+    reply_why = why;
+    px_conn_reply(c, status, "application/json", NULL, body, strlen(body));
+    reply_why = NULL;
 }
 
 void px_conn_stream_begin(conn *c, int status, const char *ctype, const char *extra)

@@ -49,11 +49,22 @@ static int add_message(json_t *msgs, json_t *m, size_t i, al_xl_err *err)
         return xl_fail(err, 400, "invalid_request_error", NULL, NULL,
                        "messages.%zu: must be an object", i);
     const char *role = json_string_value(json_object_get(m, "role"));
-    if (!role || (strcmp(role, "user") && strcmp(role, "assistant")))
+    if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system")))
         return xl_fail(err, 400, "invalid_request_error", NULL, NULL,
-                       "messages.%zu.role: Input should be 'user' or 'assistant'", i);
+                       "messages.%zu.role: Input should be 'user', 'assistant' or 'system'", i);
     int user = role[0] == 'u';
     json_t *content = json_object_get(m, "content");
+    if (role[0] == 's') { /* a system message within the conversation: text only */
+        char *s = xl_text_of(content, TEXT_BLOCKS);
+        if (!s)
+            return xl_fail(err, 400, "invalid_request_error", NULL, NULL,
+                           "messages.%zu.content: a system message holds text (a string or text "
+                           "blocks)",
+                           i);
+        int rc = json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", s));
+        free(s);
+        return rc;
+    }
     if (json_is_string(content))
         return json_array_append_new(msgs,
                                      json_pack("{s:s,s:O}", "role", role, "content", content));

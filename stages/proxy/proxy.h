@@ -292,6 +292,8 @@ void px_conn_reply(conn *c, int status, const char *ctype, const char *extra, co
  * {"type":"error","error":{"type","message"}} on the Messages route). */
 void px_conn_error(conn *c, int status, const char *type, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* A JSON error answer (body) whose access-log line says why. */
+void px_conn_reply_error(conn *c, int status, const char *body, const char *why);
 /* A chunked answer: its head, its chunks, its end. */
 void px_conn_stream_begin(conn *c, int status, const char *ctype, const char *extra);
 void px_conn_stream_write(conn *c, const char *data, size_t len);

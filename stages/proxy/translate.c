@@ -373,6 +373,10 @@ static int set_up_model(al_xl *x, json_t *o)
 static int finish(al_xl *x, const char *error, al_xbuf *out, int emit)
 {
     if (x->ended) return 0;
+    /* a model that said nothing (an end token first) still answers with a message, empty,
+     * as the Responses API's models do: agents look for one to end their turn */
+    if (x->api == AL_API_RESPONSES && !error && x->nout == 0 && switch_to(x, XK_TEXT, 0, out, emit))
+        return -1;
     if (item_close(x, out, emit)) return -1;
     x->ended = 1;
     return x->api == AL_API_RESPONSES ? xlr_end(x, error, out, emit) : xlm_end(x, error, out, emit);
