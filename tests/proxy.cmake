@@ -49,3 +49,12 @@ arclight_test(t1009_proxy_clients SOURCES tests/t1009_proxy_clients.c tests/fake
   LIBS arclight_model arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL
   PkgConfig::LIBEVENT TIMEOUT 900)
 add_dependencies(t1009_proxy_clients arclight)
+# libFuzzer target for the API translators: requests, whole answers and streams.
+arclight_fuzz(fuzz_proxy_translate TEST t1010_proxy_translate_fuzz CORPUS translate_corpus
+  RUNS 10000 MAX_LEN 4096
+  SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_proxy_translate.c
+    ${PROJECT_SOURCE_DIR}/stages/proxy/translate.c ${PROJECT_SOURCE_DIR}/stages/proxy/responses.c
+    ${PROJECT_SOURCE_DIR}/stages/proxy/messages.c
+  DEPENDS ${PROJECT_SOURCE_DIR}/stages/proxy/translate.h
+    ${PROJECT_SOURCE_DIR}/stages/proxy/translate_int.h
+  LIBS -ljansson)
