@@ -49,6 +49,14 @@ arclight_test(t1009_proxy_clients SOURCES tests/t1009_proxy_clients.c tests/fake
   LIBS arclight_model arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL
   PkgConfig::LIBEVENT TIMEOUT 900)
 add_dependencies(t1009_proxy_clients arclight)
+if(ARCLIGHT_SANITIZE)
+  # Unoptimised, sanitized, serve prefills a harness's 10k-token prompt in minutes: in the
+  # sanitizer build the model server runs from the release build (scripts/test.sh builds it
+  # first; the test falls back to this build's binary without one). The proxy under test
+  # stays this build's.
+  set_property(TEST t1009_proxy_clients APPEND PROPERTY ENVIRONMENT
+    "ARCLIGHT_SERVE_BIN=${PROJECT_SOURCE_DIR}/build/arclight")
+endif()
 # libFuzzer target for the API translators: requests, whole answers and streams.
 arclight_fuzz(fuzz_proxy_translate TEST t1010_proxy_translate_fuzz CORPUS translate_corpus
   RUNS 10000 MAX_LEN 4096

@@ -115,6 +115,9 @@ TEST(setup)
     char st[800];
     snprintf(st, sizeof st, "%s/model.safetensors", MODEL);
     REQUIRE(plant_end_token(st, 151645, 1.6f) == 0);
+    const char *sb = getenv("ARCLIGHT_SERVE_BIN");
+    if (sb && access(sb, X_OK) != 0) unsetenv("ARCLIGHT_SERVE_BIN"); /* no release build */
+    fprintf(stderr, "  serve runs from %s\n", sv_serve_bin());
     const char *sargs[] = {"--model", MODEL, "--served-model-name", SERVED, "--max-model-len",
                            "32768",   NULL};
     REQUIRE(sv_start(&S, sargs) == 0);
