@@ -11,6 +11,10 @@
  *   capture.c     what capture does to a call: the request rewrite (fast and tree paths),
  *                 the answer's capture and its stripping for the agent, SSE streams, the span
  *   call.c        a call's lifecycle over both upstream clients (upstream.c, libcurl)
+ *   apis.c        the Responses and Messages APIs on a call: their translation's glue, the
+ *                 store behind previous_response_id, Anthropic's model list
+ *   translate.c   the translators' shared half; responses.c, messages.c each API's own
+ *                 (pure code over jansson trees, translate.h)
  *   routes.c      routing a request, and the control endpoints (reward, end, sessions)
  *   proxy_main.c  flags, wiring, metrics, signals and the drain
  *   spool.c       the on-disk spool and its publisher thread (spool.h)
