@@ -6,10 +6,12 @@
  *   nginx      wrk -> nginx proxy_pass (1 worker, keepalive upstream, access log off)
  *   arclight   wrk -> arclight proxy (capture on: token ids + logprobs asked, stripped,
  *              one span per call through the spool to the embedded broker)
- * and prints requests/s, p50/p99 and what each proxy adds to the direct p50/p99, with
+ and prints requests/s, p50/p99 and what each proxy adds to the direct p50/p99, with
  * arclight's throughput as a ratio of nginx's, and the CPU each side spent per request
  * (upstream, proxy, broker): on a small machine everything shares the same cores, so a
- * side that costs more CPU per request slows the others.
+ * side that costs more CPU per request slows the others. Passes: 64 connections flat out
+ * (with the proxy's CPU by thread and how busy the machine's cores were), 4 connections
+ * flat out, 64 connections at a fixed rate, one connection.
  *
  * The upstream (--upstream): `fixed` (default) answers every chat completion with the same
  * bytes from one epoll thread: the body tests/fake_upstream.c gives for this request, taken
@@ -37,6 +39,7 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <dirent.h>
 
 typedef struct wrk_result {
     double rps, p50_ms, p99_ms, requests;
@@ -319,6 +322,89 @@ static void probe_end(const cpu_probe *p, double requests, double *up, double *p
     *bk = p->broker ? (al_test_proc_cpu_s(p->broker) - p->t_broker) * k : 0;
 }
 
+/* Per-thread CPU of a process (/proc/PID/task/TID/stat) and the machine's busy time
+ * (/proc/stat): where the time goes when the cores are full. */
+typedef struct thread_cpu {
+    int tid;
+    char name[32];
+    double s; /* user + system seconds */
+} thread_cpu;
+
+static int threads_of(pid_t pid, thread_cpu *out, int max)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    long hz = sysconf(_SC_CLK_TCK);
+    while (d && (e = readdir(d)) && n < max) {
+        int tid = atoi(e->d_name);
+        if (tid <= 0) continue;
+        char path[128], buf[1024];
+        snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, tid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t k = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[k] = '\0';
+        char *lp = strchr(buf, '('), *rp = strrchr(buf, ')');
+        if (!lp || !rp) continue;
+        unsigned long ut = 0, st = 0;
+        /* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime
+         * stime */
+        if (sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+            continue;
+        out[n].tid = tid;
+        snprintf(out[n].name, sizeof out[n].name, "%.*s", (int)(rp - lp - 1), lp + 1);
+        out[n].s = (double)(ut + st) / (double)hz;
+        n++;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* A thread's time on a CPU and waiting for one (ns, /proc/PID/task/TID/schedstat): a
+ * thread that is runnable but waits is short of cores, not of work. */
+static void sched_ns(pid_t pid, int tid, double *run, double *wait)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/schedstat", (int)pid, tid);
+    FILE *f = fopen(path, "r");
+    unsigned long long r = 0, w = 0;
+    if (f) {
+        if (fscanf(f, "%llu %llu", &r, &w) != 2) r = w = 0;
+        fclose(f);
+    }
+    *run = (double)r;
+    *wait = (double)w;
+}
+
+/* Busy and total jiffies of the whole machine. */
+static void machine_jiffies(double *busy, double *total)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[10] = {0};
+    if (f) {
+        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7]) != 8) {
+        }
+        fclose(f);
+    }
+    double t = 0;
+    for (int i = 0; i < 8; i++)
+        t += (double)v[i];
+    *total = t;
+    *busy = t - (double)v[3] - (double)v[4]; /* less idle and iowait */
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 static pid_t spawn(const char *const *argv, const char *out_path, int *out_fd)
 {
     int pfd[2] = {-1, -1};
@@ -519,7 +605,18 @@ int main(int argc, char **argv)
     pass(nurl, lua, threads, conns, dur, &pn, &ngx, "nginx");
     snprintf(aurl, sizeof aurl, "http://127.0.0.1:%d/r/bench/rollout-1/v1/chat/completions", pport);
     run_wrk(aurl, lua, threads, conns, 2, &arc);
+    /* where the time goes in the saturated pass: the proxy's threads, the machine's cores */
+    thread_cpu tb[64], ta[64];
+    int ntb = threads_of(proxy, tb, 64);
+    double busy0, total0, busy1, total1, run0, wait0, run1, wait1;
+    machine_jiffies(&busy0, &total0);
+    sched_ns(proxy, (int)proxy, &run0, &wait0);
+    double w0 = now_s();
     pass(aurl, lua, threads, conns, dur, &pa, &arc, "arclight");
+    double wall = now_s() - w0;
+    machine_jiffies(&busy1, &total1);
+    sched_ns(proxy, (int)proxy, &run1, &wait1);
+    int nta = threads_of(proxy, ta, 64);
     report("direct", &direct, &direct);
     report("nginx", &ngx, &direct);
     report("arclight", &arc, &direct);
@@ -527,6 +624,33 @@ int main(int argc, char **argv)
     report_cpu("direct", &direct);
     report_cpu("nginx", &ngx);
     report_cpu("arclight", &arc);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    printf("arclight pass, %ld cores %.0f %% busy; the proxy's threads (%% of one core):", ncpu,
+           total1 > total0 ? 100.0 * (busy1 - busy0) / (total1 - total0) : 0.0);
+    for (int i = 0; i < nta; i++) {
+        double before = 0;
+        for (int j = 0; j < ntb; j++)
+            if (tb[j].tid == ta[i].tid) before = tb[j].s;
+        double pct = wall > 0 ? 100.0 * (ta[i].s - before) / wall : 0;
+        if (pct >= 0.5) printf("  %s %.0f", ta[i].tid == proxy ? "loop" : ta[i].name, pct);
+    }
+    printf("\n  the loop thread ran %.0f %% of the pass and waited for a CPU %.0f %% (runnable, "
+           "not running)\n",
+           wall > 0 ? (run1 - run0) / 1e9 / wall * 100 : 0.0,
+           wall > 0 ? (wait1 - wait0) / 1e9 / wall * 100 : 0.0);
+    printf("  (one loop thread serves every agent connection: its share of a core is the "
+           "proxy's ceiling; the rest of the machine runs wrk, the upstream and the broker)\n");
+
+    /* 4 connections flat out: a few agents, each waiting for its answer */
+    wrk_result d4, n4, a4;
+    pass(url, lua, 2, 4, dur, &pd, &d4, "direct");
+    pass(nurl, lua, 2, 4, dur, &pn, &n4, "nginx");
+    snprintf(aurl, sizeof aurl, "http://127.0.0.1:%d/r/bench/rollout-4/v1/chat/completions", pport);
+    pass(aurl, lua, 2, 4, dur, &pa, &a4, "arclight");
+    printf("4 connections (wrk -t2 -c4 -d%ds):\n", dur);
+    report("direct", &d4, &d4);
+    report("nginx", &n4, &d4);
+    report("arclight", &a4, &d4);
 
     /* 64 connections at a fixed ~4000 req/s (each waits 16 ms between requests), below
      * every path's capacity: latency without queueing in a saturated proxy */
@@ -560,11 +684,14 @@ int main(int argc, char **argv)
     report("direct", &d1, &d1);
     report("nginx", &n1, &d1);
     report("arclight", &a1, &d1);
-    printf("ratio: arclight / nginx throughput at %d connections = %.2f (target >= 0.80); "
-           "arclight added p99: %.3f ms saturated, %.3f ms at %.0f req/s, %.3f ms on one "
-           "connection (target <= 1 ms)\n",
-           conns, ngx.rps > 0 ? arc.rps / ngx.rps : 0.0, arc.p99_ms - direct.p99_ms,
-           ar.p99_ms - dr.p99_ms, ar.rps, a1.p99_ms - d1.p99_ms);
+    printf("ratio: arclight / nginx throughput = %.2f at %d connections (target >= 1.00), %.2f at "
+           "4 (target >= 0.80); arclight added p99: %.3f ms at %d connections, %.3f ms at 4, "
+           "%.3f ms at %.0f req/s, %.3f ms on one connection (target <= 0.5 ms each; nginx: "
+           "%.3f, %.3f, %.3f, %.3f ms)\n",
+           ngx.rps > 0 ? arc.rps / ngx.rps : 0.0, conns, n4.rps > 0 ? a4.rps / n4.rps : 0.0,
+           arc.p99_ms - direct.p99_ms, conns, a4.p99_ms - d4.p99_ms, ar.p99_ms - dr.p99_ms, ar.rps,
+           a1.p99_ms - d1.p99_ms, ngx.p99_ms - direct.p99_ms, n4.p99_ms - d4.p99_ms,
+           nr.p99_ms - dr.p99_ms, n1.p99_ms - d1.p99_ms);
 
     stop(proxy);
     stop(nginx);

@@ -1,6 +1,7 @@
 /*
  * spool.c: write-ahead spool segments and the publisher thread (see spool.h).
  */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "spool.h"
 
 #include "core/log.h"
@@ -385,6 +386,7 @@ static void produce_some(al_spool *s)
 static void *publisher_main(void *arg)
 {
     al_spool *s = arg;
+    pthread_setname_np(pthread_self(), "spool-publish"); /* for top -H and per-thread CPU */
     for (;;) {
         pthread_mutex_lock(&s->mu);
         int64_t now = al_mono_us();
