@@ -7,9 +7,10 @@
  *       2 kv heads, intermediate 4864, vocab 151936, tied) on packed micro-batches of T
  *       tokens in S equal sequences (PPO loss through the trainer: the path `arclight train`
  *       runs). Prints tokens/s and MFU against the H200's dense bf16 peak (989 TFLOP/s).
- *   bench_gpu decode [--device cuda] [--batch B] [--prompt P] [--new N]
- *       prefill B prompts of P tokens, then N greedy decode steps of all B together (the
- *       serve engine's al_infer_forward over paged KV caches). Prints decode tokens/s.
+ *   bench_gpu decode [--device cuda] [--batch B[,B...]] [--prompt P] [--new N]
+ *       for each B: prefill B prompts of P tokens, then N greedy decode steps of all B
+ *       together (the serve engine's al_infer_forward over paged KV caches, logits to the
+ *       host and the argmax there, as the engine samples). Prints decode tokens/s.
  *   bench_gpu save DIR
  *       writes the benchmark's random weights (seed 1) as DIR/model.safetensors + config.json,
  *       so that transformers runs the same weights.
@@ -146,19 +147,10 @@ static int cmd_train(int argc, char **argv)
     return 0;
 }
 
-static int cmd_decode(int argc, char **argv)
+/* Prefill B prompts of P tokens, then N greedy decode steps of all B together. */
+static int decode_once(al_model *m, al_backend *be, const al_model_config *cp, int B, int P, int N)
 {
-    const char *device = arg(argc, argv, "--device", "cuda");
-    int layers = atoi(arg(argc, argv, "--layers", "24"));
-    int B = atoi(arg(argc, argv, "--batch", "64")), P = atoi(arg(argc, argv, "--prompt", "128"));
-    int N = atoi(arg(argc, argv, "--new", "128"));
-    if (B <= 0 || P <= 0 || N <= 0 || layers <= 0) {
-        fprintf(stderr, "bench_gpu decode: --batch, --prompt, --new must be positive\n");
-        return 2;
-    }
-    al_model_config c = qwen05b(layers);
-    al_backend *be;
-    al_model *m = make_model(&c, device, &be);
+    al_model_config c = *cp;
     char err[512];
     al_infer_kv **kv = calloc((size_t)B, sizeof *kv);
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)B * P), *next = malloc(sizeof(int32_t) * B);
@@ -202,9 +194,39 @@ static int cmd_decode(int argc, char **argv)
         al_infer_kv_free(kv[i]);
     al_infer_scratch_free(sc);
     free(kv), free(prompt), free(next), free(in), free(n), free(logits);
+    return 0;
+}
+
+/* --batch takes a comma-separated list: one model, one measurement per batch size. */
+static int cmd_decode(int argc, char **argv)
+{
+    const char *device = arg(argc, argv, "--device", "cuda");
+    int layers = atoi(arg(argc, argv, "--layers", "24"));
+    const char *batches = arg(argc, argv, "--batch", "1,64");
+    int P = atoi(arg(argc, argv, "--prompt", "128")), N = atoi(arg(argc, argv, "--new", "128"));
+    if (P <= 0 || N <= 2 || layers <= 0) {
+        fprintf(stderr, "bench_gpu decode: --prompt, --new (> 2), --layers must be positive\n");
+        return 2;
+    }
+    al_model_config c = qwen05b(layers);
+    al_backend *be;
+    al_model *m = make_model(&c, device, &be);
+    int rc = 0;
+    for (const char *b = batches; *b && rc == 0;) {
+        int B = atoi(b);
+        if (B <= 0) {
+            fprintf(stderr, "bench_gpu decode: bad --batch '%s'\n", batches);
+            rc = 2;
+            break;
+        }
+        rc = decode_once(m, be, &c, B, P, N);
+        b = strchr(b, ',');
+        if (!b) break;
+        b++;
+    }
     al_model_free(m);
     al_backend_free(be);
-    return 0;
+    return rc;
 }
 
 static int cmd_save(int argc, char **argv)

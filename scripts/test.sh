@@ -11,6 +11,13 @@ grep -E '^-- arclight:' /tmp/arclight-cmake-release.log || true
 cmake --build build -j"$jobs" 2>&1 | grep -E 'warning|error|Error' || true
 test "${PIPESTATUS[0]}" -eq 0 || { echo "release build failed"; exit 1; }
 
+# The CUDA backend is built in the release tree only: check there that its module loads with
+# every symbol resolved (nothing runs it on a machine without a GPU, so this is where a missing
+# library shows).
+if [ -x build/t1706_cuda_module ]; then
+  build/t1706_cuda_module || { echo "the CUDA module does not load (build/t1706_cuda_module)"; exit 1; }
+fi
+
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DARCLIGHT_SANITIZE=ON -DARCLIGHT_CUDA=OFF \
   >/tmp/arclight-cmake-asan.log 2>&1 || { cat /tmp/arclight-cmake-asan.log; exit 1; }
 cmake --build build-asan -j"$jobs" 2>&1 | grep -E 'warning|error|Error' || true

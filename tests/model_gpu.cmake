@@ -13,6 +13,8 @@ endforeach()
 # Data parallelism's host side (rank/world/address from the environment, errors, a world of
 # one): runs everywhere.
 arclight_test(t1704_dist SOURCES tests/t1704_dist.c LIBS arclight_model TIMEOUT 60)
+# The backend choice and, where built, that the CUDA module loads with every symbol resolved.
+arclight_test(t1706_cuda_module SOURCES tests/t1706_cuda_module.c LIBS arclight_model TIMEOUT 60)
 
 # The GPU benchmark program (bench/bench_gpu.c: train / decode / save), built with the model
 # library alone so that tests/gpu/run.sh builds it on a GPU machine (model-only).

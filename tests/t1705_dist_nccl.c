@@ -145,6 +145,7 @@ static int rank_main(int rank, int port, const char *out)
 int main(int argc, char **argv)
 {
     if (argc == 5 && !strcmp(argv[1], "--rank")) return rank_main(atoi(argv[2]), atoi(argv[3]), argv[4]);
+    if (al_backend_cuda_load_error()) return gpu_test_main(argc, argv); /* reports the failure */
     typedef int (*count_fn)(void);
     count_fn n = (count_fn)al_backend_cuda_symbol("al_backend_cuda_device_count");
     if (!n || n() < 2) {

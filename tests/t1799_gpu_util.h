@@ -26,6 +26,12 @@ static inline int gpu_test_main(int argc, char **argv)
         printf("0 passed, 0 failed, %d skipped\n", testlib_ntests);
         return GPU_SKIP;
     }
+    const char *load_err = al_backend_cuda_load_error();
+    if (load_err) { /* built but broken: a failure, never a skip */
+        printf("the CUDA module does not load: %s\n", load_err);
+        printf("0 passed, 1 failed\n");
+        return 1;
+    }
     if (!al_backend_cuda_available()) {
         printf("skipped: no CUDA device\n");
         printf("0 passed, 0 failed, %d skipped\n", testlib_ntests);

@@ -88,6 +88,13 @@ void *al_backend_cuda_symbol(const char *name)
     return cuda_sym(name);
 }
 
+const char *al_backend_cuda_load_error(void)
+{
+    if (!al_backend_cuda_built()) return NULL;
+    pthread_once(&cuda_once, cuda_load);
+    return cuda_module ? NULL : cuda_module_err;
+}
+
 al_backend *al_backend_open(const char *name, char *errstr, size_t errlen)
 {
     if (!name || !strcmp(name, "cpu")) return al_backend_cpu();

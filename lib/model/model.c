@@ -468,10 +468,18 @@ void al_model_init_random(al_model *m, uint64_t seed)
         } else if (is_bias) {
             memset(w, 0, sizeof(float) * t->numel);
         } else {
-            uint64_t s = seed ^ (0xA24BAED4963EE407ULL * (i + 1));
-            for (size_t j = 0; j < t->numel; j += 2) {
-                double u1 = uniform01(&s), u2 = uniform01(&s);
+            /* Draw k of the stream is splitmix64's output for state s0 + k * its increment,
+             * so pairs are computed independently (in parallel: a 0.5B model's init takes
+             * seconds, not tens of them) and come out as the sequential loop made them. */
+            uint64_t s0 = seed ^ (0xA24BAED4963EE407ULL * (i + 1));
+            size_t pairs = (t->numel + 1) / 2;
+#pragma omp parallel for schedule(static) if (pairs > 65536)
+            for (size_t p = 0; p < pairs; p++) {
+                uint64_t a = s0 + (2 * p) * 0x9E3779B97F4A7C15ULL;
+                uint64_t b = a + 0x9E3779B97F4A7C15ULL;
+                double u1 = uniform01(&a), u2 = uniform01(&b);
                 double r = sqrt(-2.0 * log(u1)) * 0.02;
+                size_t j = 2 * p;
                 w[j] = (float)(r * cos(6.283185307179586 * u2));
                 if (j + 1 < t->numel) w[j + 1] = (float)(r * sin(6.283185307179586 * u2));
             }

@@ -179,6 +179,10 @@ int al_backend_cuda_built(void);
 int al_backend_cuda_available(void);
 /* A symbol of the CUDA module (NCCL data parallelism lives there too), or NULL. */
 void *al_backend_cuda_symbol(const char *name);
+/* Why the CUDA module of this build could not be loaded (a missing library, an unresolved
+ * symbol), or NULL when it loaded or the build has none. A device being absent is not an
+ * error here: al_backend_cuda_available says that. */
+const char *al_backend_cuda_load_error(void);
 
 #ifdef __cplusplus
 }

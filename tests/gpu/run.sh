@@ -67,8 +67,11 @@ if ! run 240 cmake --build "$build" -j"$jobs"; then
 fi
 say "build: ok in $((SECONDS - t0)) s"
 
+if ! "$build/t1706_cuda_module" >>"$log" 2>&1; then
+  say "the CUDA module does not load (see $log):"; grep -E "module|lacks|FAIL" "$log" | tail -5 | tee -a "$res"; exit 1
+fi
 "$build/t1700_backend_ops" embedding >>"$log" 2>&1
-if [ $? -eq 77 ]; then say "no CUDA device here: stopping after the build (exit 3)"; exit 3; fi
+if [ $? -eq 77 ]; then say "CUDA module loads; no CUDA device here: stopping after the build (exit 3)"; exit 3; fi
 
 # ---- 2. tests ----
 t0=$SECONDS
@@ -97,8 +100,7 @@ wdir=$out_dir/qwen05b-random
 mkdir -p "$wdir"
 bench save 60 "$build/bench_gpu" save "$wdir"
 say "decode: greedy, 128-token prompts, 128 new tokens"
-bench arclight-b1 60 "$build/bench_gpu" decode --batch 1 --prompt 128 --new 128
-bench arclight-b64 60 "$build/bench_gpu" decode --batch 64 --prompt 128 --new 128
+bench arclight-decode 90 "$build/bench_gpu" decode --batch 1,64 --prompt 128 --new 128
 bench generate-b1 60 "$py" tests/gpu/torch_ref.py decode --model "$wdir" --batch 1 --prompt 128 --new 128
 bench generate-b64 60 "$py" tests/gpu/torch_ref.py decode --model "$wdir" --batch 64 --prompt 128 --new 128
 bench torch-compile 150 "$py" tests/gpu/torch_ref.py train --mode compile --tokens 4096 --seqs 8 --steps 10
@@ -111,7 +113,10 @@ rows = {}
 for line in open(sys.argv[1]):
     m = re.match(r"\s+(\S+) bench=(\w+) .*?tokens_per_s=([\d.]+)", line)
     if m:
-        rows[m.group(1)] = float(m.group(3))
+        name = m.group(1)
+        b = re.search(r" batch=(\d+)", line)
+        if name == "arclight-decode" and b: name = "arclight-b" + b.group(1)
+        rows[name] = float(m.group(3))
         mfu = re.search(r"mfu=([\d.]+)", line)
         if mfu: rows[m.group(1) + ":mfu"] = float(mfu.group(1))
 def ratio(a, b, what):

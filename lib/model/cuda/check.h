@@ -36,7 +36,7 @@ static inline void al_cuda_fail(const char *what, const char *msg, long code, co
     do {                                                                                           \
         cublasStatus_t s_ = (call);                                                                \
         if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
-            al_cuda_fail(#call, cublasGetStatusString(s_), (long)s_, __FILE__, __LINE__);          \
+            al_cuda_fail(#call, cublasLtGetStatusString(s_), (long)s_, __FILE__, __LINE__);          \
     } while (0)
 
 #define CUDNN_CHECK(call)                                                                          \
