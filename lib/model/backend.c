@@ -79,6 +79,11 @@ int al_backend_cuda_built(void)
 int al_backend_cuda_available(void)
 {
     if (!al_backend_cuda_built()) return 0;
+    /* No NVIDIA driver on this machine: say so without mapping the module's libraries
+     * (hundreds of MB), which every CPU run choosing "auto" would otherwise pay for. */
+    if (access("/dev/nvidiactl", F_OK) != 0 && access("/proc/driver/nvidia/version", F_OK) != 0 &&
+        !getenv("ARCLIGHT_CUDA_BACKEND"))
+        return 0;
     cuda_count_fn f = (cuda_count_fn)cuda_sym("al_backend_cuda_device_count");
     return f ? f() > 0 : 0;
 }
