@@ -45,3 +45,8 @@ arclight_fuzz(fuzz_serve_fetch TEST t1107_serve_fetch_fuzz CORPUS serve_fetch_co
 arclight_test(t1108_serve_http SOURCES tests/t1108_serve_http.c
   LIBS arclight_model PkgConfig::JANSSON PkgConfig::CURL TIMEOUT 120)
 add_dependencies(t1108_serve_http arclight)
+# Every HTTP server of the project through the one parser (issue 15, items 15-17): serve, the
+# --metrics server and the trainer's checkpoint server, probed with raw bytes.
+arclight_test(t1109_http_servers SOURCES tests/t1109_http_servers.c stages/train/ckpt_http.c
+  LIBS arclight_http arclight_model PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT TIMEOUT 180)
+add_dependencies(t1109_http_servers arclight)

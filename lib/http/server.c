@@ -1,7 +1,7 @@
 /*
- * server.c: /metrics and /healthz on evhttp, one event loop on one thread. libevent is put
- * in pthreads mode once per process so that al_http_server_stop can break the loop from
- * another thread.
+ * server.c: /metrics and /healthz, and other small servers, on lib/http/httpd.h: one event
+ * loop on one thread. libevent is put in pthreads mode once per process so that
+ * al_http_server_stop can wake the loop from another thread.
  */
 #include "http/server.h"
 
@@ -9,29 +9,25 @@
 #include "core/log.h"
 #include "core/util.h"
 
-#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <event2/thread.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 struct al_http_server {
     struct event_base *base;
-    struct evhttp *http;
+    al_httpd *httpd;
     struct event *stop_ev; /* activated by al_http_server_stop from any thread */
     pthread_t thread;
     int thread_started;
-    int port;
     al_metrics *metrics;
     al_http_health_fn health;
     void *health_ud;
+    al_httpd_handler_fn handler; /* NULL: the built-in /metrics and /healthz */
+    void *ud;
 };
 
 static pthread_once_t evthread_once = PTHREAD_ONCE_INIT;
@@ -42,99 +38,85 @@ static void evthread_setup(void)
     evthread_ok = evthread_use_pthreads() == 0;
 }
 
-/* Appends s to the buffer as the inside of a JSON string (quotes, backslashes and control
- * bytes escaped; other bytes passed through). */
-static void json_escape_into(struct evbuffer *out, const char *s)
+/* A JSON reply: the body, then a newline. */
+static void reply_json(al_httpd_req *req, int code, const char *body)
 {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            evbuffer_add_printf(out, "\\%c", *p);
-        else if (*p == '\n')
-            evbuffer_add(out, "\\n", 2);
-        else if (*p < 0x20)
-            evbuffer_add_printf(out, "\\u%04x", *p);
-        else
-            evbuffer_add(out, p, 1);
+    al_httpd_add_header(req, "Cache-Control", "no-store");
+    size_t n = strlen(body);
+    char *b = malloc(n + 2);
+    if (!b) {
+        al_httpd_send(req, 500, "application/json", "{}\n", 3);
+        return;
     }
+    memcpy(b, body, n);
+    b[n] = '\n';
+    al_httpd_send(req, code, "application/json", b, n + 1);
+    free(b);
 }
 
-static void reply_json(struct evhttp_request *req, int code, const char *reason,
-                       struct evbuffer *body)
-{
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Type", "application/json");
-    evhttp_add_header(h, "Cache-Control", "no-store");
-    evbuffer_add(body, "\n", 1);
-    evhttp_send_reply(req, code, reason, body);
-}
-
-static void free_rendered(const void *data, size_t len, void *extra)
-{
-    free((void *)data);
-}
-
-static void handle_metrics(al_http_server *s, struct evhttp_request *req, struct evbuffer *body)
+static void handle_metrics(al_http_server *s, al_httpd_req *req)
 {
     size_t len = 0;
     char *text = s->metrics ? al_metrics_render(s->metrics, &len) : strdup("");
     if (!text) {
-        evbuffer_add_printf(body, "{\"error\":\"out of memory rendering metrics\"}");
-        reply_json(req, 500, "Internal Server Error", body);
+        reply_json(req, 500, "{\"error\":\"out of memory rendering metrics\"}");
         return;
     }
-    if (evbuffer_add_reference(body, text, len, free_rendered, NULL) != 0) free(text);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-                      "text/plain; version=0.0.4; charset=utf-8");
-    evhttp_send_reply(req, 200, "OK", body);
+    al_httpd_send(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    free(text);
 }
 
-static void handle_healthz(al_http_server *s, struct evhttp_request *req, struct evbuffer *body)
+static void handle_healthz(al_http_server *s, al_httpd_req *req)
 {
     char reason[512] = "";
     int bad = s->health ? s->health(s->health_ud, reason, sizeof reason) : 0;
     if (!bad) {
-        evbuffer_add_printf(body, "{\"status\":\"ok\"}");
-        reply_json(req, 200, "OK", body);
+        reply_json(req, 200, "{\"status\":\"ok\"}");
         return;
     }
     reason[sizeof reason - 1] = '\0';
-    evbuffer_add_printf(body, "{\"status\":\"unhealthy\",\"reason\":\"");
-    json_escape_into(body, reason[0] ? reason : "unhealthy (no reason given)");
-    evbuffer_add_printf(body, "\"}");
-    reply_json(req, 503, "Service Unavailable", body);
+    char esc[1600], body[1700];
+    const char *r = reason[0] ? reason : "unhealthy (no reason given)";
+    al_json_escape(r, strlen(r), esc, sizeof esc);
+    snprintf(body, sizeof body, "{\"status\":\"unhealthy\",\"reason\":\"%s\"}", esc);
+    reply_json(req, 503, body);
 }
 
-static void on_request(struct evhttp_request *req, void *arg)
+static void on_request(al_httpd_req *req, void *arg)
 {
     al_http_server *s = arg;
-    struct evbuffer *body = evbuffer_new();
-    if (!body) {
-        evhttp_send_error(req, 500, "out of memory");
+    if (s->handler) {
+        s->handler(req, s->ud);
         return;
     }
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    if (!path || !*path) path = "/";
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-
-    if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
-        evbuffer_add_printf(body, "{\"error\":\"method not allowed\",\"allowed\":[\"GET\","
-                                  "\"HEAD\"],\"path\":\"");
-        json_escape_into(body, path);
-        evbuffer_add_printf(body, "\"}");
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
-        reply_json(req, 405, "Method Not Allowed", body);
+    const char *path = al_httpd_req_path(req);
+    char esc[600], body[800];
+    al_json_escape(path, strlen(path), esc, sizeof esc);
+    if (!al_httpd_req_method_is(req, "GET") && !al_httpd_req_method_is(req, "HEAD")) {
+        snprintf(body, sizeof body,
+                 "{\"error\":\"method not allowed\",\"allowed\":[\"GET\",\"HEAD\"],\"path\":\"%s\"}",
+                 esc);
+        al_httpd_add_header(req, "Allow", "GET, HEAD");
+        reply_json(req, 405, body);
     } else if (strcmp(path, "/metrics") == 0) {
-        handle_metrics(s, req, body);
+        handle_metrics(s, req);
     } else if (strcmp(path, "/healthz") == 0) {
-        handle_healthz(s, req, body);
+        handle_healthz(s, req);
     } else {
-        evbuffer_add_printf(body, "{\"error\":\"not found\",\"path\":\"");
-        json_escape_into(body, path);
-        evbuffer_add_printf(body, "\",\"endpoints\":[\"/metrics\",\"/healthz\"]}");
-        reply_json(req, 404, "Not Found", body);
+        snprintf(body, sizeof body,
+                 "{\"error\":\"not found\",\"path\":\"%s\",\"endpoints\":[\"/metrics\",\"/healthz\"]}",
+                 esc);
+        reply_json(req, 404, body);
     }
-    evbuffer_free(body);
+}
+
+/* Errors the server answers itself, in the shape of its other errors. */
+static size_t error_body(int status, const char *message, char *out, size_t cap)
+{
+    char esc[700];
+    al_json_escape(message, strlen(message), esc, sizeof esc);
+    int n = snprintf(out, cap, "{\"error\":\"%s\",\"status\":%d}\n", esc, status);
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }
 
 static void *server_thread(void *arg)
@@ -146,22 +128,23 @@ static void *server_thread(void *arg)
 
 static void on_stop(evutil_socket_t fd, short what, void *arg)
 {
+    (void)fd, (void)what;
     al_http_server *s = arg;
     event_base_loopbreak(s->base);
 }
 
 static void server_free(al_http_server *s)
 {
+    al_httpd_free(s->httpd);
     if (s->stop_ev) event_free(s->stop_ev);
-    if (s->http) evhttp_free(s->http);
     if (s->base) event_base_free(s->base);
     free(s);
 }
 
 /* Shared by every server: binds, learns the port, starts the loop thread. handler NULL means
- * the built-in /metrics and /healthz (on_request with the server itself). NULL with errstr. */
+ * the built-in /metrics and /healthz. NULL with errstr. */
 static al_http_server *server_start(const char *hostport, const al_http_server_opts *o,
-                                    al_http_handler_fn handler, void *ud, al_metrics *metrics,
+                                    al_httpd_handler_fn handler, void *ud, al_metrics *metrics,
                                     al_http_health_fn health, void *health_ud, char *errstr,
                                     size_t errlen)
 {
@@ -181,40 +164,23 @@ static al_http_server *server_start(const char *hostport, const al_http_server_o
         al_err(errstr, errlen, "out of memory starting the %s server", o->name);
         return NULL;
     }
-    s->metrics = metrics;
-    s->health = health;
-    s->health_ud = health_ud;
+    s->metrics = metrics, s->health = health, s->health_ud = health_ud;
+    s->handler = handler, s->ud = ud;
     s->base = event_base_new();
-    s->http = s->base ? evhttp_new(s->base) : NULL;
+    al_httpd_opts ho = o->http;
+    if (!ho.error_body) ho.error_body = error_body;
+    s->httpd = s->base ? al_httpd_new(s->base, &ho, on_request, s) : NULL;
     s->stop_ev = s->base ? event_new(s->base, -1, 0, on_stop, s) : NULL;
-    if (!s->http || !s->stop_ev) {
+    if (!s->httpd || !s->stop_ev) {
         server_free(s);
         al_err(errstr, errlen, "cannot create the %s server's event loop", o->name);
         return NULL;
     }
-    if (o->methods) evhttp_set_allowed_methods(s->http, (ev_uint16_t)o->methods);
-    evhttp_set_timeout(s->http, o->timeout_s);
-    evhttp_set_max_headers_size(s->http, 16384);
-    evhttp_set_max_body_size(s->http, (ev_ssize_t)o->max_body);
-    if (handler)
-        evhttp_set_gencb(s->http, handler, ud);
-    else
-        evhttp_set_gencb(s->http, on_request, s);
-    errno = 0;
-    struct evhttp_bound_socket *bs =
-        evhttp_bind_socket_with_handle(s->http, host, (ev_uint16_t)port);
-    if (!bs) {
-        al_err(errstr, errlen, "cannot listen on %s for %s: %s", hostport, o->serves,
-               errno ? strerror(errno) : "bind failed");
+    char e2[300];
+    if (al_httpd_bind(s->httpd, host, port, e2, sizeof e2) != 0) {
+        al_err(errstr, errlen, "cannot listen on %s for %s: %s", hostport, o->serves, e2);
         server_free(s);
         return NULL;
-    }
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    s->port = port;
-    if (getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl) == 0) {
-        if (ss.ss_family == AF_INET) s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        if (ss.ss_family == AF_INET6) s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     }
     if (pthread_create(&s->thread, NULL, server_thread, s) != 0) {
         al_err(errstr, errlen, "cannot start the %s server thread", o->name);
@@ -230,10 +196,8 @@ static const al_http_server_opts metrics_opts = {
     .addr_name = "metrics address",
     .name = "metrics",
     .serves = "metrics",
-    .timeout_s = 30,
-    .max_body = 65536,
-    .methods = EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
-               EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH,
+    .http = {.max_body = 65536, .head_timeout_ms = 30000, .body_timeout_ms = 30000,
+             .idle_timeout_ms = 30000, .write_timeout_ms = 30000, .max_connections = 256},
 };
 
 al_http_server *al_http_server_start(const char *hostport, al_metrics *metrics,
@@ -243,12 +207,13 @@ al_http_server *al_http_server_start(const char *hostport, al_metrics *metrics,
     al_http_server *s = server_start(hostport, &metrics_opts, NULL, NULL, metrics, health,
                                      health_ud, errstr, errlen);
     if (!s) return NULL;
-    al_log_debug("http", "serving /metrics and /healthz on %s (port %d)", hostport, s->port);
+    al_log_debug("http", "serving /metrics and /healthz on %s (port %d)", hostport,
+                 al_httpd_port(s->httpd));
     return s;
 }
 
 al_http_server *al_http_server_start_handler(const char *hostport, const al_http_server_opts *opts,
-                                             al_http_handler_fn handler, void *ud, char *errstr,
+                                             al_httpd_handler_fn handler, void *ud, char *errstr,
                                              size_t errlen)
 {
     return server_start(hostport, opts, handler, ud, NULL, NULL, NULL, errstr, errlen);
@@ -256,7 +221,7 @@ al_http_server *al_http_server_start_handler(const char *hostport, const al_http
 
 int al_http_server_port(const al_http_server *s)
 {
-    return s ? s->port : -1;
+    return s ? al_httpd_port(s->httpd) : -1;
 }
 
 void al_http_server_stop(al_http_server *s)

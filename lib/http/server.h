@@ -1,6 +1,6 @@
 /*
- * server.h: the small HTTP server behind `--metrics HOST:PORT`, on libevent's evhttp, on a
- * thread of its own so that a stage's main loop never serves scrapes.
+ * server.h: the small HTTP server behind `--metrics HOST:PORT` (lib/http/httpd.h on a libevent
+ * loop of its own, on a thread of its own, so that a stage's main loop never serves scrapes).
  *
  *   GET /metrics  200, the registry in the Prometheus text format (version 0.0.4)
  *   GET /healthz  200 {"status":"ok"}, or 503 {"status":"unhealthy","reason":"..."} when
@@ -20,6 +20,7 @@
 #ifndef ARCLIGHT_HTTP_SERVER_H
 #define ARCLIGHT_HTTP_SERVER_H
 
+#include "http/httpd.h"
 #include "http/metrics.h"
 
 #include <stddef.h>
@@ -42,26 +43,20 @@ al_http_server *al_http_server_start(const char *hostport, al_metrics *metrics,
 
 /* ---- other servers on the same machinery ------------------------------------------------ */
 
-/* A request handler for al_http_server_start_handler: called on the server's thread with
- * each request; it must send exactly one reply on req (evhttp_send_reply or _error). */
-struct evhttp_request;
-typedef void (*al_http_handler_fn)(struct evhttp_request *req, void *ud);
-
+/* Settings of a server started with al_http_server_start_handler. */
 typedef struct al_http_server_opts {
     const char *addr_name; /* in "<addr_name> 'ADDR' is not HOST:PORT", e.g. "--listen" */
     const char *name;      /* in "cannot start the <name> server thread", e.g. "checkpoint" */
     const char *serves;    /* in "cannot listen on ADDR for <serves>", e.g. "checkpoints" */
-    int timeout_s;         /* idle read/write timeout per connection */
-    size_t max_body;       /* larger request bodies are refused by evhttp */
-    int methods;           /* evhttp's allowed-method mask (EVHTTP_REQ_*); others get its
-                            * plain 405 before the handler; 0: every method to the handler */
+    al_httpd_opts http;    /* limits and timeouts (httpd.h; zeros: its defaults) */
 } al_http_server_opts;
 
 /* Binds hostport and serves every request with `handler` (ud borrowed; must outlive the
  * server) on a new thread, as al_http_server_start does for /metrics and /healthz; stop it
- * with al_http_server_stop. NULL with the reason in errstr, worded with opts' names. */
+ * with al_http_server_stop. The handler runs on that thread and answers each request before
+ * it returns (httpd.h). NULL with the reason in errstr, worded with opts' names. */
 al_http_server *al_http_server_start_handler(const char *hostport, const al_http_server_opts *opts,
-                                             al_http_handler_fn handler, void *ud, char *errstr,
+                                             al_httpd_handler_fn handler, void *ud, char *errstr,
                                              size_t errlen);
 
 /* The port actually bound (useful after binding port 0). */

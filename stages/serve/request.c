@@ -56,6 +56,17 @@ static int get_bool(json_t *o, const char *k, int *out)
     return 1;
 }
 
+/* How many bytes of s to quote in a message, at most max, without cutting a UTF-8 sequence. */
+static int utf8_prefix(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n <= max) return (int)n;
+    size_t k = max;
+    while (k > 0 && k + 3 > max && ((unsigned char)s[k] & 0xc0) == 0x80)
+        k--;
+    return (int)k;
+}
+
 /* The value of a string that must not hold NUL bytes (a name, a role, a stop string), or
  * NULL when v is not a string or holds one. NUL is text only in what a model generated and
  * gets back (content, reasoning, prompts): there it keeps its length. */
@@ -466,10 +477,10 @@ int al_serve_request_parse(const al_serve_parse_ctx *sc, int chat, const char *b
     const char *model = str_value(mj);
     if (mj && !json_is_null(mj) && (!model || strcmp(model, sc->name) != 0)) {
         e->status = 404, e->param = "model";
-        snprintf(err, errlen, "The model `%.200s` does not exist.",
-                 model                ? model
-                 : json_is_string(mj) ? "(a name holding a NUL byte)"
-                                      : "(not a string)");
+        const char *shown = model                ? model
+                            : json_is_string(mj) ? "(a name holding a NUL byte)"
+                                                 : "(not a string)";
+        snprintf(err, errlen, "The model `%.*s` does not exist.", utf8_prefix(shown, 200), shown);
         json_decref(j);
         return -1;
     }

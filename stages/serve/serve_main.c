@@ -1,6 +1,7 @@
 /*
- * serve_main.c: `arclight serve`, the OpenAI-compatible policy server (HTTP on libevent's
- * evhttp; the engine on its own thread, see engine.h; weight follower in policy.h).
+ * serve_main.c: `arclight serve`, the OpenAI-compatible policy server (HTTP on lib/http's
+ * httpd, the parser and limits every arclight server shares; the engine on its own thread,
+ * see engine.h; weight follower in policy.h).
  *
  *   POST /v1/chat/completions  ChatML from the tokenizer's template, tools, tool calls parsed
  *   POST /v1/completions       text or token-id prompts
@@ -20,6 +21,7 @@
 #include "core/cli.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "http/httpd.h"
 #include "http/metrics.h"
 #include "http/server.h"
 #include "model/safetensors.h"
@@ -27,14 +29,10 @@
 #include "policy.h"
 #include "request.h"
 
-#include <event2/buffer.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <event2/thread.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <sys/socket.h>
 #include <limits.h>
@@ -54,7 +52,7 @@ typedef struct serve_ctx serve_ctx;
 
 typedef struct http_call {
     serve_ctx *sc;
-    struct evhttp_request *req;
+    al_httpd_req *req;
     al_serve_req *r;
     struct event *ev;
     struct http_call *prev, *next; /* live calls, for shutdown */
@@ -74,7 +72,7 @@ typedef struct http_call {
 
 struct serve_ctx {
     struct event_base *base;
-    struct evhttp *http;
+    al_httpd *http;
     al_serve_engine *eng;
     al_tokenizer *tok;
     al_model_config cfg;
@@ -83,7 +81,6 @@ struct serve_ctx {
     http_call *calls;
     al_metrics *metrics;
     struct al_serve_policy *policy; /* NULL when not following */
-    struct evhttp_bound_socket *bound;
     int draining;           /* a first SIGTERM/SIGINT came: finish what is in flight */
     double drain_timeout_s; /* then stop anyway */
     struct event *drain_timer;
@@ -150,14 +147,12 @@ static json_t *token_bytes_array(const char *b, size_t n)
 /* ------------------------------------------------------------------------------------ */
 /* Replies                                                                                */
 
-static void add_common_headers(struct evhttp_request *req, const char *ctype, int64_t version)
+static void add_version_header(al_httpd_req *req, int64_t version)
 {
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Type", ctype);
     if (version >= 0) {
         char v[32];
         snprintf(v, sizeof v, "%" PRId64, version);
-        evhttp_add_header(h, "x-arclight-policy-version", v);
+        al_httpd_add_header(req, "x-arclight-policy-version", v);
     }
 }
 
@@ -173,47 +168,56 @@ static void count_status(serve_ctx *sc, int code)
         al_counter_inc(sc->req_5xx);
 }
 
-static void send_json(serve_ctx *sc, struct evhttp_request *req, int code, json_t *body,
-                      int64_t version)
+static void send_json(serve_ctx *sc, al_httpd_req *req, int code, json_t *body, int64_t version)
 {
-    char *s = json_dumps(body, JSON_COMPACT);
+    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
-    struct evbuffer *b = evbuffer_new();
-    if (s) evbuffer_add(b, s, strlen(s));
+    add_version_header(req, version);
+    al_httpd_send(req, code, "application/json", s ? s : "{}", s ? strlen(s) : 2);
     free(s);
-    add_common_headers(req, "application/json", version);
-    const char *reason = code == 200   ? "OK"
-                         : code == 400 ? "Bad Request"
-                         : code == 404 ? "Not Found"
-                         : code == 429 ? "Too Many Requests"
-                         : code == 405 ? "Method Not Allowed"
-                         : code == 413 ? "Payload Too Large"
-                         : code == 503 ? "Service Unavailable"
-                                       : "Error";
-    evhttp_send_reply(req, code, reason, b);
-    evbuffer_free(b);
     count_status(sc, code);
 }
 
-/* OpenAI-style error body, as vLLM sends it. */
-static void send_error(serve_ctx *sc, struct evhttp_request *req, int code, const char *param,
+/* OpenAI-style error body, as vLLM sends it. The message may quote the request: cut at a
+ * character boundary when it is long, and bytes that are not UTF-8 become U+FFFD, so that the
+ * body is always the JSON it says it is. */
+static void send_error(serve_ctx *sc, al_httpd_req *req, int code, const char *param,
                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static void send_error(serve_ctx *sc, struct evhttp_request *req, int code, const char *param,
+static void send_error(serve_ctx *sc, al_httpd_req *req, int code, const char *param,
                        const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1;
+    if ((size_t)n >= sizeof msg) len = al_utf8_cut(msg, (size_t)n, len);
     const char *type = code == 404   ? "NotFoundError"
                        : code == 429 ? "RateLimitError"
                        : code >= 500 ? "InternalServerError"
                                      : "BadRequestError";
-    json_t *e = json_pack("{s:{s:s,s:s,s:o,s:i}}", "error", "message", msg, "type", type, "param",
-                          param ? json_string(param) : json_null(), "code", code);
-    if (code == 429) evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+    json_t *e = json_pack("{s:{s:o,s:s,s:o,s:i}}", "error", "message", json_bytes_str(msg, len),
+                          "type", type, "param", param ? json_string(param) : json_null(), "code",
+                          code);
+    if (code == 429) al_httpd_add_header(req, "Retry-After", "1");
     send_json(sc, req, code, e, -1);
+}
+
+/* Errors the HTTP layer answers itself (malformed or oversized requests), in the same shape. */
+static size_t http_error_body(int status, const char *message, char *out, size_t cap)
+{
+    json_t *e = json_pack("{s:{s:s,s:s,s:n,s:i}}", "error", "message", message, "type",
+                          status >= 500 ? "InternalServerError" : "BadRequestError", "param",
+                          "code", status);
+    char *t = e ? json_dumps(e, JSON_COMPACT) : NULL;
+    json_decref(e);
+    size_t n = t ? strlen(t) : 0;
+    if (n >= cap) n = 0;
+    memcpy(out, t ? t : "", n);
+    out[n] = '\0';
+    free(t);
+    return n;
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -386,15 +390,20 @@ static json_t *full_response(http_call *c)
     return o;
 }
 
-static void sse_send(struct evhttp_request *req, json_t *o)
+static void sse_send(al_httpd_req *req, json_t *o)
 {
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (!s) return;
-    struct evbuffer *b = evbuffer_new();
-    evbuffer_add_printf(b, "data: %s\n\n", s);
-    evhttp_send_reply_chunk(req, b);
-    evbuffer_free(b);
+    size_t n = strlen(s);
+    char *b = malloc(n + 9);
+    if (b) {
+        memcpy(b, "data: ", 6);
+        memcpy(b + 6, s, n);
+        memcpy(b + 6 + n, "\n\n", 2);
+        al_httpd_send_chunk(req, b, n + 8);
+        free(b);
+    }
     free(s);
 }
 
@@ -485,9 +494,9 @@ static int stream_progress(http_call *c)
     serve_ctx *sc = c->sc;
     al_serve_req *r = c->r;
     if (!c->started) {
-        add_common_headers(c->req, "text/event-stream", r->policy_version);
-        evhttp_add_header(evhttp_request_get_output_headers(c->req), "Cache-Control", "no-cache");
-        evhttp_send_reply_start(c->req, 200, "OK");
+        add_version_header(c->req, r->policy_version);
+        al_httpd_add_header(c->req, "Cache-Control", "no-cache");
+        al_httpd_send_start(c->req, 200, "text/event-stream");
         c->started = 1;
         count_status(sc, 200);
         if (c->chat) {
@@ -524,7 +533,6 @@ static int stream_progress(http_call *c)
 /* ------------------------------------------------------------------------------------ */
 /* Call lifecycle                                                                         */
 
-static void reply_done(struct evhttp_request *req, void *ud);
 
 static void call_free(http_call *c)
 {
@@ -564,16 +572,10 @@ static void call_progress(evutil_socket_t fd, short what, void *ud)
     http_call *c = ud;
     serve_ctx *sc = c->sc;
     al_serve_req *r = c->r;
-    if (evhttp_request_get_connection(c->req) == NULL) {
-        /* the client went away: stop generating; finishing the reply frees the request
-         * (without its on-complete callback, so the reply is counted out here) */
-        evhttp_request_set_on_complete_cb(c->req, NULL, NULL);
-        if (c->started)
-            evhttp_send_reply_end(c->req);
-        else
-            evhttp_send_reply(c->req, 499, "Client Closed Request", NULL);
+    if (al_httpd_req_closed(c->req)) {
+        /* the client went away (counted out by reply_done already): stop generating */
+        al_httpd_req_abort(c->req);
         call_free(c);
-        reply_done(NULL, sc);
         return;
     }
     pthread_mutex_lock(&r->lock);
@@ -609,11 +611,8 @@ static void call_progress(evutil_socket_t fd, short what, void *ud)
                 sse_send(c->req, o);
             }
             pthread_mutex_unlock(&r->lock);
-            struct evbuffer *b = evbuffer_new();
-            evbuffer_add_printf(b, "data: [DONE]\n\n");
-            evhttp_send_reply_chunk(c->req, b);
-            evbuffer_free(b);
-            evhttp_send_reply_end(c->req);
+            al_httpd_send_chunk(c->req, "data: [DONE]\n\n", 14);
+            al_httpd_send_end(c->req);
             call_free(c);
             return;
         }
@@ -639,9 +638,9 @@ static void call_progress(evutil_socket_t fd, short what, void *ud)
     call_free(c);
 }
 
-/* libevent: the reply of a generation request has been written out (or its connection
+/* httpd: the reply of a generation request has been written out (or its connection
  * failed). A drain ends when the last one is out, not merely queued. */
-static void reply_done(struct evhttp_request *req, void *ud)
+static void reply_done(al_httpd_req *req, void *ud)
 {
     (void)req;
     serve_ctx *sc = ud;
@@ -649,19 +648,17 @@ static void reply_done(struct evhttp_request *req, void *ud)
     if (sc->draining && sc->open_replies == 0) event_base_loopbreak(sc->base);
 }
 
-static void handle_generate(serve_ctx *sc, struct evhttp_request *req, int chat)
+static void handle_generate(serve_ctx *sc, al_httpd_req *req, int chat)
 {
     char err[1024] = "";
     sc->open_replies++;
-    evhttp_request_set_on_complete_cb(req, reply_done, sc);
+    al_httpd_req_on_done(req, reply_done, sc);
     if (sc->draining) {
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
         send_error(sc, req, 503, NULL, "the server is shutting down");
         return;
     }
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
-    const char *body = len ? (const char *)evbuffer_pullup(in, (ssize_t)len) : "";
+    size_t len = 0;
+    const char *body = al_httpd_req_body(req, &len);
     al_serve_parse_ctx pc = {sc->tok, sc->name, sc->cfg.vocab_size, sc->max_model_len};
     al_serve_request p;
     al_serve_error pe;
@@ -726,11 +723,10 @@ static void handle_generate(serve_ctx *sc, struct evhttp_request *req, int chat)
 
 /* vLLM's POST /tokenize: {"prompt": TEXT} or {"messages": [...]} (rendered with the chat
  * template, as a chat request would be) -> {"tokens": [...], "count", "max_model_len"}. */
-static void handle_tokenize(serve_ctx *sc, struct evhttp_request *req)
+static void handle_tokenize(serve_ctx *sc, al_httpd_req *req)
 {
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
-    const char *body = len ? (const char *)evbuffer_pullup(in, (ssize_t)len) : "";
+    size_t len = 0;
+    const char *body = al_httpd_req_body(req, &len);
     json_t *j = json_loadb(body, len, JSON_ALLOW_NUL, NULL);
     int chat = json_is_object(j) && json_object_get(j, "messages");
     json_decref(j);
@@ -750,12 +746,11 @@ static void handle_tokenize(serve_ctx *sc, struct evhttp_request *req)
 }
 
 /* vLLM's POST /detokenize: {"tokens": [...]} -> {"prompt": TEXT}. */
-static void handle_detokenize(serve_ctx *sc, struct evhttp_request *req)
+static void handle_detokenize(serve_ctx *sc, al_httpd_req *req)
 {
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
-    json_t *j =
-        len ? json_loadb((const char *)evbuffer_pullup(in, (ssize_t)len), len, 0, NULL) : NULL;
+    size_t len = 0;
+    const char *body = al_httpd_req_body(req, &len);
+    json_t *j = len ? json_loadb(body, len, 0, NULL) : NULL;
     json_t *t = json_object_get(j, "tokens");
     if (!json_is_array(t)) {
         json_decref(j);
@@ -788,7 +783,7 @@ static void handle_detokenize(serve_ctx *sc, struct evhttp_request *req)
     free(text);
 }
 
-static void handle_models(serve_ctx *sc, struct evhttp_request *req)
+static void handle_models(serve_ctx *sc, al_httpd_req *req)
 {
     json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:s,s:i,s:I}", "id", sc->name, "object", "model",
                           "created", (json_int_t)(al_now_us() / 1000000), "owned_by", "arclight",
@@ -798,15 +793,12 @@ static void handle_models(serve_ctx *sc, struct evhttp_request *req)
               al_serve_engine_version(sc->eng));
 }
 
-static void on_request(struct evhttp_request *req, void *ud)
+static void on_request(al_httpd_req *req, void *ud)
 {
     serve_ctx *sc = ud;
-    const char *uri = evhttp_request_get_uri(req);
-    char path[256];
-    size_t pl = strcspn(uri, "?");
-    snprintf(path, sizeof path, "%.*s", (int)(pl < sizeof path ? pl : sizeof path - 1), uri);
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-    int is_post = cmd == EVHTTP_REQ_POST, is_get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
+    const char *path = al_httpd_req_path(req);
+    int is_post = al_httpd_req_method_is(req, "POST");
+    int is_get = al_httpd_req_method_is(req, "GET") || al_httpd_req_method_is(req, "HEAD");
     if (!strcmp(path, "/v1/chat/completions") || !strcmp(path, "/v1/completions")) {
         if (!is_post) {
             send_error(sc, req, 405, NULL, "use POST for %s", path);
@@ -821,13 +813,8 @@ static void on_request(struct evhttp_request *req, void *ud)
         /* also on the API port, where vLLM serves it (and on --metrics when given) */
         size_t n = 0;
         char *text = al_metrics_render(sc->metrics, &n);
-        struct evbuffer *b = evbuffer_new();
-        if (text) evbuffer_add(b, text, n);
+        al_httpd_send(req, 200, "text/plain; version=0.0.4", text ? text : "", text ? n : 0);
         free(text);
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-                          "text/plain; version=0.0.4");
-        evhttp_send_reply(req, 200, "OK", b);
-        evbuffer_free(b);
     } else if (!strcmp(path, "/v1/models") && is_get) {
         handle_models(sc, req);
     } else if ((!strcmp(path, "/health") || !strcmp(path, "/healthz")) && is_get) {
@@ -847,7 +834,8 @@ static void on_request(struct evhttp_request *req, void *ud)
                             (json_int_t)st.swaps, "weight_sets", st.weight_sets),
                   -1);
     } else {
-        send_error(sc, req, 404, NULL, "no route %s %s", is_post ? "POST" : "GET", path);
+        const al_http_head *h = al_httpd_req_head(req);
+        send_error(sc, req, 404, NULL, "no route %.*s %s", (int)h->method.n, h->method.p, path);
     }
 }
 
@@ -896,8 +884,7 @@ static void on_signal(evutil_socket_t sig, short what, void *ud)
     sc->draining = 1;
     al_log_info(COMP, "draining: %d request(s) in flight, %.0f s at most", sc->open_replies,
                 sc->drain_timeout_s);
-    if (sc->bound) evhttp_del_accept_socket(sc->http, sc->bound);
-    sc->bound = NULL;
+    al_httpd_drain(sc->http);
     struct timeval tv = {(time_t)sc->drain_timeout_s,
                          (suseconds_t)((sc->drain_timeout_s - (time_t)sc->drain_timeout_s) * 1e6)};
     sc->drain_timer = evtimer_new(sc->base, on_drain_timeout, sc);
@@ -930,6 +917,10 @@ static const char *usage_text =
     "  --drain-timeout S        on SIGTERM, let requests in flight finish for up to S\n"
     "                           seconds (default 30)\n"
     "  --logprobs-mode MODE     raw (default) or temperature\n"
+    "  --client-timeout S       a request head must arrive whole within S seconds, and a\n"
+    "                           body may pause at most S between reads (default 60): 408\n"
+    "  --max-connections N      client connections at once (default 1024); past it a new one\n"
+    "                           gets 503\n"
     "  --max-num-seqs N         sequences running or queued at once (default 64)\n"
     "  --max-kv-mib N           KV cache all sequences may reserve (default 2048)\n"
     "  --max-model-len N        prompt + completion tokens (default: the model's\n"
@@ -959,6 +950,8 @@ enum {
     OPT_LOW_SPEED,
     OPT_LOW_SPEED_TIME,
     OPT_POLICY_WAIT,
+    OPT_CLIENT_TIMEOUT,
+    OPT_MAX_CONNS,
     OPT_HELP,
 };
 
@@ -997,6 +990,8 @@ int cmd_serve(int argc, char **argv)
         {"policy-low-speed-limit", required_argument, 0, OPT_LOW_SPEED},
         {"policy-low-speed-time", required_argument, 0, OPT_LOW_SPEED_TIME},
         {"policy-wait", required_argument, 0, OPT_POLICY_WAIT},
+        {"client-timeout", required_argument, 0, OPT_CLIENT_TIMEOUT},
+        {"max-connections", required_argument, 0, OPT_MAX_CONNS},
         {"help", no_argument, 0, OPT_HELP},
         AL_CLI_COMMON_OPTIONS,
         {0, 0, 0, 0},
@@ -1006,7 +1001,8 @@ int cmd_serve(int argc, char **argv)
     const char *model_dir = NULL, *tok_dir = NULL, *listen = "127.0.0.1:8000", *name = NULL;
     const char *topic = "arclight.policy", *device = "auto";
     long long version = 0, max_seqs = 64, max_kv = 2048, max_len = 0, threads = 0, drain = 30;
-    long long low_speed = 10240, low_speed_time = 30, policy_wait = 30;
+    long long low_speed = 10240, low_speed_time = 30, policy_wait = 30, client_timeout = 60;
+    long long max_conns = 1024;
     int follow = 0, o, lp_temperature = 0, redirects = AL_SERVE_REDIRECTS_SAME_ORIGIN;
     enum { MAX_ROOTS = 16 };
     const char *roots_given[MAX_ROOTS];
@@ -1095,6 +1091,14 @@ int cmd_serve(int argc, char **argv)
             break;
         case OPT_POLICY_WAIT:
             if (parse_pos("serve", "--policy-wait", optarg, 0, 86400, &policy_wait))
+                return AL_EXIT_USAGE;
+            break;
+        case OPT_CLIENT_TIMEOUT:
+            if (parse_pos("serve", "--client-timeout", optarg, 1, 3600, &client_timeout))
+                return AL_EXIT_USAGE;
+            break;
+        case OPT_MAX_CONNS:
+            if (parse_pos("serve", "--max-connections", optarg, 1, 1 << 20, &max_conns))
                 return AL_EXIT_USAGE;
             break;
         case OPT_HELP:
@@ -1241,37 +1245,32 @@ int cmd_serve(int argc, char **argv)
     sc.policy = pol;
     evthread_use_pthreads();
     sc.base = event_base_new();
-    sc.http = sc.base ? evhttp_new(sc.base) : NULL;
+    /* No deadline while a generation runs (the reply may take minutes); the head, the body
+     * and a reply that makes no progress each have one. */
+    al_httpd_opts ho = {.max_body = MAX_BODY,
+                        .max_connections = (int)max_conns,
+                        .head_timeout_ms = (int)client_timeout * 1000,
+                        .body_timeout_ms = (int)client_timeout * 1000,
+                        .idle_timeout_ms = 75000,
+                        .write_timeout_ms = 600000,
+                        .error_body = http_error_body};
+    sc.http = sc.base ? al_httpd_new(sc.base, &ho, on_request, &sc) : NULL;
     if (!sc.http) {
         al_log_error(COMP, "libevent: cannot create the HTTP server");
         goto out;
     }
-    evhttp_set_max_body_size(sc.http, MAX_BODY);
-    /* a long generation may keep a client waiting for its whole reply */
-    evhttp_set_timeout(sc.http, 600);
-    evhttp_set_allowed_methods(sc.http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD);
-    evhttp_set_gencb(sc.http, on_request, &sc);
     const char *bind_host = host[0] ? host : "127.0.0.1";
-    struct evhttp_bound_socket *bs =
-        evhttp_bind_socket_with_handle(sc.http, bind_host, (uint16_t)port);
-    if (!bs) {
-        al_log_error(COMP, "cannot listen on %s: address in use or not local", listen);
+    if (al_httpd_bind(sc.http, bind_host, port, err, sizeof err) != 0) {
+        al_log_error(COMP, "%s", err);
         goto out;
     }
-    {
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&ss, &sl);
-        port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                              : ((struct sockaddr_in *)&ss)->sin_port);
-    }
+    port = al_httpd_port(sc.http);
     if (common.metrics &&
         !(msrv = al_http_server_start(common.metrics, sc.metrics, NULL, NULL, err, sizeof err))) {
         al_log_error(COMP, "%s", err);
         goto out;
     }
     signal(SIGPIPE, SIG_IGN);
-    sc.bound = bs;
     sigint = evsignal_new(sc.base, SIGINT, on_signal, &sc);
     sigterm = evsignal_new(sc.base, SIGTERM, on_signal, &sc);
     event_add(sigint, NULL);
@@ -1289,13 +1288,13 @@ out:
     al_http_server_stop(msrv);
     while (sc.calls) {
         http_call *c = sc.calls;
-        evhttp_send_error(c->req, 503, "Service Unavailable");
+        send_error(&sc, c->req, 503, NULL, "the server stopped before the reply was done");
         call_free(c);
     }
     if (sc.drain_timer) event_free(sc.drain_timer);
     if (sigint) event_free(sigint);
     if (sigterm) event_free(sigterm);
-    if (sc.http) evhttp_free(sc.http);
+    al_httpd_free(sc.http);
     al_serve_engine_stop(sc.eng);
     al_backend_free(be);
     if (sc.base) event_base_free(sc.base);

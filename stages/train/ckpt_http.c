@@ -8,8 +8,6 @@
 
 #include <dirent.h>
 #include <event2/buffer.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,17 +22,9 @@ struct al_ckpt_http {
     al_http_server *srv;
 };
 
-static void reply_json(struct evhttp_request *req, int code, const char *reason, const char *body)
+static void reply_json(al_httpd_req *req, int code, const char *body)
 {
-    struct evbuffer *b = evbuffer_new();
-    if (!b) {
-        evhttp_send_error(req, 500, "out of memory");
-        return;
-    }
-    evbuffer_add(b, body, strlen(body));
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-    evhttp_send_reply(req, code, reason, b);
-    evbuffer_free(b);
+    al_httpd_send(req, code, "application/json", body, strlen(body));
 }
 
 /* A plain name: letters, digits, '.', '_', '-', not starting with '.'. */
@@ -59,12 +49,12 @@ static int step_name_ok(const char *s, size_t n)
 }
 
 /* Lists dir's entries that pass `ok` as a JSON array member: {"<key>": [..]}. */
-static void reply_listing(struct evhttp_request *req, const char *dir, const char *key,
+static void reply_listing(al_httpd_req *req, const char *dir, const char *key,
                           int (*ok)(const char *, size_t), int want_dirs)
 {
     DIR *d = opendir(dir);
     if (!d) {
-        reply_json(req, 404, "Not Found", "{\"error\":\"no such checkpoint\"}");
+        reply_json(req, 404, "{\"error\":\"no such checkpoint\"}");
         return;
     }
     char **names = NULL;
@@ -101,29 +91,27 @@ static void reply_listing(struct evhttp_request *req, const char *dir, const cha
         evbuffer_add_printf(b, "{\"%s\":[", key);
         for (size_t i = 0; i < n; i++) evbuffer_add_printf(b, "%s\"%s\"", i ? "," : "", names[i]);
         evbuffer_add_printf(b, "]}");
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-        evhttp_send_reply(req, 200, "OK", b);
+        al_httpd_send_buffer(req, 200, "application/json", b);
         evbuffer_free(b);
     } else {
-        evhttp_send_error(req, 500, "out of memory");
+        reply_json(req, 500, "{\"error\":\"out of memory\"}");
     }
     for (size_t i = 0; i < n; i++) free(names[i]);
     free(names);
 }
 
-static void on_request(struct evhttp_request *req, void *arg)
+static void on_request(al_httpd_req *req, void *arg)
 {
     al_ckpt_http *s = arg;
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-    if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
-        reply_json(req, 405, "Method Not Allowed", "{\"error\":\"method not allowed\"}");
+    if (!al_httpd_req_method_is(req, "GET") && !al_httpd_req_method_is(req, "HEAD")) {
+        al_httpd_add_header(req, "Allow", "GET, HEAD");
+        reply_json(req, 405, "{\"error\":\"method not allowed\"}");
         return;
     }
-    const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
-    const char *path = u ? evhttp_uri_get_path(u) : NULL;
+    const char *path = al_httpd_req_path(req);
     const char *pre = "/checkpoints";
-    if (!path || strncmp(path, pre, strlen(pre)) != 0) {
-        reply_json(req, 404, "Not Found", "{\"error\":\"not found; try /checkpoints/\"}");
+    if (strncmp(path, pre, strlen(pre)) != 0) {
+        reply_json(req, 404, "{\"error\":\"not found; try /checkpoints/\"}");
         return;
     }
     const char *rest = path + strlen(pre);
@@ -132,14 +120,14 @@ static void on_request(struct evhttp_request *req, void *arg)
         return;
     }
     if (*rest != '/') {
-        reply_json(req, 404, "Not Found", "{\"error\":\"not found\"}");
+        reply_json(req, 404, "{\"error\":\"not found\"}");
         return;
     }
     rest++;
     const char *slash = strchr(rest, '/');
     size_t dn = slash ? (size_t)(slash - rest) : strlen(rest);
     if (!step_name_ok(rest, dn)) {
-        reply_json(req, 404, "Not Found", "{\"error\":\"not a checkpoint name (step-N)\"}");
+        reply_json(req, 404, "{\"error\":\"not a checkpoint name (step-N)\"}");
         return;
     }
     char dir[2048], file[2300];
@@ -150,7 +138,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         return;
     }
     if (!name_ok(fname, strlen(fname))) {
-        reply_json(req, 404, "Not Found", "{\"error\":\"not a file name\"}");
+        reply_json(req, 404, "{\"error\":\"not a file name\"}");
         return;
     }
     snprintf(file, sizeof file, "%s/%s", dir, fname);
@@ -158,13 +146,13 @@ static void on_request(struct evhttp_request *req, void *arg)
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         if (fd >= 0) close(fd);
-        reply_json(req, 404, "Not Found", "{\"error\":\"no such file\"}");
+        reply_json(req, 404, "{\"error\":\"no such file\"}");
         return;
     }
     struct evbuffer *b = evbuffer_new();
     if (!b) {
         close(fd);
-        evhttp_send_error(req, 500, "out of memory");
+        reply_json(req, 500, "{\"error\":\"out of memory\"}");
         return;
     }
     /* the buffer takes the descriptor and sends it without copying through user space; a
@@ -172,13 +160,12 @@ static void on_request(struct evhttp_request *req, void *arg)
     if (sb.st_size > 0 && evbuffer_add_file(b, fd, 0, sb.st_size) != 0) {
         close(fd);
         evbuffer_free(b);
-        evhttp_send_error(req, 500, "cannot read the file");
+        reply_json(req, 500, "{\"error\":\"cannot read the file\"}");
         return;
     }
     if (sb.st_size == 0) close(fd);
     const char *ctype = strstr(fname, ".json") ? "application/json" : "application/octet-stream";
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", ctype);
-    evhttp_send_reply(req, 200, "OK", b);
+    al_httpd_send_buffer(req, 200, ctype, b);
     evbuffer_free(b);
 }
 
@@ -188,10 +175,7 @@ static const al_http_server_opts ckpt_opts = {
     .addr_name = "--listen",
     .name = "checkpoint",
     .serves = "checkpoints",
-    .timeout_s = 120,
-    .max_body = 4096,
-    .methods = EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
-               EVHTTP_REQ_DELETE,
+    .http = {.max_body = 4096, .idle_timeout_ms = 120000, .write_timeout_ms = 120000},
 };
 
 al_ckpt_http *al_ckpt_http_start(const char *hostport, const char *root, char *errstr,

@@ -1,7 +1,7 @@
 /*
  * ckpt_http.h: the trainer's checkpoint server. Serves the files of ROOT/step-N/ (what
  * lib/model/checkpoint.h writes, or a weights-only snapshot) read-only over HTTP on a thread
- * of its own (libevent's evhttp), so that policy servers on other hosts can fetch a version:
+ * of its own (lib/http/httpd.h), so that policy servers on other hosts can fetch a version:
  *
  *   GET /checkpoints/                    200 {"checkpoints": ["step-3", "step-4"]} (sorted)
  *   GET /checkpoints/step-N/FILE         200 the file (model.safetensors, config.json, ...)
