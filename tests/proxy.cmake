@@ -5,14 +5,14 @@ arclight_test(t1001_proxy SOURCES tests/t1001_proxy.c tests/fake_upstream.c
   LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT
   TIMEOUT 180)
 add_dependencies(t1001_proxy arclight)
-arclight_test(t1000_proxy_parsers SOURCES tests/t1000_proxy_parsers.c stages/proxy/http1.c stages/proxy/json_edit.c TIMEOUT 30)
+arclight_test(t1000_proxy_parsers SOURCES tests/t1000_proxy_parsers.c lib/http/http1.c stages/proxy/json_edit.c TIMEOUT 30)
 
 # libFuzzer target for the HTTP head parser and the JSON editor (arclight_fuzz: CMakeLists.txt).
 arclight_fuzz(fuzz_proxy_http1 TEST t1004_proxy_fuzz CORPUS proxy_corpus RUNS 100000 MAX_LEN 2048
-  SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_proxy_http1.c ${PROJECT_SOURCE_DIR}/stages/proxy/http1.c
+  SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_proxy_http1.c ${PROJECT_SOURCE_DIR}/lib/http/http1.c
     ${PROJECT_SOURCE_DIR}/stages/proxy/json_edit.c
   DEPENDS ${PROJECT_SOURCE_DIR}/stages/proxy/http1.h ${PROJECT_SOURCE_DIR}/stages/proxy/json_edit.h
-    ${PROJECT_SOURCE_DIR}/stages/proxy/slice.h
+    ${PROJECT_SOURCE_DIR}/stages/proxy/slice.h ${PROJECT_SOURCE_DIR}/lib/http/http1.h
   LIBS -ljansson)
 arclight_test(t1002_proxy_faults SOURCES tests/t1002_proxy_faults.c tests/fake_upstream.c
   LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT

@@ -1,6 +1,7 @@
 /*
- * t1000_proxy_parsers: the proxy's HTTP/1.1 head parser and its byte-preserving JSON editor
- * (stages/proxy/http1.c, json_edit.c), case by case.
+ * t1000_proxy_parsers: the HTTP/1.1 head parser the proxy reads requests with (lib/http/http1.c,
+ * under the proxy's limits) and its byte-preserving JSON editor (stages/proxy/json_edit.c), case
+ * by case.
  */
 #include "testlib.h"
 
@@ -9,16 +10,16 @@
 
 #include <string.h>
 
-static int parse(const char *s, al_http1_head *h)
+static int parse(const char *s, al_http_head *h)
 {
     char err[128];
-    al_http1_limits lim = {2048, 8};
-    return al_http1_parse_head(s, strlen(s), &lim, h, err, sizeof err);
+    al_http_limits lim = {.max_line = 2048, .max_head = 2048, .max_headers = 8};
+    return al_http_parse_head(s, strlen(s), &lim, h, err, sizeof err);
 }
 
 TEST(head_complete_and_fields)
 {
-    al_http1_head h;
+    al_http_head h;
     const char *req = "POST /r/t/r/v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\n"
                       "Content-Type:  application/json \r\nContent-Length: 12\r\n\r\n{\"a\":1}";
     int n = parse(req, &h);
@@ -29,15 +30,15 @@ TEST(head_complete_and_fields)
     CHECK_EQ_INT(h.nheaders, 3);
     CHECK_EQ_INT(h.content_length, 12);
     CHECK_EQ_INT(h.keep_alive, 1);
-    const al_slice *ct = al_http1_header_get(&h, "content-type");
+    const al_slice *ct = al_http_header_get(&h, "content-type");
     REQUIRE(ct);
     CHECK(al_slice_eq(*ct, "application/json"));
-    CHECK(al_http1_header_get(&h, "x-missing") == NULL);
+    CHECK(al_http_header_get(&h, "x-missing") == NULL);
 }
 
 TEST(head_incomplete_needs_more)
 {
-    al_http1_head h;
+    al_http_head h;
     CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nHost: a\r\n", &h), 0);
     CHECK_EQ_INT(parse("", &h), 0);
     CHECK_EQ_INT(parse("GE", &h), 0);
@@ -45,30 +46,31 @@ TEST(head_incomplete_needs_more)
 
 TEST(head_keep_alive_rules)
 {
-    al_http1_head h;
+    al_http_head h;
     CHECK(parse("GET / HTTP/1.0\r\n\r\n", &h) > 0 && h.keep_alive == 0);
     CHECK(parse("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", &h) > 0 && h.keep_alive == 1);
-    CHECK(parse("GET / HTTP/1.1\r\nConnection: foo, close\r\n\r\n", &h) > 0 && h.keep_alive == 0);
-    CHECK(parse("GET / HTTP/1.1\n\n", &h) > 0 && h.keep_alive == 1); /* bare LF, like nginx */
+    CHECK(parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: foo, close\r\n\r\n", &h) > 0 &&
+          h.keep_alive == 0);
+    CHECK(parse("GET / HTTP/1.1\nHost: a\n\n", &h) > 0 && h.keep_alive == 1); /* bare LF, like nginx */
 }
 
 TEST(head_errors_have_statuses)
 {
-    al_http1_head h;
+    al_http_head h;
     CHECK_EQ_INT(parse("POST / HTTP/2.0\r\n\r\n", &h), -505);
     CHECK_EQ_INT(parse("POST  / HTTP/1.1\r\n\r\n", &h), -400);
     CHECK_EQ_INT(parse("PO(ST / HTTP/1.1\r\n\r\n", &h), -400);
-    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nBad Name: x\r\n\r\n", &h), -400);
-    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nA: b\r\n  folded\r\n\r\n", &h), -400);
-    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", &h), -400);
-    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", &h),
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nHost: a\r\nBad Name: x\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nHost: a\r\nA: b\r\n  folded\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", &h),
                  -400);
-    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nContent-Length: 99999999999999999\r\n\r\n", &h), -400);
-    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", &h), -501);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", &h), -501);
     CHECK_EQ_INT(
-        parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", &h),
+        parse("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", &h),
         -400);
-    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nA: x\001y\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nHost: a\r\nA: x\001y\r\n\r\n", &h), -400);
     /* 9 headers > limit 8 */
     CHECK_EQ_INT(
         parse(
@@ -84,7 +86,90 @@ TEST(head_errors_have_statuses)
     memcpy(big + sizeof big - 5, "\r\n\r\n", 5);
     CHECK_EQ_INT(parse(big, &h), -431);
     h.chunked = 0;
-    CHECK(parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", &h) > 0 && h.chunked);
+    CHECK(parse("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", &h) > 0 &&
+          h.chunked);
+}
+
+/* What issue 15 (item 15, 17) made the parser refuse or accept. */
+TEST(head_one_content_length_host_nul_and_target_forms)
+{
+    al_http_head h;
+    /* a second Content-Length is a 400 even when it repeats the first; "+2" is no length */
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n",
+                       &h),
+                 -400);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +2\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 1\r\n\r\n", &h), -400);
+    /* Host: required in HTTP/1.1, once */
+    CHECK_EQ_INT(parse("GET / HTTP/1.1\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", &h), -400);
+    CHECK(parse("GET / HTTP/1.0\r\n\r\n", &h) > 0);
+    /* whitespace before the colon */
+    CHECK_EQ_INT(parse("GET / HTTP/1.1\r\nHost : a\r\n\r\n", &h), -400);
+    /* absolute-form: the path routes, the authority is the host */
+    CHECK(parse("GET http://example.com:8080/r/t/r/v1/models?x=1 HTTP/1.1\r\nHost: other\r\n\r\n",
+                &h) > 0);
+    CHECK(al_slice_eq(h.path, "/r/t/r/v1/models"));
+    CHECK(al_slice_eq(h.query, "x=1"));
+    CHECK(al_slice_eq(h.host, "example.com:8080"));
+    CHECK(parse("GET http://example.com HTTP/1.1\r\nHost: a\r\n\r\n", &h) > 0 &&
+          al_slice_eq(h.path, "/"));
+    CHECK_EQ_INT(parse("GET example.com/x HTTP/1.1\r\nHost: a\r\n\r\n", &h), -400);
+    CHECK_EQ_INT(parse("GET http://user@example.com/ HTTP/1.1\r\nHost: a\r\n\r\n", &h), -400);
+    /* Expect: 100-continue is noted */
+    CHECK(parse("POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 1\r\n\r\n",
+                &h) > 0 &&
+          h.expect_continue);
+    /* a request line longer than the line limit is 414, before it even ends */
+    char big[4096];
+    memset(big, 'a', sizeof big);
+    memcpy(big, "GET /", 5);
+    big[sizeof big - 1] = '\0';
+    CHECK_EQ_INT(parse(big, &h), -414);
+}
+
+/* Chunked bodies: sizes, extensions, trailers, split anywhere. */
+static int sink(void *ud, const char *d, size_t n)
+{
+    char *o = ud;
+    size_t l = strlen(o);
+    if (l + n >= 256) return -1;
+    memcpy(o + l, d, n);
+    o[l + n] = '\0';
+    return 0;
+}
+
+TEST(chunked_bodies_decode_whole_and_in_pieces)
+{
+    const char *b = "4;a=b\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nX: y\r\n\r\nNEXT";
+    for (size_t step = 1; step <= strlen(b); step++) {
+        al_http_chunked c = {0};
+        char out[256] = "", err[128];
+        size_t off = 0, used = 0;
+        int rc = 0;
+        while (off < strlen(b) && rc == 0) {
+            size_t n = strlen(b) - off < step ? strlen(b) - off : step;
+            rc = al_http_chunked_feed(&c, b + off, n, &used, 1000, sink, out, err, sizeof err);
+            off += used;
+        }
+        CHECKF(rc == 1 && !strcmp(out, "Wikipedia in\r\n\r\nchunks.") && !strcmp(b + off, "NEXT"),
+               "step %zu: rc %d, body '%s', rest '%s'", step, rc, out, b + off);
+    }
+    al_http_chunked c = {0};
+    char out[256] = "", err[128];
+    size_t used;
+    CHECK_EQ_INT(al_http_chunked_feed(&c, "zz\r\n", 4, &used, 1000, sink, out, err, sizeof err), -400);
+    memset(&c, 0, sizeof c);
+    CHECK_EQ_INT(al_http_chunked_feed(&c, "5x\r\n", 4, &used, 1000, sink, out, err, sizeof err), -400);
+    memset(&c, 0, sizeof c);
+    CHECK_EQ_INT(al_http_chunked_feed(&c, "1000\r\n", 6, &used, 100, sink, out, err, sizeof err), -413);
+    memset(&c, 0, sizeof c);
+    CHECK_EQ_INT(al_http_chunked_feed(&c, "1\r\nab\r\n", 7, &used, 100, sink, out, err, sizeof err),
+                 -400);
+    memset(&c, 0, sizeof c);
+    CHECK_EQ_INT(al_http_chunked_feed(&c, "1234567890abcdef0\r\n", 19, &used, 100, sink, out, err,
+                                      sizeof err),
+                 -400);
 }
 
 static const char *strip(const char *in, const al_json_strip *spec, char *out, size_t cap)

@@ -147,6 +147,22 @@ size_t al_utf8_cut(const char *s, size_t n, size_t max)
     return k;
 }
 
+size_t al_utf8_clean(const char *s, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+    if (cap == 0) return 0;
+    for (size_t i = 0; i < n;) {
+        size_t L = utf8_seq((const unsigned char *)s + i, n - i);
+        const char *src = L ? s + i : "\xEF\xBF\xBD";
+        size_t tl = L ? L : 3;
+        if (o + tl + 1 > cap) break;
+        memcpy(out + o, src, tl);
+        o += tl, i += L ? L : 1;
+    }
+    out[o] = '\0';
+    return o;
+}
+
 size_t al_json_escape(const char *s, size_t n, char *out, size_t cap)
 {
     static const char hex[] = "0123456789abcdef";

@@ -125,6 +125,11 @@ void al_httpd_req_abort(al_httpd_req *r);
  * sequence (a message cut to fit a buffer stays valid UTF-8 where it was). */
 size_t al_utf8_cut(const char *s, size_t n, size_t max);
 
+/* Copies s[0..n) into out (cap bytes, always NUL-terminated) as valid UTF-8: bytes that are
+ * not UTF-8 become U+FFFD; cut at a character boundary when out is too small. Returns the
+ * length written. */
+size_t al_utf8_clean(const char *s, size_t n, char *out, size_t cap);
+
 /* Writes s[0..n) as the inside of a JSON string into out (cap bytes, always NUL-terminated):
  * quotes, backslashes and control bytes escaped, bytes that are not valid UTF-8 as U+FFFD; cut
  * at a character boundary when out is too small. Returns the length written. */

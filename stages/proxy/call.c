@@ -467,7 +467,7 @@ void px_start_llm_call(conn *c, ident *id)
     k->api = c->route == R_RESPONSES  ? AL_API_RESPONSES
              : c->route == R_MESSAGES ? AL_API_MESSAGES
                                       : AL_API_CHAT;
-    if (c->route == R_MODELS && al_http1_header_get(&c->head, "anthropic-version"))
+    if (c->route == R_MODELS && al_http_header_get(&c->head, "anthropic-version"))
         k->api = AL_API_MESSAGES; /* the list in Anthropic's shape */
     k->is_chat = c->route == R_CHAT || c->route == R_RESPONSES || c->route == R_MESSAGES;
     k->capture = c->route != R_MODELS;
@@ -485,10 +485,10 @@ void px_start_llm_call(conn *c, ident *id)
         o = al_put_mem(o, c->head.target.p, tl);
         *o = '\0';
     }
-    const al_slice *ag = al_http1_header_get(&c->head, "x-arclight-agent");
+    const al_slice *ag = al_http_header_get(&c->head, "x-arclight-agent");
     k->agent = ag ? slice_dup(ag->n > 128 ? (al_slice){ag->p, 128} : *ag)
                   : strdup(px->cfg.agent_name ? px->cfg.agent_name : "");
-    const al_slice *tp = al_http1_header_get(&c->head, "traceparent");
+    const al_slice *tp = al_http_header_get(&c->head, "traceparent");
     if (tp && tp->n == 55) {
         al_span tmp;
         px_span_init(px, &tmp, id, 0, c, k->trace, k->span_id, k->parent);

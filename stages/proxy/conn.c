@@ -11,6 +11,7 @@
 #include "proxy.h"
 
 #include "core/log.h"
+#include "http/httpd.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -46,6 +47,8 @@ static const char *status_text(int st)
         return "Length Required";
     case 413:
         return "Payload Too Large";
+    case 414:
+        return "URI Too Long";
     case 415:
         return "Unsupported Media Type";
     case 422:
@@ -204,19 +207,23 @@ void px_conn_reply(conn *c, int status, const char *ctype, const char *extra, co
     conn_finish_request(c);
 }
 
-/* An OpenAI-style error body: {"error":{"message","type","param","code"}}. */
+/* An OpenAI-style error body: {"error":{"message","type","param","code"}}. The message may quote what the agent sent: cut at a character when it is long, and bytes
+ * that are not UTF-8 written as U+FFFD, so that the body is always the JSON it says it is. */
 void px_conn_error(conn *c, int status, const char *type, const char *code, const char *fmt, ...)
 {
-    char msg[1024];
+    char msg[1024], clean[3100];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1;
+    if (n > 0 && (size_t)n >= sizeof msg) len = al_utf8_cut(msg, (size_t)n, len);
+    al_utf8_clean(msg, len, clean, sizeof clean);
     /* on the Messages route, Anthropic's {"type":"error","error":{...}} */
     char *body = al_xl_error_body(c->route == R_MESSAGES ? AL_API_MESSAGES : AL_API_CHAT, status,
-                                  type, code, msg);
+                                  type, code, clean);
     const char *b = body ? body : "{\"error\":{\"message\":\"error\"}}";
-    px_conn_reply_error(c, status, b, msg);
+    px_conn_reply_error(c, status, b, clean);
     free(body);
 }
 
@@ -415,45 +422,69 @@ void px_conn_free(conn *c)
     event_free(c->wev);
     event_free(c->tev);
     free(c->in);
+    free(c->cbody);
     evbuffer_free(c->out);
     evutil_closesocket(c->fd);
     free(c->req);
     free(c);
 }
 
-/* Reads one request: the head (within the header limits), then Content-Length bytes of body
- * (within the body limit). Anything malformed is answered with its 4xx and the connection
- * is closed, since the rest of the stream cannot be trusted. */
+static int chunk_sink(void *ud, const char *data, size_t n)
+{
+    conn *c = ud;
+    if (c->cbody_len + n + 1 > c->cbody_cap) {
+        size_t cap = c->cbody_cap ? c->cbody_cap * 2 : 4096;
+        while (cap < c->cbody_len + n + 1)
+            cap *= 2;
+        char *b = realloc(c->cbody, cap);
+        if (!b) return -1;
+        c->cbody = b, c->cbody_cap = cap;
+    }
+    memcpy(c->cbody + c->cbody_len, data, n);
+    c->cbody_len += n;
+    return 0;
+}
+
+/* A slice of the head moves from the input buffer to the request's copy (same offset); the
+ * literal "/" of an absolute-form target without a path stays. */
+static void rebase(al_slice *s, const char *from, size_t len, char *to)
+{
+    if (s->p >= from && s->p <= from + len) s->p = to + (s->p - from);
+}
+
+/* Reads one request: the head (within the header limits), then its body: Content-Length bytes
+ * or a chunked body (decoded as it arrives), within the body limit. Anything malformed is
+ * answered with its 4xx and the connection is closed, since the rest of the stream cannot be
+ * trusted. */
 static void conn_read_cb(conn *c)
 {
     proxy *px = c->px;
     if (c->state != C_READ || c->no_read) return;
     size_t len = c->in_len;
     if (!len) return;
-    size_t look = len < px->cfg.max_head ? len : px->cfg.max_head;
+    /* two bytes past the limit: a request line that long is 414, a head 431 */
+    size_t look = len < px->cfg.max_head + 2 ? len : px->cfg.max_head + 2;
     const char *p = c->in;
-    al_http1_limits lim = {px->cfg.max_head, px->cfg.max_headers};
+    /* the request line may take the whole head: a longer one is 414, a longer head 431 */
+    al_http_limits lim = {.max_line = px->cfg.max_head, .max_head = px->cfg.max_head,
+                          .max_headers = px->cfg.max_headers};
     char err[128];
-    int hl = al_http1_parse_head(p, look, &lim, &c->head, err, sizeof err);
+    int hl = al_http_parse_head(p, look, &lim, &c->head, err, sizeof err);
     if (hl == 0) return;
     c->route = R_OTHER;
     if (hl < 0) {
         c->keep_alive = 0;
         conn_stop_reading(c);
         px_conn_error(c, -hl, "invalid_request_error",
-                      -hl == 431 ? "headers_too_large" : "bad_request", "%s", err);
+                      -hl == 431   ? "headers_too_large"
+                      : -hl == 414 ? "uri_too_long"
+                                   : "bad_request",
+                      "%s", err);
         return;
     }
     c->keep_alive = c->head.keep_alive;
-    if (c->head.chunked) {
-        c->keep_alive = 0;
-        conn_stop_reading(c);
-        px_conn_error(c, 411, "invalid_request_error", "length_required",
-                      "chunked request bodies are not accepted; send Content-Length");
-        return;
-    }
     int64_t cl = c->head.content_length < 0 ? 0 : c->head.content_length;
-    if ((uint64_t)cl > px->cfg.max_body) {
+    if (!c->head.chunked && (uint64_t)cl > px->cfg.max_body) {
         c->keep_alive = 0;
         conn_stop_reading(c);
         px_conn_error(c, 413, "invalid_request_error", "request_too_large",
@@ -461,14 +492,48 @@ static void conn_read_cb(conn *c)
                       px->cfg.max_body);
         return;
     }
-    if (len < (size_t)hl + (size_t)cl) {
-        /* curl and others wait up to a second for this before sending a large body */
-        const al_slice *ex = al_http1_header_get(&c->head, "expect");
-        if (ex && al_slice_caseeq(*ex, "100-continue") && !c->sent_continue) {
-            c->sent_continue = 1;
-            evbuffer_add(conn_out(c), "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    size_t consumed; /* the bytes of `in` this request takes */
+    if (c->head.chunked) {
+        /* decoded as it comes; the encoded bytes leave `in` behind the head, so that a body
+         * near the limit never fills the read-ahead bound */
+        if (!c->in_chunked) {
+            memset(&c->chunk, 0, sizeof c->chunk);
+            c->cbody_len = 0;
+            c->in_chunked = 1;
         }
-        return;
+        size_t used = 0;
+        int rc = al_http_chunked_feed(&c->chunk, c->in + hl, len - (size_t)hl, &used,
+                                      px->cfg.max_body, chunk_sink, c, err, sizeof err);
+        if (rc < 0) {
+            c->in_chunked = 0;
+            c->keep_alive = 0;
+            conn_stop_reading(c);
+            px_conn_error(c, -rc, "invalid_request_error",
+                          -rc == 413 ? "request_too_large" : "bad_request", "%s", err);
+            return;
+        }
+        if (rc == 0) {
+            memmove(c->in + hl, c->in + hl + used, len - (size_t)hl - used);
+            c->in_len -= used;
+            if (c->head.expect_continue && !c->sent_continue) {
+                c->sent_continue = 1;
+                evbuffer_add(conn_out(c), "HTTP/1.1 100 Continue\r\n\r\n", 25);
+            }
+            return;
+        }
+        c->in_chunked = 0;
+        consumed = (size_t)hl + used;
+        cl = (int64_t)c->cbody_len;
+    } else {
+        if (len < (size_t)hl + (size_t)cl) {
+            /* curl and others wait up to a second for this before sending a large body */
+            if (c->head.expect_continue && !c->sent_continue) {
+                c->sent_continue = 1;
+                evbuffer_add(conn_out(c), "HTTP/1.1 100 Continue\r\n\r\n", 25);
+            }
+            return;
+        }
+        consumed = (size_t)hl + (size_t)cl;
     }
     c->sent_continue = 0;
     c->req_len = (size_t)hl + (size_t)cl;
@@ -477,19 +542,28 @@ static void conn_read_cb(conn *c)
         px_conn_free(c);
         return;
     }
-    memcpy(c->req, c->in, c->req_len);
+    memcpy(c->req, c->in, (size_t)hl);
+    memcpy(c->req + hl, c->head.chunked ? c->cbody : c->in + hl, (size_t)cl);
     c->req[c->req_len] = '\0';
     /* the slices point into the input buffer: move them to our copy (same offsets) */
-    al_http1_head *h = &c->head;
-    h->method.p = c->req + (h->method.p - p);
-    h->target.p = c->req + (h->target.p - p);
+    al_http_head *h = &c->head;
+    rebase(&h->method, p, (size_t)hl, c->req);
+    rebase(&h->target, p, (size_t)hl, c->req);
+    rebase(&h->path, p, (size_t)hl, c->req);
+    rebase(&h->query, p, (size_t)hl, c->req);
+    rebase(&h->host, p, (size_t)hl, c->req);
     for (size_t i = 0; i < h->nheaders; i++) {
-        h->headers[i].name.p = c->req + (h->headers[i].name.p - p);
-        h->headers[i].value.p = c->req + (h->headers[i].value.p - p);
+        rebase(&h->headers[i].name, p, (size_t)hl, c->req);
+        rebase(&h->headers[i].value, p, (size_t)hl, c->req);
     }
-    c->in_len -= c->req_len;
+    if (c->cbody_cap > 65536) { /* a large chunked body came through: do not keep its room */
+        free(c->cbody);
+        c->cbody = NULL;
+        c->cbody_cap = 0;
+    }
+    c->in_len -= consumed;
     if (c->in_len) {
-        memmove(c->in, c->in + c->req_len, c->in_len);
+        memmove(c->in, c->in + consumed, c->in_len);
     } else if (c->in_cap > 65536) { /* a large body came through: do not keep its room */
         free(c->in);
         c->in = NULL;
@@ -558,7 +632,7 @@ void px_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
 
 int px_conn_is_json(const conn *c)
 {
-    const al_slice *ct = al_http1_header_get(&c->head, "content-type");
+    const al_slice *ct = al_http_header_get(&c->head, "content-type");
     if (!ct) return 0;
     size_t n = 0;
     while (n < ct->n && ct->p[n] != ';' && ct->p[n] != ' ')

@@ -359,7 +359,7 @@ int px_parse_temperature(const char *p, size_t n, double *t)
 
 static int bearer(const conn *c, al_slice *tok)
 {
-    const al_slice *a = al_http1_header_get(&c->head, "authorization");
+    const al_slice *a = al_http_header_get(&c->head, "authorization");
     if (!a || a->n < 7 || strncasecmp(a->p, "Bearer ", 7) != 0) return 0;
     tok->p = a->p + 7;
     tok->n = a->n - 7;
@@ -373,7 +373,7 @@ static int bearer(const conn *c, al_slice *tok)
 int px_api_key(const conn *c, al_slice *tok)
 {
     if (bearer(c, tok)) return 1;
-    const al_slice *x = al_http1_header_get(&c->head, "x-api-key");
+    const al_slice *x = al_http_header_get(&c->head, "x-api-key");
     if (!x || !x->n) return 0;
     *tok = *x;
     return 1;
@@ -393,8 +393,8 @@ int px_resolve_identity(conn *c, ident *id, int have_prefix)
     proxy *px = c->px;
     const al_slice *h;
     if (!have_prefix) {
-        const al_slice *ht = al_http1_header_get(&c->head, "x-arclight-task");
-        const al_slice *hr = al_http1_header_get(&c->head, "x-arclight-rollout");
+        const al_slice *ht = al_http_header_get(&c->head, "x-arclight-task");
+        const al_slice *hr = al_http_header_get(&c->head, "x-arclight-rollout");
         al_slice tok;
         session_ent *s;
         if (ht || hr) {
@@ -418,7 +418,7 @@ int px_resolve_identity(conn *c, ident *id, int have_prefix)
             id->untracked = 1;
         }
     }
-    if ((h = al_http1_header_get(&c->head, "x-arclight-attempt"))) {
+    if ((h = al_http_header_get(&c->head, "x-arclight-attempt"))) {
         int a = 0;
         if (h->n == 0 || h->n > 6) a = -1;
         for (size_t i = 0; i < h->n && a >= 0; i++)
@@ -430,7 +430,7 @@ int px_resolve_identity(conn *c, ident *id, int have_prefix)
         }
         id->attempt = a;
     }
-    if ((h = al_http1_header_get(&c->head, "x-arclight-eval"))) {
+    if ((h = al_http_header_get(&c->head, "x-arclight-eval"))) {
         if (al_slice_eq(*h, "1") || al_slice_caseeq(*h, "true")) {
             id->eval = 1;
         } else if (!al_slice_eq(*h, "0") && !al_slice_caseeq(*h, "false")) {
@@ -439,7 +439,7 @@ int px_resolve_identity(conn *c, ident *id, int have_prefix)
             return -1;
         }
     }
-    if ((h = al_http1_header_get(&c->head, "x-arclight-eval-temperature")) &&
+    if ((h = al_http_header_get(&c->head, "x-arclight-eval-temperature")) &&
         px_parse_temperature(h->p, h->n, &id->eval_temperature) != 0) {
         px_conn_error(c, 400, "invalid_request_error", "invalid_eval_temperature",
                       "X-Arclight-Eval-Temperature must be a number from 0 to 2");
@@ -456,7 +456,7 @@ int px_authorized(conn *c)
     if (!px->cfg.n_agent_keys) return 1;
     al_slice tok;
     if (bearer(c, &tok) && (is_agent_key(px, tok) || px_session_find(px, tok.p, tok.n))) return 1;
-    const al_slice *x = al_http1_header_get(&c->head, "x-api-key");
+    const al_slice *x = al_http_header_get(&c->head, "x-api-key");
     return x && (is_agent_key(px, *x) || px_session_find(px, x->p, x->n));
 }
 

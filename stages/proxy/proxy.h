@@ -197,7 +197,13 @@ struct conn {
     int write_blocked; /* wev is registered */
     char *req;         /* head + body of the current request (owned) */
     size_t req_len;
-    al_http1_head head;
+    /* a chunked body being read: the decoder, and the body decoded so far (owned); the encoded
+     * bytes leave `in` as they are decoded */
+    al_http_chunked chunk;
+    int in_chunked;
+    char *cbody;
+    size_t cbody_len, cbody_cap;
+    al_http_head head;
     al_slice body;
     int route;
     int64_t t0_mono, start_us;

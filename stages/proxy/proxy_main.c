@@ -357,7 +357,7 @@ int cmd_proxy(int argc, char **argv)
         case OPT_DRAIN_TO:
         case OPT_RESP_STORE: {
             long long lo = 1, hi = 1LL << 50;
-            if (opt == OPT_MAX_HEADERS) hi = AL_HTTP1_HEADERS_CAP;
+            if (opt == OPT_MAX_HEADERS) hi = AL_HTTP_HEADERS_CAP;
             if (opt == OPT_MAX_HEAD) lo = 256, hi = 1 << 20;
             if (opt == OPT_MAX_BODY) hi = 256LL << 20;
             if (opt == OPT_MAX_CONNS) hi = 1000000;

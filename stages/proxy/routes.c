@@ -209,9 +209,7 @@ static size_t prefix_len(al_slice path)
 void px_dispatch(conn *c)
 {
     proxy *px = c->px;
-    al_slice path = c->head.target;
-    const char *q = memchr(path.p, '?', path.n);
-    if (q) path.n = (size_t)(q - path.p);
+    al_slice path = c->head.path; /* origin-form, or the path of an absolute-form target */
     ident id;
     memset(&id, 0, sizeof id);
     int prefix = 0;

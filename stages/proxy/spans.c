@@ -16,7 +16,7 @@ void px_span_init(proxy *px, al_span *s, const ident *id, int64_t seq, const con
                   char *span_id, char *parent)
 {
     memset(s, 0, sizeof *s);
-    const al_slice *tp = c ? al_http1_header_get(&c->head, "traceparent") : NULL;
+    const al_slice *tp = c ? al_http_header_get(&c->head, "traceparent") : NULL;
     /* 00-<32 hex trace>-<16 hex parent>-<2 hex flags> */
     if (tp && tp->n == 55 && tp->p[2] == '-' && tp->p[35] == '-' && tp->p[52] == '-') {
         int ok = 1;

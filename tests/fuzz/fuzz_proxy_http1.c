@@ -19,17 +19,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *in = (const char *)data + 1;
     size_t n = size - 1;
     if (data[0] & 1) {
-        al_http1_head h;
+        al_http_head h;
         char err[128];
-        al_http1_limits lim = {1024, 16};
-        int r = al_http1_parse_head(in, n, &lim, &h, err, sizeof err);
+        al_http_limits lim = {.max_line = 1024, .max_head = 1024, .max_headers = 16};
+        int r = al_http_parse_head(in, n, &lim, &h, err, sizeof err);
         if (r > 0) {
             if ((size_t)r > n) abort();
             for (size_t i = 0; i < h.nheaders; i++)
                 if (h.headers[i].name.p < in ||
                     h.headers[i].value.p + h.headers[i].value.n > in + n)
                     abort();
-            (void)al_http1_header_get(&h, "content-type");
+            (void)al_http_header_get(&h, "content-type");
         }
         return 0;
     }
