@@ -60,6 +60,37 @@ TEST(spans_through_the_proxy_carry_served_tokens_logprobs_and_version)
     CHECK(r.body.p && strstr(r.body.p, "data: [DONE]"));
     sv_resp_free(&r);
 
+    /* issue 15, item 17: a value serve refuses reaches serve as the agent wrote it, and the
+     * agent gets serve's answer (it used to be replaced by the proxy's own true: a 200) */
+    const char *bad[] = {
+        "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],"
+        "\"max_tokens\":2,\"logprobs\":\"yes\"}",
+        "{\"model\":\"tiny\",\"prompt\":\"hi\",\"max_tokens\":2,\"logprobs\":\"yes\"}",
+        "{\"model\":\"tiny\",\"prompt\":\"hi\",\"max_tokens\":2,\"logprobs\":-1}",
+        "{\"model\":\"tiny\",\"prompt\":\"hi\",\"max_tokens\":2,\"return_token_ids\":\"yes\"}",
+    };
+    const char *bad_path[] = {"/v1/chat/completions", "/v1/completions", "/v1/completions",
+                              "/v1/completions"};
+    for (int i = 0; i < 4; i++) {
+        char via[200];
+        snprintf(via, sizeof via, "/r/task-b/roll-b%s", bad_path[i]);
+        sv_resp direct, proxied;
+        sv_http(s.url, bad_path[i], bad[i], &direct);
+        sv_http(p.base, via, bad[i], &proxied);
+        CHECKF(direct.code == 400 && proxied.code == direct.code,
+               "%s: serve says %ld, through the proxy %ld", bad[i], direct.code, proxied.code);
+        json_t *dj = direct.body.p ? json_loads(direct.body.p, 0, NULL) : NULL;
+        json_t *pj = proxied.body.p ? json_loads(proxied.body.p, 0, NULL) : NULL;
+        const char *dm = json_string_value(json_object_get(json_object_get(dj, "error"), "message"));
+        const char *pm = json_string_value(json_object_get(json_object_get(pj, "error"), "message"));
+        CHECKF(dm && pm && !strcmp(dm, pm), "%s: serve says '%s', through the proxy '%s'", bad[i],
+               dm ? dm : "", pm ? pm : "");
+        json_decref(dj);
+        json_decref(pj);
+        sv_resp_free(&direct);
+        sv_resp_free(&proxied);
+    }
+
     px_msgs m;
     CHECK(px_read_topic(b.bootstrap, "arclight.spans", "roll-s", 2, 30000, &m) == 0);
     al_span sp[4];

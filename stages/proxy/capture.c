@@ -539,12 +539,21 @@ char *px_rewrite_request(call *k, json_t *req)
     k->stream = json_is_true(json_object_get(req, "stream"));
     const char *m = json_string_value(json_object_get(req, "model"));
     if (m) k->model = strdup(m);
+    /* Only what the agent left out or turned off is asked for; a value of the wrong type
+     * ("logprobs": "yes") goes to the upstream as the agent wrote it, so that the agent gets
+     * the answer it would have had without the proxy (a 400 from serve or vLLM), not a 200 for
+     * a request the upstream never saw. */
+    json_t *rti = json_object_get(req, "return_token_ids");
+    int rti_off = !rti || json_is_null(rti) || json_is_false(rti);
+    int lp_off = !lp || json_is_null(lp) ||
+                 (k->is_chat ? json_is_false(lp)
+                             : json_is_integer(lp) && json_integer_value(lp) == 0);
     /* OpenAI's API has no token ids, and some of its models refuse logprobs: the call must
      * not fail because of capture, so only text and usage are captured there */
-    if (kind != UP_OPENAI) json_object_set_new(req, "return_token_ids", json_true());
+    if (kind != UP_OPENAI && rti_off) json_object_set_new(req, "return_token_ids", json_true());
     /* a held-out evaluation samples the way the evaluator says, whatever the agent asked */
     if (k->id.eval) json_object_set_new(req, "temperature", json_real(k->id.eval_temperature));
-    if (!k->want_logprobs && kind != UP_OPENAI) {
+    if (lp_off && kind != UP_OPENAI) {
         if (k->is_chat)
             json_object_set_new(req, "logprobs", json_true());
         else
