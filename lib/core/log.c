@@ -31,18 +31,37 @@ void al_log_init_from_env(void)
     if (l >= 0) al_log_level_current = l;
 }
 
+/* Control bytes become \xHH, as nginx writes them in its logs: a message carries text from
+ * agents and upstreams, and a newline in it must not start a line that looks like another
+ * entry (log forging). Returns the escaped length; out holds cap bytes. */
+static size_t log_escape(const char *in, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p && o + 5 < cap; p++) {
+        if (*p < 0x20 || *p == 0x7f) {
+            out[o++] = '\\', out[o++] = 'x', out[o++] = hex[*p >> 4], out[o++] = hex[*p & 15];
+        } else {
+            out[o++] = (char)*p;
+        }
+    }
+    out[o] = '\0';
+    return o;
+}
+
 void al_log_write(int level, const char *component, const char *fmt, ...)
 {
     static const char *tags[] = {"ERROR", "WARN ", "INFO ", "DEBUG"};
-    char msg[2048];
+    char raw[2048], msg[2048 * 4 + 8];
     struct timeval tv;
     struct tm tm;
     char ts[32];
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    log_escape(raw, msg, sizeof msg);
     gettimeofday(&tv, NULL);
     gmtime_r(&tv.tv_sec, &tm);
     strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
