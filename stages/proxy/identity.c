@@ -18,6 +18,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static uint64_t rng_next(proxy *px)
@@ -79,12 +80,16 @@ uint64_t px_fnv1a(const char *s)
  * the loop turn that changed them:
  *   Q \t task\x1frollout\x1fattempt \t next_seq \t last_call_seq [\t e]
  *       (a rollout's latest line wins; e: an eval rollout)
- *   S \t session key \t task \t rollout \t attempt
- * Rewritten whole (temp file + rename) at start and when it passes 16 MiB; a torn last
- * line (a crash mid-write) is skipped with a warning.
+ *   S \t session key \t task \t rollout \t attempt \t created (wall us) \t owner
+ *       (a line of 5 fields, from an earlier version: created now, no owner)
+ * Rewritten whole (temp file + rename) at start and when it is about twice its live size
+ * (what a rewrite would write: each rollout's latest line and each live session), at least
+ * STATE_COMPACT_MIN, so that the rewrites cost a constant per appended byte however large the
+ * live state is; a torn last line (a crash mid-write) is skipped with a warning. Created 0600:
+ * it holds live session keys.
  * ------------------------------------------------------------------------------------------ */
 
-#define STATE_MAX_BYTES (16u << 20)
+#define STATE_COMPACT_MIN (1u << 20)
 
 static void state_mark(proxy *px, rollout_ent *e)
 {
@@ -115,9 +120,49 @@ static void state_line(al_buf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
-static void session_line(al_buf *b, const session_ent *s)
+/* Appends s's line; returns its length. */
+static size_t session_line(al_buf *b, const session_ent *s)
 {
-    state_line(b, "S\t%s\t%s\t%s\t%d\n", s->key, s->task, s->rollout, s->attempt);
+    size_t before = b->len;
+    state_line(b, "S\t%s\t%s\t%s\t%d\t%" PRId64 "\t%d\n", s->key, s->task, s->rollout,
+               s->attempt, s->created_us, s->owner);
+    return b->len - before;
+}
+
+/* Appends e's line; returns its length. */
+static size_t rollout_line(al_buf *b, const rollout_ent *e)
+{
+    size_t before = b->len;
+    state_line(b, "Q\t%s\t%" PRId64 "\t%" PRId64 "%s\n", e->key, e->next_seq, e->last_call_seq,
+               e->eval ? "\te" : "");
+    return b->len - before;
+}
+
+/* Writes buf as path through a temporary file created 0600, fsynced and renamed into place. */
+static int state_write(const char *path, const void *buf, size_t len, char *err, size_t errlen)
+{
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return al_err(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    const char *p = buf;
+    for (size_t left = len; left;) {
+        ssize_t n = write(fd, p, left);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return al_err(err, errlen, "cannot write %s: %s", tmp, strerror(e));
+        }
+        p += n, left -= (size_t)n;
+    }
+    if (fchmod(fd, 0600) != 0 || fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return al_err(err, errlen, "cannot write %s: %s", path, strerror(e));
+    }
+    return 0;
 }
 
 /* Rewrites the state file from memory and opens it for appending. */
@@ -126,16 +171,16 @@ void px_state_compact(proxy *px)
     al_buf b = {0};
     for (size_t i = 0; i < px->rtab_size; i++)
         for (rollout_ent *e = px->rtab[i]; e; e = e->next)
-            state_line(&b, "Q\t%s\t%" PRId64 "\t%" PRId64 "%s\n", e->key, e->next_seq,
-                       e->last_call_seq, e->eval ? "\te" : "");
+            e->line_len = rollout_line(&b, e);
     for (size_t i = 0; i < 1024; i++)
         for (session_ent *s = px->sessions[i]; s; s = s->next)
-            session_line(&b, s);
+            s->line_len = session_line(&b, s);
     char err[512];
     if (px->state_fd >= 0) close(px->state_fd);
     px->state_fd = -1;
-    if (al_file_write_atomic(px->state_path, b.len ? (const char *)b.data : "", b.len, err,
-                             sizeof err) != 0) {
+    px->state_live = b.len;
+    if (state_write(px->state_path, b.len ? (const char *)b.data : "", b.len, err, sizeof err) !=
+        0) {
         al_log_warn(COMP, "state file: %s; sequence numbers restart at 0 after a restart", err);
     } else {
         px->state_fd = open(px->state_path, O_WRONLY | O_APPEND | O_CLOEXEC);
@@ -152,8 +197,9 @@ void px_state_flush(proxy *px)
 {
     for (size_t i = 0; i < px->ndirty; i++) {
         rollout_ent *e = px->dirty[i];
-        state_line(&px->state_pend, "Q\t%s\t%" PRId64 "\t%" PRId64 "%s\n", e->key, e->next_seq,
-                   e->last_call_seq, e->eval ? "\te" : "");
+        size_t n = rollout_line(&px->state_pend, e);
+        px->state_live += n - e->line_len; /* this line replaces its earlier one */
+        e->line_len = n;
         e->dirty = 0;
     }
     px->ndirty = 0;
@@ -169,7 +215,8 @@ void px_state_flush(proxy *px)
     }
     px->state_bytes += px->state_pend.len;
     px->state_pend.len = 0;
-    if (px->state_bytes > STATE_MAX_BYTES) px_state_compact(px);
+    if (px->state_bytes > STATE_COMPACT_MIN && px->state_bytes > 2 * px->state_live)
+        px_state_compact(px);
 }
 
 /* Reads the state file left by an earlier run (absent: a first start). */
@@ -179,7 +226,12 @@ void px_state_load(proxy *px)
     size_t len = 0;
     char *buf = al_file_read(px->state_path, &len, err, sizeof err);
     if (!buf) return;
-    size_t nq = 0, ns = 0, bad = 0;
+    /* an earlier version created it 0644: it holds live session keys */
+    if (chmod(px->state_path, 0600) != 0)
+        al_log_warn(COMP, "state file %s: cannot make it private: %s", px->state_path,
+                    strerror(errno));
+    size_t nq = 0, ns = 0, bad = 0, expired = 0;
+    int64_t now_us = al_now_us();
     for (char *line = buf, *nl; line < buf + len; line = nl + 1) {
         nl = memchr(line, '\n', (size_t)(buf + len - line));
         if (!nl) {
@@ -187,9 +239,9 @@ void px_state_load(proxy *px)
             break;
         }
         *nl = '\0';
-        char *f[6];
+        char *f[8];
         int nf = 0;
-        for (char *p = line; nf < 6;) {
+        for (char *p = line; nf < 8;) {
             f[nf++] = p;
             char *t = strchr(p, '\t');
             if (!t) break;
@@ -217,16 +269,33 @@ void px_state_load(proxy *px)
             if (lc > e->last_call_seq) e->last_call_seq = lc;
             if (nf == 5) e->eval = 1;
             nq++;
-        } else if (nf == 5 && !strcmp(f[0], "S")) {
+        } else if ((nf == 5 || nf == 7) && !strcmp(f[0], "S")) {
             long at = strtol(f[4], &end, 10);
+            int64_t created = now_us;
+            long owner = -1;
+            char *e2 = NULL, *e3 = NULL;
+            if (nf == 7) {
+                created = strtoll(f[5], &e2, 10);
+                owner = strtol(f[6], &e3, 10);
+            }
             if (*end || at < 0 || at > 999999 || strncmp(f[1], "sk-arclight-", 12) != 0 ||
                 strlen(f[1]) >= sizeof((session_ent *)0)->key || !px_id_valid(f[3], strlen(f[3])) ||
-                (*f[2] && !px_id_valid(f[2], strlen(f[2])))) {
+                (*f[2] && !px_id_valid(f[2], strlen(f[2]))) || (e2 && *e2) || (e3 && *e3) ||
+                owner < -1 || owner > 15) {
                 bad++;
                 continue;
             }
+            if (created + (int64_t)px->cfg.session_ttl_s * 1000000 <= now_us) {
+                expired++;
+                continue;
+            }
+            /* a key the proxy no longer has: its sessions count as made without one */
+            if (owner >= (long)px->cfg.n_agent_keys) owner = -1;
             session_ent *s = calloc(1, sizeof *s);
             if (!s) break;
+            s->created_us = created;
+            s->owner = (int)owner;
+            px->session_count[s->owner + 1]++;
             snprintf(s->key, sizeof s->key, "%s", f[1]);
             s->task = strdup(f[2]);
             s->rollout = strdup(f[3]);
@@ -250,6 +319,8 @@ void px_state_load(proxy *px)
                     ns, px->state_path);
     if (bad)
         al_log_warn(COMP, "state file %s: %zu lines not understood, skipped", px->state_path, bad);
+    if (expired)
+        al_log_info(COMP, "state: %zu session keys past --session-ttl forgotten", expired);
 }
 
 rollout_ent *px_rollout_get(proxy *px, const char *task, const char *rollout, int attempt)
@@ -313,12 +384,14 @@ void px_sweep_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     int64_t cutoff = al_mono_us() - 3600LL * 1000000;
     px_state_flush(px); /* no dirty entry may be freed below */
+    px_session_expire(px);
     for (size_t i = 0; i < px->rtab_size; i++) {
         rollout_ent **pp = &px->rtab[i];
         while (*pp) {
             rollout_ent *e = *pp;
             if (e->last_used_mono < cutoff) {
                 *pp = e->next;
+                px->state_live -= e->line_len < px->state_live ? e->line_len : px->state_live;
                 free(e->key);
                 free(e);
                 px->rtab_count--;
@@ -329,6 +402,50 @@ void px_sweep_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+static void session_free(proxy *px, session_ent *s)
+{
+    px->state_live -= s->line_len < px->state_live ? s->line_len : px->state_live;
+    px->session_count[s->owner + 1]--;
+    px->nsessions--;
+    free(s->task);
+    free(s->rollout);
+    free(s);
+}
+
+static int session_expired(const proxy *px, const session_ent *s, int64_t now_us)
+{
+    return s->created_us + (int64_t)px->cfg.session_ttl_s * 1000000 <= now_us;
+}
+
+void px_session_expire(proxy *px)
+{
+    int64_t now = al_now_us();
+    size_t n = 0;
+    for (size_t i = 0; i < 1024; i++)
+        for (session_ent **pp = &px->sessions[i]; *pp;) {
+            session_ent *s = *pp;
+            if (session_expired(px, s, now)) {
+                *pp = s->next;
+                session_free(px, s);
+                n++;
+            } else {
+                pp = &s->next;
+            }
+        }
+    if (n) al_log_info(COMP, "%zu session keys expired (--session-ttl %d s)", n, px->cfg.session_ttl_s);
+}
+
+/* Whether a[0..n) equals the NUL-terminated key, in time that depends on the lengths only:
+ * a timing attack learns nothing of a key from how long a wrong guess took. */
+static int key_eq(const char *a, size_t n, const char *key)
+{
+    size_t kl = strlen(key);
+    unsigned char d = (unsigned char)(n != kl);
+    for (size_t i = 0; i < kl; i++)
+        d |= (unsigned char)(key[i] ^ (i < n ? a[i] : 0));
+    return d == 0;
+}
+
 session_ent *px_session_find(proxy *px, const char *key, size_t n)
 {
     if (n >= 80) return NULL;
@@ -336,8 +453,13 @@ session_ent *px_session_find(proxy *px, const char *key, size_t n)
     memcpy(k, key, n);
     k[n] = '\0';
     for (session_ent *s = px->sessions[px_fnv1a(k) & 1023]; s; s = s->next)
-        if (strcmp(s->key, k) == 0) return s;
+        if (key_eq(key, n, s->key)) return session_expired(px, s, al_now_us()) ? NULL : s;
     return NULL;
+}
+
+int px_session_room(const proxy *px, int owner)
+{
+    return px->session_count[owner + 1] < px->cfg.max_sessions_per_key;
 }
 
 /* A temperature for /e:T/ or X-Arclight-Eval-Temperature: a plain decimal number from 0
@@ -379,11 +501,24 @@ int px_api_key(const conn *c, al_slice *tok)
     return 1;
 }
 
+/* The index of the agent key tok is, or -1. Every key is compared, in constant time each. */
+static int agent_key_index(const proxy *px, al_slice tok)
+{
+    int found = -1;
+    for (size_t i = 0; i < px->cfg.n_agent_keys; i++)
+        if (key_eq(tok.p, tok.n, px->cfg.agent_keys[i]) && found < 0) found = (int)i;
+    return found;
+}
+
 static int is_agent_key(const proxy *px, al_slice tok)
 {
-    for (size_t i = 0; i < px->cfg.n_agent_keys; i++)
-        if (al_slice_eq(tok, px->cfg.agent_keys[i])) return 1;
-    return 0;
+    return agent_key_index(px, tok) >= 0;
+}
+
+int px_agent_key_index(const conn *c)
+{
+    al_slice tok;
+    return px_api_key(c, &tok) ? agent_key_index(c->px, tok) : -1;
 }
 
 /* Resolves identity from the URL prefix (already in id), else headers, else the session
@@ -462,7 +597,8 @@ int px_authorized(conn *c)
 
 /* A new session key standing for task/rollout/attempt (rollout NULL: a fresh rollout id),
  * recorded in the state file with this turn's flush. NULL when out of memory or randomness. */
-session_ent *px_session_new(proxy *px, const char *task, const char *rollout, int attempt)
+session_ent *px_session_new(proxy *px, const char *task, const char *rollout, int attempt,
+                            int owner)
 {
     session_ent *s = calloc(1, sizeof *s);
     char gen[40];
@@ -479,12 +615,16 @@ session_ent *px_session_new(proxy *px, const char *task, const char *rollout, in
     s->task = strdup(task ? task : "");
     s->rollout = strdup(rollout);
     s->attempt = attempt;
+    s->created_us = al_now_us();
+    s->owner = owner >= -1 && owner < 16 ? owner : -1;
     size_t b = px_fnv1a(s->key) & 1023;
     s->next = px->sessions[b];
     px->sessions[b] = s;
     px->nsessions++;
+    px->session_count[s->owner + 1]++;
     if (px->state_fd >= 0) {
-        session_line(&px->state_pend, s);
+        s->line_len = session_line(&px->state_pend, s);
+        px->state_live += s->line_len;
         event_active(px->flush_ev, EV_TIMEOUT, 1);
     }
     return s;

@@ -3,8 +3,9 @@
  * Not a library: the px_ names are the proxy's own, for its files only.
  *
  * One thread runs one libevent loop. Who owns what:
- *   conn.c        the inbound connection layer: agents' sockets, reading a request (http1.c
- *                 parses the head), answers written at the end of the loop turn
+ *   conn.c        the inbound connection layer: agents' sockets, reading a request (lib/http's
+ *                 parser reads the head and a chunked body), answers written at the end of
+ *                 the loop turn
  *   identity.c    rollouts, sessions and a request's identity, and the state file that keeps
  *                 sequence numbers and session keys across restarts
  *   spans.c       a span's trace context, encoding and spooling; the turn's flush to disk
@@ -74,6 +75,8 @@ typedef struct pconf {
     int drain_timeout_s;
     int access_log;
     int curl_only;               /* --upstream-client curl: no own client even for plain http:// */
+    int session_ttl_s;        /* a session key lives this long (--session-ttl) */
+    int max_sessions_per_key; /* sessions one agent key may hold (--max-sessions-per-key) */
     size_t response_store_bytes; /* --response-store-mib; 0: previous_response_id refused */
 } pconf;
 
@@ -98,6 +101,7 @@ typedef struct rollout_ent {
     int64_t next_seq, last_call_seq, last_used_mono;
     int dirty; /* its sequence numbers changed since the state file last had them */
     int eval;  /* a held-out evaluation rollout: every span of it carries eval */
+    size_t line_len; /* of its latest line in the state file (0: none yet) */
     struct rollout_ent *next;
 } rollout_ent;
 
@@ -105,6 +109,9 @@ typedef struct session_ent {
     char key[80];
     char *task, *rollout;
     int attempt;
+    int64_t created_us; /* wall clock; the session expires --session-ttl after it */
+    int owner;          /* the --agent-key that made it (index), or -1 */
+    size_t line_len;    /* of its line in the state file */
     struct session_ent *next;
 } session_ent;
 
@@ -158,7 +165,9 @@ typedef struct proxy {
     char state_path[4200];
     int state_fd;
     uint64_t state_bytes;
+    uint64_t state_live; /* bytes a rewrite would write now; compacted at about twice this */
     int state_warned;
+    int session_count[17]; /* live sessions per owner (agent key index + 1; 0: no key) */
     al_buf state_pend;
     rollout_ent **dirty;
     size_t ndirty, dirty_cap;
@@ -201,6 +210,8 @@ struct conn {
      * bytes leave `in` as they are decoded */
     al_http_chunked chunk;
     int in_chunked;
+    int head_armed; /* the deadline of the request head being read is set (not re-armed) */
+    int in_body;    /* the head is in; its body is being read (the timeout runs per read) */
     char *cbody;
     size_t cbody_len, cbody_cap;
     al_http_head head;
@@ -328,7 +339,23 @@ rollout_ent *px_rollout_get(proxy *px, const char *task, const char *rollout, in
 /* The same for a request's identity, with the rollout's eval mark (see identity.c). */
 rollout_ent *px_rollout_of(proxy *px, ident *id);
 session_ent *px_session_find(proxy *px, const char *key, size_t n);
-session_ent *px_session_new(proxy *px, const char *task, const char *rollout, int attempt);
+/* A new session key made by agent key `owner` (-1: none); NULL when out of memory or
+ * randomness. Callers check px_session_room first. */
+session_ent *px_session_new(proxy *px, const char *task, const char *rollout, int attempt,
+                            int owner);
+/* 1 when owner may open another session (fewer than --max-sessions-per-key live). */
+int px_session_room(const proxy *px, int owner);
+/* Forgets sessions past --session-ttl (the sweep, every 5 minutes; lookups check too). */
+void px_session_expire(proxy *px);
+/* Masks each occurrence of the upstream key in p[0..n) with '*' (the same length: lengths and
+ * JSON stay as they were), so that an upstream echoing it ("bad key Bearer sk-...") puts it
+ * in no answer, span or log line. Keys shorter than 8 bytes are not looked for. */
+void px_redact(const proxy *px, char *p, size_t n);
+/* 1 when p[0..n) is not valid UTF-8 (lib/http's idea of it: no overlongs, surrogates or
+ * code points past U+10FFFF). */
+int px_utf8_invalid(const char *p, size_t n);
+/* The index of the --agent-key the request carries, -1 for none or another token. */
+int px_agent_key_index(const conn *c);
 /* An eval temperature (/e:T/, X-Arclight-Eval-Temperature): a plain decimal from 0 to 2.
  * 0 with *t, or -1. */
 int px_parse_temperature(const char *p, size_t n, double *t);

@@ -126,7 +126,14 @@ static const char proxy_usage[] =
     "                            configured)\n"
     "  --agent-key KEY           accept only agents with this Bearer key (repeatable; session\n"
     "                            keys are accepted too); also $ARCLIGHT_PROXY_AGENT_KEYS\n"
-    "                            (comma-separated)\n"
+    "                            (comma-separated) and --agent-key-file, which keep the keys\n"
+    "                            out of ps\n"
+    "  --agent-key-file FILE     agent keys, one a line ('#' comments)\n"
+    "  --session-ttl S           a key from POST /v1/sessions expires S seconds after it was\n"
+    "                            made (default 86400)\n"
+    "  --max-sessions-per-key N  session keys one agent key (or, without --agent-key, all\n"
+    "                            agents) may hold; beyond it POST /v1/sessions is 429\n"
+    "                            (default 10000)\n"
     "  --agent-name NAME         agent name recorded in spans (X-Arclight-Agent overrides)\n"
     "  --topic TOPIC             spans topic (default arclight.spans)\n"
     "  --spool-dir DIR           on-disk spool of spans (default ./arclight-spool)\n"
@@ -172,6 +179,9 @@ enum {
     OPT_NO_ACCESS,
     OPT_UP_CLIENT,
     OPT_RESP_STORE,
+    OPT_AGENT_KEY_FILE,
+    OPT_SESSION_TTL,
+    OPT_MAX_SESSIONS,
     OPT_HELP,
 };
 
@@ -247,6 +257,9 @@ int cmd_proxy(int argc, char **argv)
         {"no-access-log", no_argument, 0, OPT_NO_ACCESS},
         {"upstream-client", required_argument, 0, OPT_UP_CLIENT},
         {"response-store-mib", required_argument, 0, OPT_RESP_STORE},
+        {"agent-key-file", required_argument, 0, OPT_AGENT_KEY_FILE},
+        {"session-ttl", required_argument, 0, OPT_SESSION_TTL},
+        {"max-sessions-per-key", required_argument, 0, OPT_MAX_SESSIONS},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0},
     };
@@ -273,6 +286,8 @@ int cmd_proxy(int argc, char **argv)
     cf->drain_timeout_s = 30;
     cf->access_log = 1;
     cf->response_store_bytes = (size_t)256 << 20;
+    cf->session_ttl_s = 86400;
+    cf->max_sessions_per_key = 10000;
     const char *key_env = "ARCLIGHT_UPSTREAM_API_KEY";
     int rc = AL_EXIT_FAILURE, opt;
     long long v;
@@ -324,6 +339,29 @@ int cmd_proxy(int argc, char **argv)
             }
             cf->agent_keys[cf->n_agent_keys++] = strdup(optarg);
             break;
+        case OPT_AGENT_KEY_FILE: {
+            char kerr[512];
+            size_t kl = 0;
+            char *kf = al_file_read(optarg, &kl, kerr, sizeof kerr);
+            if (!kf) {
+                rc = al_cli_usage_error("proxy", "--agent-key-file: %s", kerr);
+                goto out;
+            }
+            char *save = NULL;
+            for (char *ln = strtok_r(kf, "\r\n", &save); ln; ln = strtok_r(NULL, "\r\n", &save)) {
+                al_str_trim(ln);
+                if (!*ln || *ln == '#') continue;
+                if (cf->n_agent_keys >= AL_ARRAY_LEN(cf->agent_keys)) {
+                    free(kf);
+                    rc = al_cli_usage_error("proxy", "--agent-key-file %s: more than 16 keys",
+                                            optarg);
+                    goto out;
+                }
+                cf->agent_keys[cf->n_agent_keys++] = strdup(ln);
+            }
+            free(kf);
+            break;
+        }
         case OPT_AGENT_NAME:
             cf->agent_name = optarg;
             break;
@@ -355,7 +393,9 @@ int cmd_proxy(int argc, char **argv)
         case OPT_CONNECT_TO:
         case OPT_UPSTREAM_TO:
         case OPT_DRAIN_TO:
-        case OPT_RESP_STORE: {
+        case OPT_RESP_STORE:
+        case OPT_SESSION_TTL:
+        case OPT_MAX_SESSIONS: {
             long long lo = 1, hi = 1LL << 50;
             if (opt == OPT_MAX_HEADERS) hi = AL_HTTP_HEADERS_CAP;
             if (opt == OPT_MAX_HEAD) lo = 256, hi = 1 << 20;
@@ -365,6 +405,8 @@ int cmd_proxy(int argc, char **argv)
             if (opt == OPT_DRAIN_TO || opt == OPT_RESP_STORE) lo = 0;
             if (opt == OPT_RESP_STORE) hi = 1 << 20;
             if (opt == OPT_SPOOL_MAX) lo = 4096;
+            if (opt == OPT_SESSION_TTL) hi = 365LL * 86400;
+            if (opt == OPT_MAX_SESSIONS) hi = 1000000;
             if (parse_num(optarg, lo, hi, &v)) {
                 rc = al_cli_usage_error("proxy", "--%s %s: need an integer from %lld to %lld",
                                         opts[opt - OPT_LISTEN + 4].name, optarg, lo, hi);
@@ -380,6 +422,8 @@ int cmd_proxy(int argc, char **argv)
             if (opt == OPT_UPSTREAM_TO) cf->upstream_timeout_ms = (long)v * 1000;
             if (opt == OPT_DRAIN_TO) cf->drain_timeout_s = (int)v;
             if (opt == OPT_RESP_STORE) cf->response_store_bytes = (size_t)v << 20;
+            if (opt == OPT_SESSION_TTL) cf->session_ttl_s = (int)v;
+            if (opt == OPT_MAX_SESSIONS) cf->max_sessions_per_key = (int)v;
             break;
         }
         case OPT_UP_CLIENT:

@@ -166,6 +166,20 @@ static void handle_session(conn *c)
                       "attempt an integer from 0 to 999999");
         return;
     }
+    /* a session made with a session key belongs to that session's agent key */
+    int owner = px_agent_key_index(c);
+    al_slice tok;
+    session_ent *by = owner < 0 && px_api_key(c, &tok) ? px_session_find(px, tok.p, tok.n) : NULL;
+    if (by) owner = by->owner;
+    if (!px_session_room(px, owner)) px_session_expire(px); /* expired ones make room */
+    if (!px_session_room(px, owner)) {
+        json_decref(o);
+        px_conn_error(c, 429, "rate_limit_error", "too_many_sessions",
+                      "this API key holds %d session keys already (--max-sessions-per-key); each "
+                      "expires %d s after it was made (--session-ttl)",
+                      px->cfg.max_sessions_per_key, px->cfg.session_ttl_s);
+        return;
+    }
     if (px->nsessions >= 1000000) {
         json_decref(o);
         px_conn_error(c, 503, "server_error", "too_many_sessions",
@@ -173,7 +187,7 @@ static void handle_session(conn *c)
                       "/r/{task}/{rollout}/v1 URLs");
         return;
     }
-    session_ent *s = px_session_new(px, t, r, a ? (int)json_integer_value(a) : 0);
+    session_ent *s = px_session_new(px, t, r, a ? (int)json_integer_value(a) : 0, owner);
     if (!s) {
         json_decref(o);
         px_conn_error(c, 500, "server_error", "internal_error", "cannot create a session key");
