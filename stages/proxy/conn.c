@@ -1,7 +1,8 @@
 /*
  * conn.c: the proxy's inbound connection layer. Owns the agents' sockets: accepting them
  * (within --max-connections), reading each request into the connection's own buffer
- * (http1.c parses the head; the header and body limits are enforced here, with their 4xx),
+ * (lib/http/http1.c parses the head and decodes a chunked body; the header and body limits are
+ * enforced here, with their 4xx),
  * the read and write timeouts, and every answer the proxy writes: whole replies, JSON errors
  * and chunked streams. Answers are queued and leave at the end of the loop turn that made
  * them (px_conn_flush_turn), after that turn's spans are on disk. A complete request goes to
@@ -264,15 +265,30 @@ void px_conn_stream_end(conn *c)
 
 /* Reading stays enabled for the connection's whole life (no epoll_ctl per request, and an
  * agent that hangs up mid-call is noticed); the read timeout runs only while a request is
- * awaited, since a call with the upstream may take minutes. A blocked answer has its own
- * (write) timeout. */
+ * awaited, since a call with the upstream may take minutes. --client-timeout is, as nginx's
+ * timeouts are: the idle wait for a request; a deadline for the whole head from its first
+ * byte (client_header_timeout: a head trickling in a byte at a time cannot hold a
+ * connection); the wait between two reads of a body (client_body_timeout). A blocked answer
+ * has its own (write) timeout. */
 static void conn_timeouts(conn *c, int reading)
 {
     struct timeval to = {c->px->cfg.client_timeout_s, 0};
-    if (reading || c->write_blocked)
+    if (c->write_blocked) {
         evtimer_add(c->tev, &to);
-    else
+        return;
+    }
+    if (!reading) {
         evtimer_del(c->tev);
+        c->head_armed = c->in_body = 0;
+        return;
+    }
+    if (c->in_body || (c->in_len == 0 && !c->in_chunked)) {
+        c->head_armed = 0;
+        evtimer_add(c->tev, &to);
+    } else if (!c->head_armed) {
+        c->head_armed = 1;
+        evtimer_add(c->tev, &to);
+    }
 }
 
 /* Everything queued has left: a paused stream goes on, a finished answer goes back to
@@ -351,7 +367,8 @@ static void conn_on_timeout(evutil_socket_t fd, short what, void *arg)
     conn *c = arg;
     (void)fd;
     (void)what;
-    if (!c->write_blocked && c->state == C_READ && c->req_len == 0 && c->in_len > 0) {
+    if (!c->write_blocked && c->state == C_READ && c->req_len == 0 &&
+        (c->in_len > 0 || c->in_chunked)) {
         c->keep_alive = 0;
         c->route = R_OTHER;
         px_conn_error(c, 408, "invalid_request_error", "request_timeout",
@@ -515,6 +532,7 @@ static void conn_read_cb(conn *c)
         if (rc == 0) {
             memmove(c->in + hl, c->in + hl + used, len - (size_t)hl - used);
             c->in_len -= used;
+            c->in_body = 1;
             if (c->head.expect_continue && !c->sent_continue) {
                 c->sent_continue = 1;
                 evbuffer_add(conn_out(c), "HTTP/1.1 100 Continue\r\n\r\n", 25);
@@ -526,6 +544,7 @@ static void conn_read_cb(conn *c)
         cl = (int64_t)c->cbody_len;
     } else {
         if (len < (size_t)hl + (size_t)cl) {
+            c->in_body = 1;
             /* curl and others wait up to a second for this before sending a large body */
             if (c->head.expect_continue && !c->sent_continue) {
                 c->sent_continue = 1;
@@ -586,13 +605,16 @@ void px_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
     (void)sa;
     (void)salen;
     if (px->nconns >= px->cfg.max_conns) {
-        static const char busy[] =
-            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-            "Content-Length: 113\r\nConnection: close\r\n\r\n"
-            "{\"error\":{\"message\":\"too many connections to the "
-            "proxy\",\"type\":\"server_error\","
-            "\"param\":null,\"code\":\"overloaded\"}}";
-        ssize_t w = send(fd, busy, sizeof busy - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        /* the length is counted, not typed: it once said 113 for a body of 112 bytes */
+        static const char body[] = "{\"error\":{\"message\":\"too many connections to the "
+                                   "proxy\",\"type\":\"server_error\",\"param\":null,\"code\":"
+                                   "\"overloaded\"}}";
+        char busy[400];
+        int bl = snprintf(busy, sizeof busy,
+                          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                          "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                          sizeof body - 1, body);
+        ssize_t w = send(fd, busy, (size_t)bl, MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)w;
         evutil_closesocket(fd);
         count_request(px, R_OTHER, 503);
