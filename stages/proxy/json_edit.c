@@ -321,6 +321,42 @@ int al_json_valid(const char *in, size_t n)
 
 /* Several keys in one pass (al_json_member is the one-key case): the members after the
  * first wanted one are not scanned again for each key. */
+/* Whether the raw key text ks[0..kn) (between its quotes) means `want`, an ASCII name: escapes
+ * are decoded as a JSON parser decodes them ("stre\u0061m" is "stream"). */
+static int key_is(const char *ks, size_t kn, const char *want)
+{
+    size_t wl = strlen(want);
+    if (!memchr(ks, '\\', kn)) return kn == wl && memcmp(ks, want, kn) == 0;
+    size_t w = 0;
+    for (size_t i = 0; i < kn; i++, w++) {
+        char c = ks[i];
+        if (c == '\\' && i + 1 < kn) {
+            char x = ks[++i];
+            if (x == 'u') {
+                if (i + 4 >= kn) return 0;
+                unsigned v = 0;
+                for (int k = 1; k <= 4; k++) {
+                    char h = ks[i + k];
+                    v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0'
+                                           : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                                                                  : h - 'A' + 10);
+                }
+                i += 4;
+                if (v >= 0x80) return 0; /* the names looked for are ASCII */
+                c = (char)v;
+            } else {
+                c = x == 'n' ? '\n' : x == 't' ? '\t' : x == 'r' ? '\r' : x == 'b' ? '\b'
+                    : x == 'f' ? '\f' : x;
+            }
+        }
+        if (w >= wl || want[w] != c) return 0;
+    }
+    return w == wl;
+}
+
+/* Every member is read (the object is scanned to its end): when a key comes twice the last
+ * one wins, as it does for jansson, Python and the upstreams, so that no reader of a request
+ * sees another value than the others do. */
 int al_json_members(const char *in, size_t n, const char *const *keys, al_slice *vals, size_t nkeys)
 {
     jscan j = {in, in + n, 0};
@@ -344,13 +380,12 @@ int al_json_members(const char *in, size_t n, const char *const *keys, al_slice 
         const char *vs = j.s;
         if (scan_value(&j)) return -1;
         for (size_t i = 0; i < nkeys; i++)
-            if (!vals[i].p && strlen(keys[i]) == kn && memcmp(ks, keys[i], kn) == 0) {
+            if (key_is(ks, kn, keys[i])) {
+                if (!vals[i].p) found++;
                 vals[i].p = vs;
                 vals[i].n = (size_t)(j.s - vs);
-                found++;
                 break;
             }
-        if ((size_t)found == nkeys) return found;
         ws(&j);
         if (j.s >= j.e) return -1;
         if (*j.s == '}') return found;

@@ -31,16 +31,17 @@ long al_json_strip_apply(const char *in, size_t len, const al_json_strip *spec, 
  *
  * al_json_valid: 1 when in[0..n) is exactly one JSON value (whitespace around it allowed,
  * nesting at most 512 deep), 0 otherwise.
- * al_json_member: the value of member `key` (compared as raw bytes) of the object in[0..n):
- * 1 with *val, 0 when there is no such member, -1 when in is not an object (what follows the
- * member found is not checked: validate first).
+ * al_json_member: the value of member `key` of the object in[0..n) (keys compared after
+ * their escapes are decoded; a key given twice: the last one, as every JSON parser the
+ * request meets takes it): 1 with *val, 0 when there is no such member, -1 when in is not an
+ * object.
  * al_json_element: the i-th element of the array in[0..n): 1 with *val, 0 when there are
  * fewer elements, -1 when in is not an array. */
 int al_json_valid(const char *in, size_t n);
 int al_json_member(const char *in, size_t n, const char *key, al_slice *val);
-/* Several members of one object in one pass: vals[i] is keys[i]'s value (the first one), or
+/* Several members of one object in one pass: vals[i] is keys[i]'s value (the last one), or
  * {NULL, 0} when absent. Returns how many were found, or -1 on malformed JSON (or when in is
- * not an object) before all were found. */
+ * not an object). */
 int al_json_members(const char *in, size_t n, const char *const *keys, al_slice *vals,
                     size_t nkeys);
 int al_json_element(const char *in, size_t n, size_t i, al_slice *val);
