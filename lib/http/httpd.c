@@ -147,6 +147,20 @@ size_t al_utf8_cut(const char *s, size_t n, size_t max)
     return k;
 }
 
+int al_utf8_valid(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        if ((unsigned char)s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        size_t L = utf8_seq((const unsigned char *)s + i, n - i);
+        if (!L) return 0;
+        i += L;
+    }
+    return 1;
+}
+
 size_t al_utf8_clean(const char *s, size_t n, char *out, size_t cap)
 {
     size_t o = 0;

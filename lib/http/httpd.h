@@ -125,6 +125,9 @@ void al_httpd_req_abort(al_httpd_req *r);
  * sequence (a message cut to fit a buffer stays valid UTF-8 where it was). */
 size_t al_utf8_cut(const char *s, size_t n, size_t max);
 
+/* 1 when s[0..n) is valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF). */
+int al_utf8_valid(const char *s, size_t n);
+
 /* Copies s[0..n) into out (cap bytes, always NUL-terminated) as valid UTF-8: bytes that are
  * not UTF-8 become U+FFFD; cut at a character boundary when out is too small. Returns the
  * length written. */

@@ -10,6 +10,8 @@
  */
 #include "proxy.h"
 
+#include "http/httpd.h"
+
 #include "core/log.h"
 
 #include <inttypes.h>
@@ -104,6 +106,18 @@ static void extra_headers(call *k, char *buf, size_t n)
     al_histogram_observe(k->px->h_overhead, (double)overhead / 1e6);
 }
 
+void px_redact(const proxy *px, char *p, size_t n)
+{
+    const char *key = px->cfg.upstream_key;
+    size_t kl = key ? strlen(key) : 0;
+    if (kl < 8 || n < kl) return;
+    for (size_t i = 0; i + kl <= n; i++)
+        if (p[i] == key[0] && memcmp(p + i, key, kl) == 0) {
+            memset(p + i, '*', kl);
+            i += kl - 1;
+        }
+}
+
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud)
 {
     call *k = ud;
@@ -121,7 +135,15 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud)
     }
     if (!k->first_byte_us) k->first_byte_us = al_now_us();
     if (k->status == 0 && k->easy) curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &k->status);
+    size_t before = k->body.len;
     if (al_buf_append(&k->body, ptr, n)) return 0;
+    /* the key is masked before anything reads these bytes (the agent's answer, the span, the
+     * log); from a key's length back, so that one split across two writes is caught too */
+    {
+        size_t kl = k->px->cfg.upstream_key ? strlen(k->px->cfg.upstream_key) : 0;
+        size_t from = before > kl ? before - kl : 0;
+        px_redact(k->px, (char *)k->body.data + from, k->body.len - from);
+    }
     if (k->stream && k->status == 200 && strncasecmp(k->ctype, "text/event-stream", 17) == 0) {
         if (!k->headers_sent) {
             k->headers_sent = 1;
@@ -195,8 +217,8 @@ static void upstream_error_message(call *k)
     const char *m = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
     if (!m) m = json_string_value(json_object_get(o, "message"));
     char buf[600];
-    snprintf(buf, sizeof buf, "upstream answered %ld%s%.500s", k->status, m ? ": " : "",
-             m ? m : "");
+    snprintf(buf, sizeof buf, "upstream answered %ld%s%.*s", k->status, m ? ": " : "",
+             m ? (int)al_utf8_cut(m, strlen(m), 500) : 0, m ? m : "");
     k->error = strdup(buf);
     json_decref(o);
 }
@@ -457,6 +479,19 @@ void px_start_llm_call(conn *c, ident *id)
                       st.bytes, st.records, px->cfg.spool_dir);
         return;
     }
+    /* what the span takes from the agent must be UTF-8 (an Avro string that is not makes a
+     * span no reader decodes), and JSON is UTF-8 anyway (RFC 8259): refused at the door */
+    const al_slice *ag = al_http_header_get(&c->head, "x-arclight-agent");
+    if (ag && px_utf8_invalid(ag->p, ag->n)) {
+        px_conn_error(c, 400, "invalid_request_error", "invalid_header",
+                      "X-Arclight-Agent is not valid UTF-8");
+        return;
+    }
+    if (px_utf8_invalid(c->body.p, c->body.n)) {
+        px_conn_error(c, 400, "invalid_request_error", "invalid_json",
+                      "the request body is not valid UTF-8 (JSON is UTF-8)");
+        return;
+    }
     call *k = calloc(1, sizeof *k);
     if (!k) {
         px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
@@ -485,8 +520,7 @@ void px_start_llm_call(conn *c, ident *id)
         o = al_put_mem(o, c->head.target.p, tl);
         *o = '\0';
     }
-    const al_slice *ag = al_http_header_get(&c->head, "x-arclight-agent");
-    k->agent = ag ? slice_dup(ag->n > 128 ? (al_slice){ag->p, 128} : *ag)
+    k->agent = ag ? slice_dup((al_slice){ag->p, al_utf8_cut(ag->p, ag->n, 128)})
                   : strdup(px->cfg.agent_name ? px->cfg.agent_name : "");
     const al_slice *tp = al_http_header_get(&c->head, "traceparent");
     if (tp && tp->n == 55) {

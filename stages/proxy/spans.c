@@ -8,6 +8,7 @@
 #include "proxy.h"
 
 #include "core/log.h"
+#include "http/httpd.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -71,13 +72,49 @@ void px_spool_flush_cb(evutil_socket_t fd, short what, void *arg)
     px_state_flush(arg);
 }
 
+int px_utf8_invalid(const char *p, size_t n)
+{
+    return !al_utf8_valid(p, n);
+}
+
+/* s when it is valid UTF-8; else a copy (in *own, the caller frees it) in which the bytes
+ * that are not UTF-8 are U+FFFD. */
+static const char *utf8_or_fixed(const char *s, char **own)
+{
+    *own = NULL;
+    if (!s) return s;
+    size_t n = strlen(s);
+    if (!px_utf8_invalid(s, n)) return s;
+    size_t cap = n * 3 + 1;
+    if (!(*own = malloc(cap))) return "";
+    al_utf8_clean(s, n, *own, cap);
+    return *own;
+}
+
 /* Encodes and spools a span, keyed by task (else rollout) so that a task's rollouts share a
- * partition; it reaches the disk at the end of this loop turn (px_spool_flush). 0, or -1
- * (logged and counted). */
-int px_span_publish(proxy *px, const al_span *s)
+ * partition; it reaches the disk at the end of this loop turn (px_spool_flush). Every string
+ * goes in as valid UTF-8 (Avro strings are UTF-8: one that is not makes a span no reader can
+ * decode), whatever the upstream or the agent sent. 0, or -1 (logged and counted). */
+int px_span_publish(proxy *px, const al_span *s0)
 {
     char err[512];
-    if (al_span_encode(s, &px->enc, err, sizeof err) != 0) {
+    al_span fixed = *s0;
+    const al_span *s = &fixed;
+    char *own[10] = {0};
+    al_llm_call *l = &fixed.llm_call;
+    l->agent = utf8_or_fixed(l->agent, &own[0]);
+    l->model = utf8_or_fixed(l->model, &own[1]);
+    l->upstream = utf8_or_fixed(l->upstream, &own[2]);
+    l->request_json = utf8_or_fixed(l->request_json, &own[3]);
+    l->response_json = utf8_or_fixed(l->response_json, &own[4]);
+    l->finish_reason = utf8_or_fixed(l->finish_reason, &own[5]);
+    l->error = utf8_or_fixed(l->error, &own[6]);
+    fixed.reward.name = utf8_or_fixed(fixed.reward.name, &own[7]);
+    fixed.rollout_end.reason = utf8_or_fixed(fixed.rollout_end.reason, &own[8]);
+    int rc = al_span_encode(s, &px->enc, err, sizeof err);
+    for (size_t i = 0; i < AL_ARRAY_LEN(own); i++)
+        free(own[i]);
+    if (rc != 0) {
         al_log_error(COMP, "cannot encode span of rollout %s: %s", s->rollout_id, err);
         al_counter_inc(px->spans_failed);
         return -1;
