@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -85,6 +86,7 @@ struct serve_ctx {
     double drain_timeout_s; /* then stop anyway */
     struct event *drain_timer;
     int open_replies; /* generation requests whose reply is not fully written yet */
+    char *api_key;    /* --api-key & co.: /v1/, /tokenize and /detokenize need it; NULL: open */
     al_counter *req_ok, *req_4xx, *req_429, *req_5xx, *gen_tokens, *prompt_tokens;
     al_gauge *g_running, *g_version, *g_kv;
     al_histogram *h_request, *h_ttft;
@@ -793,10 +795,38 @@ static void handle_models(serve_ctx *sc, al_httpd_req *req)
               al_serve_engine_version(sc->eng));
 }
 
+/* Whether a[0..n) is the key, in time that depends on the lengths only. */
+static int key_eq(const char *a, size_t n, const char *key)
+{
+    size_t kl = strlen(key);
+    unsigned char d = (unsigned char)(n != kl);
+    for (size_t i = 0; i < kl; i++)
+        d |= (unsigned char)(key[i] ^ (i < n ? a[i] : 0));
+    return d == 0;
+}
+
+/* With an API key set, the API's routes (as vLLM's --api-key guards /v1) need it as the
+ * Bearer token; /health and /metrics stay open for probes and scrapes. */
+static int authorized(const serve_ctx *sc, al_httpd_req *req, const char *path)
+{
+    if (!sc->api_key) return 1;
+    if (strncmp(path, "/v1/", 4) != 0 && strcmp(path, "/tokenize") != 0 &&
+        strcmp(path, "/detokenize") != 0)
+        return 1;
+    const al_slice *a = al_http_header_get(al_httpd_req_head(req), "authorization");
+    if (!a || a->n < 7 || strncasecmp(a->p, "Bearer ", 7) != 0) return 0;
+    return key_eq(a->p + 7, a->n - 7, sc->api_key);
+}
+
 static void on_request(al_httpd_req *req, void *ud)
 {
     serve_ctx *sc = ud;
     const char *path = al_httpd_req_path(req);
+    if (!authorized(sc, req, path)) {
+        al_httpd_add_header(req, "WWW-Authenticate", "Bearer");
+        send_error(sc, req, 401, NULL, "a valid API key is required (Authorization: Bearer)");
+        return;
+    }
     int is_post = al_httpd_req_method_is(req, "POST");
     int is_get = al_httpd_req_method_is(req, "GET") || al_httpd_req_method_is(req, "HEAD");
     if (!strcmp(path, "/v1/chat/completions") || !strcmp(path, "/v1/completions")) {
@@ -917,6 +947,11 @@ static const char *usage_text =
     "  --drain-timeout S        on SIGTERM, let requests in flight finish for up to S\n"
     "                           seconds (default 30)\n"
     "  --logprobs-mode MODE     raw (default) or temperature\n"
+    "  --api-key KEY            clients must send Authorization: Bearer KEY on /v1/ routes,\n"
+    "                           /tokenize and /detokenize (as vLLM's --api-key); also\n"
+    "                           $ARCLIGHT_SERVE_API_KEY or --api-key-file FILE (first line),\n"
+    "                           which keep it out of ps\n"
+    "  --api-key-file FILE      the API key, from a file\n"
     "  --client-timeout S       a request head must arrive whole within S seconds, and a\n"
     "                           body may pause at most S between reads (default 60): 408\n"
     "  --max-connections N      client connections at once (default 1024); past it a new one\n"
@@ -952,6 +987,8 @@ enum {
     OPT_POLICY_WAIT,
     OPT_CLIENT_TIMEOUT,
     OPT_MAX_CONNS,
+    OPT_API_KEY,
+    OPT_API_KEY_FILE,
     OPT_HELP,
 };
 
@@ -992,6 +1029,8 @@ int cmd_serve(int argc, char **argv)
         {"policy-wait", required_argument, 0, OPT_POLICY_WAIT},
         {"client-timeout", required_argument, 0, OPT_CLIENT_TIMEOUT},
         {"max-connections", required_argument, 0, OPT_MAX_CONNS},
+        {"api-key", required_argument, 0, OPT_API_KEY},
+        {"api-key-file", required_argument, 0, OPT_API_KEY_FILE},
         {"help", no_argument, 0, OPT_HELP},
         AL_CLI_COMMON_OPTIONS,
         {0, 0, 0, 0},
@@ -1003,6 +1042,7 @@ int cmd_serve(int argc, char **argv)
     long long version = 0, max_seqs = 64, max_kv = 2048, max_len = 0, threads = 0, drain = 30;
     long long low_speed = 10240, low_speed_time = 30, policy_wait = 30, client_timeout = 60;
     long long max_conns = 1024;
+    const char *api_key_arg = NULL, *api_key_file = NULL;
     int follow = 0, o, lp_temperature = 0, redirects = AL_SERVE_REDIRECTS_SAME_ORIGIN;
     enum { MAX_ROOTS = 16 };
     const char *roots_given[MAX_ROOTS];
@@ -1097,6 +1137,12 @@ int cmd_serve(int argc, char **argv)
             if (parse_pos("serve", "--client-timeout", optarg, 1, 3600, &client_timeout))
                 return AL_EXIT_USAGE;
             break;
+        case OPT_API_KEY:
+            api_key_arg = optarg;
+            break;
+        case OPT_API_KEY_FILE:
+            api_key_file = optarg;
+            break;
         case OPT_MAX_CONNS:
             if (parse_pos("serve", "--max-connections", optarg, 1, 1 << 20, &max_conns))
                 return AL_EXIT_USAGE;
@@ -1114,6 +1160,22 @@ int cmd_serve(int argc, char **argv)
     }
     if (optind < argc) return al_cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
     if (!model_dir) return al_cli_usage_error("serve", "--model DIR is required");
+    /* the API key: a file or the environment keep it out of ps */
+    static char key_buf[1024];
+    const char *key_env = getenv("ARCLIGHT_SERVE_API_KEY");
+    if (api_key_file) {
+        char kerr[512];
+        size_t kl = 0;
+        char *kf = al_file_read(api_key_file, &kl, kerr, sizeof kerr);
+        if (!kf) return al_cli_usage_error("serve", "--api-key-file: %s", kerr);
+        kf[strcspn(kf, "\r\n")] = '\0';
+        snprintf(key_buf, sizeof key_buf, "%s", al_str_trim(kf));
+        free(kf);
+        if (!key_buf[0]) return al_cli_usage_error("serve", "--api-key-file %s is empty", api_key_file);
+    } else if (api_key_arg || (key_env && *key_env)) {
+        snprintf(key_buf, sizeof key_buf, "%s", api_key_arg ? api_key_arg : key_env);
+        if (!key_buf[0]) return al_cli_usage_error("serve", "--api-key is empty");
+    }
     char host[256];
     int port;
     if (al_cli_parse_hostport(listen, host, sizeof host, &port) != 0 || port < 0 || port > 65535)
@@ -1169,6 +1231,7 @@ int cmd_serve(int argc, char **argv)
         name = namebuf;
     }
     sc.name = name;
+    sc.api_key = key_buf[0] ? key_buf : NULL;
     sc.drain_timeout_s = (double)drain;
     sc.max_model_len = max_len ? (int)max_len : sc.cfg.max_position_embeddings;
     al_backend *be = al_backend_open(device, err, sizeof err);
