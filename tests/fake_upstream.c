@@ -129,6 +129,20 @@ static void whole(struct evhttp_request *r, const fu_req *q)
                           usage_obj(q, 4), "prompt_logprobs", "prompt_token_ids",
                           q->ids && q->chat ? json_incref(q->prompt_ids) : json_null(),
                           "kv_transfer_params");
+    if (!strcmp(q->model, "bad-utf8")) {
+        /* text that is not UTF-8 (jansson will not write it: the bytes go in by hand) */
+        char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        char *at = s ? strstr(s, "The answer is 4.") : NULL;
+        if (at) memcpy(at + 4, "\xff\xfe", 2);
+        struct evbuffer *b = evbuffer_new();
+        evbuffer_add(b, s ? s : "{}", s ? strlen(s) : 2);
+        evhttp_add_header(evhttp_request_get_output_headers(r), "Content-Type", "application/json");
+        evhttp_send_reply(r, 200, "OK", b);
+        evbuffer_free(b);
+        free(s);
+        json_decref(o);
+        return;
+    }
     if (!strcmp(q->model, "huge-numbers")) {
         /* numbers beyond the int64 and float ranges where a count and a logprob go */
         json_object_set_new(json_object_get(o, "usage"), "prompt_tokens", json_real(1e300));
@@ -313,6 +327,23 @@ static void handle(struct evhttp_request *r, void *arg)
     }
     q.model = json_string_value(json_object_get(req, "model"));
     if (!q.model) q.model = "fake-model";
+    if (!strcmp(q.model, "echo-auth")) { /* an upstream that quotes the key it refused */
+        const char *got = evhttp_find_header(evhttp_request_get_input_headers(r), "Authorization");
+        char msg[600];
+        snprintf(msg, sizeof msg, "bad key %s (check your key)", got ? got : "(none)");
+        json_t *o = json_pack("{s:{s:s,s:s,s:n,s:i}}", "error", "message", msg, "type",
+                              "AuthenticationError", "param", "code", 401);
+        send_json(r, 401, o);
+        json_decref(o);
+        json_decref(req);
+        return;
+    }
+    if (!strcmp(q.model, "fail-newline")) { /* a message that would forge a log line */
+        error_reply(r, 400,
+                    "bad request\n2026-01-01T00:00:00.000Z INFO  proxy.access: forged status=200");
+        json_decref(req);
+        return;
+    }
     if (!strcmp(q.model, "fail-400") || !strcmp(q.model, "fail-500")) {
         int code = q.model[5] == '4' ? 400 : 500;
         error_reply(r, code,

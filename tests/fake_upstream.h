@@ -15,6 +15,9 @@
  *   model "big-stream"      -> 1500 content chunks of 2000 characters (3 MB), all at once
  *   model "huge-numbers"    -> a whole answer whose usage.prompt_tokens is 1e300 and whose
  *                              first chat logprob is -1e300
+ *   model "echo-auth"       -> 401 whose message quotes the Authorization header it got
+ *   model "fail-newline"    -> 400 whose message holds a newline and a fake log line
+ *   model "bad-utf8"        -> a whole answer whose text holds bytes that are not UTF-8
  *   model "reasoning"       -> chat answers with reasoning_content "Two and two make four."
  *                              (whole; streamed in the first chunk, with the role)
  *   model "length"          -> finish_reason "length"
