@@ -256,6 +256,46 @@ TEST(slow_heads_get_408_and_a_full_proxy_503_of_its_stated_length)
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
 }
 
+static size_t spans_of(const char *rollout, size_t want);
+#define spans_of_any(r) spans_of((r), 1)
+
+/* Items 15 and 17 for the proxy, which reads requests with lib/http's parser: a chunked body
+ * (411 before), an absolute-form target (404 before), a 40 KB request line (431 before). */
+TEST(chunked_bodies_absolute_targets_and_long_lines)
+{
+    px_child p;
+    REQUIRE(start_proxy(&p, "parse", NULL, NULL) == 0);
+    const char *body = chat_body("m");
+    size_t bl = strlen(body);
+    char req[2000];
+    snprintf(req, sizeof req,
+             "POST /r/p/parse-1/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+             "application/json\r\nTransfer-Encoding: chunked\r\n\r\n%zx\r\n%.*s\r\n%zx\r\n%s\r\n0\r\n\r\n",
+             bl / 2, (int)(bl / 2), body, bl - bl / 2, body + bl / 2);
+    hr_resp r;
+    hr_exchange(p.port, req, strlen(req), 0, &r);
+    CHECKF(r.status == 200 && strstr(r.body ? r.body : "", "The answer is 4."),
+           "chunked: %d %.200s", r.status, r.body ? r.body : "");
+    hr_resp_free(&r);
+    snprintf(req, sizeof req,
+             "POST http://example.com/r/p/parse-2/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+             "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+             bl, body);
+    hr_exchange(p.port, req, strlen(req), 0, &r);
+    CHECK_EQ_INT(r.status, 200);
+    hr_resp_free(&r);
+    char *big = malloc(50000);
+    REQUIRE(big);
+    int n = snprintf(big, 50000, "GET /%040000d HTTP/1.1\r\nHost: x\r\n\r\n", 0);
+    hr_exchange(p.port, big, (size_t)n, 0, &r);
+    CHECK_EQ_INT(r.status, 414);
+    CHECK(r.content_length == (long long)r.body_len);
+    hr_resp_free(&r);
+    free(big);
+    REQUIRE(spans_of_any("parse-1") == 1);
+    CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
+}
+
 static al_span g_spans[16];
 static size_t g_nspans;
 static px_msgs g_msgs;
@@ -387,7 +427,7 @@ TEST(serve_api_key_from_a_file)
     snprintf(dir, sizeof dir, "%s/serve", g_dir);
     snprintf(model, sizeof model, "%s/tiny", dir);
     snprintf(keyfile, sizeof keyfile, "%s/key", g_dir);
-    char cmd[2000];
+    char cmd[4096];
     snprintf(cmd, sizeof cmd,
              "mkdir -p %s && %s model init --config tests/model/tiny-qwen2.json --out %s --seed 2 "
              ">/dev/null && cp tests/tokenizer/tiny/tokenizer.json "
