@@ -53,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(out);
     /* no split view (issue 15, item 10): the tree-less lookup finds what jansson finds, the
      * last of duplicate keys, escaped names decoded */
-    json_t *tree = json_loadb(in, n, JSON_DECODE_ANY, NULL);
+    json_t *tree = al_json_valid(in, n) ? json_loadb(in, n, JSON_DECODE_ANY, NULL) : NULL;
     if (json_is_object(tree)) {
         static const char *const names[] = {"stream", "model", "choices", "a"};
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
