@@ -22,8 +22,8 @@
  *     deletes every topic and consumer group and creates the topics again (a JVM start costs
  *     seconds; a reset well under one). Other broker flags are refused.
  *   - stop: returns 0 and leaves the cluster to the next start; it stops at exit.
- *   - control: "create NAME PARTITIONS [REPLICATION]" through the Admin API (waiting for the
- *     leaders), "down ID" kill -9s node ID, "up ID" starts it again and waits until it serves,
+ *   - control: "create NAME PARTITIONS [REPLICATION [key=value...]]" through the Admin API
+ *     (waiting for the leaders; the topic settings are real Kafka's alone), "down ID" kill -9s node ID, "up ID" starts it again and waits until it serves,
  *     "ping". "error ..." and "rtt ..." are the mock's alone: -1 with the reply saying so;
  *     al_test_broker_is_kafka() lets a test leave out what needs them.
  */
@@ -70,6 +70,22 @@ static inline int al_test_broker_is_kafka(const al_test_broker *b)
 
 /* The real-Kafka cluster of this test process, kept from one start to the next. */
 static al_test_kafka al_test_broker_cluster;
+
+/* What the embedded broker does that the tests lean on: a topic a producer names is created
+ * (with the mock's default of 4 partitions). Production clusters have this off
+ * (broker-config/server.properties); the stages' own topics come from topics create. */
+static const char *const al_test_broker_kafka_props[] = {"auto.create.topics.enable=true",
+                                                         "num.partitions=4", NULL};
+
+/* For a test case that needs what only the embedded broker has (injected protocol errors,
+ * added latency): on real Kafka it says so and passes without running. */
+#define AL_TEST_EMBEDDED_ONLY(why)                                                                 \
+    do {                                                                                           \
+        if (al_test_broker_kafka_mode()) {                                                         \
+            printf("  skipped on real Kafka: %s\n", why);                                          \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
 
 #define AL_TEST_BROKER_MAX 8
 static pid_t al_test_broker_pids[AL_TEST_BROKER_MAX];
@@ -280,7 +296,7 @@ static inline int al_test_broker_start_kafka(al_test_broker *b, const char *cons
         for (int i = 0; i < k->n; i++)
             if (k->node[i].pid <= 0 && al_test_kafka_restart(k, i, 120) != 0) return -1;
         if (al_test_kafka_reset(k) != 0) return -1;
-    } else if (al_test_kafka_start(k, nodes, NULL) != 0) {
+    } else if (al_test_kafka_start(k, nodes, al_test_broker_kafka_props) != 0) {
         return -1;
     } else {
         fprintf(stderr, "broker fixture: Apache Kafka, %d node%s, up in %.1f s at %s\n", nodes,
@@ -327,10 +343,18 @@ static inline int al_test_broker_start_kafka(al_test_broker *b, const char *cons
 static inline int al_test_broker_control_kafka(al_test_broker *b, const char *cmd, char *reply,
                                                size_t rlen)
 {
-    char buf[256] = "", verb[32] = "", name[250] = "";
-    int a = 0, c = 0, rc = -1;
+    char buf[256] = "", verb[32] = "", name[250] = "", confs[8][128];
+    const char *conf[9] = {NULL};
+    int a = 0, c = 0, rc = -1, used = 0;
     al_test_kafka *k = &al_test_broker_cluster;
-    int nf = sscanf(cmd, "%31s %249s %d %d", verb, name, &a, &c);
+    int nf = sscanf(cmd, "%31s %249s %d %d %n", verb, name, &a, &c, &used);
+    /* create's topic settings after the replication: "key=value ..." (real Kafka only) */
+    for (int i = 0, off = 0; nf >= 4 && used > 0 && i < 8; i++) {
+        int len = 0;
+        if (sscanf(cmd + used + off, "%127s%n", confs[i], &len) != 1) break;
+        conf[i] = confs[i];
+        off += len;
+    }
     if (!strcmp(verb, "ping")) {
         snprintf(buf, sizeof buf, "ok");
         rc = 0;
@@ -339,7 +363,7 @@ static inline int al_test_broker_control_kafka(al_test_broker *b, const char *cm
         rc = 0;
     } else if (!strcmp(verb, "create") && nf >= 3 && a > 0) {
         char err[512];
-        rc = al_test_kafka_create_topic(k, name, a, nf >= 4 ? c : 3, err, sizeof err);
+        rc = al_test_kafka_create_topic(k, name, a, nf >= 4 ? c : 3, conf, err, sizeof err);
         snprintf(buf, sizeof buf, rc == 0 ? "ok" : "error %s", err);
     } else if ((!strcmp(verb, "down") || !strcmp(verb, "up")) && nf >= 2 && atoi(name) >= 1 &&
                atoi(name) <= k->n) {

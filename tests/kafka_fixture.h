@@ -293,6 +293,7 @@ static inline int al_test_kafka_write_props(const al_test_kafka *k, int i, const
             "transaction.state.log.min.isr=%d\n"
             "transaction.state.log.num.partitions=4\n"
             "group.initial.rebalance.delay.ms=0\n"
+            "group.min.session.timeout.ms=1000\n"
             "message.max.bytes=10485760\n"
             "replica.fetch.max.bytes=10485760\n"
             "num.network.threads=2\n"
@@ -609,10 +610,12 @@ static inline int al_test_kafka_wait_leaders(const char *bootstrap, const char *
     return ok ? 0 : -1;
 }
 
-/* Creates topic with partitions and replication (capped at the node count) through the
- * Admin API, and waits for its leaders. An existing topic is fine. 0 or -1 (reason in err). */
+/* Creates topic with partitions and replication (capped at the node count) and topic
+ * settings (configs: "key=value" strings, NULL-terminated, may be NULL) through the Admin
+ * API, and waits for its leaders. An existing topic is fine. 0 or -1 (reason in err). */
 static inline int al_test_kafka_create_topic(al_test_kafka *k, const char *topic, int partitions,
-                                             int replication, char *err, size_t errlen)
+                                             int replication, const char *const *configs,
+                                             char *err, size_t errlen)
 {
     char es[512];
     if (replication > k->n) replication = k->n;
@@ -623,6 +626,13 @@ static inline int al_test_kafka_create_topic(al_test_kafka *k, const char *topic
         snprintf(err, errlen, "%s", es);
         rd_kafka_destroy(rk);
         return -1;
+    }
+    for (int i = 0; configs && configs[i]; i++) {
+        char key[128];
+        const char *eq = strchr(configs[i], '=');
+        if (!eq || eq - configs[i] >= (int)sizeof key) continue;
+        snprintf(key, sizeof key, "%.*s", (int)(eq - configs[i]), configs[i]);
+        rd_kafka_NewTopic_set_config(nt, key, eq + 1);
     }
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
     rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
@@ -638,7 +648,7 @@ static inline int al_test_kafka_create_topic(al_test_kafka *k, const char *topic
             rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &cnt);
         rd_kafka_resp_err_t e = cnt ? rd_kafka_topic_result_error(res[0]) : RD_KAFKA_RESP_ERR__FAIL;
         if (e && e != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS)
-            snprintf(err, errlen, "CreateTopics %s: %s", topic, rd_kafka_err2str(e));
+            snprintf(err, errlen, "CreateTopics %.200s: %s", topic, rd_kafka_err2str(e));
         else
             rc = 0;
     }

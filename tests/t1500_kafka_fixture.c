@@ -152,7 +152,7 @@ TEST(single_node_serves_and_stops_cleanly)
     printf("  one node up in %.1f s at %s\n", k.start_s, k.bootstrap);
     CHECKF(k.start_s < 60, "start took %.1f s", k.start_s);
     char err[256];
-    REQUIRE(al_test_kafka_create_topic(&k, "t1500.one", 3, 1, err, sizeof err) == 0);
+    REQUIRE(al_test_kafka_create_topic(&k, "t1500.one", 3, 1, NULL, err, sizeof err) == 0);
     CHECK_EQ_INT(produce_consume(k.bootstrap, "t1500.one", 500), 500);
     /* node loss and restart with the same ports and log directory: nothing acknowledged is lost */
     al_test_kafka_kill(&k, 0);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct al_producer {
     rd_kafka_t *rk;
@@ -327,21 +328,38 @@ int al_producer_prepare(al_producer *p, const char *const *topics, int timeout_m
             al_err(errstr, errlen, "topic %s: %s", *t, rd_kafka_err2str(rd_kafka_last_error()));
             return -1;
         }
-        /* the answer updates the client's own view of the topic: that is the point */
-        const struct rd_kafka_metadata *md = NULL;
-        int64_t left_ms = (deadline - al_mono_us()) / 1000;
-        rd_kafka_resp_err_t err =
-            rd_kafka_metadata(p->rk, 0, rkt, &md, (int)(left_ms > 0 ? left_ms : 1));
-        int parts = -1;
-        if (!err && md && md->topic_cnt == 1) {
-            err = md->topics[0].err;
-            parts = md->topics[0].partition_cnt;
+        /* The answer updates the client's own view of the topic: that is the point. Kafka
+         * answers LEADER_NOT_AVAILABLE (or partitions without a leader) for a topic just
+         * created or whose leader is being elected: asked again until the deadline. */
+        rd_kafka_resp_err_t err;
+        int parts, leaderless;
+        for (;;) {
+            const struct rd_kafka_metadata *md = NULL;
+            int64_t left_ms = (deadline - al_mono_us()) / 1000;
+            err = rd_kafka_metadata(p->rk, 0, rkt, &md, (int)(left_ms > 0 ? left_ms : 1));
+            parts = -1;
+            leaderless = 0;
+            if (!err && md && md->topic_cnt == 1) {
+                err = md->topics[0].err;
+                parts = md->topics[0].partition_cnt;
+                for (int i = 0; i < parts; i++)
+                    if (md->topics[0].partitions[i].leader < 0) leaderless++;
+            }
+            if (md) rd_kafka_metadata_destroy(md);
+            int transient = err == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE ||
+                            (!err && parts > 0 && leaderless > 0);
+            if (!transient || al_mono_us() + 100000 >= deadline) break;
+            usleep(100000);
         }
-        if (md) rd_kafka_metadata_destroy(md);
         rd_kafka_topic_destroy(rkt);
         if (err || parts <= 0) {
             al_err(errstr, errlen, "metadata for topic %s: %s", *t,
                    err ? rd_kafka_err2str(err) : "no partitions");
+            return -1;
+        }
+        if (leaderless) {
+            al_err(errstr, errlen, "metadata for topic %s: %d of %d partitions have no leader", *t,
+                   leaderless, parts);
             return -1;
         }
     }
