@@ -5,7 +5,7 @@ add_library(arclight_batch STATIC ${PROJECT_SOURCE_DIR}/stages/batch/batcher.c)
 target_include_directories(arclight_batch PUBLIC ${PROJECT_SOURCE_DIR}/lib ${PROJECT_SOURCE_DIR}/stages)
 target_link_libraries(arclight_batch PUBLIC arclight_avro arclight_core m)
 arclight_test(t0900_batch_logic SOURCES tests/t0900_batch_logic.c LIBS arclight_batch TIMEOUT 60)
-arclight_test(t0901_batch_stage SOURCES tests/t0901_batch_stage.c LIBS arclight_kafka arclight_avro TIMEOUT 240)
+arclight_test(t0901_batch_stage SOURCES tests/t0901_batch_stage.c LIBS arclight_kafka arclight_avro TIMEOUT 240 KAFKA)
 
 # libFuzzer target for the logic fed transitions with any values a producer could write
 # (tests/fuzz/fuzz_batch.c; arclight_fuzz: CMakeLists.txt).

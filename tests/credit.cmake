@@ -7,7 +7,7 @@ target_link_libraries(arclight_credit PUBLIC arclight_avro arclight_core m)
 
 arclight_test(t0800_credit_logic SOURCES tests/t0800_credit_logic.c LIBS arclight_credit TIMEOUT 60)
 arclight_test(t0801_credit_kafka SOURCES tests/t0801_credit_kafka.c
-  LIBS arclight_avro PkgConfig::RDKAFKA TIMEOUT 240)
+  LIBS arclight_avro PkgConfig::RDKAFKA TIMEOUT 240 KAFKA)
 add_dependencies(t0801_credit_kafka arclight)
 
 # libFuzzer target for the logic fed spans with any values a producer could write

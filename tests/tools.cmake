@@ -2,10 +2,10 @@
 # They run the arclight binary, so it is built first.
 
 arclight_test(t0300_tail SOURCES tests/t0300_tail.c
-  LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON TIMEOUT 180)
+  LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON TIMEOUT 180 KAFKA)
 add_dependencies(t0300_tail arclight)
 arclight_test(t0301_record_replay SOURCES tests/t0301_record_replay.c
-  LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::AVRO TIMEOUT 180)
+  LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::AVRO TIMEOUT 180 KAFKA)
 add_dependencies(t0301_record_replay arclight)
 arclight_test(t0302_recording_reader SOURCES tests/t0302_recording_reader.c tools/recording_reader.c
   LIBS arclight_avro PkgConfig::AVRO PkgConfig::JANSSON ZLIB::ZLIB TIMEOUT 120)
