@@ -3,7 +3,7 @@
 # vLLM-like upstream in the test process, over real sockets.
 arclight_test(t1001_proxy SOURCES tests/t1001_proxy.c tests/fake_upstream.c
   LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT
-  TIMEOUT 180)
+  TIMEOUT 180 KAFKA)
 add_dependencies(t1001_proxy arclight)
 arclight_test(t1000_proxy_parsers SOURCES tests/t1000_proxy_parsers.c lib/http/http1.c stages/proxy/json_edit.c TIMEOUT 30)
 
@@ -16,11 +16,11 @@ arclight_fuzz(fuzz_proxy_http1 TEST t1004_proxy_fuzz CORPUS proxy_corpus RUNS 10
   LIBS -ljansson)
 arclight_test(t1002_proxy_faults SOURCES tests/t1002_proxy_faults.c tests/fake_upstream.c
   LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT
-  TIMEOUT 240)
+  TIMEOUT 240 KAFKA)
 add_dependencies(t1002_proxy_faults arclight)
 arclight_test(t1003_proxy_node_agent SOURCES tests/t1003_proxy_node_agent.c tests/fake_upstream.c
   LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT
-  TIMEOUT 120)
+  TIMEOUT 120 KAFKA)
 add_dependencies(t1003_proxy_node_agent arclight)
 
 # The spool checksums records with zlib's crc32 (tools.cmake links zlib into arclight too).

@@ -5,14 +5,14 @@ arclight_test(t1101_serve SOURCES tests/t1101_serve.c
 add_dependencies(t1101_serve arclight)
 arclight_test(t1102_serve_swap SOURCES tests/t1102_serve_swap.c
   LIBS arclight_model arclight_avro arclight_core PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL
-  TIMEOUT 120)
+  TIMEOUT 120 KAFKA)
 add_dependencies(t1102_serve_swap arclight)
 # (a few seconds; about a minute under ASan when the fixture model is stale and gets re-tuned)
 arclight_test(t1103_serve_openai_node SOURCES tests/t1103_serve_openai_node.c
   LIBS arclight_model PkgConfig::JANSSON PkgConfig::CURL TIMEOUT 240)
 add_dependencies(t1103_serve_openai_node arclight)
 arclight_test(t1104_serve_proxy SOURCES tests/t1104_serve_proxy.c
-  LIBS arclight_model arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL TIMEOUT 120)
+  LIBS arclight_model arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL TIMEOUT 120 KAFKA)
 add_dependencies(t1104_serve_proxy arclight)
 
 # libFuzzer target for the request parser (stages/serve/request.c; arclight_fuzz:

@@ -1,6 +1,6 @@
 /*
  * t1300: `arclight up --steps 2` runs the whole loop with the demo agent against a broker
- * the test owns (--bootstrap), so that after up has exited the test can read what flowed:
+ * the test owns (--bootstrap: the embedded broker, and as t1300_up_kafka real Kafka), so that after up has exited the test can read what flowed:
  * spans, transitions, batches and two PolicyVersions on their topics, checkpoints on disk,
  * serve swapping in the new policy, the agent's per-version rewards, exit 0, and no child
  * of up left running.
@@ -28,21 +28,16 @@ TEST(up_steps_2_end_to_end)
 {
     snprintf(workdir, sizeof workdir, "/tmp/arclight-t1300.XXXXXX");
     REQUIRE(mkdtemp(workdir));
-    char bout[512], berr[512], out[512], err[512], wd[512], ckpt[600];
-    snprintf(bout, sizeof bout, "%s/broker.out", workdir);
-    snprintf(berr, sizeof berr, "%s/broker.err", workdir);
+    char out[512], err[512], wd[512], ckpt[600];
     snprintf(out, sizeof out, "%s/up.out", workdir);
     snprintf(err, sizeof err, "%s/up.err", workdir);
     snprintf(wd, sizeof wd, "%s/work", workdir);
 
-    char *bargv[] = {(char *)up_bin(), "broker", "--listen", "127.0.0.1:0", NULL};
-    pid_t broker = up_start(bargv, bout, berr);
-    REQUIRE(up_wait_for_text(bout, "\n", 60, broker));
-    char *bs = up_slurp(bout);
-    bs[strcspn(bs, "\n")] = '\0';
-    char bootstrap[128];
-    snprintf(bootstrap, sizeof bootstrap, "%s", bs);
-    free(bs);
+    /* the embedded broker, or real Kafka with ARCLIGHT_TEST_BROKER=kafka (broker_fixture.h) */
+    al_test_broker broker;
+    REQUIRE(al_test_broker_start(&broker, NULL) == 0);
+    char bootstrap[512];
+    snprintf(bootstrap, sizeof bootstrap, "%s", broker.bootstrap);
 
     double t0 = testlib_now();
     /* clang-format off */
@@ -120,8 +115,7 @@ TEST(up_steps_2_end_to_end)
     CHECKF(up_count_lines(policy, "\"version\":3,") == 1, "policy versions:\n%s", policy);
     free(policy), free(o), free(e);
 
-    kill(broker, SIGTERM);
-    up_wait(broker, 30);
+    CHECK_EQ_INT(al_test_broker_stop(&broker), 0);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
     if (!testlib_cur_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", workdir);

@@ -5,8 +5,8 @@ add_library(arclight_train STATIC ${PROJECT_SOURCE_DIR}/stages/train/assembler.c
 target_include_directories(arclight_train PUBLIC ${PROJECT_SOURCE_DIR}/lib ${PROJECT_SOURCE_DIR}/stages)
 target_link_libraries(arclight_train PUBLIC arclight_avro arclight_core arclight_model m)
 arclight_test(t1200_train_assembly SOURCES tests/t1200_train_assembly.c LIBS arclight_train TIMEOUT 60)
-arclight_test(t1201_train_stage SOURCES tests/t1201_train_stage.c LIBS arclight_kafka arclight_avro arclight_core TIMEOUT 240)
-arclight_test(t1202_train_pipeline SOURCES tests/t1202_train_pipeline.c LIBS arclight_kafka arclight_avro arclight_core TIMEOUT 180)
+arclight_test(t1201_train_stage SOURCES tests/t1201_train_stage.c LIBS arclight_kafka arclight_avro arclight_core TIMEOUT 240 KAFKA)
+arclight_test(t1202_train_pipeline SOURCES tests/t1202_train_pipeline.c LIBS arclight_kafka arclight_avro arclight_core TIMEOUT 180 KAFKA)
 
 # libFuzzer target for the step assembler fed chunks with any values a producer could write
 # (tests/fuzz/fuzz_train_asm.c; arclight_fuzz: CMakeLists.txt).

@@ -125,7 +125,7 @@ static int reader_add_topic(al_topic_reader *r, const char *topic, const al_topi
     for (int p = 0; p < cnt; p++) {
         if (o->partition >= 0 && p != o->partition) continue;
         int64_t lo = 0, hi = 0;
-        err = rd_kafka_query_watermark_offsets(r->rk, topic, p, &lo, &hi, METADATA_TIMEOUT_MS);
+        err = al_kafka_watermarks(r->rk, topic, p, &lo, &hi, METADATA_TIMEOUT_MS);
         if (err)
             return al_err(errstr, errlen, "%s [%d]: cannot read watermarks from %s: %s", topic, p,
                           r->bootstrap, rd_kafka_err2str(err));

@@ -581,7 +581,7 @@ static void consumer_offset_gone(al_consumer *c, const rd_kafka_message_t *m)
         rd_kafka_topic_partition_list_destroy(l);
     }
     rd_kafka_resp_err_t e =
-        m->rkt ? rd_kafka_query_watermark_offsets(c->rk, topic, part, &lo, &hi, 5000)
+        m->rkt ? al_kafka_watermarks(c->rk, topic, part, &lo, &hi, 5000)
                : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
     if (!e && want >= 0 && lo > want)
         consumer_fail(c,

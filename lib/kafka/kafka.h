@@ -343,6 +343,14 @@ uint64_t al_consumer_commit_failures(const al_consumer *c);
 rd_kafka_t *al_kafka_reader_new(const al_kafka_conf *conf, const char *group_prefix,
                                 char *errstr, size_t errlen);
 
+/* The low and high watermarks of topic [partition] as its leader has them, within timeout_ms.
+ * Errors that pass (real Kafka answers NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE or
+ * OFFSET_NOT_AVAILABLE while a leader is being elected, e.g. just after the topic was
+ * created or a broker went away) are retried until the deadline; others return at once.
+ * Returns librdkafka's error code (0: *lo and *hi set). */
+rd_kafka_resp_err_t al_kafka_watermarks(rd_kafka_t *rk, const char *topic, int32_t partition,
+                                        int64_t *lo, int64_t *hi, int timeout_ms);
+
 /* ------------------------------------------------------------------------------------------
  * Dead letters
  * ------------------------------------------------------------------------------------------ */

@@ -91,3 +91,28 @@ rd_kafka_t *al_kafka_reader_new(const al_kafka_conf *conf, const char *group_pre
     rd_kafka_poll_set_consumer(rk);
     return rk;
 }
+
+rd_kafka_resp_err_t al_kafka_watermarks(rd_kafka_t *rk, const char *topic, int32_t partition,
+                                        int64_t *lo, int64_t *hi, int timeout_ms)
+{
+    int64_t deadline = al_mono_us() + (int64_t)timeout_ms * 1000;
+    for (;;) {
+        int64_t left_ms = (deadline - al_mono_us()) / 1000;
+        rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(
+            rk, topic, partition, lo, hi, (int)(left_ms > 1 ? left_ms : 1));
+        switch (err) {
+        case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
+        case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
+        case RD_KAFKA_RESP_ERR_OFFSET_NOT_AVAILABLE:
+        case RD_KAFKA_RESP_ERR_UNKNOWN_LEADER_EPOCH:
+        case RD_KAFKA_RESP_ERR_FENCED_LEADER_EPOCH:
+        case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
+        case RD_KAFKA_RESP_ERR__TRANSPORT:
+            if (al_mono_us() + 100000 >= deadline) return err;
+            usleep(100000);
+            continue;
+        default:
+            return err;
+        }
+    }
+}

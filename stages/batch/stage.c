@@ -398,7 +398,7 @@ static int recover_from_output(const al_kafka_conf *kc, const batch_opts *o, bat
     int active = 0;
     for (int p = 0; p < nparts; p++) {
         int64_t lo = 0, hi = 0;
-        rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(rk, o->output_topic, p, &lo, &hi, 10000);
+        rd_kafka_resp_err_t err = al_kafka_watermarks(rk, o->output_topic, p, &lo, &hi, 10000);
         if (err) {
             al_err(errstr, errlen, "cannot read the offsets of %s [%d]: %s", o->output_topic, p, rd_kafka_err2str(err));
             rd_kafka_topic_partition_list_destroy(l);
