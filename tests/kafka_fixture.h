@@ -623,7 +623,7 @@ static inline int al_test_kafka_create_topic(al_test_kafka *k, const char *topic
     if (!rk) return snprintf(err, errlen, "no admin client"), -1;
     rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, partitions, replication, es, sizeof es);
     if (!nt) {
-        snprintf(err, errlen, "%s", es);
+        snprintf(err, errlen, "%.200s", es);
         rd_kafka_destroy(rk);
         return -1;
     }

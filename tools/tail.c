@@ -222,14 +222,18 @@ int cmd_tail(int argc, char **argv)
     al_http_server *srv = NULL;
     int rc = AL_EXIT_OK;
     al_topic_reader *r = NULL;
-    if (common.metrics &&
-        !(srv = al_http_server_start(common.metrics, metrics, NULL, NULL, err, sizeof err))) {
+    /* The reader first: it fixes where each partition starts (the end, unless told
+     * otherwise), so that once /healthz answers, every message produced after is shown. The
+     * other way round a message sent meanwhile was missed (real Kafka takes a while to
+     * answer the offset lookups). */
+    r = al_topic_reader_new(kc, &ro, err, sizeof err);
+    if (!r) {
         al_log_error("tail", "%s", err);
         rc = AL_EXIT_FAILURE;
         goto out;
     }
-    r = al_topic_reader_new(kc, &ro, err, sizeof err);
-    if (!r) {
+    if (common.metrics &&
+        !(srv = al_http_server_start(common.metrics, metrics, NULL, NULL, err, sizeof err))) {
         al_log_error("tail", "%s", err);
         rc = AL_EXIT_FAILURE;
         goto out;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define AL_CONSUMER_BATCH 128
 
@@ -43,6 +44,16 @@ struct al_consumer {
     unsigned rebalances; /* counts rebalance callbacks: a batch taken across one is checked */
     uint64_t commit_failures; /* commits on a rebalance or a close the broker refused */
     int64_t close_deadline_us; /* al_mono_us() by which a close must be done; 0: none */
+    char instance_id[256];    /* group.instance.id ("" : dynamic membership; member.c) */
+    int member_lock_fd;       /* the member slot's lock file, -1: none */
+    /* what a rejoin after a fencing needs (consumer_rejoin) */
+    al_kafka_conf *conf;
+    char *group;
+    char **topics;
+    size_t ntopics;
+    int fenced;          /* set by the error callback: rejoin at the next poll */
+    int64_t fence_us[3]; /* the last fencings */
+    unsigned fence_n;
 };
 
 /* ------------------------------------------------------------------------------------------
@@ -391,7 +402,10 @@ static void consumer_error_cb(rd_kafka_t *rk, int err, const char *reason, void 
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
         char buf[400];
         rd_kafka_resp_err_t ferr = rd_kafka_fatal_error(rk, buf, sizeof buf);
-        consumer_fail(c, "fatal consumer error (%s): %s", rd_kafka_err2name(ferr), buf);
+        if (ferr == RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID && c->instance_id[0])
+            c->fenced = 1; /* consumer_rejoin, at the next poll */
+        else
+            consumer_fail(c, "fatal consumer error (%s): %s", rd_kafka_err2name(ferr), buf);
     }
 }
 
@@ -401,17 +415,76 @@ static void consumer_error_cb(rd_kafka_t *rk, int err, const char *reason, void 
 
 /* Keys arclight reads itself (auto.offset.reset: start of a new group) or sets itself. */
 static const char *const consumer_skip[] = {"auto.offset.reset", "enable.auto.offset.store",
-                                            "group.id", NULL};
+                                            "group.id", "group.instance.id", NULL};
+
+/* Creates c's librdkafka handle from c->conf, c->group and c->instance_id (also again after
+ * a fencing: consumer_rejoin). 0, or -1 with errstr. */
+static int consumer_open(al_consumer *c, char *errstr, size_t errlen)
+{
+    char err[512];
+    rd_kafka_conf_t *rc = al_kafka__conf_build(c->conf, consumer_skip, errstr, errlen);
+    if (!rc) return -1;
+    if ((c->instance_id[0] &&
+         rd_kafka_conf_set(rc, "group.instance.id", c->instance_id, err, sizeof err)) ||
+        rd_kafka_conf_set(rc, "group.id", c->group, err, sizeof err) ||
+        rd_kafka_conf_set(rc, "enable.auto.offset.store", "false", err, sizeof err) ||
+        rd_kafka_conf_set(rc, "auto.offset.reset", "error", err, sizeof err)) {
+        al_err(errstr, errlen, "consumer settings: %s", err);
+        rd_kafka_conf_destroy(rc);
+        return -1;
+    }
+    rd_kafka_conf_set_opaque(rc, c);
+    rd_kafka_conf_set_rebalance_cb(rc, consumer_rebalance_cb);
+    rd_kafka_conf_set_offset_commit_cb(rc, consumer_commit_cb);
+    rd_kafka_conf_set_error_cb(rc, consumer_error_cb);
+    /* A full queue must not idle the fetcher for a second (wake_stalled_fetchers): from
+     * librdkafka 2.2 a setting says how long it waits (default 1000 ms), before that the
+     * wrapper wakes it. */
+    c->wake_fetchers = rd_kafka_version() < 0x020200ff;
+    c->wake_every_us = 10000;
+    {
+        char v[64];
+        size_t vl = sizeof v;
+        c->queue_max_bytes = 65536.0 * 1024; /* librdkafka's default */
+        if (rd_kafka_conf_get(rc, "queued.max.messages.kbytes", v, &vl) == RD_KAFKA_CONF_OK)
+            c->queue_max_bytes = atof(v) * 1024;
+    }
+    if (!c->wake_fetchers && !al_kafka_conf_get(c->conf, "fetch.queue.backoff.ms") &&
+        rd_kafka_conf_set(rc, "fetch.queue.backoff.ms", "10", err, sizeof err) !=
+            RD_KAFKA_CONF_OK)
+        al_log_warn("kafka", "fetch.queue.backoff.ms: %s", err);
+    c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, rc, err, sizeof err);
+    if (!c->rk) {
+        al_err(errstr, errlen, "cannot create Kafka consumer: %s", err);
+        rd_kafka_conf_destroy(rc);
+        return -1;
+    }
+    rd_kafka_poll_set_consumer(c->rk);
+    c->queue = rd_kafka_queue_get_consumer(c->rk);
+    return 0;
+}
+
+static void consumer_release(al_consumer *c)
+{
+    if (c->member_lock_fd >= 0) close(c->member_lock_fd); /* the slot is free again */
+    al_kafka_conf_free(c->conf);
+    free(c->group);
+    for (size_t i = 0; i < c->ntopics; i++)
+        free(c->topics[i]);
+    free(c->topics);
+    free(c->parts);
+    free(c);
+}
 
 al_consumer *al_consumer_new(const al_kafka_conf *conf, const char *group, al_producer *linked,
                              char *errstr, size_t errlen)
 {
-    char err[512];
     al_consumer *c = calloc(1, sizeof *c);
     if (!c) {
         al_err(errstr, errlen, "out of memory");
         return NULL;
     }
+    c->member_lock_fd = -1;
     if (!group) group = al_kafka_conf_get(conf, "group.id");
     if (!group || !*group) {
         al_err(errstr, errlen, "consumer: no consumer group given (group.id)");
@@ -432,50 +505,75 @@ al_consumer *al_consumer_new(const al_kafka_conf *conf, const char *group, al_pr
             return NULL;
         }
     }
-    rd_kafka_conf_t *rc = al_kafka__conf_build(conf, consumer_skip, errstr, errlen);
-    if (!rc) {
-        free(c);
+    c->conf = al_kafka_conf_dup(conf);
+    c->group = strdup(group);
+    if (!c->conf || !c->group) {
+        al_err(errstr, errlen, "out of memory");
+        consumer_release(c);
         return NULL;
     }
-    if (rd_kafka_conf_set(rc, "group.id", group, err, sizeof err) ||
-        rd_kafka_conf_set(rc, "enable.auto.offset.store", "false", err, sizeof err) ||
-        rd_kafka_conf_set(rc, "auto.offset.reset", "error", err, sizeof err)) {
-        al_err(errstr, errlen, "consumer settings: %s", err);
-        rd_kafka_conf_destroy(rc);
-        free(c);
+    al_kafka__member_id(conf, group, c->instance_id, sizeof c->instance_id, &c->member_lock_fd);
+    if (consumer_open(c, errstr, errlen) != 0) {
+        consumer_release(c);
         return NULL;
     }
-    rd_kafka_conf_set_opaque(rc, c);
-    rd_kafka_conf_set_rebalance_cb(rc, consumer_rebalance_cb);
-    rd_kafka_conf_set_offset_commit_cb(rc, consumer_commit_cb);
-    rd_kafka_conf_set_error_cb(rc, consumer_error_cb);
-    /* A full queue must not idle the fetcher for a second (wake_stalled_fetchers): from
-     * librdkafka 2.2 a setting says how long it waits (default 1000 ms), before that the
-     * wrapper wakes it. */
-    c->wake_fetchers = rd_kafka_version() < 0x020200ff;
-    c->wake_every_us = 10000;
-    {
-        char v[64];
-        size_t vl = sizeof v;
-        c->queue_max_bytes = 65536.0 * 1024; /* librdkafka's default */
-        if (rd_kafka_conf_get(rc, "queued.max.messages.kbytes", v, &vl) == RD_KAFKA_CONF_OK)
-            c->queue_max_bytes = atof(v) * 1024;
-    }
-    if (!c->wake_fetchers && !al_kafka_conf_get(conf, "fetch.queue.backoff.ms") &&
-        rd_kafka_conf_set(rc, "fetch.queue.backoff.ms", "10", err, sizeof err) !=
-            RD_KAFKA_CONF_OK)
-        al_log_warn("kafka", "fetch.queue.backoff.ms: %s", err);
-    c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, rc, err, sizeof err);
-    if (!c->rk) {
-        al_err(errstr, errlen, "cannot create Kafka consumer: %s", err);
-        rd_kafka_conf_destroy(rc);
-        free(c);
-        return NULL;
-    }
-    rd_kafka_poll_set_consumer(c->rk);
-    c->queue = rd_kafka_queue_get_consumer(c->rk);
+    if (c->instance_id[0])
+        al_log_info("kafka", "group %s: static member %s", group, c->instance_id);
     c->linked = linked;
     return c;
+}
+
+/* After a fencing of this static member (c->fenced): librdkafka 2.0.2 rejoins under the same
+ * group.instance.id with a new member id when its group coordinator moves (a broker died),
+ * and the coordinator then fences the old member id, which is its own: a fatal error for the
+ * handle, though no other worker has the id. The consumer gives up its partitions as lost
+ * (the stage drops their state; their unstored offsets are read again) and joins again
+ * with a new handle. Three fencings within a minute mean another worker does have the id:
+ * then it stops with that reason. */
+static void consumer_rejoin(al_consumer *c)
+{
+    char err[512];
+    int64_t now = al_mono_us();
+    c->fenced = 0;
+    if (c->fence_n >= 2 && now - c->fence_us[(c->fence_n - 2) % 3] < 60 * 1000000LL) {
+        consumer_fail(c,
+                      "another consumer joined the group as static member %s: each worker "
+                      "needs its own ARCLIGHT_INSTANCE_ID or group.instance.id (fenced three "
+                      "times within a minute)",
+                      c->instance_id);
+        return;
+    }
+    c->fence_us[c->fence_n % 3] = now;
+    c->fence_n++;
+    al_log_warn("kafka", "group %s: static member %s was fenced (its coordinator moved); "
+                         "joining again, its partitions' unfinished inputs are read again",
+                c->group, c->instance_id);
+    while (c->ibatch < c->nbatch)
+        rd_kafka_message_destroy(c->batch[c->ibatch++]);
+    c->ibatch = c->nbatch = 0;
+    c->rebalances++;
+    if (c->nparts) {
+        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)c->nparts);
+        for (size_t i = 0; i < c->nparts; i++)
+            rd_kafka_topic_partition_list_add(l, c->parts[i]->topic, c->parts[i]->partition);
+        for (int i = 0; i < l->cnt; i++)
+            ps_remove(c, l->elems[i].topic, l->elems[i].partition);
+        al_log_info("kafka", "lost %d partitions (%d left)", l->cnt, (int)c->nparts);
+        if (c->rb_fn) c->rb_fn(c, AL_REBALANCE_LOST, l, c->rb_ctx);
+        rd_kafka_topic_partition_list_destroy(l);
+    }
+    rd_kafka_queue_destroy(c->queue);
+    c->queue = NULL;
+    al_kafka__reason_forget(c->rk);
+    rd_kafka_destroy_flags(c->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    c->rk = NULL;
+    if (consumer_open(c, err, sizeof err) != 0) {
+        consumer_fail(c, "joining again after a fencing: %s", err);
+        return;
+    }
+    if (c->ntopics &&
+        al_consumer_subscribe(c, (const char *const *)c->topics, c->ntopics, err, sizeof err) != 0)
+        consumer_fail(c, "joining again after a fencing: %s", err);
 }
 
 void al_consumer_free(al_consumer *c)
@@ -545,8 +643,7 @@ void al_consumer_free_within(al_consumer *c, int timeout_ms)
         ps_remove(c, c->parts[0]->topic, c->parts[0]->partition);
     al_kafka__reason_forget(c->rk);
     rd_kafka_destroy_flags(c->rk, closed ? 0 : RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
-    free(c->parts);
-    free(c);
+    consumer_release(c);
 }
 
 int al_consumer_subscribe(al_consumer *c, const char *const *topics, size_t n, char *errstr,
@@ -558,6 +655,15 @@ int al_consumer_subscribe(al_consumer *c, const char *const *topics, size_t n, c
     rd_kafka_resp_err_t err = rd_kafka_subscribe(c->rk, l);
     rd_kafka_topic_partition_list_destroy(l);
     if (err) return al_err(errstr, errlen, "subscribe: %s", rd_kafka_err2str(err));
+    if (topics != (const char *const *)c->topics) { /* kept for a rejoin */
+        for (size_t i = 0; i < c->ntopics; i++)
+            free(c->topics[i]);
+        free(c->topics);
+        c->ntopics = 0;
+        c->topics = calloc(n ? n : 1, sizeof *c->topics);
+        for (size_t i = 0; c->topics && i < n; i++)
+            if ((c->topics[i] = strdup(topics[i]))) c->ntopics++;
+    }
     return 0;
 }
 
@@ -706,6 +812,7 @@ int al_consumer_poll(al_consumer *c, int timeout_ms, rd_kafka_message_t **out, c
     int64_t deadline = -1;
     *out = NULL;
     for (;;) {
+        if (c->fenced && !c->failed) consumer_rejoin(c);
         if (c->ibatch == c->nbatch) {
             /* between batches: the linked producer's reports, then the offsets they freed */
             if (c->linked) {
@@ -745,7 +852,10 @@ int al_consumer_poll(al_consumer *c, int timeout_ms, rd_kafka_message_t **out, c
                 consumer_offset_gone(c, m);
                 break;
             default:
-                if (al_kafka_error_classify(m->err) == AL_KAFKA_ERRCLASS_FATAL) {
+                if (m->err == RD_KAFKA_RESP_ERR__FATAL && c->instance_id[0] &&
+                    rd_kafka_fatal_error(c->rk, NULL, 0) == RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID) {
+                    c->fenced = 1; /* consumer_rejoin, below */
+                } else if (al_kafka_error_classify(m->err) == AL_KAFKA_ERRCLASS_FATAL) {
                     consumer_fail(c, "consumer error: %s", rd_kafka_message_errstr(m));
                 } else if (m->err == RD_KAFKA_RESP_ERR__TRANSPORT ||
                            m->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {

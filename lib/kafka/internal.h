@@ -18,6 +18,12 @@ void al_kafka__reason_forget(const rd_kafka_t *rk);
 /* "cannot reach Kafka at <bootstrap>: <reason or what> (all brokers down)" */
 void al_kafka__unreachable_message(rd_kafka_t *rk, const char *what, char *errstr, size_t errlen);
 
+/* The consumer's static group membership id for group (member.c): written to id ("" for
+ * dynamic membership). *lock_fd is the slot's lock file, held while the consumer lives (-1:
+ * none). Always 0. */
+int al_kafka__member_id(const al_kafka_conf *conf, const char *group, char *id, size_t idlen,
+                        int *lock_fd);
+
 /* Per-partition state of a consumer, shared by the al_input handles that point into it. It
  * outlives a revocation while inputs still refer to it. */
 typedef struct al_part_state {
