@@ -26,6 +26,14 @@ check("kafka" in services, "no kafka service")
 kafka = services.get("kafka", {})
 env = {k: str(v) for k, v in kafka.get("environment", {}).items()}
 
+# The same Kafka release as the real-Kafka tests run (tests/kafka/pom.xml).
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kafka", "pom.xml")) as f:
+    m = re.search(r"<kafka.version>([^<]+)</kafka.version>", f.read())
+check(m is not None, "tests/kafka/pom.xml names no kafka.version")
+if m:
+    check(kafka.get("image") == f"apache/kafka:{m.group(1)}",
+          f"kafka image {kafka.get('image')} is not apache/kafka:{m.group(1)}, the release the tests run")
+
 listeners = dict(re.match(r"(\w+)://(.*)", l).groups() for l in env.get("KAFKA_LISTENERS", "").split(","))
 proto = dict(p.split(":") for p in env.get("KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", "").split(","))
 advertised = dict(re.match(r"(\w+)://(.*)", l).groups() for l in env.get("KAFKA_ADVERTISED_LISTENERS", "").split(","))

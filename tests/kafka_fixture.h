@@ -406,7 +406,7 @@ static inline void al_test_kafka_sweep(const char *tmp)
  * extra: more server.properties lines ("key=value", NULL-terminated, may be NULL), written
  * after the fixture's own (so they win). 0, or -1 with the reason on stderr (nothing is
  * left running then). */
-static inline int al_test_kafka_start(al_test_kafka *k, int n, const char *const *extra)
+static inline int al_test_kafka_start_once(al_test_kafka *k, int n, const char *const *extra)
 {
     memset(k, 0, sizeof *k);
     if (n < 1 || n > AL_TEST_KAFKA_MAX_NODES) {
@@ -480,6 +480,21 @@ fail:
     al_test_kafka_track(k, 0);
     k->n = 0;
     return -1;
+}
+
+/* A port the fixture picked (bound to 0 and released) may be taken by another process's
+ * connection before the node binds it; the node then exits at start. So a start that fails
+ * after the broker was found is tried again, with new ports, up to three times. */
+static inline int al_test_kafka_start(al_test_kafka *k, int n, const char *const *extra)
+{
+    int rc = -1;
+    for (int attempt = 0; attempt < 3 && rc != 0; attempt++) {
+        rc = al_test_kafka_start_once(k, n, extra);
+        if (rc != 0 && (n < 1 || n > AL_TEST_KAFKA_MAX_NODES || !al_test_kafka_available()))
+            break;
+        if (rc != 0 && attempt < 2) fprintf(stderr, "kafka fixture: starting again\n");
+    }
+    return rc;
 }
 
 /* kill -9 of node i; returns once it is reaped. */
