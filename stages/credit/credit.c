@@ -930,17 +930,20 @@ static int ended_remember(al_credit_part *p, const char *key)
 }
 
 /* Ends rollout r (end span or idle timeout): takes it out of the open state, then either
- * skips it (a remnant without its sequence-0 span) or settles it and adds it to its group,
- * which may complete. 0, or -1 (errstr). */
-static int rollout_end(al_credit_part *p, cr_rollout *r, char *errstr, size_t errlen)
+ * skips it (a remnant without its sequence-0 span, or an attempt whose end says it was
+ * retried) or settles it and adds it to its group, which may complete. 0, or -1 (errstr). */
+static int rollout_end(al_credit_part *p, cr_rollout *r, int retried, char *errstr, size_t errlen)
 {
     TAB_REMOVE(p->rtab, p->rcap, p->rcount, cr_rollout, r);
     open_unlink(p, r);
     p->stats.open_rollouts--;
     r->ended = 1;
     if (ended_remember(p, r->key)) return al_err(errstr, errlen, "out of memory");
-    if (!r->seen_seq0) {
-        p->stats.rollouts_skipped++;
+    if (!r->seen_seq0 || retried) { /* a remnant, or an attempt replaced by a new one */
+        if (retried)
+            p->stats.rollouts_retried++;
+        else
+            p->stats.rollouts_skipped++;
         first_unlink(p, r);
         rollout_free(r);
         return 0;
@@ -1002,7 +1005,7 @@ static int fire_timeouts(al_credit_part *p, char *errstr, size_t errlen)
             cr_rollout *r = p->open_head;
             r->status = AL_ROLLOUT_STATUS_TIMEOUT;
             p->stats.rollouts_timed_out++;
-            if (rollout_end(p, r, errstr, errlen)) return -1;
+            if (rollout_end(p, r, 0, errstr, errlen)) return -1;
         }
     if (p->cfg.group_timeout_us > 0)
         while (p->fifo_head && passed(p->fifo_head->opened, p->clock, p->cfg.group_timeout_us))
@@ -1162,6 +1165,12 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
     *reason_code = NULL;
     al_credit_part_note_offset(p, offset);
     p->stats.spans++;
+    /* A held-out evaluation's spans train nothing and count towards no group: counted and
+     * passed over (their offsets are finished with at once). */
+    if (s->eval) {
+        p->stats.eval_spans++;
+        return 0;
+    }
 
     /* Spans that cannot be placed in a rollout at all. */
     if (!s->rollout_id || !*s->rollout_id)
@@ -1249,7 +1258,7 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
         r->status = s->rollout_end.status;
         r->group_size_hint = s->rollout_end.group_size;
         p->stats.rollouts_completed++;
-        return rollout_end(p, r, errstr, errlen) ? -1 : 0;
+        return rollout_end(p, r, s->rollout_end.retried, errstr, errlen) ? -1 : 0;
     }
     return 0;
 }

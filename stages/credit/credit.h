@@ -154,6 +154,8 @@ typedef struct al_credit_stats {
     uint64_t rollouts_timed_out; /* idle timeout */
     uint64_t rollouts_dropped;   /* by the failed/timeout policy */
     uint64_t rollouts_skipped;   /* remnants without their sequence-0 span (resumed/late) */
+    uint64_t rollouts_retried;   /* attempts whose end says a new attempt replaces them */
+    uint64_t eval_spans;         /* spans of held-out evaluation rollouts: counted, not used */
     uint64_t rollouts_no_reward; /* kept, but no reward span: reward 0 (or the default) */
     uint64_t groups_completed;   /* emitted */
     uint64_t groups_timed_out;   /* emitted (or dropped) at the group timeout */

@@ -140,7 +140,8 @@ typedef struct cpart {
 
 typedef struct credit_metrics {
     al_counter *spans, *transitions, *bytes_out;
-    al_counter *r_completed, *r_timed_out, *r_dropped, *r_skipped, *r_no_reward;
+    al_counter *r_completed, *r_timed_out, *r_dropped, *r_skipped, *r_retried, *r_no_reward;
+    al_counter *eval_spans;
     al_counter *g_completed, *g_timed_out, *g_equal, *g_empty;
     al_gauge *open_rollouts, *open_groups, *reward_mean, *reward_std;
 } credit_metrics;
@@ -231,6 +232,11 @@ static void metrics_init(credit_ctx *x)
         al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome", "dropped", NULL);
     m->r_skipped = al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome",
                                       "skipped_resumed", NULL);
+    m->r_retried = al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome",
+                                      "retried", NULL);
+    m->eval_spans = al_metrics_counter(r, "arclight_credit_eval_spans_total",
+                                       "Spans of held-out evaluation rollouts (not trained on)",
+                                       NULL);
     m->r_no_reward = al_metrics_counter(r, "arclight_credit_rollouts_no_reward_total",
                                         "Kept rollouts without a reward span", NULL);
     m->g_completed =
@@ -270,6 +276,8 @@ static void metrics_sync(credit_ctx *x, cpart *cp)
     DELTA(rollouts_timed_out, r_timed_out);
     DELTA(rollouts_dropped, r_dropped);
     DELTA(rollouts_skipped, r_skipped);
+    DELTA(rollouts_retried, r_retried);
+    DELTA(eval_spans, eval_spans);
     DELTA(rollouts_no_reward, r_no_reward);
     DELTA(groups_completed, g_completed);
     DELTA(groups_timed_out, g_timed_out);
