@@ -106,7 +106,9 @@ static void handle_reward(conn *c, ident *id)
     json_decref(o);
 }
 
-/* POST .../end: {"status": "succeeded"|"failed"|..., "group_size": 8, "reason": "..."} */
+/* POST .../end: {"status": "succeeded"|"failed"|..., "group_size": 8, "reason": "...",
+ * "retried": false}; retried: a new attempt of the rollout follows (credit then neither
+ * trains on this attempt nor counts it in its group) */
 static void handle_end(conn *c, ident *id)
 {
     proxy *px = c->px;
@@ -114,8 +116,9 @@ static void handle_end(conn *c, ident *id)
     if (!o) return;
     const char *st = json_string_value(json_object_get(o, "status"));
     json_t *gs = json_object_get(o, "group_size"), *rj = json_object_get(o, "reason");
+    json_t *rt = json_object_get(o, "retried");
     int status = st ? al_rollout_status_parse(st) : -1;
-    if (status < 0 ||
+    if (status < 0 || (rt && !json_is_boolean(rt)) ||
         (gs && !json_is_null(gs) &&
          (!json_is_integer(gs) || json_integer_value(gs) < 1 ||
           json_integer_value(gs) > 1000000)) ||
@@ -124,7 +127,8 @@ static void handle_end(conn *c, ident *id)
         px_conn_error(
             c, 400, "invalid_request_error", "invalid_end",
             "an end is {\"status\": \"succeeded\"|\"failed\"|\"timeout\"|\"aborted\", "
-            "\"group_size\": positive integer (optional), \"reason\": string (optional)}");
+            "\"group_size\": positive integer (optional), \"reason\": string (optional), "
+            "\"retried\": boolean (optional)}");
         return;
     }
     rollout_ent *r = control_span_admit(px, c, id);
@@ -139,6 +143,7 @@ static void handle_end(conn *c, ident *id)
     s.rollout_end.status = (al_rollout_status)status;
     s.rollout_end.group_size = json_is_integer(gs) ? (int32_t)json_integer_value(gs) : 0;
     s.rollout_end.reason = json_string_value(rj);
+    s.rollout_end.retried = json_is_true(rt);
     px_span_publish(px, &s);
     char b[400];
     int n = snprintf(b, sizeof b, "{\"status\":\"recorded\",\"sequence\":%" PRId64 "}", s.sequence);
@@ -261,6 +266,19 @@ void px_dispatch(conn *c)
         *al_put_mem(id.task, t, (size_t)(s1 - t)) = '\0'; /* id_valid: at most 128 */
         *al_put_mem(id.rollout, s1 + 1, (size_t)(s2 - s1 - 1)) = '\0';
         prefix = 1;
+        /* /r/{task}/{rollout}/{attempt}/...: a segment of 1-6 digits is the attempt (no
+         * route begins with a digit) */
+        const char *s3 = memchr(s2 + 1, '/', (size_t)(end - s2 - 1));
+        size_t an = s3 ? (size_t)(s3 - s2 - 1) : 0;
+        int digits = an >= 1 && an <= 6;
+        for (size_t i = 0; digits && i < an; i++)
+            digits = s2[1 + i] >= '0' && s2[1 + i] <= '9';
+        if (digits) {
+            id.attempt = 0;
+            for (size_t i = 0; i < an; i++)
+                id.attempt = id.attempt * 10 + (s2[1 + i] - '0');
+            s2 = s3;
+        }
         path = (al_slice){s2, (size_t)(end - s2)};
     }
     int route = R_OTHER, want_post = 1;
