@@ -287,6 +287,42 @@ TEST(groups_are_never_split_and_steps_count_from_zero)
     al_batcher_free(b);
 }
 
+/* Group target (what `arclight rollouts --step-groups K` paces on): a step is K whole
+ * groups whatever their sizes: groups of 1, 3 and 6 sequences (rollouts of 1, 3 and 6 calls)
+ * make steps of 3 groups. Two targets at once are refused. */
+TEST(group_target_counts_groups_not_sequences)
+{
+    al_batch_config c;
+    al_batch_config_default(&c);
+    c.step_sequences = 0;
+    c.step_groups = 3;
+    c.dedup_window = 64;
+    char err[256];
+    al_batcher *b = al_batcher_new(&c, err, sizeof err);
+    REQUIRE(b);
+    static tbuf tb;
+    static const int sizes[] = {1, 3, 6, 6, 1, 3, 2};
+    for (int g = 0; g < 7; g++)
+        for (int r = 0; r < sizes[g]; r++)
+            REQUIRE(al_batcher_add(b, make_t(&tb, "m", g, sizes[g], r, 0, 5, 5, -1), 0, 0, NULL,
+                                   err, sizeof err) == AL_BATCH_ADDED);
+    al_batcher_close_all(b);
+    al_batch_step *st;
+    REQUIRE(al_batcher_next_step(b, &st, err, sizeof err) == 1);
+    CHECK_EQ_INT(st->n_groups, 3);
+    CHECK_EQ_INT(st->n_sequences, 1 + 3 + 6);
+    al_batch_step_free(st);
+    REQUIRE(al_batcher_next_step(b, &st, err, sizeof err) == 1);
+    CHECK_EQ_INT(st->n_groups, 3);
+    CHECK_EQ_INT(st->n_sequences, 6 + 1 + 3);
+    al_batch_step_free(st);
+    CHECK(al_batcher_next_step(b, &st, err, sizeof err) == 0); /* one group waits */
+    al_batcher_free(b);
+    c.step_sequences = 8;
+    CHECK(al_batcher_new(&c, err, sizeof err) == NULL);
+    CHECK(strstr(err, "only one"));
+}
+
 static int busy_lane = -1;
 static int lane_quiet(void *ctx, int32_t lane)
 {

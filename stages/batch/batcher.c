@@ -284,13 +284,15 @@ int64_t al_batch_micro_batch_bytes(int64_t n_tokens, int64_t n_sequences, int64_
 
 al_batcher *al_batcher_new(const al_batch_config *cfg, char *errstr, size_t errlen)
 {
-    if (cfg->step_sequences < 0 || cfg->step_tokens < 0 ||
-        (cfg->step_sequences == 0 && cfg->step_tokens == 0)) {
-        al_err(errstr, errlen, "batch: a step needs a positive target: step sequences or step tokens");
+    int targets = (cfg->step_sequences > 0) + (cfg->step_tokens > 0) + (cfg->step_groups > 0);
+    if (cfg->step_sequences < 0 || cfg->step_tokens < 0 || cfg->step_groups < 0 || !targets) {
+        al_err(errstr, errlen,
+               "batch: a step needs a positive target: step sequences, tokens or groups");
         return NULL;
     }
-    if (cfg->step_sequences > 0 && cfg->step_tokens > 0) {
-        al_err(errstr, errlen, "batch: give a step target in sequences or in tokens, not both");
+    if (targets > 1) {
+        al_err(errstr, errlen,
+               "batch: give a step target in sequences, in tokens or in groups, only one");
         return NULL;
     }
     if (cfg->micro_batch_tokens < 2 || cfg->micro_batch_tokens > INT32_MAX / 2) {
@@ -708,6 +710,10 @@ static int prune_stale(al_batcher *b, model *m)
  * all of them when `partial`; 0 when not ready. */
 static size_t groups_for_step(const al_batcher *b, const model *m, int partial)
 {
+    if (b->cfg.step_groups > 0)
+        return m->n_queue >= (size_t)b->cfg.step_groups ? (size_t)b->cfg.step_groups
+               : partial                               ? m->n_queue
+                                                       : 0;
     int64_t target = b->cfg.step_sequences > 0 ? b->cfg.step_sequences : b->cfg.step_tokens;
     int64_t sum = 0;
     for (size_t i = 0; i < m->n_queue; i++) {

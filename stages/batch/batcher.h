@@ -49,8 +49,11 @@ typedef enum al_batch_stale_policy {
 typedef void (*al_batch_drop_fn)(void *ctx, void *opaque, const char *reason);
 
 typedef struct al_batch_config {
-    int64_t step_sequences;   /* close a step at >= this many sequences (0: use step_tokens) */
-    int64_t step_tokens;      /* close a step at >= this many tokens (0: use step_sequences) */
+    int64_t step_sequences;   /* close a step at >= this many sequences (0: another target) */
+    int64_t step_tokens;      /* close a step at >= this many tokens (0: another target) */
+    int64_t step_groups;      /* close a step at this many groups (0: another target); what
+                                 a rollout controller paces on: a step is K groups however
+                                 many calls their rollouts made */
     int64_t micro_batch_tokens; /* token budget of one micro-batch (default 16384) */
     int64_t max_message_bytes;  /* encoded BatchChunk limit (default 1048576 - 64 KiB slack) */
     int64_t max_staleness;    /* versions behind the latest; -1: no bound (default 4) */
@@ -62,7 +65,7 @@ typedef struct al_batch_config {
     void *on_drop_ctx;
 } al_batch_config;
 
-/* Fills the defaults above (step_sequences 64, step_tokens 0). */
+/* Fills the defaults above (step_sequences 64, step_tokens 0, step_groups 0). */
 void al_batch_config_default(al_batch_config *c);
 
 typedef enum al_batch_add_result {

@@ -589,6 +589,8 @@ static void usage(FILE *f)
             "token-budgeted micro-batches (sequence packing), sent as BatchChunk messages.\n\n"
             "  --step-sequences N        close a step at >= N sequences of whole groups (default 64)\n"
             "  --step-tokens N           close a step at >= N tokens instead\n"
+            "  --step-groups N           close a step at N whole groups instead (what\n"
+            "                            `arclight rollouts --step-groups N` paces on)\n"
             "  --micro-batch-tokens N    token budget of one micro-batch (default 16384)\n"
             "  --max-message-bytes N     BatchChunk size limit (default: the output topic's\n"
             "                            max.message.bytes in topics.conf minus 64 KiB)\n"
@@ -635,13 +637,14 @@ static int64_t default_max_message_bytes(const char *topic)
 int cmd_batch(int argc, char **argv)
 {
     enum {
-        O_STEP_SEQ = AL_CLI_OPT_USER, O_STEP_TOK, O_MB_TOK, O_MAX_MSG, O_STALENESS, O_STALE,
-        O_WHITEN, O_IDLE, O_DEDUP, O_RECOVER, O_IN, O_OUT, O_POLICY, O_GROUP, O_STEPS, O_DRAIN,
-        O_HELP
+        O_STEP_SEQ = AL_CLI_OPT_USER, O_STEP_TOK, O_STEP_GRP, O_MB_TOK, O_MAX_MSG, O_STALENESS,
+        O_STALE, O_WHITEN, O_IDLE, O_DEDUP, O_RECOVER, O_IN, O_OUT, O_POLICY, O_GROUP, O_STEPS,
+        O_DRAIN, O_HELP
     };
     static const struct option opts[] = {
         {"step-sequences", required_argument, 0, O_STEP_SEQ},
         {"step-tokens", required_argument, 0, O_STEP_TOK},
+        {"step-groups", required_argument, 0, O_STEP_GRP},
         {"micro-batch-tokens", required_argument, 0, O_MB_TOK},
         {"max-message-bytes", required_argument, 0, O_MAX_MSG},
         {"max-staleness", required_argument, 0, O_STALENESS},
@@ -674,7 +677,8 @@ int cmd_batch(int argc, char **argv)
         .kill_chunk = -1,
     };
     al_batch_config_default(&o.cfg);
-    int64_t v = 0, max_msg = -1, step_seq = -1, step_tok = -1, drain_s = AL_STAGE_DRAIN_DEFAULT_S;
+    int64_t v = 0, max_msg = -1, step_seq = -1, step_tok = -1, step_grp = -1;
+    int64_t drain_s = AL_STAGE_DRAIN_DEFAULT_S;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -683,6 +687,7 @@ int cmd_batch(int argc, char **argv)
         switch (c) {
         case O_STEP_SEQ: name = "--step-sequences"; bad = al_stage_parse_i64(optarg, 1, &step_seq); break;
         case O_STEP_TOK: name = "--step-tokens"; bad = al_stage_parse_i64(optarg, 1, &step_tok); break;
+        case O_STEP_GRP: name = "--step-groups"; bad = al_stage_parse_i64(optarg, 1, &step_grp); break;
         case O_MB_TOK: name = "--micro-batch-tokens"; bad = al_stage_parse_i64(optarg, 2, &o.cfg.micro_batch_tokens); break;
         case O_MAX_MSG: name = "--max-message-bytes"; bad = al_stage_parse_i64(optarg, 1024, &max_msg); break;
         case O_STALENESS: name = "--max-staleness"; bad = al_stage_parse_i64(optarg, -1, &o.cfg.max_staleness); break;
@@ -716,10 +721,14 @@ int cmd_batch(int argc, char **argv)
         if (bad) return al_cli_usage_error("batch", "%s wants a number, not '%s'", name, optarg);
     }
     if (optind < argc) return al_cli_usage_error("batch", "unexpected argument '%s'", argv[optind]);
-    if (step_seq > 0 && step_tok > 0)
-        return al_cli_usage_error("batch", "give --step-sequences or --step-tokens, not both");
+    if ((step_seq > 0) + (step_tok > 0) + (step_grp > 0) > 1)
+        return al_cli_usage_error(
+            "batch", "give one of --step-sequences, --step-tokens and --step-groups");
     if (step_tok > 0) {
         o.cfg.step_tokens = step_tok;
+        o.cfg.step_sequences = 0;
+    } else if (step_grp > 0) {
+        o.cfg.step_groups = step_grp;
         o.cfg.step_sequences = 0;
     } else if (step_seq > 0) {
         o.cfg.step_sequences = step_seq;
@@ -817,8 +826,13 @@ int cmd_batch(int argc, char **argv)
                 "consuming %s as group %s; steps of %" PRId64 " %s to %s, micro-batches of %" PRId64
                 " tokens, chunks under %" PRId64 " bytes",
                 o.input_topic, o.group,
-                o.cfg.step_sequences ? o.cfg.step_sequences : o.cfg.step_tokens,
-                o.cfg.step_sequences ? "sequences" : "tokens", o.output_topic,
+                o.cfg.step_sequences ? o.cfg.step_sequences
+                : o.cfg.step_groups  ? o.cfg.step_groups
+                                     : o.cfg.step_tokens,
+                o.cfg.step_sequences ? "sequences"
+                : o.cfg.step_groups  ? "groups"
+                                     : "tokens",
+                o.output_topic,
                 o.cfg.micro_batch_tokens, o.cfg.max_message_bytes);
 
     al_transition t = {0};
