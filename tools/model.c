@@ -7,6 +7,8 @@
  *   arclight model info DIR
  *       prints the architecture, sizes, parameter count and every tensor of DIR, after
  *       loading it fully (so a model that info accepts is one that train and serve load).
+ *   arclight model sft --model DIR --data FILE --out DIR
+ *       a supervised warm start from conversations in a file (model_sft.c).
  *
  * Uses lib/model and lib/core only.
  */
@@ -26,6 +28,7 @@
 static const char model_usage[] =
     "usage: arclight model init --config CONFIG.json --out DIR --seed S [--dtype f32|bf16]\n"
     "       arclight model info DIR\n"
+    "       arclight model sft --model DIR --data FILE --out DIR [flags] (see its --help)\n"
     "\n"
     "init  writes a random model (normal(0, 0.02) weights, unit norms, zero biases, the same\n"
     "      for the same seed on every machine) as DIR/config.json + DIR/model.safetensors.\n"
@@ -109,6 +112,8 @@ static int model_init(int argc, char **argv)
     return rc ? AL_EXIT_FAILURE : AL_EXIT_OK;
 }
 
+int model_sft(int argc, char **argv); /* model_sft.c */
+
 static int model_info(int argc, char **argv)
 {
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -157,5 +162,6 @@ int cmd_model(int argc, char **argv)
     }
     if (!strcmp(argv[1], "init")) return model_init(argc - 1, argv + 1);
     if (!strcmp(argv[1], "info")) return model_info(argc - 1, argv + 1);
-    return al_cli_usage_error("model", "unknown subcommand '%s' (init or info)", argv[1]);
+    if (!strcmp(argv[1], "sft")) return model_sft(argc - 1, argv + 1);
+    return al_cli_usage_error("model", "unknown subcommand '%s' (init, info or sft)", argv[1]);
 }
