@@ -290,7 +290,7 @@ static int px_read_topic(const char *bootstrap, const char *topic, const char *m
 
 /* Decodes the spans of one rollout from msgs into out (caller al_span_clear's each), in
  * sequence order. Returns how many. */
-static size_t px_spans_of(const px_msgs *m, const char *rollout, al_span *out, size_t max)
+static __attribute__((unused)) size_t px_spans_of(const px_msgs *m, const char *rollout, al_span *out, size_t max)
 {
     size_t n = 0;
     char err[256];

@@ -1,0 +1,1579 @@
+/*
+ * main.c: `arclight rollouts`, the rollout controller: a task dataset in, the user's agent
+ * command run once per rollout as a child process, held-out evaluation as training goes.
+ *
+ * What it does, and what it promises:
+ *   - Training tasks run in GRPO groups of --group-size rollouts, epoch after epoch in a
+ *     seeded shuffled order, at most --concurrency children at once; a task never has two
+ *     groups in flight (credit groups rollouts by task id).
+ *   - Each child is `/bin/sh -c CMD` in a process group of its own, with its identity in its
+ *     base URL (OPENAI_BASE_URL=PROXY/r/{task}/{rollout}/v1, ANTHROPIC_BASE_URL likewise),
+ *     the task record on stdin and in ARCLIGHT_TASK, and where to post its reward in
+ *     ARCLIGHT_REWARD_URL. An agent either posts its reward to the proxy itself or prints
+ *     a last line {"reward": R} that the controller posts for it.
+ *   - The controller posts every rollout's end: succeeded on exit 0, failed (with the exit
+ *     status or signal) otherwise or on a malformed reward line, timeout after
+ *     --rollout-timeout (the child's whole process group is killed). A failed or timed-out
+ *     attempt is run again as attempt N+1 (up to --max-attempts); its end then says
+ *     "retried", so that credit neither trains on it nor counts it in its group.
+ *   - Pacing: at most --max-staleness policy versions ahead of the trainer
+ *     (rl_pace_may_start): with 0, every group of a step is sampled by the policy the step
+ *     updates.
+ *   - Held-out evaluation: at the start, every --eval-every versions and at the end, each
+ *     val task runs once through the proxy's /e/ route (greedy unless --eval-temperature),
+ *     so that its spans carry eval=true and credit trains on none of them; no training group
+ *     starts while an evaluation runs.
+ *   - What it knows of each rollout (its reward, the policy versions that answered it) it
+ *     reads back from arclight.spans, whoever posted the reward; policy versions and the
+ *     trainer's numbers come from arclight.policy. Both are read with assign-based readers
+ *     (no consumer group, no commits). metrics.csv and reward.svg in --workdir are rewritten
+ *     at every version (report.h); eval.jsonl gets a line per evaluation rollout.
+ *   - Stopping: --steps N stops once version N is published and evaluated; --epochs E after
+ *     E passes over the training tasks; SIGINT/SIGTERM at once: running children's process
+ *     groups get SIGTERM (then SIGKILL after 3 s) and their rollouts end as aborted.
+ *   Nothing is retried silently: every failed post to the proxy is retried with backoff,
+ *   and a rollout's outcome is logged when it is not a success.
+ */
+#define _GNU_SOURCE
+#include "rollouts/controller.h"
+#include "rollouts/report.h"
+#include "rollouts/tasks.h"
+
+#include "avro/codec.h"
+#include "core/cli.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "kafka/kafka.h"
+#include "topic_reader.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COMP "rollouts"
+
+extern char **environ;
+
+/* ------------------------------------------------------------------------------------------
+ * Options
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct opts {
+    const char *tasks, *agent, *proxy, *model, *workdir, *reward_name;
+    const char *policy_topic, *spans_topic;
+    int64_t group_size, step_groups, max_staleness, concurrency, max_attempts;
+    int64_t eval_every, eval_tasks, steps, epochs, seed;
+    double rollout_timeout_s, eval_temperature, split_ratio, pace_timeout_s;
+    int shard_index, shard_count;
+    int quiet_agents; /* 0: the children's stderr lines are logged at info */
+} opts;
+
+static void usage(FILE *f)
+{
+    fputs(
+        "usage: arclight rollouts --tasks FILE --agent CMD [flags]\n"
+        "Runs an unchanged agent once per rollout over a task dataset (JSONL: one\n"
+        "{\"id\": ..., \"input\": ..., \"split\": \"train\"|\"val\"} per line), in GRPO groups paced\n"
+        "on the trainer's policy versions, and evaluates the val split as training goes.\n"
+        "\n"
+        "  --tasks FILE              the dataset\n"
+        "  --agent CMD               run by /bin/sh -c once per rollout; it gets\n"
+        "                            OPENAI_BASE_URL, ANTHROPIC_BASE_URL, ARCLIGHT_TASK (the task\n"
+        "                            record, also on stdin), ARCLIGHT_TASK_ID, ARCLIGHT_ROLLOUT_ID,\n"
+        "                            ARCLIGHT_ATTEMPT, ARCLIGHT_SPLIT, ARCLIGHT_REWARD_URL,\n"
+        "                            ARCLIGHT_PROXY_URL, ARCLIGHT_MODEL; its reward: posted to\n"
+        "                            ARCLIGHT_REWARD_URL, or a last stdout line {\"reward\": R}\n"
+        "  --proxy URL               the capture proxy (default http://127.0.0.1:8080)\n"
+        "  --model NAME              the model whose versions pace the run (default: the first\n"
+        "                            one on the policy topic)\n"
+        "  --group-size G            rollouts per training task (default 8)\n"
+        "  --step-groups K           groups per trainer step, as batch's --step-groups\n"
+        "                            (default 4)\n"
+        "  --max-staleness S         run at most S versions ahead of the trainer (default 0:\n"
+        "                            on-policy)\n"
+        "  --concurrency N           rollouts running at once (default: G * K)\n"
+        "  --rollout-timeout S       seconds before a rollout's process group is killed\n"
+        "                            (default 300)\n"
+        "  --max-attempts N          attempts per rollout (default 2)\n"
+        "  --eval-every K            evaluate the val split every K versions (default 10; 0:\n"
+        "                            at the start and the end only)\n"
+        "  --eval-tasks N            at most N val tasks per evaluation (default: all)\n"
+        "  --eval-temperature T      sampling temperature of evaluation calls (default 0:\n"
+        "                            greedy)\n"
+        "  --split-ratio R           share of tasks without a split that go to val (default 0.2)\n"
+        "  --shard i/N               run only the tasks of shard i of N\n"
+        "  --seed S                  order of the tasks (default 1)\n"
+        "  --steps N                 stop once policy version N is published and evaluated\n"
+        "  --epochs E                stop after E passes over the training tasks\n"
+        "  --workdir DIR             metrics.csv and reward.svg go there (default .)\n"
+        "  --reward-name NAME        only reward spans of this name count in the metrics\n"
+        "                            (default: all; a rollout's reward is their sum)\n"
+        "  --pace-timeout S          start one more group when the trainer has not moved for\n"
+        "                            S seconds and nothing runs (default 300)\n"
+        "  --quiet-agents            log the agents' stderr at debug level only\n"
+        "  --policy-topic T          default arclight.policy\n"
+        "  --spans-topic T           default arclight.spans\n"
+        "  --help\n" AL_CLI_COMMON_HELP,
+        f);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * State
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct group group;
+
+typedef struct rollout {
+    group *g;
+    size_t task;
+    int eval;
+    char id[64];
+    int attempt;
+    /* the child */
+    pid_t pid; /* also its process group; 0: not running */
+    int fd_out, fd_err;
+    char obuf[8192], ebuf[2048];
+    size_t on, en;
+    char last_line[8192];
+    char err_tail[600];
+    int64_t start_us, deadline_us, kill_us;
+    int timed_out, killed_for_stop;
+    /* what the spans say (the final attempt's) */
+    int64_t min_version;
+    double reward;
+    int n_rewards, n_calls, end_seen;
+    /* outcome */
+    al_rollout_status status;
+    int done;           /* no attempt follows; its end is posted */
+    int64_t posted_us;  /* when its final end was queued */
+    int64_t launch_version;
+    struct rollout *hnext;
+} rollout;
+
+struct group {
+    size_t task;
+    int eval;
+    int n, n_final, n_failed;
+    int64_t serial;
+    rollout **r;
+};
+
+typedef struct post {
+    char url[1024];
+    char *body;
+    int64_t next_us;
+    int tries;
+    struct post *next;
+} post;
+
+typedef struct ctl {
+    opts o;
+    rl_tasks tasks;
+    size_t *train_idx, n_train, *val_idx, n_val;
+    size_t *order, order_pos;
+    int64_t epoch;
+    unsigned char *busy; /* per task: a group in flight */
+    char run[32];
+    int64_t next_rollout;
+    /* rollouts by id (open ones: until their outcome is in the report) */
+    rollout **rtab;
+    size_t rcap;
+    rollout **live; /* every rollout not yet reported */
+    size_t nlive, caplive;
+    group **groups; /* unfinished groups */
+    size_t ngroups, capgroups;
+    int running;
+    /* pacing */
+    int64_t v, v0, v_seen_us;
+    int have_v;
+    int64_t started_groups, lost_groups, group_serial;
+    /* evaluation */
+    int eval_running; /* rollouts of the current evaluation not yet final */
+    int64_t eval_version, next_eval_at, evals_done;
+    int eval_pending;    /* an evaluation is due and waits for its version */
+    int final_eval_done, final_eval_started;
+    /* stopping */
+    int training_done; /* no more training groups will start */
+    /* posts to the proxy, in order */
+    post *phead, *ptail;
+    CURL *curl;
+    /* Kafka */
+    al_kafka_conf *kc;
+    al_topic_reader *policy_rd, *spans_rd;
+    al_span span;
+    al_policy_version pv;
+    char model[256];
+    /* the report */
+    rl_report rep;
+    FILE *eval_log; /* WORKDIR/eval.jsonl */
+    int64_t t0_us;
+    int64_t last_progress_us, report_version;
+    int tty;
+    /* counts */
+    int64_t n_started, n_succeeded, n_failed, n_timeout, n_retried, n_aborted, n_eval;
+    int64_t n_no_reward, n_reported;
+    int sigpipe[2];
+} ctl;
+
+static volatile sig_atomic_t stop_signal;
+static int sig_fd = -1;
+
+static void on_signal(int sig)
+{
+    int e = errno;
+    if (sig == SIGINT || sig == SIGTERM) stop_signal = sig;
+    if (sig_fd >= 0) {
+        char c = 1;
+        if (write(sig_fd, &c, 1) < 0) { /* the loop wakes up anyway */
+        }
+    }
+    errno = e;
+}
+
+static double now_s(const ctl *c)
+{
+    return (double)(al_mono_us() - c->t0_us) / 1e6;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Rollouts by id
+ * ------------------------------------------------------------------------------------------ */
+
+static uint64_t id_hash(const char *s)
+{
+    return rl_hash(s);
+}
+
+static int rtab_insert(ctl *c, rollout *r)
+{
+    if (c->nlive + 1 > c->rcap / 2) {
+        size_t nc = c->rcap ? c->rcap * 2 : 256;
+        rollout **nt = calloc(nc, sizeof *nt);
+        if (!nt) return -1;
+        for (size_t i = 0; i < c->rcap; i++)
+            for (rollout *x = c->rtab[i], *nx; x; x = nx) {
+                nx = x->hnext;
+                size_t b = id_hash(x->id) & (nc - 1);
+                x->hnext = nt[b];
+                nt[b] = x;
+            }
+        free(c->rtab);
+        c->rtab = nt;
+        c->rcap = nc;
+    }
+    size_t b = id_hash(r->id) & (c->rcap - 1);
+    r->hnext = c->rtab[b];
+    c->rtab[b] = r;
+    if (c->nlive == c->caplive) {
+        size_t nc = c->caplive ? c->caplive * 2 : 64;
+        rollout **nl = realloc(c->live, nc * sizeof *nl);
+        if (!nl) return -1;
+        c->live = nl;
+        c->caplive = nc;
+    }
+    c->live[c->nlive++] = r;
+    return 0;
+}
+
+static rollout *rtab_find(const ctl *c, const char *id)
+{
+    if (!c->rcap) return NULL;
+    for (rollout *x = c->rtab[id_hash(id) & (c->rcap - 1)]; x; x = x->hnext)
+        if (!strcmp(x->id, id)) return x;
+    return NULL;
+}
+
+static void rtab_remove(ctl *c, rollout *r)
+{
+    rollout **pp = &c->rtab[id_hash(r->id) & (c->rcap - 1)];
+    while (*pp && *pp != r)
+        pp = &(*pp)->hnext;
+    if (*pp) *pp = r->hnext;
+    for (size_t i = 0; i < c->nlive; i++)
+        if (c->live[i] == r) {
+            c->live[i] = c->live[--c->nlive];
+            break;
+        }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Posts to the proxy (rewards, ends): in order, retried until the proxy takes them
+ * ------------------------------------------------------------------------------------------ */
+
+static size_t discard_cb(char *p, size_t s, size_t n, void *ud)
+{
+    (void)p, (void)ud;
+    return s * n;
+}
+
+static void post_queue(ctl *c, const char *url, const char *body)
+{
+    post *p = calloc(1, sizeof *p);
+    if (!p || !(p->body = strdup(body))) {
+        free(p);
+        al_log_error(COMP, "out of memory queueing a post to %s", url);
+        return;
+    }
+    snprintf(p->url, sizeof p->url, "%s", url);
+    if (c->ptail)
+        c->ptail->next = p;
+    else
+        c->phead = p;
+    c->ptail = p;
+}
+
+/* Sends what is due, in order; stops at the first post that fails (retried later, with
+ * backoff: a proxy that is away holds every later post too, so that a rollout's end never
+ * overtakes its reward). A 4xx answer is the proxy refusing the post for good: logged,
+ * dropped. */
+static void posts_run(ctl *c, int64_t budget_us)
+{
+    int64_t until = al_mono_us() + budget_us;
+    while (c->phead && al_mono_us() < until) {
+        post *p = c->phead;
+        if (p->next_us > al_mono_us()) return;
+        struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+        curl_easy_reset(c->curl);
+        curl_easy_setopt(c->curl, CURLOPT_URL, p->url);
+        curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, p->body);
+        curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, h);
+        curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, 10000L);
+        curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
+        curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, discard_cb);
+        CURLcode rc = curl_easy_perform(c->curl);
+        long status = 0;
+        curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
+        curl_slist_free_all(h);
+        if (rc == CURLE_OK && status >= 200 && status < 500) {
+            if (status >= 300)
+                al_log_error(COMP, "the proxy refused POST %s (%s): HTTP %ld", p->url, p->body,
+                             status);
+            c->phead = p->next;
+            if (!c->phead) c->ptail = NULL;
+            free(p->body);
+            free(p);
+            continue;
+        }
+        p->tries++;
+        int64_t back = 200000LL << (p->tries < 5 ? p->tries : 5);
+        p->next_us = al_mono_us() + back;
+        if (p->tries == 1 || p->tries % 20 == 0)
+            al_log_warn(COMP, "POST %s: %s; retrying (attempt %d)", p->url,
+                        rc != CURLE_OK ? curl_easy_strerror(rc) : "HTTP 5xx", p->tries + 1);
+        return;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Children
+ * ------------------------------------------------------------------------------------------ */
+
+static void set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+/* The environment of a child: ours with the rollout's variables set over it. The strings
+ * live in `store`; the array is malloc'd (NULL when out of memory). */
+static char **child_env(const ctl *c, const rollout *r, char *store, size_t storelen)
+{
+    const rl_task *t = &c->tasks.t[r->task];
+    char base[900];
+    rl_rollout_base(base, sizeof base, c->o.proxy, r->eval, c->o.eval_temperature, t->key, r->id,
+                    r->attempt);
+    const char *keys[] = {"OPENAI_BASE_URL",   "ANTHROPIC_BASE_URL", "ARCLIGHT_TASK",
+                          "ARCLIGHT_TASK_ID",  "ARCLIGHT_ROLLOUT_ID", "ARCLIGHT_ATTEMPT",
+                          "ARCLIGHT_SPLIT",    "ARCLIGHT_REWARD_URL", "ARCLIGHT_PROXY_URL",
+                          "ARCLIGHT_MODEL",    "ARCLIGHT_EVAL",       "ARCLIGHT_GROUP_SIZE",
+                          "OPENAI_API_KEY",    "ANTHROPIC_API_KEY"};
+    size_t nk = AL_ARRAY_LEN(keys), n = 0;
+    for (char **e = environ; *e; e++)
+        n++;
+    char **env = malloc((n + nk + 1) * sizeof *env);
+    if (!env) return NULL;
+    size_t k = 0, used = 0;
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        int w_ = snprintf(store + used, storelen - used, __VA_ARGS__);                             \
+        if (w_ < 0 || (size_t)w_ >= storelen - used) {                                             \
+            free(env);                                                                             \
+            return NULL;                                                                           \
+        }                                                                                          \
+        env[k++] = store + used;                                                                   \
+        used += (size_t)w_ + 1;                                                                    \
+    } while (0)
+    PUT("OPENAI_BASE_URL=%s/v1", base);
+    PUT("ANTHROPIC_BASE_URL=%s", base);
+    PUT("ARCLIGHT_TASK=%s", t->record);
+    PUT("ARCLIGHT_TASK_ID=%s", t->id);
+    PUT("ARCLIGHT_ROLLOUT_ID=%s", r->id);
+    PUT("ARCLIGHT_ATTEMPT=%d", r->attempt);
+    PUT("ARCLIGHT_SPLIT=%s", t->split == RL_SPLIT_VAL ? "val" : "train");
+    PUT("ARCLIGHT_REWARD_URL=%s/reward", base);
+    PUT("ARCLIGHT_PROXY_URL=%s", c->o.proxy);
+    PUT("ARCLIGHT_MODEL=%s", c->model);
+    PUT("ARCLIGHT_EVAL=%d", r->eval);
+    PUT("ARCLIGHT_GROUP_SIZE=%d", r->g ? r->g->n : 1);
+    /* SDKs refuse to start without a key; the proxy does not need one unless --agent-key */
+    const char *ok = getenv("OPENAI_API_KEY"), *ak = getenv("ANTHROPIC_API_KEY");
+    PUT("OPENAI_API_KEY=%s", ok && *ok ? ok : "arclight");
+    PUT("ANTHROPIC_API_KEY=%s", ak && *ak ? ak : "arclight");
+#undef PUT
+    for (char **e = environ; *e; e++) {
+        int ours = 0;
+        for (size_t i = 0; i < nk && !ours; i++) {
+            size_t l = strlen(keys[i]);
+            ours = !strncmp(*e, keys[i], l) && (*e)[l] == '=';
+        }
+        if (!ours) env[k++] = *e;
+    }
+    env[k] = NULL;
+    return env;
+}
+
+/* Starts rollout r's child. 0, or -1 (logged; the rollout then fails like a crash). */
+static int child_start(ctl *c, rollout *r)
+{
+    static char store[1 << 20];
+    const rl_task *t = &c->tasks.t[r->task];
+    char **env = child_env(c, r, store, sizeof store);
+    if (!env) {
+        al_log_error(COMP, "rollout %s: the task record is too large for the environment", r->id);
+        return -1;
+    }
+    /* stdin: the task record, from a memory file (a pipe could fill and block us) */
+    int in = memfd_create("arclight-task", MFD_CLOEXEC);
+    int po[2] = {-1, -1}, pe[2] = {-1, -1};
+    size_t len = strlen(t->record);
+    if (in < 0 || write(in, t->record, len) != (ssize_t)len || write(in, "\n", 1) != 1 ||
+        lseek(in, 0, SEEK_SET) != 0 || pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
+        al_log_error(COMP, "rollout %s: cannot set up the child's stdio: %s", r->id,
+                     strerror(errno));
+        if (in >= 0) close(in);
+        for (int i = 0; i < 2; i++) {
+            if (po[i] >= 0) close(po[i]);
+            if (pe[i] >= 0) close(pe[i]);
+        }
+        free(env);
+        return -1;
+    }
+    char *argv[] = {"/bin/sh", "-c", (char *)c->o.agent, NULL};
+    pid_t pid = fork();
+    if (pid < 0) {
+        al_log_error(COMP, "rollout %s: fork: %s", r->id, strerror(errno));
+        close(in), close(po[0]), close(po[1]), close(pe[0]), close(pe[1]);
+        free(env);
+        return -1;
+    }
+    if (pid == 0) { /* only async-signal-safe calls from here to exec */
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(in, 0);
+        dup2(po[1], 1);
+        dup2(pe[1], 2);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        execve("/bin/sh", argv, env);
+        _exit(127);
+    }
+    setpgid(pid, pid); /* also here: no race with a kill of the group before the child ran */
+    free(env);
+    close(in);
+    close(po[1]);
+    close(pe[1]);
+    r->fd_out = po[0];
+    r->fd_err = pe[0];
+    set_nonblock(r->fd_out);
+    set_nonblock(r->fd_err);
+    r->pid = pid;
+    r->on = r->en = 0;
+    r->last_line[0] = r->err_tail[0] = '\0';
+    r->start_us = al_mono_us();
+    r->deadline_us = r->start_us + (int64_t)(c->o.rollout_timeout_s * 1e6);
+    r->timed_out = 0;
+    r->kill_us = 0;
+    c->running++;
+    c->n_started++;
+    al_log_debug(COMP, "rollout %s (task %s%s, attempt %d) started: pid %d", r->id, t->id,
+                 r->eval ? ", eval" : "", r->attempt, (int)pid);
+    return 0;
+}
+
+/* A complete line of the child's stdout (is_err 0) or stderr (1). */
+static void child_line(ctl *c, rollout *r, char *line, int is_err)
+{
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\r' || line[n - 1] == ' ')) line[--n] = '\0';
+    if (!n) return;
+    if (is_err) {
+        snprintf(r->err_tail, sizeof r->err_tail, "%s", line);
+        if (c->o.quiet_agents)
+            al_log_debug(COMP, "%s: %s", r->id, line);
+        else
+            al_log_info(COMP, "%s: %s", r->id, line);
+    } else {
+        snprintf(r->last_line, sizeof r->last_line, "%s", line);
+        al_log_debug(COMP, "%s> %s", r->id, line);
+    }
+}
+
+/* Reads what the child wrote; at EOF the fd is closed. */
+static void child_read(ctl *c, rollout *r, int is_err)
+{
+    int *fd = is_err ? &r->fd_err : &r->fd_out;
+    char *buf = is_err ? r->ebuf : r->obuf;
+    size_t cap = is_err ? sizeof r->ebuf : sizeof r->obuf;
+    size_t *n = is_err ? &r->en : &r->on;
+    for (;;) {
+        if (*n == cap - 1) { /* a line longer than the buffer: keep its end */
+            buf[*n] = '\0';
+            child_line(c, r, buf, is_err);
+            *n = 0;
+        }
+        ssize_t k = read(*fd, buf + *n, cap - 1 - *n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (k <= 0) { /* EOF or error: a last unterminated line counts */
+            if (*n) {
+                buf[*n] = '\0';
+                child_line(c, r, buf, is_err);
+                *n = 0;
+            }
+            close(*fd);
+            *fd = -1;
+            return;
+        }
+        *n += (size_t)k;
+        char *s = buf, *nl;
+        while ((nl = memchr(s, '\n', (size_t)(buf + *n - s)))) {
+            *nl = '\0';
+            child_line(c, r, s, is_err);
+            s = nl + 1;
+        }
+        *n = (size_t)(buf + *n - s);
+        memmove(buf, s, *n);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Scheduling
+ * ------------------------------------------------------------------------------------------ */
+
+static rollout *rollout_new(ctl *c, group *g, size_t task, int eval)
+{
+    rollout *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->g = g;
+    r->task = task;
+    r->eval = eval;
+    r->fd_out = r->fd_err = -1;
+    r->min_version = -1;
+    r->launch_version = c->v;
+    snprintf(r->id, sizeof r->id, "%s-%" PRId64, c->run, c->next_rollout++);
+    if (rtab_insert(c, r)) {
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static group *group_new(ctl *c, size_t task, int n, int eval)
+{
+    group *g = calloc(1, sizeof *g);
+    if (!g || !(g->r = calloc((size_t)n, sizeof *g->r))) {
+        free(g);
+        return NULL;
+    }
+    g->task = task;
+    g->eval = eval;
+    g->n = n;
+    g->serial = c->group_serial++;
+    for (int i = 0; i < n; i++)
+        if (!(g->r[i] = rollout_new(c, g, task, eval))) {
+            for (int k = 0; k < i; k++) {
+                rtab_remove(c, g->r[k]);
+                free(g->r[k]);
+            }
+            free(g->r);
+            free(g);
+            return NULL;
+        }
+    if (c->ngroups == c->capgroups) {
+        size_t nc = c->capgroups ? c->capgroups * 2 : 32;
+        group **ng = realloc(c->groups, nc * sizeof *ng);
+        if (!ng) return NULL; /* leaked on out of memory only */
+        c->groups = ng;
+        c->capgroups = nc;
+    }
+    c->groups[c->ngroups++] = g;
+    return g;
+}
+
+/* The next training task of the epoch order that has no group in flight; SIZE_MAX when
+ * every remaining one is busy or the epochs are over. Moves to the next epoch at the end. */
+static size_t next_train_task(ctl *c)
+{
+    if (!c->n_train) return SIZE_MAX;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = c->order_pos; i < c->n_train; i++) {
+            size_t t = c->train_idx[c->order[i]];
+            if (c->busy[t]) continue;
+            /* take it: swap it to the front of what is left */
+            size_t tmp = c->order[i];
+            c->order[i] = c->order[c->order_pos];
+            c->order[c->order_pos] = tmp;
+            c->order_pos++;
+            return t;
+        }
+        if (c->order_pos < c->n_train) return SIZE_MAX; /* the rest are busy */
+        if (c->o.epochs && c->epoch + 1 >= c->o.epochs) return SIZE_MAX;
+        c->epoch++;
+        c->order_pos = 0;
+        rl_shuffle(c->order, c->n_train, (uint64_t)c->o.seed, (uint64_t)c->epoch);
+        al_log_info(COMP, "epoch %" PRId64 " over the %zu training tasks", c->epoch, c->n_train);
+    }
+    return SIZE_MAX;
+}
+
+static int running_pending(const ctl *c)
+{
+    /* rollouts of unfinished groups not yet started */
+    int n = 0;
+    for (size_t i = 0; i < c->ngroups; i++)
+        for (int k = 0; k < c->groups[i]->n; k++) {
+            const rollout *r = c->groups[i]->r[k];
+            if (!r->pid && !r->done && !r->start_us) n++;
+        }
+    return n;
+}
+
+/* Starts the not-yet-started rollouts of unfinished groups, eval groups first, within the
+ * concurrency limit. */
+static void start_pending(ctl *c)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < c->ngroups && c->running < c->o.concurrency; i++) {
+            group *g = c->groups[i];
+            if (g->eval != (pass == 0)) continue;
+            for (int k = 0; k < g->n && c->running < c->o.concurrency; k++) {
+                rollout *r = g->r[k];
+                if (r->pid || r->done || r->start_us) continue;
+                if (child_start(c, r) != 0) {
+                    r->start_us = al_mono_us(); /* counts as started and failed at once */
+                    r->status = AL_ROLLOUT_STATUS_FAILED;
+                    snprintf(r->err_tail, sizeof r->err_tail, "the controller could not start it");
+                    r->done = 1;
+                }
+            }
+        }
+}
+
+static void post_end(ctl *c, rollout *r, const char *status, const char *reason, int retried);
+
+/* Starts an evaluation of the val split at the current version. */
+static void eval_start(ctl *c)
+{
+    size_t n = c->n_val;
+    if (c->o.eval_tasks > 0 && (size_t)c->o.eval_tasks < n) n = (size_t)c->o.eval_tasks;
+    c->eval_version = c->v;
+    c->eval_running = 0;
+    for (size_t i = 0; i < n; i++) {
+        group *g = group_new(c, c->val_idx[i], 1, 1);
+        if (!g) {
+            al_log_error(COMP, "out of memory starting an evaluation");
+            break;
+        }
+        c->eval_running++;
+    }
+    c->evals_done++;
+    al_log_info(COMP, "evaluating %zu val tasks at policy version %" PRId64, n, c->v);
+}
+
+/* What to start now: a due evaluation, else training groups as pacing allows. */
+static void schedule(ctl *c)
+{
+    if (!c->have_v) return;
+    int stopping = stop_signal != 0;
+    if (stopping) return;
+    /* an evaluation due at this version: once the current one is over */
+    if (c->n_val && !c->eval_running && c->eval_pending) {
+        c->eval_pending = 0;
+        eval_start(c);
+    }
+    if (!c->eval_running && !c->training_done) {
+        for (;;) {
+            if (c->o.steps > 0 &&
+                c->started_groups - c->lost_groups >= (c->o.steps - c->v0) * c->o.step_groups)
+                break; /* enough for the last step */
+            if (!rl_pace_may_start(c->v, c->v0, c->o.max_staleness, c->o.step_groups,
+                                   c->started_groups, c->lost_groups))
+                break;
+            if (running_pending(c) >= c->o.concurrency) break;
+            size_t t = next_train_task(c);
+            if (t == SIZE_MAX) {
+                if (c->o.epochs && c->epoch + 1 >= c->o.epochs && c->order_pos >= c->n_train) {
+                    c->training_done = 1;
+                    al_log_info(COMP, "the %" PRId64 " epochs are started: no more training groups",
+                                c->o.epochs);
+                }
+                break;
+            }
+            group *g = group_new(c, t, (int)c->o.group_size, 0);
+            if (!g) {
+                al_log_error(COMP, "out of memory starting a group");
+                break;
+            }
+            c->busy[t] = 1;
+            c->started_groups++;
+        }
+    }
+    start_pending(c);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Outcomes
+ * ------------------------------------------------------------------------------------------ */
+
+static void post_end(ctl *c, rollout *r, const char *status, const char *reason, int retried)
+{
+    char base[900], url[1000];
+    rl_rollout_base(base, sizeof base, c->o.proxy, r->eval, c->o.eval_temperature,
+                    c->tasks.t[r->task].key, r->id, r->attempt);
+    snprintf(url, sizeof url, "%s/end", base);
+    json_t *o = json_pack("{s:s,s:i}", "status", status, "group_size", r->g ? r->g->n : 1);
+    if (reason && *reason) json_object_set_new(o, "reason", json_string(reason));
+    if (retried) json_object_set_new(o, "retried", json_true());
+    char *b = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (b) post_queue(c, url, b);
+    free(b);
+    json_decref(o);
+}
+
+/* The child of r is gone (reaped) and its pipes are drained: post its reward line, its end,
+ * and either start the next attempt or settle the rollout. */
+static void rollout_finished(ctl *c, rollout *r, int wstatus)
+{
+    char reason[800] = "";
+    const char *status = "succeeded";
+    double reward;
+    char body[8192], err[300];
+    int bad_line = 0;
+    int64_t secs = (al_mono_us() - r->start_us) / 1000000;
+    if (r->killed_for_stop) {
+        status = "aborted";
+        snprintf(reason, sizeof reason, "the controller stopped");
+    } else if (r->timed_out) {
+        status = "timeout";
+        snprintf(reason, sizeof reason, "no exit after %g s; its process group was killed",
+                 c->o.rollout_timeout_s);
+    } else if (WIFSIGNALED(wstatus)) {
+        status = "failed";
+        snprintf(reason, sizeof reason, "killed by signal %d (%s)%s%s", WTERMSIG(wstatus),
+                 strsignal(WTERMSIG(wstatus)), r->err_tail[0] ? "; last error: " : "",
+                 r->err_tail);
+    } else if (WEXITSTATUS(wstatus) > 128 && WEXITSTATUS(wstatus) < 128 + 65) {
+        /* the shell's way of saying that the agent it ran died of a signal */
+        status = "failed";
+        int sig = WEXITSTATUS(wstatus) - 128;
+        snprintf(reason, sizeof reason, "exit status %d: killed by signal %d (%s)%s%.300s",
+                 WEXITSTATUS(wstatus), sig, strsignal(sig), r->err_tail[0] ? "; last error: " : "",
+                 r->err_tail);
+    } else if (WEXITSTATUS(wstatus) != 0) {
+        status = "failed";
+        snprintf(reason, sizeof reason, "exit status %d%s%.300s", WEXITSTATUS(wstatus),
+                 r->err_tail[0] ? "; last error: " : "", r->err_tail);
+    }
+    if (!strcmp(status, "succeeded") && r->last_line[0]) {
+        int k = rl_parse_reward_line(r->last_line, &reward, body, sizeof body, err, sizeof err);
+        if (k < 0) {
+            status = "failed";
+            bad_line = 1;
+            snprintf(reason, sizeof reason, "%s: %.200s", err, r->last_line);
+        } else if (k > 0) {
+            char base[900], url[1000];
+            rl_rollout_base(base, sizeof base, c->o.proxy, r->eval, c->o.eval_temperature,
+                            c->tasks.t[r->task].key, r->id, r->attempt);
+            snprintf(url, sizeof url, "%s/reward", base);
+            post_queue(c, url, body);
+        }
+    }
+    int ok = !strcmp(status, "succeeded");
+    int retry = !ok && !r->killed_for_stop && r->attempt + 1 < c->o.max_attempts;
+    if (!ok)
+        al_log_warn(COMP, "rollout %s (task %s%s, attempt %d) %s after %" PRId64 " s: %s%s", r->id,
+                    c->tasks.t[r->task].id, r->eval ? ", eval" : "", r->attempt, status, secs,
+                    reason, retry ? "; running it again" : "");
+    (void)bad_line;
+    post_end(c, r, status, reason, retry);
+    if (retry) {
+        c->n_retried++;
+        r->attempt++;
+        r->n_rewards = r->n_calls = 0;
+        r->reward = 0;
+        r->min_version = -1;
+        r->end_seen = 0;
+        r->start_us = 0; /* start_pending starts it again */
+        return;
+    }
+    r->done = 1;
+    r->posted_us = al_mono_us();
+    r->status = (al_rollout_status)al_rollout_status_parse(status);
+    if (ok)
+        c->n_succeeded++;
+    else if (!strcmp(status, "timeout"))
+        c->n_timeout++;
+    else if (!strcmp(status, "aborted"))
+        c->n_aborted++;
+    else
+        c->n_failed++;
+    group *g = r->g;
+    g->n_final++;
+    if (!ok) g->n_failed++;
+}
+
+/* Reaps exited children; a child counts as finished once its pipes are closed too. */
+static void reap(ctl *c)
+{
+    for (size_t i = 0; i < c->ngroups; i++) {
+        group *g = c->groups[i];
+        for (int k = 0; k < g->n; k++) {
+            rollout *r = g->r[k];
+            if (!r->pid) continue;
+            int st;
+            pid_t w = waitpid(r->pid, &st, WNOHANG);
+            if (w != r->pid) continue;
+            /* the shell is gone; anything its group left behind goes with it */
+            kill(-r->pid, SIGKILL);
+            if (r->fd_out >= 0) child_read(c, r, 0);
+            if (r->fd_err >= 0) child_read(c, r, 1);
+            if (r->fd_out >= 0) close(r->fd_out), r->fd_out = -1;
+            if (r->fd_err >= 0) close(r->fd_err), r->fd_err = -1;
+            r->pid = 0;
+            c->running--;
+            rollout_finished(c, r, st);
+        }
+    }
+}
+
+static void check_timeouts(ctl *c)
+{
+    int64_t now = al_mono_us();
+    for (size_t i = 0; i < c->ngroups; i++) {
+        group *g = c->groups[i];
+        for (int k = 0; k < g->n; k++) {
+            rollout *r = g->r[k];
+            if (r->pid && !r->timed_out && now >= r->deadline_us) {
+                r->timed_out = 1;
+                kill(-r->pid, SIGKILL);
+            }
+        }
+    }
+}
+
+/* Rollouts whose outcome is settled go into the report: once their end span was read back
+ * (their reward is then whole), or 30 s after their end was posted (the spans are late or
+ * the broker away: reported with what is known). Groups whose rollouts are all settled
+ * free their task. */
+static void settle(ctl *c)
+{
+    int64_t now = al_mono_us();
+    for (size_t i = 0; i < c->nlive;) {
+        rollout *r = c->live[i];
+        int ready = r->done && !c->phead && (r->end_seen || now - r->posted_us > 30000000LL);
+        if (!ready) {
+            i++;
+            continue;
+        }
+        int64_t ver = r->min_version >= 0 ? r->min_version : r->launch_version;
+        if (r->status == AL_ROLLOUT_STATUS_SUCCEEDED) {
+            if (!r->n_rewards) c->n_no_reward++;
+            if (r->eval)
+                rl_report_add_val(&c->rep, ver, r->reward);
+            else
+                rl_report_add_train(&c->rep, ver, r->reward);
+        }
+        if (r->eval && c->eval_log) { /* every evaluation rollout, for a user's own statistics */
+            json_t *o = json_pack("{s:I,s:s,s:s,s:i,s:s,s:f,s:i}", "version", (json_int_t)ver,
+                                  "task", c->tasks.t[r->task].id, "rollout", r->id, "attempt",
+                                  r->attempt, "status", al_rollout_status_name(r->status),
+                                  "reward", r->reward, "rewards", r->n_rewards);
+            char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+            if (line) fprintf(c->eval_log, "%s\n", line);
+            fflush(c->eval_log);
+            free(line);
+            json_decref(o);
+        }
+        c->n_reported++;
+        rtab_remove(c, r); /* moves the last live one into slot i; the group frees r */
+    }
+    for (size_t i = 0; i < c->ngroups;) {
+        group *g = c->groups[i];
+        int all = g->n_final == g->n;
+        for (int k = 0; all && k < g->n; k++)
+            if (rtab_find(c, g->r[k]->id)) all = 0;
+        if (!all) {
+            i++;
+            continue;
+        }
+        if (g->eval) {
+            c->eval_running--;
+        } else {
+            c->busy[g->task] = 0;
+            if (g->n_failed == g->n) c->lost_groups++;
+        }
+        for (int k = 0; k < g->n; k++)
+            free(g->r[k]);
+        free(g->r);
+        free(g);
+        c->groups[i] = c->groups[--c->ngroups];
+    }
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Kafka: policy versions and spans
+ * ------------------------------------------------------------------------------------------ */
+
+static void on_version(ctl *c, const al_policy_version *pv)
+{
+    if (!c->model[0]) snprintf(c->model, sizeof c->model, "%s", pv->model);
+    if (strcmp(pv->model, c->model)) return;
+    rl_version_row *row = rl_report_row(&c->rep, pv->version);
+    if (row) {
+        row->have_train_metrics = 1;
+        row->tokens_per_s = pv->metrics.tokens_per_s;
+        row->loss = pv->metrics.loss;
+        row->kl = pv->metrics.kl;
+        row->entropy = pv->metrics.entropy;
+        row->clip_frac = pv->metrics.clip_fraction;
+        if (c->have_v && row->time_s < 0) row->time_s = now_s(c);
+    }
+    if (!c->have_v || pv->version > c->v) {
+        c->v = pv->version;
+        c->v_seen_us = al_mono_us();
+    }
+}
+
+static void on_span(ctl *c, const al_span *s)
+{
+    rollout *r = rtab_find(c, s->rollout_id);
+    if (!r || s->attempt != r->attempt) return;
+    if (s->kind == AL_SPAN_KIND_LLM_CALL) {
+        r->n_calls++;
+        int64_t v = s->llm_call.policy_version;
+        if (v >= 0 && (r->min_version < 0 || v < r->min_version)) r->min_version = v;
+    } else if (s->kind == AL_SPAN_KIND_REWARD) {
+        if (c->o.reward_name && strcmp(c->o.reward_name, s->reward.name ? s->reward.name : ""))
+            return;
+        r->reward += s->reward.value;
+        r->n_rewards++;
+    } else if (s->kind == AL_SPAN_KIND_ROLLOUT_END) {
+        if (r->done) r->end_seen = 1;
+    }
+}
+
+/* Drains what the readers have now. -1 when a reader failed for good. */
+static int kafka_poll(ctl *c, int wait_ms)
+{
+    char err[512];
+    rd_kafka_message_t *m;
+    for (int i = 0; i < 2000; i++) {
+        int k = al_topic_reader_next(c->policy_rd, i ? 0 : wait_ms, &m, err, sizeof err);
+        if (k < 0) {
+            al_log_error(COMP, "reading %s: %s", c->o.policy_topic, err);
+            return -1;
+        }
+        if (k != 1) break;
+        if (al_policy_version_decode(m->payload, m->len, &c->pv, err, sizeof err) == 0)
+            on_version(c, &c->pv);
+        else
+            al_log_warn(COMP, "%s [%d] offset %" PRId64 ": %s (skipped)", c->o.policy_topic,
+                        (int)m->partition, m->offset, err);
+        rd_kafka_message_destroy(m);
+    }
+    for (int i = 0; i < 5000; i++) {
+        int k = al_topic_reader_next(c->spans_rd, 0, &m, err, sizeof err);
+        if (k < 0) {
+            al_log_error(COMP, "reading %s: %s", c->o.spans_topic, err);
+            return -1;
+        }
+        if (k != 1) break;
+        if (al_span_decode(m->payload, m->len, &c->span, err, sizeof err) == 0 &&
+            c->span.rollout_id && !strncmp(c->span.rollout_id, c->run, strlen(c->run)))
+            on_span(c, &c->span);
+        rd_kafka_message_destroy(m);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * What the user sees
+ * ------------------------------------------------------------------------------------------ */
+
+static void fmt_elapsed(char *b, size_t n, double s)
+{
+    int t = (int)s;
+    if (t >= 3600)
+        snprintf(b, n, "%dh%02dm%02ds", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(b, n, "%dm%02ds", t / 60, t % 60);
+}
+
+/* The newest version with training rollouts reported, and the newest with a val reward. */
+static const rl_version_row *last_row(const ctl *c, int val)
+{
+    for (size_t i = c->rep.n; i-- > 0;)
+        if (val ? c->rep.rows[i].n_val : c->rep.rows[i].n_train) return &c->rep.rows[i];
+    return NULL;
+}
+
+static void progress(ctl *c, int force)
+{
+    int64_t now = al_mono_us();
+    char el[32], val[64] = "-", tr[64] = "-";
+    fmt_elapsed(el, sizeof el, now_s(c));
+    const rl_version_row *t = last_row(c, 0), *v = last_row(c, 1);
+    if (t) snprintf(tr, sizeof tr, "%.3f (v%" PRId64 ")", rl_row_train_mean(t), t->version);
+    if (v) snprintf(val, sizeof val, "%.3f (v%" PRId64 ")", rl_row_val_mean(v), v->version);
+    double rate = c->n_reported / (now_s(c) > 0 ? now_s(c) : 1);
+    int64_t ahead = c->o.step_groups
+                        ? (c->started_groups - c->lost_groups) / c->o.step_groups - (c->v - c->v0)
+                        : 0;
+    if (c->tty) {
+        if (!force && now - c->last_progress_us < 500000) return;
+        c->last_progress_us = now;
+        fprintf(stderr,
+                "\r\033[Krollouts: %.1f/s, %d running | policy v%" PRId64 " (rollouts %+" PRId64
+                " ahead) | train %s | val %s | %s",
+                rate, c->running, c->v, ahead, tr, val, el);
+        fflush(stderr);
+        return;
+    }
+    if (!force && c->report_version == c->v) return;
+    c->report_version = c->v;
+    al_log_info(COMP,
+                "policy v%" PRId64 ": train reward %s, val reward %s; %" PRId64
+                " rollouts done (%.1f/s), %d running; %s",
+                c->v, tr, val, c->n_reported, rate, c->running, el);
+}
+
+static void write_report(ctl *c)
+{
+    char err[512], title[512];
+    snprintf(title, sizeof title, "arclight: %s on %s", c->model, c->o.tasks);
+    if (rl_report_write(&c->rep, c->o.workdir, title, err, sizeof err))
+        al_log_warn(COMP, "cannot write the report: %s", err);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * The command
+ * ------------------------------------------------------------------------------------------ */
+
+enum {
+    O_TASKS = AL_CLI_OPT_USER,
+    O_AGENT,
+    O_PROXY,
+    O_MODEL,
+    O_GROUP_SIZE,
+    O_STEP_GROUPS,
+    O_MAX_STALENESS,
+    O_CONCURRENCY,
+    O_TIMEOUT,
+    O_MAX_ATTEMPTS,
+    O_EVAL_EVERY,
+    O_EVAL_TASKS,
+    O_EVAL_TEMP,
+    O_SPLIT_RATIO,
+    O_SHARD,
+    O_SEED,
+    O_STEPS,
+    O_EPOCHS,
+    O_WORKDIR,
+    O_REWARD_NAME,
+    O_PACE_TIMEOUT,
+    O_QUIET_AGENTS,
+    O_POLICY_TOPIC,
+    O_SPANS_TOPIC,
+    O_HELP,
+};
+
+static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return al_cli_usage_error("rollouts", "%s wants an integer from %lld to %lld, got '%s'",
+                                  flag, (long long)lo, (long long)hi, s);
+    *out = v;
+    return 0;
+}
+
+static int parse_dbl(const char *flag, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v >= lo && v <= hi))
+        return al_cli_usage_error("rollouts", "%s wants a number from %g to %g, got '%s'", flag,
+                                  lo, hi, s);
+    *out = v;
+    return 0;
+}
+
+/* Stops every running child: SIGTERM to its group, SIGKILL after 3 s; their rollouts end as
+ * aborted (posted, best effort: the proxy may be gone too). */
+static void stop_children(ctl *c)
+{
+    int any = 0;
+    for (size_t i = 0; i < c->ngroups; i++)
+        for (int k = 0; k < c->groups[i]->n; k++) {
+            rollout *r = c->groups[i]->r[k];
+            if (!r->pid) continue;
+            r->killed_for_stop = 1;
+            kill(-r->pid, SIGTERM);
+            any = 1;
+        }
+    int64_t until = al_mono_us() + 3000000;
+    while (any && c->running > 0 && al_mono_us() < until) {
+        reap(c);
+        usleep(20000);
+    }
+    for (size_t i = 0; i < c->ngroups; i++)
+        for (int k = 0; k < c->groups[i]->n; k++)
+            if (c->groups[i]->r[k]->pid) kill(-c->groups[i]->r[k]->pid, SIGKILL);
+    while (c->running > 0) {
+        reap(c);
+        if (c->running > 0) usleep(10000);
+    }
+}
+
+int cmd_rollouts(int argc, char **argv)
+{
+    static const struct option lopts[] = {
+        {"tasks", required_argument, 0, O_TASKS},
+        {"agent", required_argument, 0, O_AGENT},
+        {"proxy", required_argument, 0, O_PROXY},
+        {"model", required_argument, 0, O_MODEL},
+        {"group-size", required_argument, 0, O_GROUP_SIZE},
+        {"step-groups", required_argument, 0, O_STEP_GROUPS},
+        {"max-staleness", required_argument, 0, O_MAX_STALENESS},
+        {"concurrency", required_argument, 0, O_CONCURRENCY},
+        {"rollout-timeout", required_argument, 0, O_TIMEOUT},
+        {"max-attempts", required_argument, 0, O_MAX_ATTEMPTS},
+        {"eval-every", required_argument, 0, O_EVAL_EVERY},
+        {"eval-tasks", required_argument, 0, O_EVAL_TASKS},
+        {"eval-temperature", required_argument, 0, O_EVAL_TEMP},
+        {"split-ratio", required_argument, 0, O_SPLIT_RATIO},
+        {"shard", required_argument, 0, O_SHARD},
+        {"seed", required_argument, 0, O_SEED},
+        {"steps", required_argument, 0, O_STEPS},
+        {"epochs", required_argument, 0, O_EPOCHS},
+        {"workdir", required_argument, 0, O_WORKDIR},
+        {"reward-name", required_argument, 0, O_REWARD_NAME},
+        {"pace-timeout", required_argument, 0, O_PACE_TIMEOUT},
+        {"quiet-agents", no_argument, 0, O_QUIET_AGENTS},
+        {"policy-topic", required_argument, 0, O_POLICY_TOPIC},
+        {"spans-topic", required_argument, 0, O_SPANS_TOPIC},
+        {"help", no_argument, 0, O_HELP},
+        AL_CLI_COMMON_OPTIONS,
+        {0, 0, 0, 0},
+    };
+    al_cli_common common;
+    al_cli_common_init(&common);
+    ctl *c = calloc(1, sizeof *c);
+    if (!c) return AL_EXIT_FAILURE;
+    opts *o = &c->o;
+    o->proxy = "http://127.0.0.1:8080";
+    o->workdir = ".";
+    o->policy_topic = "arclight.policy";
+    o->spans_topic = "arclight.spans";
+    o->group_size = 8;
+    o->step_groups = 4;
+    o->max_staleness = 0;
+    o->concurrency = 0;
+    o->max_attempts = 2;
+    o->eval_every = 10;
+    o->rollout_timeout_s = 300;
+    o->split_ratio = 0.2;
+    o->pace_timeout_s = 300;
+    o->seed = 1;
+    o->shard_count = 1;
+    int rc = AL_EXIT_USAGE, ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
+        int bad = 0;
+        switch (ch) {
+        case O_TASKS: o->tasks = optarg; break;
+        case O_AGENT: o->agent = optarg; break;
+        case O_PROXY: o->proxy = optarg; break;
+        case O_MODEL: o->model = optarg; break;
+        case O_GROUP_SIZE: bad = parse_i64("--group-size", optarg, 1, 4096, &o->group_size); break;
+        case O_STEP_GROUPS: bad = parse_i64("--step-groups", optarg, 1, 65536, &o->step_groups); break;
+        case O_MAX_STALENESS: bad = parse_i64("--max-staleness", optarg, 0, 1000, &o->max_staleness); break;
+        case O_CONCURRENCY: bad = parse_i64("--concurrency", optarg, 1, 4096, &o->concurrency); break;
+        case O_TIMEOUT: bad = parse_dbl("--rollout-timeout", optarg, 0.1, 1e6, &o->rollout_timeout_s); break;
+        case O_MAX_ATTEMPTS: bad = parse_i64("--max-attempts", optarg, 1, 100, &o->max_attempts); break;
+        case O_EVAL_EVERY: bad = parse_i64("--eval-every", optarg, 0, INT32_MAX, &o->eval_every); break;
+        case O_EVAL_TASKS: bad = parse_i64("--eval-tasks", optarg, 1, INT32_MAX, &o->eval_tasks); break;
+        case O_EVAL_TEMP: bad = parse_dbl("--eval-temperature", optarg, 0, 100, &o->eval_temperature); break;
+        case O_SPLIT_RATIO: bad = parse_dbl("--split-ratio", optarg, 0, 1, &o->split_ratio); break;
+        case O_SHARD:
+            if (rl_parse_shard(optarg, &o->shard_index, &o->shard_count))
+                bad = al_cli_usage_error("rollouts", "--shard wants i/N with 0 <= i < N, got '%s'", optarg);
+            break;
+        case O_SEED: bad = parse_i64("--seed", optarg, 0, INT64_MAX, &o->seed); break;
+        case O_STEPS: bad = parse_i64("--steps", optarg, 1, INT64_MAX / 2, &o->steps); break;
+        case O_EPOCHS: bad = parse_i64("--epochs", optarg, 1, INT32_MAX, &o->epochs); break;
+        case O_WORKDIR: o->workdir = optarg; break;
+        case O_REWARD_NAME: o->reward_name = optarg; break;
+        case O_PACE_TIMEOUT: bad = parse_dbl("--pace-timeout", optarg, 1, 1e6, &o->pace_timeout_s); break;
+        case O_QUIET_AGENTS: o->quiet_agents = 1; break;
+        case O_POLICY_TOPIC: o->policy_topic = optarg; break;
+        case O_SPANS_TOPIC: o->spans_topic = optarg; break;
+        case O_HELP:
+            usage(stdout);
+            free(c);
+            return AL_EXIT_OK;
+        default: {
+            int r = al_cli_common_option(&common, ch, optarg);
+            if (r < 0) bad = 1;
+            if (r == 0) bad = al_cli_usage_error("rollouts", "unknown flag (see --help)");
+        }
+        }
+        if (bad) {
+            free(c);
+            return AL_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        free(c);
+        return al_cli_usage_error("rollouts", "unexpected argument '%s'", argv[optind]);
+    }
+    if (!o->tasks || !o->agent) {
+        free(c);
+        return al_cli_usage_error("rollouts", "--tasks and --agent are required");
+    }
+    if (strncmp(o->proxy, "http://", 7) && strncmp(o->proxy, "https://", 8)) {
+        al_cli_usage_error("rollouts", "--proxy wants an http:// or https:// URL, got '%s'",
+                           o->proxy);
+        free(c);
+        return AL_EXIT_USAGE;
+    }
+    static char proxy_buf[600];
+    snprintf(proxy_buf, sizeof proxy_buf, "%s", o->proxy);
+    size_t pl = strlen(proxy_buf);
+    while (pl && proxy_buf[pl - 1] == '/')
+        proxy_buf[--pl] = '\0';
+    o->proxy = proxy_buf;
+    if (!o->concurrency) o->concurrency = o->group_size * o->step_groups;
+    if (o->model) snprintf(c->model, sizeof c->model, "%s", o->model);
+
+    char err[1024];
+    rl_tasks_opts to = {o->split_ratio, o->shard_index, o->shard_count};
+    if (rl_tasks_load(o->tasks, &to, &c->tasks, err, sizeof err)) {
+        al_log_error(COMP, "%s", err);
+        free(c);
+        return AL_EXIT_USAGE;
+    }
+    rc = AL_EXIT_FAILURE;
+    c->train_idx = calloc(c->tasks.n + 1, sizeof *c->train_idx);
+    c->val_idx = calloc(c->tasks.n + 1, sizeof *c->val_idx);
+    c->order = calloc(c->tasks.n + 1, sizeof *c->order);
+    c->busy = calloc(c->tasks.n + 1, 1);
+    if (!c->train_idx || !c->val_idx || !c->order || !c->busy) goto out_tasks;
+    for (size_t i = 0; i < c->tasks.n; i++) {
+        if (c->tasks.t[i].split == RL_SPLIT_VAL)
+            c->val_idx[c->n_val++] = i;
+        else
+            c->train_idx[c->n_train++] = i;
+    }
+    if (!c->n_train) {
+        al_log_error(COMP, "%s%s: no training tasks%s", o->tasks,
+                     o->shard_count > 1 ? " (this shard)" : "",
+                     c->n_val ? " (every task is in the val split)" : "");
+        rc = AL_EXIT_USAGE;
+        goto out_tasks;
+    }
+    rl_shuffle(c->order, c->n_train, (uint64_t)o->seed, 0);
+    if (mkdir(o->workdir, 0755) < 0 && errno != EEXIST) {
+        al_log_error(COMP, "--workdir %s: %s", o->workdir, strerror(errno));
+        goto out_tasks;
+    }
+    snprintf(c->run, sizeof c->run, "ro%" PRIx64 "s%d", (uint64_t)((al_now_us() / 1000) & 0xffffffffffLL),
+             o->shard_index);
+
+    c->kc = al_kafka_conf_from_cli(&common, err, sizeof err);
+    if (!c->kc) {
+        al_log_error(COMP, "%s", err);
+        goto out_tasks;
+    }
+    /* Versions so far: read the policy topic to its end first (v0 paces from there). */
+    {
+        const char *topics[] = {o->policy_topic};
+        al_topic_reader_opts ro = {topics, 1, -1, AL_TOPIC_START_BEGINNING, 0, 0, -1, -1, 0};
+        al_topic_reader *rd = al_topic_reader_new(c->kc, &ro, err, sizeof err);
+        if (!rd) {
+            al_log_error(COMP, "%s", err);
+            goto out_kafka;
+        }
+        rd_kafka_message_t *m;
+        int k;
+        while ((k = al_topic_reader_next(rd, 200, &m, err, sizeof err)) != 2) {
+            if (k < 0) {
+                al_log_error(COMP, "reading %s: %s", o->policy_topic, err);
+                al_topic_reader_free(rd);
+                goto out_kafka;
+            }
+            if (k == 1) {
+                if (al_policy_version_decode(m->payload, m->len, &c->pv, err, sizeof err) == 0)
+                    on_version(c, &c->pv);
+                rd_kafka_message_destroy(m);
+            }
+        }
+        al_topic_reader_free(rd);
+        c->have_v = c->model[0] != 0;
+    }
+    {
+        const char *topics[] = {o->policy_topic};
+        al_topic_reader_opts ro = {topics, 1, -1, AL_TOPIC_START_END, 0, 0, -1, -1, 1};
+        const char *stopics[] = {o->spans_topic};
+        al_topic_reader_opts so = {stopics, 1, -1, AL_TOPIC_START_END, 0, 0, -1, -1, 1};
+        if (!(c->policy_rd = al_topic_reader_new(c->kc, &ro, err, sizeof err)) ||
+            !(c->spans_rd = al_topic_reader_new(c->kc, &so, err, sizeof err))) {
+            al_log_error(COMP, "%s", err);
+            goto out_kafka;
+        }
+    }
+    if (!(c->curl = curl_easy_init())) {
+        al_log_error(COMP, "cannot initialise libcurl");
+        goto out_kafka;
+    }
+    {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/eval.jsonl", o->workdir);
+        if (!(c->eval_log = fopen(p, "a")))
+            al_log_warn(COMP, "cannot write %s: %s (evaluations stay in metrics.csv only)", p,
+                        strerror(errno));
+    }
+    c->tty = isatty(2);
+    c->t0_us = al_mono_us();
+    c->v_seen_us = c->t0_us;
+    if (!c->have_v) {
+        /* no version yet: the policy server answers with its initial weights, version 0 */
+        c->v = 0;
+        c->have_v = 1;
+    }
+    c->v0 = c->v;
+    c->eval_pending = c->n_val > 0;
+    c->next_eval_at = c->v0 + (o->eval_every ? o->eval_every : INT64_MAX / 4);
+    c->report_version = -1;
+    rl_report_row(&c->rep, c->v)->time_s = 0;
+    al_log_info(COMP,
+                "%zu training and %zu val tasks from %s%s; groups of %" PRId64 ", %" PRId64
+                " per step, staleness %" PRId64 ", %" PRId64 " at once; starting at policy v%" PRId64
+                "%s%s; agent: %s",
+                c->n_train, c->n_val, o->tasks, o->shard_count > 1 ? " (this shard)" : "",
+                o->group_size, o->step_groups, o->max_staleness, o->concurrency, c->v,
+                c->model[0] ? " of " : "", c->model, o->agent);
+
+    if (pipe2(c->sigpipe, O_CLOEXEC | O_NONBLOCK) < 0) goto out_kafka;
+    sig_fd = c->sigpipe[1];
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGCHLD, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int64_t last_v = c->v, failed = 0;
+    struct pollfd *pfd = NULL;
+    rollout **pr = NULL;
+    size_t pcap = 0;
+    for (;;) {
+        if (kafka_poll(c, 0)) {
+            failed = 1;
+            break;
+        }
+        if (c->v != last_v) {
+            /* rows of versions seen while running get their time when first seen */
+            rl_version_row *row = rl_report_row(&c->rep, c->v);
+            if (row && row->time_s < 0) row->time_s = now_s(c);
+            last_v = c->v;
+            if (c->n_val && c->v >= c->next_eval_at) {
+                c->eval_pending = 1;
+                while (c->next_eval_at <= c->v)
+                    c->next_eval_at += o->eval_every ? o->eval_every : INT64_MAX / 4;
+            }
+            write_report(c);
+        }
+        if (stop_signal) break;
+        /* done? */
+        int trained_enough = o->steps > 0 && c->v >= o->steps;
+        int epochs_over = c->training_done && !c->ngroups;
+        if ((trained_enough || epochs_over) && !c->eval_running && !c->eval_pending) {
+            if (!c->final_eval_started && c->n_val &&
+                !(c->evals_done && c->eval_version == c->v)) {
+                c->final_eval_started = 1;
+                c->eval_pending = 1;
+            } else if (!c->ngroups && !c->phead) {
+                break;
+            }
+        }
+        if (trained_enough) c->training_done = 1;
+        /* a trainer that does not move while nothing runs: one more group, said aloud */
+        if (!c->training_done && !c->running && !c->eval_running &&
+            al_mono_us() - c->v_seen_us > (int64_t)(o->pace_timeout_s * 1e6) &&
+            !rl_pace_may_start(c->v, c->v0, o->max_staleness, o->step_groups, c->started_groups,
+                               c->lost_groups)) {
+            al_log_warn(COMP,
+                        "policy v%" PRId64 " has not moved for %g s with nothing running: "
+                        "starting one more group (does batch's --step-groups match %" PRId64 "?)",
+                        c->v, o->pace_timeout_s, o->step_groups);
+            c->lost_groups++;
+            c->v_seen_us = al_mono_us();
+        }
+        schedule(c);
+        posts_run(c, 200000);
+        settle(c);
+        progress(c, 0);
+
+        /* wait for the children's output, a signal or 20 ms */
+        size_t need = 1 + 2 * (size_t)c->running;
+        if (need > pcap) {
+            pcap = need * 2;
+            struct pollfd *np = realloc(pfd, pcap * sizeof *np);
+            rollout **nr = realloc(pr, pcap * sizeof *nr);
+            if (np) pfd = np;
+            if (nr) pr = nr;
+            if (!np || !nr) {
+                al_log_error(COMP, "out of memory");
+                failed = 1;
+                break;
+            }
+        }
+        size_t nf = 0;
+        pfd[nf].fd = c->sigpipe[0];
+        pfd[nf].events = POLLIN;
+        pr[nf++] = NULL;
+        for (size_t i = 0; i < c->ngroups; i++)
+            for (int k = 0; k < c->groups[i]->n; k++) {
+                rollout *r = c->groups[i]->r[k];
+                if (!r->pid) continue;
+                for (int e = 0; e < 2; e++) {
+                    int fd = e ? r->fd_err : r->fd_out;
+                    if (fd < 0 || nf >= pcap) continue;
+                    pfd[nf].fd = fd;
+                    pfd[nf].events = POLLIN;
+                    pr[nf++] = r;
+                }
+            }
+        int n = poll(pfd, nf, 20);
+        if (n > 0) {
+            for (size_t i = 1; i < nf; i++)
+                if (pfd[i].revents) child_read(c, pr[i], pfd[i].fd == pr[i]->fd_err);
+            if (pfd[0].revents) {
+                char buf[64];
+                while (read(c->sigpipe[0], buf, sizeof buf) > 0) {
+                }
+            }
+        }
+        reap(c);
+        check_timeouts(c);
+    }
+    free(pfd);
+    free(pr);
+    if (stop_signal) al_log_info(COMP, "%s: stopping the running rollouts", strsignal(stop_signal));
+    stop_children(c);
+    posts_run(c, 5000000);
+    kafka_poll(c, 0);
+    for (size_t i = 0; i < c->nlive; i++)
+        c->live[i]->end_seen = 1;
+    settle(c);
+    write_report(c);
+    if (c->tty) fputc('\n', stderr);
+    {
+        const rl_version_row *first = NULL, *last = NULL;
+        for (size_t i = 0; i < c->rep.n; i++)
+            if (c->rep.rows[i].n_val) {
+                if (!first) first = &c->rep.rows[i];
+                last = &c->rep.rows[i];
+            }
+        char el[32];
+        fmt_elapsed(el, sizeof el, now_s(c));
+        if (first && last && first != last)
+            al_log_info(COMP,
+                        "done: val reward %.3f at v%" PRId64 " -> %.3f at v%" PRId64
+                        " (%+.3f) in %.1f minutes; %" PRId64 " rollouts (%" PRId64 " failed, %" PRId64
+                        " timed out, %" PRId64 " retried); %s/metrics.csv, %s/reward.svg",
+                        rl_row_val_mean(first), first->version, rl_row_val_mean(last), last->version,
+                        rl_row_val_mean(last) - rl_row_val_mean(first), now_s(c) / 60,
+                        c->n_succeeded + c->n_failed + c->n_timeout, c->n_failed, c->n_timeout,
+                        c->n_retried, o->workdir, o->workdir);
+        else
+            al_log_info(COMP,
+                        "done at policy v%" PRId64 " in %s; %" PRId64 " rollouts (%" PRId64
+                        " failed, %" PRId64 " timed out, %" PRId64 " retried); %s/metrics.csv",
+                        c->v, el, c->n_succeeded + c->n_failed + c->n_timeout, c->n_failed,
+                        c->n_timeout, c->n_retried, o->workdir);
+    }
+    rc = failed ? AL_EXIT_FAILURE : AL_EXIT_OK;
+    sig_fd = -1;
+    close(c->sigpipe[0]);
+    close(c->sigpipe[1]);
+out_kafka:
+    if (c->eval_log) fclose(c->eval_log);
+    if (c->curl) curl_easy_cleanup(c->curl);
+    al_topic_reader_free(c->policy_rd);
+    al_topic_reader_free(c->spans_rd);
+    al_span_clear(&c->span);
+    al_policy_version_clear(&c->pv);
+    al_kafka_conf_free(c->kc);
+    while (c->phead) {
+        post *p = c->phead;
+        c->phead = p->next;
+        al_log_error(COMP, "not delivered to the proxy: POST %s %s", p->url, p->body);
+        free(p->body);
+        free(p);
+    }
+    for (size_t i = 0; i < c->ngroups; i++) {
+        for (int k = 0; k < c->groups[i]->n; k++)
+            free(c->groups[i]->r[k]);
+        free(c->groups[i]->r);
+        free(c->groups[i]);
+    }
+    free(c->groups);
+    free(c->rtab);
+    free(c->live);
+    rl_report_free(&c->rep);
+out_tasks:
+    free(c->train_idx);
+    free(c->val_idx);
+    free(c->order);
+    free(c->busy);
+    rl_tasks_free(&c->tasks);
+    free(c);
+    return rc;
+}

@@ -1,0 +1,8 @@
+# The rollout controller (stages/rollouts, `arclight rollouts`): tests 1400-1499.
+set(AL_ROLLOUTS_LOGIC stages/rollouts/tasks.c stages/rollouts/controller.c stages/rollouts/report.c)
+arclight_test(t1400_rollouts_logic SOURCES tests/t1400_rollouts_logic.c ${AL_ROLLOUTS_LOGIC}
+  LIBS arclight_core PkgConfig::JANSSON TIMEOUT 60)
+arclight_test(t1401_rollouts_agents SOURCES tests/t1401_rollouts_agents.c tests/fake_upstream.c
+  LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT
+  TIMEOUT 240)
+add_dependencies(t1401_rollouts_agents arclight)
