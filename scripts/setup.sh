@@ -53,19 +53,22 @@ else
   echo "setup: Debian packages already installed"
 fi
 
-# npm packages used by tests (pinned in tests/node/package.json).
-if [ -f tests/node/package.json ]; then
-  if [ ! -d tests/node/node_modules ] || [ tests/node/package.json -nt tests/node/node_modules ]; then
-    echo "setup: installing npm packages for tests/node"
-    if ! (cd tests/node && npm install --no-audit --no-fund --silent >/tmp/arclight-npm.log 2>&1); then
-      echo "setup: npm install in tests/node failed (see /tmp/arclight-npm.log)" >&2
+# npm packages: the tests' (tests/node) and the example agents' (examples), each pinned in its
+# package.json and package-lock.json.
+for dir in tests/node examples; do
+  [ -f "$dir/package.json" ] || continue
+  if [ ! -d "$dir/node_modules" ] || [ "$dir/package.json" -nt "$dir/node_modules" ]; then
+    echo "setup: installing npm packages for $dir"
+    log="/tmp/arclight-npm-${dir//\//-}.log"
+    if ! (cd "$dir" && npm install --no-audit --no-fund --silent >"$log" 2>&1); then
+      echo "setup: npm install in $dir failed (see $log)" >&2
       exit 1
     fi
-    touch tests/node/node_modules
+    touch "$dir/node_modules"
   else
-    echo "setup: npm packages already installed"
+    echo "setup: npm packages for $dir already installed"
   fi
-fi
+done
 
 # Apache Kafka for the real-Kafka tests (ctest -L kafka): the release pinned in
 # tests/kafka/pom.xml, its jars copied by Maven into build-kafka/libs (Maven's own cache,

@@ -45,7 +45,8 @@ TEST(up_steps_2_end_to_end)
                     "--listen-serve", "127.0.0.1:0", "--listen-proxy", "127.0.0.1:0",
                     "--steps", "2", "--group-size", "4", "--step-groups", "2",
                     "--max-tokens", "8", "--stop-timeout", "15",
-                    "--credit-args", "--estimator rloo --group-timeout 600", NULL};
+                    "--credit-args", "--estimator rloo --group-timeout 600",
+                    "--agent", "node examples/demo-agent/agent.js", NULL};
     /* clang-format on */
     pid_t up = up_start(argv, out, err);
     int st = up_wait(up, 150);

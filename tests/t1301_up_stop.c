@@ -74,6 +74,8 @@ static pid_t start_loop(const char *dir, char *out, char *err, size_t len)
                     "4",
                     "--stop-timeout",
                     "15",
+                    "--agent",
+                    "node examples/demo-agent/agent.js",
                     NULL};
     pid_t up = up_start(argv, out, err);
     if (!up_wait_for_text(out, "demo-agent: policy v0: mean reward", 120, up)) {

@@ -38,6 +38,8 @@ TEST(up_demo_reward_goes_up)
                     "8",
                     "--seed",
                     "3",
+                    "--agent",
+                    "node examples/demo-agent/agent.js",
                     NULL};
     pid_t up = up_start(argv, out, err);
     int st = up_wait(up, 200);

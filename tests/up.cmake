@@ -1,4 +1,5 @@
-# `arclight up` (tools/up.c) and the demo agent (examples/demo-agent): tests 1300-1349.
+# `arclight up` (tools/up.c), the self-driving demo agent (examples/demo-agent) and the letters
+# demo through the rollout controller (examples/letters): tests 1300-1349.
 # They run the whole loop through the arclight binary, the embedded broker and node.
 arclight_test(t1300_up SOURCES tests/t1300_up.c LIBS PkgConfig::RDKAFKA TIMEOUT 240 KAFKA)
 add_dependencies(t1300_up arclight)
@@ -6,3 +7,8 @@ arclight_test(t1301_up_stop SOURCES tests/t1301_up_stop.c TIMEOUT 300)
 add_dependencies(t1301_up_stop arclight)
 arclight_test(t1302_up_learns SOURCES tests/t1302_up_learns.c TIMEOUT 300)
 add_dependencies(t1302_up_learns arclight)
+# The README's main command, shortened: the letters demo through the rollout controller must
+# raise the held-out reward (a sign test over the val tasks, p < 0.01).
+arclight_test(t1303_up_rollouts_learn SOURCES tests/t1303_up_rollouts_learn.c
+  LIBS PkgConfig::JANSSON TIMEOUT 1500)
+add_dependencies(t1303_up_rollouts_learn arclight)

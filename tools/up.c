@@ -37,7 +37,7 @@
 
 #define COMP "up"
 
-enum { UP_MAX_CHILDREN = 8, UP_LINE_MAX = 8192 };
+enum { UP_MAX_CHILDREN = 10, UP_LINE_MAX = 8192 };
 
 typedef struct up_stream {
     int fd;   /* -1 once at EOF */
@@ -325,8 +325,8 @@ static void up_stop_child(up_state *st, up_child *k, int timeout_s)
  * broker that is still there. */
 static void up_stop_all(up_state *st, int timeout_s)
 {
-    static const char *order[] = {"agent", "proxy", "credit", "batch",
-                                  "train", "serve", "model",  "broker"};
+    static const char *order[] = {"rollouts", "agent", "proxy", "credit", "batch",
+                                  "train",    "serve", "model", "broker"};
     for (size_t o = 0; o < sizeof order / sizeof order[0]; o++)
         for (int i = 0; i < st->nkids; i++)
             if (!strcmp(st->kids[i].name, order[o])) up_stop_child(st, &st->kids[i], timeout_s);
@@ -447,21 +447,31 @@ static const char up_usage[] =
     "                          (default tests/model/tiny-qwen2.json) in WORKDIR/tiny\n"
     "  --tokenizer DIR         tokenizer.json dir (default: --model, or tests/tokenizer/tiny)\n"
     "  --seed S                seed of the random model (default 1)\n"
-    "  --agent CMD             the agent, run by /bin/sh (default: the demo agent,\n"
-    "                          node examples/demo-agent/agent.js); '' runs none\n"
+    "  --agent CMD             the agent, run by /bin/sh; with --tasks (and by default) once\n"
+    "                          per rollout by `arclight rollouts`, the rollout controller;\n"
+    "                          without --tasks once, driving itself; '' runs none\n"
+    "                          (default: the letters demo, examples/letters, over its tasks)\n"
+    "  --tasks FILE            the task dataset (JSONL) the controller runs the agent over\n"
+    "                          (default with the demo: examples/letters/tasks.jsonl)\n"
+    "  --warm-start FILE       supervised steps (`arclight model sft`) on these conversations\n"
+    "                          before RL (default with the demo: examples/letters/sft.jsonl;\n"
+    "                          '' for none)\n"
+    "  --warm-start-steps N    its updates (default 160); --warm-start-lr LR (default 1e-2)\n"
     "  --listen-broker H:P     embedded broker (default 127.0.0.1:9092; port 0: any free);\n"
     "                          with --bootstrap no broker is started and that cluster is used\n"
     "  --listen-serve H:P      policy server (default 127.0.0.1:8000; port 0: any free)\n"
     "  --listen-proxy H:P      capture proxy, where the agent connects (default\n"
     "                          127.0.0.1:8080; port 0: any free)\n"
-    "  --steps N               exit 0 once policy version N is published (default: run until\n"
+    "  --steps N               exit 0 once policy version N is published (and, with the\n"
+    "                          controller, evaluated on the val tasks; default: run until\n"
     "                          stopped)\n"
     "  --group-size G          rollouts per task (GRPO group; default 8)\n"
     "  --step-groups K         groups per trainer step (default 4)\n"
-    "  --lr LR                 trainer learning rate (default 1e-2, for the tiny model)\n"
+    "  --lr LR                 trainer learning rate (default 2e-3, for the tiny model)\n"
     "  --max-tokens N          demo agent's completion length (default 12)\n"
     "  --stop-timeout S        seconds each child gets to stop before SIGKILL (default 20)\n"
-    "  --serve-args, --proxy-args, --credit-args, --batch-args, --train-args 'FLAGS'\n"
+    "  --serve-args, --proxy-args, --credit-args, --batch-args, --train-args,\n"
+    "  --rollouts-args 'FLAGS'\n"
     "                          more flags for that stage (whitespace-separated; they come\n"
     "                          after up's own, so they override them), e.g.\n"
     "                          --credit-args '--estimator rloo' --train-args '--loss gspo'\n"
@@ -482,6 +492,10 @@ enum {
     UP_OPT_STEP_GROUPS,
     UP_OPT_LR,
     UP_OPT_MAX_TOKENS,
+    UP_OPT_TASKS,
+    UP_OPT_WARM_START,
+    UP_OPT_WARM_STEPS,
+    UP_OPT_WARM_LR,
     UP_OPT_STOP_TIMEOUT,
     UP_OPT_HELP,
     UP_OPT_STAGE_ARGS, /* + UP_STAGE_* */
@@ -494,6 +508,7 @@ enum {
     UP_STAGE_credit,
     UP_STAGE_batch,
     UP_STAGE_train,
+    UP_STAGE_rollouts,
     UP_NSTAGES
 };
 
@@ -543,6 +558,11 @@ int cmd_up(int argc, char **argv)
         {"credit-args", required_argument, 0, UP_OPT_STAGE_ARGS + UP_STAGE_credit},
         {"batch-args", required_argument, 0, UP_OPT_STAGE_ARGS + UP_STAGE_batch},
         {"train-args", required_argument, 0, UP_OPT_STAGE_ARGS + UP_STAGE_train},
+        {"rollouts-args", required_argument, 0, UP_OPT_STAGE_ARGS + UP_STAGE_rollouts},
+        {"tasks", required_argument, 0, UP_OPT_TASKS},
+        {"warm-start", required_argument, 0, UP_OPT_WARM_START},
+        {"warm-start-steps", required_argument, 0, UP_OPT_WARM_STEPS},
+        {"warm-start-lr", required_argument, 0, UP_OPT_WARM_LR},
         AL_CLI_COMMON_OPTIONS,
         {0, 0, 0, 0},
     };
@@ -550,9 +570,11 @@ int cmd_up(int argc, char **argv)
     al_cli_common_init(&common);
     int bootstrap_given = 0;
     const char *workdir_arg = NULL, *model_arg = NULL, *model_config = NULL, *tokenizer_arg = NULL;
-    const char *agent_arg = NULL, *listen_broker = "127.0.0.1:9092";
+    const char *agent_arg = NULL, *tasks_arg = NULL, *listen_broker = "127.0.0.1:9092";
+    const char *warm_arg = NULL, *warm_lr = "1e-2";
+    long warm_steps = 160;
     const char *listen_serve = "127.0.0.1:8000", *listen_proxy = "127.0.0.1:8080";
-    const char *lr = "1e-2";
+    const char *lr = "2e-3";
     const char *stage_args[UP_NSTAGES] = {0};
     long seed = 1, steps = 0, group_size = 8, step_groups = 4, max_tokens = 12, stop_timeout = 20;
 
@@ -578,6 +600,25 @@ int cmd_up(int argc, char **argv)
         case UP_OPT_AGENT:
             agent_arg = optarg;
             break;
+        case UP_OPT_TASKS:
+            tasks_arg = optarg;
+            break;
+        case UP_OPT_WARM_START:
+            warm_arg = optarg;
+            break;
+        case UP_OPT_WARM_STEPS:
+            if (up_parse_long("--warm-start-steps", optarg, 1, 1000000, &warm_steps))
+                return AL_EXIT_USAGE;
+            break;
+        case UP_OPT_WARM_LR: {
+            char *end;
+            double v = strtod(optarg, &end);
+            if (end == optarg || *end || !(v > 0) || v > 1)
+                return al_cli_usage_error("up", "--warm-start-lr wants a number in (0, 1], got '%s'",
+                                          optarg);
+            warm_lr = optarg;
+            break;
+        }
         case UP_OPT_LISTEN_BROKER:
             if (up_check_listen("--listen-broker", optarg)) return AL_EXIT_USAGE;
             listen_broker = optarg;
@@ -622,6 +663,7 @@ int cmd_up(int argc, char **argv)
         case UP_OPT_STAGE_ARGS + UP_STAGE_credit:
         case UP_OPT_STAGE_ARGS + UP_STAGE_batch:
         case UP_OPT_STAGE_ARGS + UP_STAGE_train:
+        case UP_OPT_STAGE_ARGS + UP_STAGE_rollouts:
             if (strlen(optarg) >= sizeof((up_argv *)0)->extra)
                 return al_cli_usage_error("up", "--*-args: at most 4095 characters");
             stage_args[c - UP_OPT_STAGE_ARGS] = optarg;
@@ -667,9 +709,31 @@ int cmd_up(int argc, char **argv)
     if (!up_exists(tokenizer_dir, "tokenizer.json"))
         return al_cli_usage_error("up", "no tokenizer.json in %s (give --tokenizer DIR)",
                                   tokenizer_dir);
-    char agent_default[PATH_MAX + 64];
-    snprintf(agent_default, sizeof agent_default, "node %s/examples/demo-agent/agent.js", src);
+    /* The agent: by default the letters demo over its tasks, through the rollout controller;
+     * --agent with --tasks: that agent through the controller; --agent alone: that agent,
+     * once, driving itself. */
+    char agent_default[PATH_MAX + 64], tasks_default[PATH_MAX + 64];
+    snprintf(agent_default, sizeof agent_default, "node %s/examples/letters/agent.js", src);
+    snprintf(tasks_default, sizeof tasks_default, "%s/examples/letters/tasks.jsonl", src);
     const char *agent_cmd = agent_arg ? agent_arg : agent_default;
+    const char *tasks = tasks_arg ? tasks_arg : agent_arg ? NULL : tasks_default;
+    char tasks_abs[PATH_MAX];
+    if (tasks && *agent_cmd) {
+        if (!realpath(tasks, tasks_abs))
+            return al_cli_usage_error("up", "--tasks %s: %s", tasks, strerror(errno));
+        tasks = tasks_abs;
+    }
+    int controlled = tasks && *agent_cmd;
+    /* the demo's warm start unless told otherwise */
+    char warm_default[PATH_MAX + 64];
+    snprintf(warm_default, sizeof warm_default, "%s/examples/letters/sft.jsonl", src);
+    const char *warm_start = warm_arg ? warm_arg : (!agent_arg && !tasks_arg) ? warm_default : NULL;
+    char warm_abs[PATH_MAX];
+    if (warm_start && *warm_start) {
+        if (!realpath(warm_start, warm_abs))
+            return al_cli_usage_error("up", "--warm-start %s: %s", warm_start, strerror(errno));
+        warm_start = warm_abs;
+    }
 
     /* The work directory holds the model, the checkpoints and the proxy's spool. */
     char workdir[PATH_MAX];
@@ -715,10 +779,11 @@ int cmd_up(int argc, char **argv)
 
     int rc = AL_EXIT_FAILURE, done_ok = 0;
     char bootstrap[512], serve_url[300], proxy_url[300], name[2 * PATH_MAX], buf[96];
-    char steps_s[32], gs_s[32], seq_s[32], mt_s[32], seed_s[32], ckpt_dir[PATH_MAX + 8];
+    char steps_s[32], gs_s[32], sg_s[32], seq_s[32], mt_s[32], seed_s[32], ckpt_dir[PATH_MAX + 8];
     char spool_dir[PATH_MAX + 8];
     snprintf(steps_s, sizeof steps_s, "%ld", steps);
     snprintf(gs_s, sizeof gs_s, "%ld", group_size);
+    snprintf(sg_s, sizeof sg_s, "%ld", step_groups);
     /* A step closes one sequence past K-1 groups: a group cut short (a rollout dead-lettered)
      * must not leave a round one sequence short of its step. */
     snprintf(seq_s, sizeof seq_s, "%ld", group_size * (step_groups - 1) + 1);
@@ -760,6 +825,23 @@ int cmd_up(int argc, char **argv)
     } else {
         const char *base = strrchr(model_dir, '/');
         snprintf(name, sizeof name, "%s", base ? base + 1 : model_dir);
+    }
+    /* 2b. The warm start: supervised steps from a file before RL begins (the demo's own by
+     * default), into WORKDIR/NAME-sft, which then is the policy's start and the trainer's
+     * reference. A work directory that has it already keeps it. */
+    if (warm_start && *warm_start) {
+        char sft_dir[sizeof model_dir], steps_w[32];
+        snprintf(sft_dir, sizeof sft_dir, "%.3800s/%.255s-sft", workdir, name);
+        snprintf(steps_w, sizeof steps_w, "%ld", warm_steps);
+        if (!up_exists(sft_dir, "model.safetensors")) {
+            char *a[] = {NULL,        "model",    "sft",   "--model",    model_dir,
+                         "--tokenizer", tokenizer_dir, "--data", (char *)warm_start, "--out",
+                         sft_dir,     "--steps",  steps_w, "--lr",       (char *)warm_lr,
+                         NULL};
+            up_child *k = up_spawn(st, "model", a, NULL);
+            if (!k || up_run_to_end(st, k) < 0) goto out;
+        }
+        snprintf(model_dir, sizeof model_dir, "%s", sft_dir);
     }
     up_argv args;
 #define UP_START(kname, ...)                                                                       \
@@ -819,15 +901,29 @@ int cmd_up(int argc, char **argv)
     }
     /* 5. credit, batch, train. */
     {
-        if (!UP_START(credit, "credit", "--group-size", gs_s, "--estimator", "grpo",
-                      "--idle-timeout", "120", "--quiet-flush", "5"))
+        /* Discounted credit (gamma 1): each call's return is the rewards from it to the end,
+         * each call position normalised over the group. With one reward at the end it gives
+         * every call that reward, as identical credit does; with a reward after each call
+         * (the letters demo) a call is no longer credited with a later call's mistake, which
+         * under identical credit collapsed the demo's second call onto the first one's
+         * answer (docs/LEARNING.md). */
+        if (!UP_START(credit, "credit", "--group-size", gs_s, "--estimator", "grpo", "--credit",
+                      "discounted", "--gamma", "1", "--idle-timeout", "120", "--quiet-flush", "5"))
             goto out;
-        if (!UP_START(batch, "batch", "--step-sequences", seq_s, "--group-idle-ms", "200",
-                      "--max-staleness", "2"))
+        /* With the controller a step is --step-groups groups, whatever number of calls
+         * their rollouts make: what the controller paces on. */
+        const char *ba = stage_args[UP_STAGE_batch];
+        int own_target = !(ba && strstr(ba, "--step-")); /* the user's wins */
+        if (!UP_START(batch, "batch", "--group-idle-ms", "200", "--max-staleness", "2",
+                      !own_target ? NULL
+                      : controlled ? "--step-groups"
+                                   : "--step-sequences",
+                      controlled ? sg_s : seq_s))
             goto out;
         up_argv_set(&args, "train", "--model", init_model, "--out", ckpt_dir, "--model-name", name,
                     "--lr", lr, "--keep", "3", (char *)NULL);
-        if (steps) up_argv_set(&args, "+", "--steps", steps_s, (char *)NULL);
+        /* the controller stops the run once version N is evaluated: train goes on until then */
+        if (steps && !controlled) up_argv_set(&args, "+", "--steps", steps_s, (char *)NULL);
         if (resume_version >= 0) up_argv_set(&args, "+", "--resume", (char *)NULL);
         up_argv_common(&args, bootstrap, &common, stage_args[UP_STAGE_train]);
         if (!up_spawn(st, "train", args.v, NULL)) goto out;
@@ -855,8 +951,18 @@ int cmd_up(int argc, char **argv)
         snprintf(env_model, sizeof env_model, "ARCLIGHT_MODEL=%s", name);
         snprintf(env_mt, sizeof env_mt, "ARCLIGHT_MAX_TOKENS=%ld", max_tokens);
         char *env[] = {env_base, env_key, env_proxy, env_gs, env_sg, env_model, env_mt, NULL};
-        char *a[] = {"/bin/sh", "-c", (char *)agent_cmd, NULL};
-        if (!up_spawn(st, "agent", a, env)) goto out;
+        if (controlled) {
+            /* each rollout's child gets its own OPENAI_BASE_URL from the controller */
+            up_argv_set(&args, "rollouts", "--tasks", tasks, "--agent", agent_cmd, "--proxy",
+                        proxy_url, "--model", name, "--group-size", gs_s, "--step-groups", sg_s,
+                        "--workdir", workdir, (char *)NULL);
+            if (steps) up_argv_set(&args, "+", "--steps", steps_s, (char *)NULL);
+            up_argv_common(&args, bootstrap, &common, stage_args[UP_STAGE_rollouts]);
+            if (!up_spawn(st, "rollouts", args.v, env + 1)) goto out;
+        } else {
+            char *a[] = {"/bin/sh", "-c", (char *)agent_cmd, NULL};
+            if (!up_spawn(st, "agent", a, env)) goto out;
+        }
     }
     al_log_info(COMP, "running%s; Ctrl-C stops everything", steps ? "" : " until stopped");
     if (steps) al_log_info(COMP, "stopping after policy version %ld", steps);
@@ -877,6 +983,9 @@ int cmd_up(int argc, char **argv)
         int exit0 = WIFEXITED(gone->status) && WEXITSTATUS(gone->status) == 0;
         if (exit0 && steps && !strcmp(gone->name, "train")) {
             al_log_info(COMP, "policy version %ld published: done", steps);
+            rc = AL_EXIT_OK;
+        } else if (exit0 && !strcmp(gone->name, "rollouts")) {
+            al_log_info(COMP, "the rollout controller finished: done");
             rc = AL_EXIT_OK;
         } else if (exit0 && !strcmp(gone->name, "agent")) {
             al_log_info(COMP, "the agent finished: done");
