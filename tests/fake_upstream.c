@@ -113,9 +113,8 @@ static void whole(struct evhttp_request *r, const fu_req *q)
         if (!strcmp(q->model, "reasoning"))
             json_object_set_new(msg, "reasoning_content", json_string(REASONING));
         choice = json_pack("{s:i,s:o,s:o,s:s,s:n,s:o}", "index", 0, "message", msg, "logprobs",
-                           q->lp ? chat_logprobs(0, 4) : json_null(), "finish_reason",
-                           finish_of(q), "stop_reason", "token_ids",
-                           q->ids ? ids_range(0, 4) : json_null());
+                           q->lp ? chat_logprobs(0, 4) : json_null(), "finish_reason", finish_of(q),
+                           "stop_reason", "token_ids", q->ids ? ids_range(0, 4) : json_null());
     } else {
         choice = json_pack("{s:i,s:s,s:o,s:s,s:n,s:o,s:o}", "index", 0, "text", "The answer is 4.",
                            "logprobs", q->lp ? compl_logprobs(0, 4) : json_null(), "finish_reason",
@@ -209,9 +208,8 @@ static int stream_step(fu_stream *s)
         } else if (q->chat) {
             /* model "nul-content": the second piece holds a NUL character, which a random
              * policy can sample (token 0) and JSON carries as \u0000 */
-            json_t *piece = (!strcmp(q->model, "nul-content") && i == 1)
-                                ? json_stringn(" a\0b", 4)
-                                : json_string(ANSWER[i]);
+            json_t *piece = (!strcmp(q->model, "nul-content") && i == 1) ? json_stringn(" a\0b", 4)
+                                                                         : json_string(ANSWER[i]);
             choice = json_pack("{s:i,s:{s:o},s:o,s:n}", "index", 0, "delta", "content", piece,
                                "logprobs", q->lp ? chat_logprobs(i, i + 1) : json_null(),
                                "finish_reason");
@@ -308,6 +306,20 @@ static void handle(struct evhttp_request *r, void *arg)
                       "object", "model", "created", 1764400000, "owned_by", "vllm");
         send_json(r, 200, o);
         json_decref(o);
+        free(body);
+        return;
+    }
+    if (!strcmp(uri, "/tokenize")) { /* vLLM's: the prompt's tokens, as a chat call counts them */
+        json_t *req = json_loads(body, 0, NULL);
+        json_t *msgs = json_object_get(req, "messages");
+        json_t *last = json_array_get(msgs, json_array_size(msgs) ? json_array_size(msgs) - 1 : 0);
+        const char *text = json_string_value(json_object_get(last, "content"));
+        size_t tl = text ? strlen(text) : 0;
+        json_t *o = json_pack("{s:[],s:i,s:i}", "tokens", "count", (int)(tl > 32 ? 32 : tl),
+                              "max_model_len", 4096);
+        send_json(r, json_is_array(msgs) ? 200 : 400, o);
+        json_decref(o);
+        json_decref(req);
         free(body);
         return;
     }

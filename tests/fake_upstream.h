@@ -22,6 +22,7 @@
  *                              (whole; streamed in the first chunk, with the role)
  *   model "length"          -> finish_reason "length"
  *   a tool result as the last message -> text again (the agent's tool loop ends)
+ *   POST /tokenize {"messages": [...]} -> {"count": the prompt's ids, as above}
  * Whole responses carry unrequested fields as null (pydantic model_dump); stream chunks omit
  * them (exclude_unset), as vLLM does. Every answer has x-arclight-policy-version: 7.
  *

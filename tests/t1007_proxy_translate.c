@@ -106,7 +106,7 @@ static al_api api_of(json_t *f)
 static al_xl *translate(al_api api, json_t *req, json_t **chat, al_xl_err *err)
 {
     char *body = json_dumps(req, JSON_COMPACT);
-    al_xl_env env = {"s0", 1762000000, lookup, NULL};
+    al_xl_env env = {"s0", 1762000000, lookup, NULL, 0};
     al_xl *x = al_xl_request(api, body, strlen(body), &env, chat, err);
     free(body);
     return x;
@@ -318,7 +318,7 @@ TEST(previous_response_id_continues_the_stored_conversation)
 TEST(no_store_refuses_previous_response_id_saying_so)
 {
     const char *b = "{\"model\":\"m\",\"input\":\"x\",\"previous_response_id\":\"resp_1\"}";
-    al_xl_env env = {"s0", 0, NULL, NULL};
+    al_xl_env env = {"s0", 0, NULL, NULL, 0};
     json_t *chat;
     al_xl_err err;
     al_xl *x = al_xl_request(AL_API_RESPONSES, b, strlen(b), &env, &chat, &err);
@@ -334,7 +334,7 @@ TEST(a_failed_stream_ends_with_the_apis_failure_event)
         const char *b = a ? "{\"model\":\"m\",\"max_tokens\":9,\"stream\":true,\"messages\":[{"
                             "\"role\":\"user\",\"content\":\"x\"}]}"
                           : "{\"model\":\"m\",\"stream\":true,\"input\":\"x\"}";
-        al_xl_env env = {"s1", 0, NULL, NULL};
+        al_xl_env env = {"s1", 0, NULL, NULL, 0};
         json_t *chat;
         al_xl_err err;
         al_xl *x = al_xl_request(api, b, strlen(b), &env, &chat, &err);
@@ -372,7 +372,7 @@ TEST(a_failed_stream_ends_with_the_apis_failure_event)
 TEST(an_empty_answer_is_an_empty_message)
 {
     const char *b = "{\"model\":\"m\",\"input\":\"x\"}";
-    al_xl_env env = {"s4", 0, NULL, NULL};
+    al_xl_env env = {"s4", 0, NULL, NULL, 0};
     json_t *chat;
     al_xl_err err;
     al_xl *x = al_xl_request(AL_API_RESPONSES, b, strlen(b), &env, &chat, &err);
@@ -410,10 +410,25 @@ TEST(an_empty_answer_is_an_empty_message)
     al_xl_free(x);
 }
 
+TEST(count_tokens_needs_no_max_tokens)
+{
+    const char *b = "{\"model\":\"m\",\"temperature\":0.5,\"messages\":[{\"role\":\"user\","
+                    "\"content\":\"x\"}]}";
+    al_xl_env env = {"c0", 0, NULL, NULL, 1};
+    json_t *chat;
+    al_xl_err err;
+    al_xl *x = al_xl_request(AL_API_MESSAGES, b, strlen(b), &env, &chat, &err);
+    CHECKF(x != NULL, "refused: %s", x ? "" : err.message);
+    CHECK(!json_object_get(chat, "max_tokens") && !json_object_get(chat, "temperature"));
+    CHECK_EQ_INT(json_array_size(json_object_get(chat, "messages")), 1);
+    json_decref(chat);
+    al_xl_free(x);
+}
+
 TEST(the_upstream_answer_must_be_a_chat_completion)
 {
     const char *b = "{\"model\":\"m\",\"input\":\"x\"}";
-    al_xl_env env = {"s2", 0, NULL, NULL};
+    al_xl_env env = {"s2", 0, NULL, NULL, 0};
     json_t *chat;
     al_xl_err err;
     al_xl *x = al_xl_request(AL_API_RESPONSES, b, strlen(b), &env, &chat, &err);
@@ -452,7 +467,7 @@ TEST(refused_requests)
         json_t *r = json_object_get(c, "request");
         char *body =
             r ? json_dumps(r, JSON_COMPACT) : strdup(json_string_value(json_object_get(c, "body")));
-        al_xl_env env = {"s3", 0, lookup, NULL};
+        al_xl_env env = {"s3", 0, lookup, NULL, 0};
         json_t *chat = NULL;
         al_xl_err err;
         al_xl *x = al_xl_request(api, body, strlen(body), &env, &chat, &err);

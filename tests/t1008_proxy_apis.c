@@ -383,6 +383,26 @@ TEST(messages_errors_are_anthropic_shaped)
     px_resp_free(&r);
 }
 
+TEST(messages_count_tokens)
+{
+    px_resp r;
+    REQUIRE(call("roll-ct", "/v1/messages/count_tokens?beta=true", ANT,
+                 "{\"model\":\"m\",\"system\":\"Be exact.\",\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"What is 2+2?\"}],\"tools\":[{\"name\":\"get_weather\","
+                 "\"input_schema\":{\"type\":\"object\"}}]}",
+                 &r, 0) == 200);
+    CHECK_EQ_STR(r.body, "{\"input_tokens\":12}");
+    px_resp_free(&r);
+    json_t *u = upstream_request(); /* the chat request /tokenize renders, nothing to generate */
+    CHECK_EQ_INT(json_array_size(json_object_get(u, "messages")), 2);
+    CHECK_EQ_INT(json_array_size(json_object_get(u, "tools")), 1);
+    CHECK(!json_object_get(u, "max_tokens") && !json_object_get(u, "return_token_ids"));
+    json_decref(u);
+    REQUIRE(call("roll-ct", "/v1/messages/count_tokens", ANT, "{\"messages\":[]}", &r, 0) == 400);
+    CHECK(strstr(r.body, "\"type\":\"error\"") && strstr(r.body, "model"));
+    px_resp_free(&r);
+}
+
 TEST(probes_models_and_unknown_routes)
 {
     px_resp r;

@@ -293,6 +293,25 @@ TEST(claude_code_on_arclight_serve)
     check_spans("roll-claude-serve", 1, 4000, "\"messages\"");
 }
 
+/* Anthropic's count_tokens, which Claude Code may send: serve's /tokenize counts. */
+TEST(count_tokens_on_arclight_serve)
+{
+    char url[512], body[512];
+    snprintf(url, sizeof url, "%s/r/task-c/roll-count/v1/messages/count_tokens", PS.base);
+    snprintf(body, sizeof body,
+             "{\"model\":\"%s\",\"system\":\"Be brief.\",\"messages\":[{\"role\":\"user\","
+             "\"content\":\"How many tokens is this?\"}]}",
+             SERVED);
+    const char *h[] = {"Content-Type: application/json", "anthropic-version: 2023-06-01", NULL};
+    px_resp r;
+    REQUIRE(px_http("POST", url, h, body, &r) == 0);
+    CHECK_EQ_INT(r.status, 200);
+    json_t *o = json_loads(r.body, 0, NULL);
+    CHECKF(json_integer_value(json_object_get(o, "input_tokens")) > 10, "answer: %s", r.body);
+    json_decref(o);
+    px_resp_free(&r);
+}
+
 TEST(teardown)
 {
     CHECK_EQ_INT(px_stop(&PF, SIGTERM, 30), 0);

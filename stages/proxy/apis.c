@@ -155,7 +155,7 @@ int px_xl_prepare(call *k, conn *c, char **up, size_t *up_len)
     }
     char seed[25];
     px_rand_hex(px, seed, 24);
-    al_xl_env env = {seed, (int64_t)time(NULL), px->store ? store_lookup : NULL, px->store};
+    al_xl_env env = {seed, (int64_t)time(NULL), px->store ? store_lookup : NULL, px->store, 0};
     al_xl_err err;
     json_t *chat = NULL;
     k->xl = al_xl_request(k->api, c->body.p, c->body.n, &env, &chat, &err);
@@ -171,6 +171,57 @@ int px_xl_prepare(call *k, conn *c, char **up, size_t *up_len)
     }
     *up_len = strlen(*up);
     return 0;
+}
+
+int px_xl_prepare_count(call *k, conn *c, char **up, size_t *up_len)
+{
+    if (!px_conn_is_json(c)) {
+        px_conn_error(c, 415, "invalid_request_error", "unsupported_media_type",
+                      "Content-Type must be application/json");
+        return -1;
+    }
+    al_xl_env env = {"count", 0, NULL, NULL, 1};
+    al_xl_err err;
+    json_t *chat = NULL;
+    al_xl *x = al_xl_request(AL_API_MESSAGES, c->body.p, c->body.n, &env, &chat, &err);
+    if (!x) {
+        reply_error(c, AL_API_MESSAGES, err.status, err.type, err.code, err.message);
+        return -1;
+    }
+    al_xl_free(x);
+    *up = json_dumps(chat, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(chat);
+    if (!*up) {
+        px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
+        return -1;
+    }
+    *up_len = strlen(*up);
+    return 0;
+}
+
+int px_xl_count_answer(call *k, conn *c)
+{
+    json_t *o = json_loadb((const char *)k->body.data, k->body.len, JSON_ALLOW_NUL, NULL);
+    json_t *n = json_object_get(o, "count");
+    int status = (int)k->status;
+    char *b;
+    if (status == 200 && json_is_integer(n)) {
+        json_t *a = json_pack("{s:I}", "input_tokens", json_integer_value(n));
+        b = a ? json_dumps(a, JSON_COMPACT) : NULL;
+        json_decref(a);
+    } else {
+        const char *m = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
+        if (!m) m = json_string_value(json_object_get(o, "message"));
+        if (status == 200) status = 502;
+        if (status == 404) /* an upstream without /tokenize */
+            m = "the upstream counts no tokens (it has no POST /tokenize, as vLLM and arclight "
+                "serve do)";
+        b = al_xl_error_body(AL_API_MESSAGES, status, NULL, NULL, m ? m : "the upstream failed");
+    }
+    json_decref(o);
+    if (c) px_conn_reply(c, status, "application/json", NULL, b ? b : "{}", b ? strlen(b) : 2);
+    free(b);
+    return status;
 }
 
 /* What the span keeps as the answer: the agent's answer object. */

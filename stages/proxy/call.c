@@ -286,6 +286,8 @@ void px_call_done(call *k, CURLcode rc)
         if (k->xl) px_xl_stream_end(k, NULL); /* a stream without its [DONE]: ended here */
         agent_status = 200;
         if (c) px_conn_stream_end(c);
+    } else if (k->route == R_COUNT_TOKENS) {
+        agent_status = px_xl_count_answer(k, c);
     } else if (k->xl) {
         if (k->status >= 200 && k->status < 300) {
             px_capture_fast(k, (const char *)k->body.data, k->body.len);
@@ -356,9 +358,10 @@ static int call_start(call *k)
     proxy *px = k->px;
     k->tries++;
     const char *base = px->cfg.upstreams[k->up_idx];
-    const char *path = k->route == R_COMPL    ? "/v1/completions"
-                       : k->route == R_MODELS ? "/v1/models"
-                                              : "/v1/chat/completions"; /* and translated ones */
+    const char *path = k->route == R_COMPL          ? "/v1/completions"
+                       : k->route == R_MODELS       ? "/v1/models"
+                       : k->route == R_COUNT_TOKENS ? "/tokenize"
+                                                    : "/v1/chat/completions"; /* and translated */
     k->body.len = 0;
     k->status = 0;
     k->errbuf[0] = '\0';
@@ -499,13 +502,13 @@ void px_start_llm_call(conn *c, ident *id)
     }
     k->px = px;
     k->route = c->route;
-    k->api = c->route == R_RESPONSES  ? AL_API_RESPONSES
-             : c->route == R_MESSAGES ? AL_API_MESSAGES
-                                      : AL_API_CHAT;
+    k->api = c->route == R_RESPONSES                                ? AL_API_RESPONSES
+             : c->route == R_MESSAGES || c->route == R_COUNT_TOKENS ? AL_API_MESSAGES
+                                                                    : AL_API_CHAT;
     if (c->route == R_MODELS && al_http_header_get(&c->head, "anthropic-version"))
         k->api = AL_API_MESSAGES; /* the list in Anthropic's shape */
     k->is_chat = c->route == R_CHAT || c->route == R_RESPONSES || c->route == R_MESSAGES;
-    k->capture = c->route != R_MODELS;
+    k->capture = c->route != R_MODELS && c->route != R_COUNT_TOKENS;
     k->policy_version = -1;
     k->id = *id;
     k->start_us = c->start_us;
@@ -530,7 +533,16 @@ void px_start_llm_call(conn *c, ident *id)
     } else {
         px_rand_hex(px, k->trace, 32);
     }
-    if (k->capture && k->api) {
+    if (c->route == R_COUNT_TOKENS) {
+        size_t up_len = 0;
+        char *up = NULL;
+        if (px_xl_prepare_count(k, c, &up, &up_len) != 0) { /* answered */
+            call_free(k);
+            return;
+        }
+        k->up_body = up;
+        k->up_len = up_len;
+    } else if (k->capture && k->api) {
         size_t up_len = 0;
         char *up = NULL;
         if (px_xl_prepare(k, c, &up, &up_len) != 0) { /* answered */

@@ -26,8 +26,8 @@
 #include <unistd.h>
 
 static const char *route_names[R_COUNT] = {
-    "chat_completions", "completions", "models",    "reward",   "end",  "sessions",
-    "healthz",          "metrics",     "responses", "messages", "root", "unknown"};
+    "chat_completions", "completions", "models",   "reward", "end",          "sessions", "healthz",
+    "metrics",          "responses",   "messages", "root",   "count_tokens", "unknown"};
 
 static const char *status_text(int st)
 {

@@ -61,7 +61,8 @@ static int add_message(json_t *msgs, json_t *m, size_t i, al_xl_err *err)
                            "messages.%zu.content: a system message holds text (a string or text "
                            "blocks)",
                            i);
-        int rc = json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", s));
+        int rc =
+            json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", s));
         free(s);
         return rc;
     }
@@ -186,7 +187,7 @@ int xlm_request(al_xl *x, json_t **chat, al_xl_err *err)
     json_t *mt = json_object_get(r, "max_tokens"), *msgs_in = json_object_get(r, "messages");
     if (!model)
         return xl_fail(err, 400, "invalid_request_error", NULL, NULL, "model: Field required");
-    if (!json_is_integer(mt) || json_integer_value(mt) < 1)
+    if (!x->count_only && (!json_is_integer(mt) || json_integer_value(mt) < 1))
         return xl_fail(err, 400, "invalid_request_error", NULL, NULL,
                        "max_tokens: Field required (a positive integer)");
     if (!json_is_array(msgs_in))
@@ -197,8 +198,9 @@ int xlm_request(al_xl *x, json_t **chat, al_xl_err *err)
         return xl_fail(err, 400, "invalid_request_error", NULL, NULL, "stream: must be a boolean");
     if (!(x->model = strdup(model)))
         return xl_fail(err, 500, "api_error", NULL, NULL, "out of memory");
-    x->stream = json_is_true(st);
-    json_t *c = *chat = json_pack("{s:s,s:O}", "model", model, "max_tokens", mt);
+    x->stream = json_is_true(st) && !x->count_only;
+    json_t *c = *chat = json_pack("{s:s}", "model", model);
+    if (c && !x->count_only) json_object_set(c, "max_tokens", mt);
     json_t *msgs = json_array();
     if (!c || !msgs || json_object_set_new(c, "messages", msgs)) {
         json_decref(msgs);
@@ -276,6 +278,12 @@ int xlm_request(al_xl *x, json_t **chat, al_xl_err *err)
     json_t *ss = json_object_get(r, "stop_sequences");
     if (json_array_size(ss)) json_object_set(c, "stop", ss);
     if (x->stream) json_object_set_new(c, "stream", json_true());
+    if (x->count_only) { /* what /tokenize takes of it: the prompt */
+        static const char *const gen[] = {"temperature", "top_p", "top_k", "stop",
+                                          "parallel_tool_calls"};
+        for (size_t k = 0; k < sizeof gen / sizeof *gen; k++)
+            json_object_del(c, gen[k]);
+    }
     return 0;
 }
 

@@ -89,9 +89,10 @@ enum {
     R_SESSIONS,
     R_HEALTH,
     R_METRICS,
-    R_RESPONSES, /* POST /v1/responses, translated to chat completions (apis.c) */
-    R_MESSAGES,  /* POST /v1/messages, likewise */
-    R_ROOT,      /* GET/HEAD on a base URL: what clients probe before their first call */
+    R_RESPONSES,    /* POST /v1/responses, translated to chat completions (apis.c) */
+    R_MESSAGES,     /* POST /v1/messages, likewise */
+    R_ROOT,         /* GET/HEAD on a base URL: what clients probe before their first call */
+    R_COUNT_TOKENS, /* POST /v1/messages/count_tokens: the upstream's /tokenize (apis.c) */
     R_OTHER,
     R_COUNT
 };
@@ -434,6 +435,10 @@ int px_xl_answer(call *k, conn *c, const char *extra);
 /* A stream: one upstream chunk; the end (error NULL: the upstream finished it). */
 void px_xl_chunk(call *k, json_t *chunk);
 void px_xl_stream_end(call *k, const char *error);
+/* count_tokens: the request for the upstream's POST /tokenize (vLLM's and arclight serve's:
+ * chat messages and tools in, "count" out), and the answer {"input_tokens": N}. As above. */
+int px_xl_prepare_count(call *k, conn *c, char **up, size_t *up_len);
+int px_xl_count_answer(call *k, conn *c);
 /* An upstream's models list in Anthropic's shape (malloc'd), or NULL when it is not one. */
 char *px_models_anthropic(const char *body, size_t n);
 

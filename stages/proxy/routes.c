@@ -5,6 +5,7 @@
  *   POST /v1/chat/completions, POST /v1/completions   forwarded and captured (call.c)
  *   POST /v1/responses, POST /v1/messages             translated to chat completions and
  *                                                     captured (apis.c)
+ *   POST /v1/messages/count_tokens                    the upstream's /tokenize (not a span)
  *   GET  /v1/models                                   forwarded (Anthropic's shape for a
  *                                                     request with anthropic-version)
  *   GET/HEAD / (and /v1, and /r/{task}/{rollout})     200: clients probe their base URL
@@ -290,6 +291,8 @@ void px_dispatch(conn *c)
         route = R_RESPONSES;
     else if (al_slice_eq(path, "/v1/messages") || al_slice_eq(path, "/messages"))
         route = R_MESSAGES;
+    else if (al_slice_eq(path, "/v1/messages/count_tokens"))
+        route = R_COUNT_TOKENS;
     else if (al_slice_eq(path, "/v1/models") || al_slice_eq(path, "/models"))
         route = R_MODELS, want_post = 0;
     else if (path.n == 0 || al_slice_eq(path, "/") || al_slice_eq(path, "/v1") ||

@@ -111,6 +111,7 @@ al_xl *al_xl_request(al_api api, const char *body, size_t n, const al_xl_env *en
     x->open_tool = (size_t)-1;
     x->store = 1;
     x->created = env ? env->created : 0;
+    x->count_only = env && env->count_tokens;
     snprintf(x->seed, sizeof x->seed, "%s", env && env->seed ? env->seed : "0");
     snprintf(x->id, sizeof x->id, "%s_%s", api == AL_API_RESPONSES ? "resp" : "msg", x->seed);
     json_error_t je;

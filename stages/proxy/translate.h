@@ -52,6 +52,7 @@ typedef struct al_xl_env {
     int64_t created;        /* unix seconds of the call */
     al_xl_lookup_fn lookup; /* NULL: previous_response_id is refused */
     void *lookup_ud;
+    int count_tokens; /* messages: a count_tokens request (no max_tokens; nothing generated) */
 } al_xl_env;
 
 typedef struct al_xl al_xl;

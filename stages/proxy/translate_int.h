@@ -29,6 +29,7 @@ struct al_xl {
     char id[96], seed[64];
     int64_t created;
     int stream, store;
+    int count_only;      /* messages: count_tokens */
     int lp_want, lp_top; /* responses: include message.output_text.logprobs, top_logprobs */
     char *model;         /* the agent's model */
     char *up_model;      /* the model the upstream named */

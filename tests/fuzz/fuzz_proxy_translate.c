@@ -54,7 +54,7 @@ static void check_sse(const al_xbuf *out)
 
 static al_xl *request(al_api api, const char *body, size_t n, json_t **chat)
 {
-    al_xl_env env = {"f0", 1, lookup, NULL};
+    al_xl_env env = {"f0", 1, lookup, NULL, 0};
     al_xl_err err;
     al_xl *x = al_xl_request(api, body, n, &env, chat, &err);
     if (!x) {
