@@ -260,7 +260,7 @@ static void over_tcp(const msgs *in, size_t n, int64_t step_seqs)
 
 int main(int argc, char **argv)
 {
-    /* the allocator settings `arclight batch` runs with (stages/batch/stage.c) */
+    /* the allocator settings `arclight batch` runs with (stages/batch/main.c) */
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     size_t n = argc > 1 ? (size_t)atol(argv[1]) : 8192;

@@ -1,7 +1,7 @@
 /*
  * credit.h: credit assignment as pure logic (no Kafka): rollouts in, transitions out.
  *
- * One al_credit_part per consumed partition. The Kafka layer (credit_main.c) feeds it the
+ * One al_credit_part per consumed partition. The Kafka layer (main.c) feeds it the
  * decoded spans of that partition in offset order; the part assembles rollouts, decomposes
  * them into per-call transitions (LightningRL, optionally merged into multi-turn sequences),
  * assigns credit, completes GRPO groups and hands every transition to the sink.

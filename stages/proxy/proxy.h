@@ -17,7 +17,7 @@
  *   translate.c   the translators' shared half; responses.c, messages.c each API's own
  *                 (pure code over jansson trees, translate.h)
  *   routes.c      routing a request, and the control endpoints (reward, end, sessions)
- *   proxy_main.c  flags, wiring, metrics, signals and the drain
+ *   main.c        flags, wiring, metrics, signals and the drain
  *   spool.c       the on-disk spool and its publisher thread (spool.h)
  *   json_edit.c   byte-preserving JSON reading and editing over slices (json_edit.h)
  */

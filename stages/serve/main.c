@@ -1,5 +1,5 @@
 /*
- * serve_main.c: `arclight serve`, the OpenAI-compatible policy server (HTTP on lib/http's
+ * main.c: `arclight serve`, the OpenAI-compatible policy server (HTTP on lib/http's
  * httpd, the parser and limits every arclight server shares; the engine on its own thread,
  * see engine.h; weight follower in policy.h).
  *

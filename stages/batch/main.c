@@ -1,5 +1,5 @@
 /*
- * stage.c: `arclight batch`, the batching stage's worker. Consumes arclight.transitions (a
+ * main.c: `arclight batch`, the batching stage's worker. Consumes arclight.transitions (a
  * consumer-group member) and follows arclight.policy (assign-based, from the beginning);
  * hands transitions to the batcher (batcher.h) and writes each step's chunks to
  * arclight.batches keyed by model.

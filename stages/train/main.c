@@ -1,5 +1,5 @@
 /*
- * train_main.c: `arclight train`, the trainer stage's worker. Consumes arclight.batches for
+ * main.c: `arclight train`, the trainer stage's worker. Consumes arclight.batches for
  * one model (a consumer-group member), assembles each step from its chunks (assembler.h),
  * runs the update (lib/model/trainer.h), writes the new weights under --out, and publishes a
  * PolicyVersion to arclight.policy keyed by the model name.
