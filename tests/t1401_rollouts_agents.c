@@ -161,7 +161,7 @@ TEST(misbehaving_agents_each_end_with_the_right_status)
     /* no trainer here: staleness wide enough for every group to start at version 0 */
     snprintf(cmd, sizeof cmd,
              "'%s' rollouts --tasks '%s' --agent '%s' --proxy '%s' --bootstrap '%s' --model "
-             "fake-model --group-size 2 --step-groups 1 --max-staleness 100 --rollout-timeout 3 "
+             "fake-model --group-size 2 --step-groups 1 --max-staleness 100 --rollout-timeout 8 "
              "--max-attempts 2 --epochs 1 --eval-every 0 --workdir '%s' 2> '%s'",
              al_test_bin(), path, agent, px.base, b.bootstrap, work, rlog);
     double t0 = testlib_now();

@@ -188,6 +188,9 @@ typedef struct ctl {
     size_t *order, order_pos;
     int64_t epoch;
     unsigned char *busy; /* per task: a group in flight */
+    const char **keyset; /* the tasks' keys, open addressing: spans of other tasks are not
+                            decoded (a span's Kafka key is its task key) */
+    size_t keycap;
     char run[32];
     int64_t next_rollout;
     /* rollouts by id (open ones: until their outcome is in the report) */
@@ -992,6 +995,32 @@ static void on_span(ctl *c, const al_span *s)
     }
 }
 
+static int keyset_build(ctl *c)
+{
+    c->keycap = 16;
+    while (c->keycap < 2 * c->tasks.n)
+        c->keycap *= 2;
+    if (!(c->keyset = calloc(c->keycap, sizeof *c->keyset))) return -1;
+    for (size_t i = 0; i < c->tasks.n; i++) {
+        size_t b = rl_hash(c->tasks.t[i].key) & (c->keycap - 1);
+        while (c->keyset[b])
+            b = (b + 1) & (c->keycap - 1);
+        c->keyset[b] = c->tasks.t[i].key;
+    }
+    return 0;
+}
+
+static int keyset_has(const ctl *c, const void *key, size_t len)
+{
+    char k[160];
+    if (!key || len == 0 || len >= sizeof k) return 0;
+    memcpy(k, key, len);
+    k[len] = '\0';
+    for (size_t b = rl_hash(k) & (c->keycap - 1); c->keyset[b]; b = (b + 1) & (c->keycap - 1))
+        if (!strcmp(c->keyset[b], k)) return 1;
+    return 0;
+}
+
 /* Drains what the readers have now. -1 when a reader failed for good. */
 static int kafka_poll(ctl *c, int wait_ms)
 {
@@ -1018,7 +1047,8 @@ static int kafka_poll(ctl *c, int wait_ms)
             return -1;
         }
         if (k != 1) break;
-        if (al_span_decode(m->payload, m->len, &c->span, err, sizeof err) == 0 &&
+        if (keyset_has(c, m->key, m->key_len) &&
+            al_span_decode(m->payload, m->len, &c->span, err, sizeof err) == 0 &&
             c->span.rollout_id && !strncmp(c->span.rollout_id, c->run, strlen(c->run)))
             on_span(c, &c->span);
         rd_kafka_message_destroy(m);
@@ -1235,7 +1265,7 @@ int cmd_rollouts(int argc, char **argv)
         case O_MAX_ATTEMPTS: bad = parse_i64("--max-attempts", optarg, 1, 100, &o->max_attempts); break;
         case O_EVAL_EVERY: bad = parse_i64("--eval-every", optarg, 0, INT32_MAX, &o->eval_every); break;
         case O_EVAL_TASKS: bad = parse_i64("--eval-tasks", optarg, 1, INT32_MAX, &o->eval_tasks); break;
-        case O_EVAL_TEMP: bad = parse_dbl("--eval-temperature", optarg, 0, 100, &o->eval_temperature); break;
+        case O_EVAL_TEMP: bad = parse_dbl("--eval-temperature", optarg, 0, 2, &o->eval_temperature); break;
         case O_SPLIT_RATIO: bad = parse_dbl("--split-ratio", optarg, 0, 1, &o->split_ratio); break;
         case O_SHARD:
             if (rl_parse_shard(optarg, &o->shard_index, &o->shard_count))
@@ -1300,7 +1330,7 @@ int cmd_rollouts(int argc, char **argv)
     c->val_idx = calloc(c->tasks.n + 1, sizeof *c->val_idx);
     c->order = calloc(c->tasks.n + 1, sizeof *c->order);
     c->busy = calloc(c->tasks.n + 1, 1);
-    if (!c->train_idx || !c->val_idx || !c->order || !c->busy) goto out_tasks;
+    if (!c->train_idx || !c->val_idx || !c->order || !c->busy || keyset_build(c)) goto out_tasks;
     for (size_t i = 0; i < c->tasks.n; i++) {
         if (c->tasks.t[i].split == RL_SPLIT_VAL)
             c->val_idx[c->n_val++] = i;
@@ -1573,6 +1603,7 @@ out_tasks:
     free(c->val_idx);
     free(c->order);
     free(c->busy);
+    free(c->keyset);
     rl_tasks_free(&c->tasks);
     free(c);
     return rc;
