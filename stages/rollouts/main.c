@@ -43,6 +43,8 @@
 #include "core/cli.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "http/metrics.h"
+#include "http/server.h"
 #include "kafka/kafka.h"
 #include "topic_reader.h"
 
@@ -231,7 +233,50 @@ typedef struct ctl {
     int64_t n_started, n_succeeded, n_failed, n_timeout, n_retried, n_aborted, n_eval;
     int64_t n_no_reward, n_reported;
     int sigpipe[2];
+    /* --metrics: the counts above as Prometheus series, set from the loop (atomics) */
+    al_metrics *metrics;
+    al_gauge *g_version, *g_running, *g_ends[5];
+    al_counter *c_started;
+    int64_t started_published;
 } ctl;
+
+/* retried: an attempt that failed or timed out and runs again as the next attempt */
+static const char *const metric_ends[5] = {"succeeded", "failed", "timeout", "aborted",
+                                           "retried"};
+
+/* Creates the series --metrics serves (the registry is the controller's own). 0, or -1
+ * when out of memory. */
+static int metrics_init(ctl *c)
+{
+    if (!(c->metrics = al_metrics_new())) return -1;
+    al_metrics_add_process_metrics(c->metrics);
+    c->c_started = al_metrics_counter(c->metrics, "arclight_rollouts_started_total",
+                                      "Rollouts started (attempts, evaluation ones included)", NULL);
+    for (int i = 0; i < 5; i++)
+        c->g_ends[i] = al_metrics_gauge(c->metrics, "arclight_rollouts_ended",
+                                        "Rollout attempts ended so far (evaluation ones included), "
+                                        "by outcome",
+                                        "outcome", metric_ends[i], NULL);
+    c->g_running = al_metrics_gauge(c->metrics, "arclight_rollouts_running",
+                                    "Rollouts whose agent is running", NULL);
+    c->g_version = al_metrics_gauge(c->metrics, "arclight_rollouts_policy_version",
+                                    "The newest policy version the controller has seen", NULL);
+    return 0;
+}
+
+/* Copies the counts into the series; called from the controller's loop. */
+static void metrics_publish(ctl *c, size_t running)
+{
+    if (!c->metrics) return;
+    const int64_t ends[5] = {c->n_succeeded, c->n_failed, c->n_timeout, c->n_aborted,
+                             c->n_retried};
+    for (int i = 0; i < 5; i++)
+        al_gauge_set(c->g_ends[i], (double)ends[i]);
+    al_gauge_set(c->g_running, (double)running);
+    al_gauge_set(c->g_version, (double)c->v);
+    al_counter_add(c->c_started, (double)(c->n_started - c->started_published));
+    c->started_published = c->n_started;
+}
 
 static volatile sig_atomic_t stop_signal;
 static int sig_fd = -1;
@@ -1230,6 +1275,7 @@ int cmd_rollouts(int argc, char **argv)
     };
     al_cli_common common;
     al_cli_common_init(&common);
+    al_http_server *srv = NULL;
     ctl *c = calloc(1, sizeof *c);
     if (!c) return AL_EXIT_FAILURE;
     opts *o = &c->o;
@@ -1357,6 +1403,14 @@ int cmd_rollouts(int argc, char **argv)
         al_log_error(COMP, "%s", err);
         goto out_tasks;
     }
+    /* --metrics: /metrics and /healthz (healthy while the controller runs) */
+    if (common.metrics) {
+        if (metrics_init(c) < 0) goto out_kafka;
+        if (!(srv = al_http_server_start(common.metrics, c->metrics, NULL, NULL, err, sizeof err))) {
+            al_log_error(COMP, "%s", err);
+            goto out_kafka;
+        }
+    }
     /* Versions so far: read the policy topic to its end first (v0 paces from there). */
     {
         const char *topics[] = {o->policy_topic};
@@ -1443,6 +1497,7 @@ int cmd_rollouts(int argc, char **argv)
     rollout **pr = NULL;
     size_t pcap = 0;
     for (;;) {
+        metrics_publish(c, c->nlive);
         if (kafka_poll(c, 0)) {
             failed = 1;
             break;
@@ -1574,6 +1629,8 @@ int cmd_rollouts(int argc, char **argv)
     close(c->sigpipe[0]);
     close(c->sigpipe[1]);
 out_kafka:
+    al_http_server_stop(srv);
+    al_metrics_free(c->metrics);
     if (c->eval_log) fclose(c->eval_log);
     if (c->curl) curl_easy_cleanup(c->curl);
     al_topic_reader_free(c->policy_rd);
