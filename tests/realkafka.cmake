@@ -17,3 +17,7 @@ arclight_test(t1502_replication_faults SOURCES tests/t1502_replication_faults.c 
   LABELS kafka TIMEOUT 480)
 add_dependencies(t1502_replication_faults arclight)
 set_tests_properties(t1502_replication_faults PROPERTIES DISABLED TRUE)
+# docker-compose.yml's services as processes on real Kafka (tests/compose_run.py)
+arclight_test(t1503_compose_stack SOURCES tests/t1503_compose_stack.c
+  LIBS PkgConfig::RDKAFKA LABELS kafka TIMEOUT 600)
+add_dependencies(t1503_compose_stack arclight)
