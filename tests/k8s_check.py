@@ -4,7 +4,8 @@ without a cluster: every document is a Kubernetes object, kustomization.yaml lis
 file, every container runs a real `arclight CMD` whose --flags are in `arclight CMD --help`
 (the binary is run: $ARCLIGHT_BIN), probes and Services point at ports the commands listen
 on, Services select pods that exist, batch runs one replica and credit no more than the
-spans topic has partitions, mounted volumes are declared, the broker ConfigMap is
+spans topic has partitions, the rollout controller is sharded by its pod ordinal (--shard
+$(VAR)/N with N its replicas) and its shards' steps add up to batch's, mounted volumes are declared, the broker ConfigMap is
 broker-config/ verbatim, and every container is non-root with a read-only root filesystem,
 resource requests/limits and $ARCLIGHT_BOOTSTRAP from the one ConfigMap that holds it.
 Field names and types are checked against the Kubernetes API models of python3-kubernetes
@@ -12,6 +13,7 @@ Field names and types are checked against the Kubernetes API models of python3-k
 Prints one line per failed check and exits 1 if any."""
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -183,6 +185,8 @@ pvcs = {d["metadata"]["name"] for f, d in objs if d["kind"] == "PersistentVolume
 
 # ---- workloads -----------------------------------------------------------------------------
 pods = []  # (file, workload name, pod labels, {port name: number}, set of numbers)
+rollouts_steps, rollouts_refs, batch_step_groups, served_names = [], [], [], []
+IMAGE_SRC = "/src/arclight"  # the Dockerfile's WORKDIR: the repository in the image
 WORKLOADS = ("Deployment", "StatefulSet", "Job", "DaemonSet")
 for f, d in objs:
     if d["kind"] not in WORKLOADS:
@@ -298,11 +302,17 @@ for f, d in objs:
             mounts[m.get("mountPath")] = m
         check("/tmp" in mounts, f"{cname}: no writable /tmp on a read-only root filesystem")
         # Directories a command writes must be writable mounts; those it reads must be mounted.
-        for flag, writes in (("--spool-dir", True), ("--out", True), ("--model", False),
-                             ("--topics", False), ("--train-config", False), ("--config", False)):
-            if flag not in opts:
+        for flag, writes in (("--spool-dir", True), ("--out", True), ("--workdir", True), ("--model", False),
+                             ("--tasks", False), ("--topics", False), ("--train-config", False),
+                             ("--config", False)):
+            if flag not in opts or (cmd == "rollouts" and flag == "--model"):  # a model name there
                 continue
             path = opts[flag]
+            if not writes and path.startswith(IMAGE_SRC + "/"):
+                # the image's copy of the repository (the Dockerfile's WORKDIR)
+                check(os.path.exists(os.path.join(root, path[len(IMAGE_SRC) + 1:])),
+                      f"{cname}: {flag} {path}: {path[len(IMAGE_SRC) + 1:]} is not in the repository")
+                continue
             under = [mp for mp in mounts if path == mp or path.startswith(mp.rstrip("/") + "/")]
             if check(under, f"{cname}: {flag} {path} is on no mounted volume (read-only root filesystem)"):
                 check(not writes or not mounts[max(under, key=len)].get("readOnly"),
@@ -329,7 +339,46 @@ for f, d in objs:
                   f"{wname}: the proxy's --spool-dir must be on a per-pod persistent volume")
         if cmd == "serve":
             check("--follow-policy" in opts, f"{wname}: serve does not follow the policy (--follow-policy)")
+        if cmd == "rollouts":
+            # Sharded by the pod's ordinal: --shard $(VAR)/N, VAR the pod-index label, N replicas.
+            m = re.fullmatch(r"\$\((\w+)\)/(\d+)", opts.get("--shard", ""))
+            if check(d["kind"] == "StatefulSet" and m is not None,
+                     f"{wname}: the controller must be a StatefulSet run with --shard $(VAR)/N "
+                     f"(the pod's ordinal), has --shard {opts.get('--shard')!r}"):
+                fp = (((env.get(m.group(1)) or {}).get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+                check(fp == "metadata.labels['apps.kubernetes.io/pod-index']",
+                      f"{wname}: ${m.group(1)} is {fp!r}, not the pod's apps.kubernetes.io/pod-index label")
+                check(int(m.group(2)) == spec.get("replicas", 1),
+                      f"{wname}: --shard .../{m.group(2)} but {spec.get('replicas', 1)} replicas: "
+                      "shards would be run twice or not at all")
+                rollouts_steps.append((wname, int(m.group(2)) * int(opts.get("--step-groups", "1"))))
+            check(any(m.get("name") in claim_templates for m in c.get("volumeMounts", [])
+                      if opts.get("--workdir", ".").startswith(m.get("mountPath", "\0"))),
+                  f"{wname}: the controller's --workdir must be on a per-pod persistent volume")
+            rollouts_refs.append((wname, opts.get("--proxy", ""), opts.get("--model")))
+            for w in shlex.split(opts.get("--agent", "")):
+                if w.startswith(IMAGE_SRC + "/"):
+                    check(os.path.exists(os.path.join(root, w[len(IMAGE_SRC) + 1:])),
+                          f"{wname}: the agent's {w} is not in the repository")
+        if cmd == "batch":
+            batch_step_groups.append(opts.get("--step-groups"))
+        if cmd == "serve":
+            served_names.append(opts.get("--served-model-name"))
     pods.append((f, wname, labels, port_names, port_numbers))
+
+# ---- the rollout controllers, with batch, serve and the proxy ------------------------------
+services_by_name = {d["metadata"]["name"]: d for f, d in objs if d["kind"] == "Service"}
+for wname, total in rollouts_steps:
+    check(batch_step_groups == [str(total)],
+          f"{wname}: shards x --step-groups = {total} groups per step, batch closes steps at "
+          f"--step-groups {batch_step_groups}")
+for wname, proxy_url, model in rollouts_refs:
+    m = re.fullmatch(r"http://([a-z0-9-]+):(\d+)", proxy_url)
+    svc = services_by_name.get(m.group(1)) if m else None
+    check(svc is not None and any(str(p.get("port")) == m.group(2) for p in svc["spec"].get("ports", []))
+          and (svc["spec"].get("selector") or {}).get("app.kubernetes.io/component") == "proxy",
+          f"{wname}: --proxy {proxy_url} is not the proxy's Service and port")
+    check(model in served_names, f"{wname}: --model {model} is not a model serve serves {served_names}")
 
 # ---- services ------------------------------------------------------------------------------
 for f, d in objs:

@@ -1,6 +1,7 @@
 /* 0004: deploy/k8s is consistent with the arclight binary and the repository (checked by
  * tests/k8s_check.py, which runs $ARCLIGHT_BIN CMD --help; no cluster here), and broken
- * copies of it are caught: a bogus flag, a second batch replica, a probe on the wrong port. */
+ * copies of it are caught: a bogus flag, a second batch replica, a probe on the wrong port,
+ * rollout controllers whose shards do not match their replicas or batch's step. */
 #include "testlib.h"
 
 #include <stdlib.h>
@@ -35,8 +36,9 @@ static int check_broken_copy(const char *edit, char *out, size_t outlen)
     char dir[] = "/tmp/arclight-t0004-XXXXXX", cmd[8192];
     if (!mkdtemp(dir)) return -1;
     snprintf(cmd, sizeof cmd,
-             "cp -r '%1$s/deploy' '%1$s/broker-config' '%2$s/' && mkdir '%2$s/tools' &&"
-             "cp '%1$s/tools/main.c' '%2$s/tools/' && cd '%2$s' && %3$s",
+             "cp -r '%1$s/deploy' '%1$s/broker-config' '%2$s/' && mkdir -p '%2$s/tools' '%2$s/examples' &&"
+             "cp '%1$s/tools/main.c' '%2$s/tools/' && cp -r '%1$s/examples/letters' '%2$s/examples/' &&"
+             "cd '%2$s' && %3$s",
              src_dir(), dir, edit);
     int rc = system(cmd) == 0 ? run_check(dir, out, outlen) : -2;
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -50,7 +52,23 @@ TEST(manifests_are_consistent)
     REQUIRE(getenv("ARCLIGHT_BIN") != NULL);
     int rc = run_check(src_dir(), out, sizeof out);
     CHECKF(rc == 0, "k8s check failed (rc %d):\n%s", rc, out);
-    CHECKF(strstr(out, "6 workloads") != NULL, "not every workload was checked:\n%s", out);
+    CHECKF(strstr(out, "7 workloads") != NULL, "not every workload was checked:\n%s", out);
+    /* the copy the broken cases start from passes too */
+    rc = check_broken_copy("true", out, sizeof out);
+    CHECKF(rc == 0, "the copy of the tree fails the check (rc %d):\n%s", rc, out);
+}
+
+TEST(rollout_shards_that_do_not_match_the_replicas_are_caught)
+{
+    char out[16384];
+    int rc = check_broken_copy("sed -i 's|replicas: 2$|replicas: 3|' deploy/k8s/rollouts.yaml", out,
+                               sizeof out);
+    CHECKF(rc == 1, "3 replicas with --shard i/2 passed (rc %d):\n%s", rc, out);
+    CHECKF(strstr(out, "--shard .../2 but 3 replicas") != NULL, "wrong complaint:\n%s", out);
+    rc = check_broken_copy("sed -i 's|\"2\"$|\"3\"|' deploy/k8s/rollouts.yaml", out, sizeof out);
+    CHECKF(rc == 1, "shards of 3 groups a step against batch's 4 passed (rc %d):\n%s", rc, out);
+    CHECKF(strstr(out, "shards x --step-groups = 6 groups per step") != NULL, "wrong complaint:\n%s",
+           out);
 }
 
 TEST(a_bogus_flag_is_caught)
