@@ -304,6 +304,11 @@ if all(len(by_cmd(c)) == 1 for c in ("serve", "proxy", "credit", "batch", "train
           "credit is not --credit discounted --gamma 1 (the letters demo's second call needs it)")
     with open(os.path.join(root, "tools/up.c")) as f:
         upc = f.read()
+    # the KL penalty to the warm start that `arclight up` gives train when it warm-starts
+    m = re.search(r'\(warm_start && \*warm_start\) \? "([^"]+)"', upc)
+    if m and sft:
+        check(train["opts"].get("--kl-beta") == m.group(1),
+              f"train --kl-beta {train['opts'].get('--kl-beta')}, `arclight up` gives {m.group(1)} after a warm start")
     for flag in ("--group-idle-ms", "--max-staleness"):
         m = re.search(r'"%s", "([^"]+)"' % flag, upc)
         if m and flag in batch["opts"]:
