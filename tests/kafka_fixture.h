@@ -432,7 +432,9 @@ static inline int al_test_kafka_start_once(al_test_kafka *k, int n, const char *
     }
     k->n = n;
     al_test_kafka_track(k, 1);
-    al_test_kafka_uuid(k->cluster_id);
+    do /* one that starts with '-' reads as an option to the storage tool */
+        al_test_kafka_uuid(k->cluster_id);
+    while (k->cluster_id[0] == '-');
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         al_test_kafka_node *nd = &k->node[i];
