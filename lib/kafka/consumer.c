@@ -52,8 +52,9 @@ struct al_consumer {
     char **topics;
     size_t ntopics;
     int fenced;          /* set by the error callback: rejoin at the next poll */
-    int64_t fence_us[3]; /* the last fencings */
+    int64_t fence_us[3]; /* the last fencings not caused by this consumer's own rejoin */
     unsigned fence_n;
+    int64_t lost_us; /* when this handle last gave its assignment up as lost; 0: never */
 };
 
 /* ------------------------------------------------------------------------------------------
@@ -362,6 +363,7 @@ static void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         if (c->rb_fn) c->rb_fn(c, AL_REBALANCE_ASSIGNED, parts, c->rb_ctx);
     } else {
         int lost = rd_kafka_assignment_lost(rk);
+        if (lost) c->lost_us = al_mono_us();
         if (!lost) consumer_flush_and_commit(c, "rebalance");
         for (int i = 0; i < parts->cnt; i++)
             ps_remove(c, parts->elems[i].topic, parts->elems[i].partition);
@@ -523,31 +525,46 @@ al_consumer *al_consumer_new(const al_kafka_conf *conf, const char *group, al_pr
     return c;
 }
 
-/* After a fencing of this static member (c->fenced): librdkafka 2.0.2 rejoins under the same
- * group.instance.id with a new member id when its group coordinator moves (a broker died),
- * and the coordinator then fences the old member id, which is its own: a fatal error for the
- * handle, though no other worker has the id. The consumer gives up its partitions as lost
- * (the stage drops their state; their unstored offsets are read again) and joins again
- * with a new handle. Three fencings within a minute mean another worker does have the id:
- * then it stops with that reason. */
+/* After a fencing of this static member (c->fenced). librdkafka 2.0.2 fences itself: when no
+ * heartbeat has been answered for session.timeout.ms (a broker failover can hold the answers
+ * that long) it gives the assignment up as lost, forgets its member id and joins again under
+ * the same group.instance.id; the coordinator then fences the old member id, and the old
+ * generation's offset commit still in flight comes back FENCED_INSTANCE_ID, a fatal error for
+ * the handle. The consumer gives up its partitions as lost (the stage drops their state; their
+ * unstored offsets are read again) and joins again with a new handle. A fencing within 60 s
+ * of this handle's own loss of its assignment is that; any other means another worker joined
+ * with the id, and three of those within a minute stop the consumer with that reason. */
+#define AL_SELF_FENCE_WINDOW_US (60 * 1000000LL)
 static void consumer_rejoin(al_consumer *c)
 {
     char err[512];
     int64_t now = al_mono_us();
+    int own = c->lost_us && now - c->lost_us < AL_SELF_FENCE_WINDOW_US;
     c->fenced = 0;
-    if (c->fence_n >= 2 && now - c->fence_us[(c->fence_n - 2) % 3] < 60 * 1000000LL) {
-        consumer_fail(c,
-                      "another consumer joined the group as static member %s: each worker "
-                      "needs its own ARCLIGHT_INSTANCE_ID or group.instance.id (fenced three "
-                      "times within a minute)",
-                      c->instance_id);
-        return;
+    if (!own) {
+        if (c->fence_n >= 2 && now - c->fence_us[(c->fence_n - 2) % 3] < 60 * 1000000LL) {
+            consumer_fail(c,
+                          "another consumer joined the group as static member %s: each worker "
+                          "needs its own ARCLIGHT_INSTANCE_ID or group.instance.id (fenced three "
+                          "times within a minute)",
+                          c->instance_id);
+            return;
+        }
+        c->fence_us[c->fence_n % 3] = now;
+        c->fence_n++;
     }
-    c->fence_us[c->fence_n % 3] = now;
-    c->fence_n++;
-    al_log_warn("kafka", "group %s: static member %s was fenced (its coordinator moved); "
-                         "joining again, its partitions' unfinished inputs are read again",
-                c->group, c->instance_id);
+    c->lost_us = 0; /* the new handle has lost nothing yet */
+    if (own)
+        al_log_warn("kafka",
+                    "group %s: static member %s was fenced by its own rejoin (its session had "
+                    "timed out); joining again, its partitions' unfinished inputs are read again",
+                    c->group, c->instance_id);
+    else
+        al_log_warn("kafka",
+                    "group %s: static member %s was fenced (its coordinator moved, or another "
+                    "worker has its id); joining again, its partitions' unfinished inputs are "
+                    "read again",
+                    c->group, c->instance_id);
     while (c->ibatch < c->nbatch)
         rd_kafka_message_destroy(c->batch[c->ibatch++]);
     c->ibatch = c->nbatch = 0;

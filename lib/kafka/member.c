@@ -16,7 +16,7 @@
  *      kernel drops a dead process's locks) and takes it back.
  *
  * A worker stopped for good leaves its partitions to the others only after session.timeout.ms
- * (10 s in broker-config/client.conf): a static member does not leave its group on close,
+ * (45 s in broker-config/client.conf): a static member does not leave its group on close,
  * which is what lets its successor take over without a rebalance.
  */
 #include "kafka/internal.h"
