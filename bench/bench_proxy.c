@@ -21,10 +21,14 @@
  * and so spends ~35 % more CPU on a capture request than on a plain one, CPU that on a
  * 2-core machine comes out of the proxy's share.
  *
+ * Last, spans/s into the broker: a flat-out pass through the proxy on the embedded broker and
+ * through a second proxy on a one-node Apache Kafka (tests/kafka_fixture.h), each timed until
+ * the proxy's spool is empty again (every span acknowledged), spans counted on the broker.
+ *
  *   build/bench_proxy [--duration S] [--connections N] [--threads T] [--upstream fixed|test]
- *                     [--proxy-arg ARG]...
- * Needs wrk and nginx on PATH and the arclight binary ($ARCLIGHT_BIN, else
- * ./build/arclight).
+ *                     [--kafka on|off] [--proxy-arg ARG]...
+ * Needs wrk and nginx on PATH, curl, the arclight binary ($ARCLIGHT_BIN, else
+ * ./build/arclight) and, for the Kafka part, the broker scripts/setup.sh fetches.
  */
 #define _GNU_SOURCE
 #include "broker_fixture.h"
@@ -453,6 +457,72 @@ static void stop(pid_t pid)
     waitpid(pid, NULL, 0);
 }
 
+/* Spans on arclight.spans (the sum of its partitions' high watermarks), -1 on error. */
+static long spans_on(const char *bootstrap)
+{
+    char err[256];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    rd_kafka_conf_set(c, "bootstrap.servers", bootstrap, err, sizeof err);
+    rd_kafka_conf_set(c, "log_level", "0", err, sizeof err);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, err, sizeof err);
+    if (!rk) return -1;
+    long total = -1;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, "arclight.spans", NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    if (rd_kafka_metadata(rk, 0, rkt, &md, 10000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+        md->topic_cnt == 1) {
+        total = 0;
+        for (int i = 0; i < md->topics[0].partition_cnt && total >= 0; i++) {
+            int64_t lo, hi;
+            if (rd_kafka_query_watermark_offsets(rk, "arclight.spans",
+                                                 md->topics[0].partitions[i].id, &lo, &hi,
+                                                 10000) != RD_KAFKA_RESP_ERR_NO_ERROR)
+                total = -1;
+            else
+                total += (long)hi;
+        }
+    }
+    if (md) rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(rkt);
+    rd_kafka_destroy(rk);
+    return total;
+}
+
+/* The proxy's arclight_proxy_spool_spans (spans not yet acknowledged by the broker), -1 when
+ * its /metrics does not answer. */
+static long spool_spans(int port)
+{
+    char cmd[256], line[256];
+    snprintf(cmd, sizeof cmd, "curl -s http://127.0.0.1:%d/metrics", port);
+    FILE *p = popen(cmd, "r");
+    long n = -1;
+    while (p && fgets(line, sizeof line, p))
+        if (!strncmp(line, "arclight_proxy_spool_spans ", 27)) n = atol(line + 27);
+    if (p) pclose(p);
+    return n;
+}
+
+/* A flat-out pass into the proxy on port, timed from its start until the proxy's spool is
+ * empty again; spans/s = the spans the broker got over that time (0 on error). */
+static double spans_pass(int port, const char *bootstrap, const char *lua, int threads, int conns,
+                         int dur, const char *rollout, wrk_result *r, long *spans, double *drain_s)
+{
+    char url[160];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/r/bench/%s/v1/chat/completions", port,
+             rollout);
+    long s0 = spans_on(bootstrap);
+    double t0 = now_s();
+    run_wrk(url, lua, threads, conns, dur, r);
+    double t_wrk = now_s();
+    while (now_s() - t_wrk < 120 && spool_spans(port) != 0)
+        usleep(100000);
+    double t1 = now_s();
+    long s1 = spans_on(bootstrap);
+    *drain_s = t1 - t_wrk;
+    *spans = s0 >= 0 && s1 >= 0 ? s1 - s0 : -1;
+    return *spans > 0 ? (double)*spans / (t1 - t0) : 0;
+}
+
 static void report(const char *name, const wrk_result *r, const wrk_result *direct)
 {
     printf("%-10s %10.0f req/s   p50 %7.3f ms   p99 %7.3f ms", name, r->rps, r->p50_ms, r->p99_ms);
@@ -485,7 +555,7 @@ int main(int argc, char **argv)
     int dur = 10, conns = 64, threads = 2;
     const char *proxy_extra[8] = {0};
     const char *upstream = "fixed";
-    int n_extra = 0;
+    int n_extra = 0, with_kafka = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--duration"))
             dur = atoi(argv[i + 1]);
@@ -495,12 +565,15 @@ int main(int argc, char **argv)
             conns = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads"))
             threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--kafka") &&
+                 (!strcmp(argv[i + 1], "on") || !strcmp(argv[i + 1], "off")))
+            with_kafka = !strcmp(argv[i + 1], "on");
         else if (!strcmp(argv[i], "--upstream") &&
                  (!strcmp(argv[i + 1], "fixed") || !strcmp(argv[i + 1], "test")))
             upstream = argv[i + 1];
         else {
             fprintf(stderr, "usage: bench_proxy [--duration S] [--connections N] [--threads T] "
-                            "[--upstream fixed|test] [--proxy-arg ARG]...\n");
+                            "[--upstream fixed|test] [--kafka on|off] [--proxy-arg ARG]...\n");
             return 2;
         }
     }
@@ -693,6 +766,53 @@ int main(int argc, char **argv)
            a1.p99_ms - d1.p99_ms, ngx.p99_ms - direct.p99_ms, n4.p99_ms - d4.p99_ms,
            nr.p99_ms - dr.p99_ms, n1.p99_ms - d1.p99_ms);
 
+    if (with_kafka) {
+        /* spans/s into each broker: the embedded one through this proxy, then Apache Kafka
+         * through a second proxy with the same flags */
+        wrk_result se, sk;
+        long ne, nk;
+        double de, dk;
+        double re = spans_pass(pport, b.bootstrap, lua, threads, conns, dur, "rollout-5", &se,
+                               &ne, &de);
+        stop(proxy);
+        proxy = 0;
+        al_test_broker bk;
+        setenv("ARCLIGHT_TEST_BROKER", "kafka", 1);
+        if (al_test_broker_start(&bk, NULL) != 0) return 1;
+        char spool2[700], plog2[700];
+        snprintf(spool2, sizeof spool2, "%s/spool-kafka", tmp);
+        snprintf(plog2, sizeof plog2, "%s/proxy-kafka.log", tmp);
+        pargv[7] = bk.bootstrap;
+        pargv[9] = spool2;
+        pid_t proxy2 = spawn(pargv, plog2, &pfd);
+        if (al_test_broker_readline(pfd, line, sizeof line, 60000) != 0) {
+            fprintf(stderr, "bench_proxy: arclight proxy on Kafka did not start (see %s)\n",
+                    plog2);
+            return 1;
+        }
+        close(pfd);
+        int pport2 = atoi(strrchr(line, ':') + 1);
+        snprintf(aurl, sizeof aurl, "http://127.0.0.1:%d/r/bench/rollout-6/v1/chat/completions",
+                 pport2);
+        run_wrk(aurl, lua, threads, conns, 2, &sk); /* warm-up: connections, producer id */
+        while (spool_spans(pport2) > 0)
+            usleep(100000);
+        double rk = spans_pass(pport2, bk.bootstrap, lua, threads, conns, dur, "rollout-7", &sk,
+                               &nk, &dk);
+        stop(proxy2);
+        al_test_broker_stop(&bk);
+        printf("spans/s into the broker (wrk -t%d -c%d -d%ds, until the spool is empty):\n",
+               threads, conns, dur);
+        printf("  embedded broker  %8.0f spans/s  (%ld spans, %.0f req/s, spool empty %.1f s "
+               "after wrk)\n",
+               re, ne, se.rps, de);
+        printf("  Apache Kafka     %8.0f spans/s  (%ld spans, %.0f req/s, spool empty %.1f s "
+               "after wrk)\n",
+               rk, nk, sk.rps, dk);
+        printf("ratio: spans/s into Kafka / into the embedded broker = %.2f; Kafka pass / nginx "
+               "throughput = %.2f\n",
+               re > 0 ? rk / re : 0.0, ngx.rps > 0 ? sk.rps / ngx.rps : 0.0);
+    }
     stop(proxy);
     stop(nginx);
     al_test_broker_stop(&b);
