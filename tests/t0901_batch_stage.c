@@ -157,7 +157,10 @@ static pid_t spawn_batch(const char *bootstrap, const char *const *args)
     argv[argc++] = "warn";
     for (int i = 0; args[i] && argc < 47; i++) argv[argc++] = args[i];
     argv[argc] = NULL;
-    const char *env[] = {"ARCLIGHT_BATCH_TEST_KILL_AT", NULL};
+    /* as run_batch: the embedded broker holds a join for up to the joining member's session
+     * timeout while the killed member's is still in the group */
+    const char *env[] = {"ARCLIGHT_BATCH_TEST_KILL_AT", "ARCLIGHT_KAFKA_SESSION_TIMEOUT_MS=3000",
+                         NULL};
     return al_test_spawn(argv, env, 0);
 }
 
