@@ -5,16 +5,23 @@
  *                      [--batch B] [--lr LR] [--seed S] [--epochs E]
  *
  * FILE is JSONL, one conversation per line, {"messages": [{"role": "user", "content":
- * "..."}, ..., {"role": "assistant", "content": "..."}]}: the last message is the target
- * (an assistant message), everything before it the prompt, rendered with the tokenizer's
- * chat template and its generation prompt exactly as `arclight serve` renders a request, so
- * the model learns what it will be asked. The target is the content's tokens and the end of
- * turn (<|im_end|>, else the tokenizer's eos). Each step packs B conversations (in a seeded
- * shuffled order, epoch after epoch) into one micro-batch and makes one AdamW update on the
- * SFT loss (token mean of -log p over the targets), the learning rate decaying to 0 on a
- * cosine; the loss is printed every 10 steps and
- * the weights written to --out (config.json + model.safetensors, f32) at the end. Bad lines
- * are errors naming the line; nothing is skipped.
+ * "..."}, ..., {"role": "assistant", "content": "..."}], "tools": [...]}: the last message
+ * is the target (an assistant message), everything before it the prompt, rendered with the
+ * tokenizer's chat template and its generation prompt exactly as `arclight serve` renders a
+ * request, so the model learns what it will be asked. Messages and "tools" (optional;
+ * OpenAI tools entries, which the template puts in the system prompt) are read as serve
+ * reads a request's: content a string, null or text parts; an assistant message may carry
+ * "tool_calls" (function name and arguments, a JSON string or object), a "tool" message is
+ * a tool's result. A text target is the content's tokens and the end of turn (<|im_end|>,
+ * else the tokenizer's eos); a target with tool calls is what the template renders for it
+ * (<tool_call> blocks, which serve parses back into tool_calls): the rendering of the whole
+ * conversation less the rendering of its prompt, up to and including the <|im_end|> that
+ * follows, after checking that the one begins with the other. Each step packs B
+ * conversations (in a seeded shuffled order, epoch after epoch) into one micro-batch and
+ * makes one AdamW update on the SFT loss (token mean of -log p over the targets), the
+ * learning rate decaying to 0 on a cosine; the loss is printed every 10 steps and the
+ * weights written to --out (config.json + model.safetensors, f32) at the end. Bad lines are errors naming the line; nothing is
+ * skipped.
  */
 #include "core/cli.h"
 #include "core/util.h"
@@ -38,7 +45,8 @@ typedef struct sft_example {
 static const char sft_usage[] =
     "usage: arclight model sft --model DIR --data FILE --out DIR [flags]\n"
     "Supervised fine-tuning from a JSONL file of conversations ({\"messages\": [...]}, the\n"
-    "last one the assistant's target), rendered with the tokenizer's chat template.\n"
+    "last one the assistant's target: text or tool_calls; optional \"tools\" as in a chat\n"
+    "request), rendered with the tokenizer's chat template as serve renders a request.\n"
     "  --model DIR       the weights to start from (config.json + model.safetensors)\n"
     "  --tokenizer DIR   tokenizer.json dir (default: --model)\n"
     "  --data FILE       the conversations\n"
@@ -68,47 +76,199 @@ static int parse_role(const char *s, al_chat_role *r)
     return 0;
 }
 
-/* One line into an example. 0, or -1 with errstr. */
+/* A message's content as serve takes it: a string, null/absent, or an array of {"type":
+ * "text", "text": ...} parts (joined). 0 with *out (malloc'd, or NULL for none), -1 when it
+ * is something else or memory ran out. */
+static int sft_content(json_t *c, char **out)
+{
+    *out = NULL;
+    if (!c || json_is_null(c)) return 0;
+    if (json_is_string(c)) return (*out = strdup(json_string_value(c))) ? 0 : -1;
+    if (!json_is_array(c)) return -1;
+    size_t len = 0, i;
+    json_t *part;
+    json_array_foreach(c, i, part)
+    {
+        const char *type = json_string_value(json_object_get(part, "type"));
+        if (!json_is_string(json_object_get(part, "text")) || (type && strcmp(type, "text")))
+            return -1;
+        len += json_string_length(json_object_get(part, "text"));
+    }
+    if (!(*out = malloc(len + 1))) return -1;
+    len = 0;
+    json_array_foreach(c, i, part)
+    {
+        json_t *t = json_object_get(part, "text");
+        memcpy(*out + len, json_string_value(t), json_string_length(t));
+        len += json_string_length(t);
+    }
+    (*out)[len] = 0;
+    return 0;
+}
+
+/* What one line's conversation holds, in the form the chat template takes; the strings
+ * point into the line's JSON or into `owned`. */
+typedef struct sft_conv {
+    al_chat_message *m;
+    size_t n;
+    al_chat_tool_call *calls;
+    const char **tools;
+    size_t ntools;
+    char **owned; /* message texts, argument and tool JSON written here */
+    size_t nowned;
+} sft_conv;
+
+static void sft_conv_free(sft_conv *c)
+{
+    for (size_t i = 0; i < c->nowned; i++)
+        free(c->owned[i]);
+    free(c->owned);
+    free(c->m);
+    free(c->calls);
+    free(c->tools);
+}
+
+/* Reads "messages" (and "tools") of a line as serve reads a request's. 0, or -1 with
+ * errstr naming the message or tool. */
+static int sft_conv_read(json_t *j, sft_conv *c, char *errstr, size_t errlen)
+{
+    json_t *msgs = json_object_get(j, "messages"), *tl = json_object_get(j, "tools");
+    size_t n = json_array_size(msgs), ncalls = 0;
+    memset(c, 0, sizeof *c);
+    if (!json_is_array(msgs) || n < 2)
+        return al_err(errstr, errlen, "wants {\"messages\": [at least 2 messages]}");
+    if (tl && !json_is_array(tl))
+        return al_err(errstr, errlen, "\"tools\" must be an array of OpenAI tools entries");
+    size_t ntools = json_array_size(tl);
+    for (size_t i = 0; i < n; i++)
+        ncalls += json_array_size(json_object_get(json_array_get(msgs, i), "tool_calls"));
+    c->n = n;
+    c->m = calloc(n, sizeof *c->m);
+    c->calls = calloc(ncalls + 1, sizeof *c->calls);
+    c->tools = calloc(ntools + 1, sizeof *c->tools);
+    c->owned = calloc(n + ncalls + ntools + 1, sizeof *c->owned);
+    if (!c->m || !c->calls || !c->tools || !c->owned) return al_err(errstr, errlen, "out of memory");
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(msgs, i), *tc = json_object_get(x, "tool_calls");
+        char *text = NULL;
+        if (parse_role(json_string_value(json_object_get(x, "role")), &c->m[i].role))
+            return al_err(errstr, errlen, "message %zu needs a role (system, user, assistant, tool)",
+                          i);
+        if (tc && !json_is_null(tc) && (!json_is_array(tc) || c->m[i].role != AL_CHAT_ASSISTANT))
+            return al_err(errstr, errlen, "message %zu: \"tool_calls\" must be an array, on an "
+                                          "assistant message", i);
+        int has_calls = json_array_size(tc) > 0;
+        if (sft_content(json_object_get(x, "content"), &text))
+            return al_err(errstr, errlen, "message %zu: content must be a string or an array of "
+                                          "text parts", i);
+        if (!text && !has_calls)
+            return al_err(errstr, errlen, "message %zu needs a string content (or, an assistant's, "
+                                          "tool_calls)", i);
+        if (text) c->owned[c->nowned++] = text;
+        c->m[i].content = text;
+        if (!has_calls) continue;
+        c->m[i].tool_calls = c->calls + at;
+        size_t k;
+        json_t *call;
+        json_array_foreach(tc, k, call)
+        {
+            json_t *fn = json_object_get(call, "function"), *args = json_object_get(fn, "arguments");
+            const char *name = json_string_value(json_object_get(fn, "name"));
+            if (!name || !(json_is_string(args) || json_is_object(args)))
+                return al_err(errstr, errlen, "message %zu: tool_calls[%zu] needs function.name "
+                                              "and function.arguments (a JSON string or object)",
+                              i, k);
+            if (json_is_string(args)) {
+                json_t *parsed = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
+                int ok = json_is_object(parsed);
+                json_decref(parsed);
+                if (!ok)
+                    return al_err(errstr, errlen, "message %zu: tool_calls[%zu].function.arguments "
+                                                  "is not the JSON text of an object", i, k);
+                c->calls[at].arguments = json_string_value(args);
+            } else {
+                char *a = json_dumps(args, JSON_COMPACT);
+                if (!a) return al_err(errstr, errlen, "out of memory");
+                c->owned[c->nowned++] = a;
+                c->calls[at].arguments = a;
+            }
+            c->calls[at++].name = name;
+            c->m[i].n_tool_calls++;
+        }
+    }
+    for (size_t i = 0; i < ntools; i++) {
+        json_t *t = json_array_get(tl, i);
+        if (!json_is_object(t) ||
+            !json_is_string(json_object_get(json_object_get(t, "function"), "name")))
+            return al_err(errstr, errlen, "tools[%zu] must be {\"type\": \"function\", "
+                                          "\"function\": {\"name\": ...}}", i);
+        /* as serve writes a request's tools before the template re-serializes them */
+        char *d = json_dumps(t, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (!d) return al_err(errstr, errlen, "out of memory");
+        c->owned[c->nowned++] = d;
+        c->tools[c->ntools++] = d;
+    }
+    return 0;
+}
+
+/* One line into an example: the prompt is the conversation before its last message,
+ * rendered with the generation prompt. A target that is plain text is its content's tokens
+ * and the end of turn; one with tool calls is what the template renders for it: the
+ * rendering of the whole conversation less that of the prompt, up to and including the
+ * first <|im_end|> after it (the prompt's tokens must be a prefix of the whole's). 0, or -1
+ * with errstr. */
 static int sft_line(const al_tokenizer *tok, int32_t end_id, const char *line, size_t len,
                     sft_example *ex, char *errstr, size_t errlen)
 {
     json_error_t je;
     json_t *j = json_loadb(line, len, 0, &je);
-    json_t *msgs = j ? json_object_get(j, "messages") : NULL;
-    size_t n = json_array_size(msgs);
-    if (!j || !json_is_array(msgs) || n < 2) {
-        json_decref(j);
-        return al_err(errstr, errlen, "%s", j ? "wants {\"messages\": [at least 2 messages]}"
-                                              : je.text);
-    }
-    al_chat_message *m = calloc(n, sizeof *m);
+    if (!j) return al_err(errstr, errlen, "%s", je.text);
+    sft_conv c;
     int rc = -1;
-    al_token_ids ids = {0};
-    if (!m) {
-        al_err(errstr, errlen, "out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        json_t *x = json_array_get(msgs, i);
-        if (parse_role(json_string_value(json_object_get(x, "role")), &m[i].role) ||
-            !json_is_string(json_object_get(x, "content"))) {
-            al_err(errstr, errlen, "message %zu needs a role (system, user, assistant, tool) "
-                                   "and a string content", i);
-            goto out;
-        }
-        m[i].content = json_string_value(json_object_get(x, "content"));
-    }
-    if (m[n - 1].role != AL_CHAT_ASSISTANT) {
+    al_token_ids ids = {0}, whole = {0};
+    if (sft_conv_read(j, &c, errstr, errlen)) goto out;
+    const al_chat_message *target = &c.m[c.n - 1];
+    if (target->role != AL_CHAT_ASSISTANT) {
         al_err(errstr, errlen, "the last message is the target and must be the assistant's");
         goto out;
     }
-    al_chat_request req = {.messages = m, .n_messages = n - 1, .add_generation_prompt = 1};
+    al_chat_request req = {.messages = c.m, .n_messages = c.n - 1, .tools = c.tools,
+                           .n_tools = c.ntools, .add_generation_prompt = 1};
     if (al_chat_encode(tok, &req, &ids, errstr, errlen)) goto out;
     size_t np = ids.len;
-    const char *t = m[n - 1].content;
-    if (al_tokenizer_encode(tok, t, strlen(t), 0, &ids)) {
-        al_err(errstr, errlen, "out of memory");
-        goto out;
+    if (!target->n_tool_calls) {
+        const char *t = target->content;
+        if (al_tokenizer_encode(tok, t, strlen(t), 0, &ids)) {
+            al_err(errstr, errlen, "out of memory");
+            goto out;
+        }
+    } else {
+        al_chat_request all = req;
+        all.n_messages = c.n;
+        all.add_generation_prompt = 0;
+        if (al_chat_encode(tok, &all, &whole, errstr, errlen)) goto out;
+        size_t i = 0;
+        while (i < np && i < whole.len && whole.ids[i] == ids.ids[i])
+            i++;
+        if (i < np) {
+            al_err(errstr, errlen, "the template's rendering of the conversation does not begin "
+                                   "with that of its prompt (token %zu of %zu differs), so the "
+                                   "target's tokens cannot be told apart", i, np);
+            goto out;
+        }
+        size_t e = np;
+        while (e < whole.len && whole.ids[e] != end_id)
+            e++;
+        if (e == whole.len || e == np) {
+            al_err(errstr, errlen, "the template renders the target's tool calls without an end "
+                                   "of turn after them");
+            goto out;
+        }
+        al_token_ids_free(&ids); /* the prompt's tokens are the whole's first np */
+        ids = whole;
+        ids.len = e; /* the target's tokens before its end of turn, which is added below */
+        whole = (al_token_ids){0};
     }
     ex->nprompt = (int)np;
     ex->n = (int)ids.len + 1;
@@ -122,7 +282,8 @@ static int sft_line(const al_tokenizer *tok, int32_t end_id, const char *line, s
     rc = 0;
 out:
     al_token_ids_free(&ids);
-    free(m);
+    al_token_ids_free(&whole);
+    sft_conv_free(&c);
     json_decref(j);
     return rc;
 }
