@@ -9,7 +9,7 @@ if(NOT ARCLIGHT_MODEL_ONLY)
   # runs the arclight binary ($ARCLIGHT_BIN), which model-only builds do not have
   arclight_test(t0605_model_cli SOURCES tests/t0605_model_cli.c LIBS arclight_model TIMEOUT 60)
   # `arclight model sft` (tools/model_sft.c), the warm start from a file
-  arclight_test(t0608_model_sft SOURCES tests/t0608_model_sft.c LIBS arclight_model arclight_text TIMEOUT 600)
+  arclight_test(t0608_model_sft SOURCES tests/t0608_model_sft.c LIBS arclight_model arclight_text TIMEOUT 900)
   add_dependencies(t0608_model_sft arclight)
 endif()
 arclight_test(t0606_model_kv SOURCES tests/t0606_model_kv.c LIBS arclight_model TIMEOUT 60)

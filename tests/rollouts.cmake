@@ -6,3 +6,10 @@ arclight_test(t1401_rollouts_agents SOURCES tests/t1401_rollouts_agents.c tests/
   LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT
   TIMEOUT 240)
 add_dependencies(t1401_rollouts_agents arclight)
+# The letters demo's three example agents (examples/letters), unchanged, through the
+# controller, the proxy and serve on the tiny model (the tool agents warm-started first).
+foreach(t t1402_letters_openai t1403_letters_langchain t1404_letters_agents_sdk)
+  arclight_test(${t} SOURCES tests/${t}.c
+    LIBS arclight_avro arclight_model PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL TIMEOUT 600)
+  add_dependencies(${t} arclight)
+endforeach()

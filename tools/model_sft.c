@@ -2,7 +2,8 @@
  * model_sft.c: `arclight model sft`, a supervised warm start from a file, before RL.
  *
  *   arclight model sft --model DIR --data FILE --out DIR [--tokenizer DIR] [--steps N]
- *                      [--batch B] [--lr LR] [--seed S] [--epochs E]
+ *                      [--batch B] [--lr LR] [--lr-schedule constant|cosine]
+ *                      [--min-lr-ratio R] [--seed S] [--epochs E]
  *
  * FILE is JSONL, one conversation per line, {"messages": [{"role": "user", "content":
  * "..."}, ..., {"role": "assistant", "content": "..."}], "tools": [...]}: the last message
@@ -19,9 +20,10 @@
  * follows, after checking that the one begins with the other. Each step packs B
  * conversations (in a seeded shuffled order, epoch after epoch) into one micro-batch and
  * makes one AdamW update on the SFT loss (token mean of -log p over the targets), the
- * learning rate decaying to 0 on a cosine; the loss is printed every 10 steps and the
- * weights written to --out (config.json + model.safetensors, f32) at the end. Bad lines are errors naming the line; nothing is
- * skipped.
+ * learning rate decaying on a cosine to --min-lr-ratio (0) times --lr by the last step
+ * (--lr-schedule constant keeps it); the loss is printed every 10 steps and the weights
+ * written to --out (config.json + model.safetensors, f32) at the end. Bad lines are errors
+ * naming the line; nothing is skipped.
  */
 #include "core/cli.h"
 #include "core/util.h"
@@ -54,7 +56,9 @@ static const char sft_usage[] =
     "  --steps N         updates (default: --epochs passes over the data)\n"
     "  --epochs E        passes over the data when --steps is not given (default 1)\n"
     "  --batch B         conversations per update (default 16)\n"
-    "  --lr LR           AdamW learning rate, decayed to 0 on a cosine (default 1e-3)\n"
+    "  --lr LR           AdamW learning rate (default 1e-3)\n"
+    "  --lr-schedule S   cosine (default): from LR down to LR x --min-lr-ratio (default 0)\n"
+    "                    at the last step; or constant\n"
     "  --seed S          order of the conversations (default 1)\n";
 
 static uint64_t sm64(uint64_t *x)
@@ -296,12 +300,13 @@ int model_sft(int argc, char **argv)
         {"steps", required_argument, 0, 'n'},  {"epochs", required_argument, 0, 'e'},
         {"batch", required_argument, 0, 'b'},  {"lr", required_argument, 0, 'l'},
         {"seed", required_argument, 0, 's'},   {"help", no_argument, 0, 'h'},
+        {"lr-schedule", required_argument, 0, 'S'}, {"min-lr-ratio", required_argument, 0, 'R'},
         {0, 0, 0, 0},
     };
     const char *model_dir = NULL, *tok_dir = NULL, *data = NULL, *out = NULL;
     long steps = 0, epochs = 1, batch = 16;
     unsigned long long seed = 1;
-    const char *lr = "1e-3";
+    const char *lr = "1e-3", *schedule = "cosine", *min_lr_ratio = "0";
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -312,6 +317,8 @@ int model_sft(int argc, char **argv)
         case 'd': data = optarg; break;
         case 'o': out = optarg; break;
         case 'l': lr = optarg; break;
+        case 'S': schedule = optarg; break;
+        case 'R': min_lr_ratio = optarg; break;
         case 'n':
         case 'e':
         case 'b': {
@@ -338,6 +345,16 @@ int model_sft(int argc, char **argv)
     if (!model_dir || !data || !out)
         return al_cli_usage_error("model sft", "--model, --data and --out are required");
     if (!tok_dir) tok_dir = model_dir;
+    if (strcmp(schedule, "constant") && strcmp(schedule, "cosine"))
+        return al_cli_usage_error("model sft", "--lr-schedule wants constant or cosine, got '%s'",
+                                  schedule);
+    {
+        char *end = NULL;
+        double r = strtod(min_lr_ratio, &end);
+        if (end == min_lr_ratio || *end || !(r >= 0 && r <= 1))
+            return al_cli_usage_error("model sft", "--min-lr-ratio wants a number in [0, 1], got '%s'",
+                                      min_lr_ratio);
+    }
 
     char err[1024];
     int rc = AL_EXIT_FAILURE;
@@ -393,12 +410,13 @@ int model_sft(int argc, char **argv)
     al_trainer_config_default(&cfg);
     char total[32];
     snprintf(total, sizeof total, "%ld", steps);
-    /* cosine decay to 0 over the run: the last updates are small, so the result is not
-     * pulled towards the last few batches' examples */
+    /* cosine by default: the last updates are small, so the result is not pulled towards
+     * the last few batches' examples */
     if (al_trainer_config_set(&cfg, "loss", "sft", err, sizeof err) ||
         al_trainer_config_set(&cfg, "lr", lr, err, sizeof err) ||
-        al_trainer_config_set(&cfg, "lr_schedule", "cosine", err, sizeof err) ||
+        al_trainer_config_set(&cfg, "lr_schedule", schedule, err, sizeof err) ||
         al_trainer_config_set(&cfg, "total_steps", total, err, sizeof err) ||
+        al_trainer_config_set(&cfg, "min_lr_ratio", min_lr_ratio, err, sizeof err) ||
         !(tr = al_trainer_new(m, NULL, &cfg, err, sizeof err))) {
         fprintf(stderr, "arclight model sft: %s\n", err);
         goto out;
@@ -416,7 +434,9 @@ int model_sft(int argc, char **argv)
     mask = malloc(tcap * sizeof *mask);
     cu = malloc(((size_t)batch + 1) * sizeof *cu);
     if (!tokens || !mask || !cu) goto oom;
-    printf("sft: %zu conversations from %s, %ld steps of %ld, lr %s\n", nex, data, steps, batch, lr);
+    printf("sft: %zu conversations from %s, %ld steps of %ld, lr %s", nex, data, steps, batch, lr);
+    if (strcmp(schedule, "constant")) printf(" (%s to x%s)", schedule, min_lr_ratio);
+    printf("\n");
     fflush(stdout);
     for (long s = 0; s < steps; s++) {
         int T = 0;

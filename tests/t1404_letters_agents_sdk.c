@@ -1,0 +1,26 @@
+/*
+ * t1404: the letters demo's OpenAI Agents SDK agent (examples/letters/agents-sdk.js: an Agent
+ * on OpenAIChatCompletionsModel with an open_door tool defined with zod) completes rollouts through
+ * `arclight rollouts`, `arclight proxy` and `arclight serve`, unchanged. The tiny model is
+ * warm-started on examples/letters/sft-agents-sdk.jsonl first (as `arclight up --warm-start`
+ * does; the fixture tests/serve/letters-agents-sdk unless the data changed), so that it writes
+ * <tool_call> blocks, which serve parses into tool_calls and the SDK runs: at least some
+ * first calls are open_door calls, answered by the door, whose second call saw the door's
+ * answer; every rollout is scored as the agent documents; every call asked with the tools
+ * the warm start was made with.
+ */
+#define _GNU_SOURCE /* memmem */
+#include "testlib.h"
+#include "broker_fixture.h"
+#include "t1099_proxy_helpers.h"
+#include "t1199_serve_helpers.h"
+#include "t1420_letters_helpers.h"
+
+TEST(the_agents_sdk_agent_calls_the_door_through_the_proxy_and_serve)
+{
+    /* sampled at temperature 1, the warm-started tiny model writes a call serve can parse
+     * in about 1 first call of 3 here (5 of 17 in one run), the rest broken JSON: 25
+     * rollouts make fewer than 2 such calls a chance of about 1 in 600 */
+    lt_tool_agent_test("t1404", "agents-sdk.js", "examples/letters/sft-agents-sdk.jsonl",
+                       "tests/serve/letters-agents-sdk", 12, 2);
+}
