@@ -10,6 +10,11 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/tmp/arclight-cmake-release.log 
 grep -E '^-- arclight:' /tmp/arclight-cmake-release.log || true
 cmake --build build -j"$jobs" 2>&1 | grep -E 'warning|error|Error' || true
 test "${PIPESTATUS[0]}" -eq 0 || { echo "release build failed"; exit 1; }
+# Test-only fault points (lib/core/fault.h) never reach a release binary.
+if grep -a -q -E 'ARCLIGHT_[A-Z]+_TEST_KILL_AT' build/arclight; then
+  echo "build/arclight holds test fault points (ARCLIGHT_FAULT_POINTS must be off outside the test build)"
+  exit 1
+fi
 
 # The CUDA backend is built in the release tree only: check there that its module loads with
 # every symbol resolved (nothing runs it on a machine without a GPU, so this is where a missing

@@ -25,6 +25,7 @@
 
 #include "avro/codec.h"
 #include "core/cli.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "http/metrics.h"
@@ -36,7 +37,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <malloc.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +50,7 @@ typedef struct batch_opts {
     int64_t group_idle_ms;
     int64_t recover_chunks;
     int64_t stop_after_step; /* -1: run until a signal */
-    int64_t kill_step, kill_chunk; /* test hook: SIGKILL self after this chunk is acked */
+    int64_t kill_step, kill_chunk; /* fault point: SIGKILL self after this chunk is acked */
 } batch_opts;
 
 /* ---- metrics ----------------------------------------------------------------------------- */
@@ -208,13 +208,11 @@ static void on_delivery(const al_delivery *d, void *ctx)
         return;
     }
     f->acked++;
-    if (w->o->kill_step >= 0 && f->step->step == w->o->kill_step &&
+    if (AL_FAULT_POINTS && w->o->kill_step >= 0 && f->step->step == w->o->kill_step &&
         (w->o->kill_chunk < 0 ? f->acked == f->step->n_chunks
-                              : (int64_t)f->acked == w->o->kill_chunk + 1)) {
-        al_log_warn(COMP, "test hook: SIGKILL after chunk %" PRId64 " of step %" PRId64 " was acknowledged",
-                    w->o->kill_chunk, w->o->kill_step);
-        raise(SIGKILL);
-    }
+                              : (int64_t)f->acked == w->o->kill_chunk + 1))
+        al_fault_kill(COMP, "after chunk %" PRId64 " of step %" PRId64 " was acknowledged",
+                      w->o->kill_chunk, w->o->kill_step);
     retire_flights(w);
 }
 
@@ -253,8 +251,8 @@ static int send_step(batch_worker *w, al_batch_step *st)
                 st->model, st->step, st->chunks[c].len, w->o->output_topic, rd_kafka_err2str(err));
             return -1;
         }
-        if (w->o->kill_step >= 0 && step_no == w->o->kill_step) {
-            /* the test hook wants the kill at an exact chunk: one at a time */
+        if (AL_FAULT_POINTS && w->o->kill_step >= 0 && step_no == w->o->kill_step) {
+            /* the fault point wants the kill at an exact chunk: one at a time */
             char e[256];
             al_producer_flush(w->prod, 10000, e, sizeof e);
         }
@@ -734,10 +732,10 @@ int cmd_batch(int argc, char **argv)
         o.cfg.step_sequences = step_seq;
     }
     o.cfg.max_message_bytes = max_msg > 0 ? max_msg : default_max_message_bytes(o.output_topic);
-    /* Tests only: "STEP:CHUNK" SIGKILLs the worker once that chunk of that step is
-     * acknowledged (CHUNK -1: the step's last chunk), before its inputs are released. */
-    const char *hook = getenv("ARCLIGHT_BATCH_TEST_KILL_AT");
-    if (hook && sscanf(hook, "%" SCNd64 ":%" SCNd64, &o.kill_step, &o.kill_chunk) != 2)
+    /* A fault point (core/fault.h): "STEP:CHUNK" SIGKILLs the worker once that chunk of that
+     * step is acknowledged (CHUNK -1: the step's last chunk), before its inputs are released. */
+    const char *kill_at = al_fault_spec("ARCLIGHT_BATCH_TEST_KILL_AT");
+    if (kill_at && sscanf(kill_at, "%" SCNd64 ":%" SCNd64, &o.kill_step, &o.kill_chunk) != 2)
         o.kill_step = -1;
 
     /* A step's sequences (tens of MB at large steps) are freed and the next step's allocated

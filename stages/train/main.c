@@ -34,6 +34,7 @@
 
 #include "avro/codec.h"
 #include "core/cli.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "http/metrics.h"
@@ -54,7 +55,6 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,7 +79,7 @@ typedef struct train_opts {
     int resume;
     int64_t checkpoint_every, keep, stop_after;
     int64_t kill_version;
-    int kill_after_ack; /* test hook: 0 after the checkpoint, 1 after the PolicyVersion's ack */
+    int kill_after_ack; /* fault point: 0 after the checkpoint, 1 after the PolicyVersion's ack */
 } train_opts;
 
 typedef struct held_msg {
@@ -382,10 +382,8 @@ static void apply_step(train_worker *w, al_train_ready *r)
         ready_release(r);
         return;
     }
-    if (w->o->kill_version == w->version && !w->o->kill_after_ack) {
-        al_log_warn(COMP, "test hook: SIGKILL after writing version %" PRId64, w->version);
-        raise(SIGKILL);
-    }
+    if (AL_FAULT_POINTS && w->o->kill_version == w->version && !w->o->kill_after_ack)
+        al_fault_kill(COMP, "after writing version %" PRId64, w->version);
     applied *a = calloc(1, sizeof *a);
     if (!a || !(a->hs = calloc(r->n_current + r->n_retired + 1, sizeof *a->hs))) {
         free(a);
@@ -412,8 +410,8 @@ static void apply_step(train_worker *w, al_train_ready *r)
         al_stage_fail(&w->st, "%s", err);
         return;
     }
-    if (w->o->kill_version >= 0 && w->o->kill_after_ack) {
-        /* the test hook wants its kill right at this version's ack: one version at a time */
+    if (AL_FAULT_POINTS && w->o->kill_version >= 0 && w->o->kill_after_ack) {
+        /* the fault point wants its kill right at this version's ack: one version at a time */
         char e[256];
         al_producer_flush(w->prod, 10000, e, sizeof e);
     }
@@ -449,11 +447,8 @@ static void on_delivery(const al_delivery *d, void *ctx)
         return;
     }
     a->acked = 1;
-    if (w->o->kill_version == a->version && w->o->kill_after_ack) {
-        al_log_warn(COMP, "test hook: SIGKILL after PolicyVersion %" PRId64 " was acknowledged",
-                    a->version);
-        raise(SIGKILL);
-    }
+    if (AL_FAULT_POINTS && w->o->kill_version == a->version && w->o->kill_after_ack)
+        al_fault_kill(COMP, "after PolicyVersion %" PRId64 " was acknowledged", a->version);
 }
 
 /* Releases the inputs of steps whose version is acknowledged and covered by a checkpoint. */
@@ -750,10 +745,13 @@ int cmd_train(int argc, char **argv)
     for (int i = 0; i < nset; i++)
         if (al_trainer_config_set(&tc, set_keys[i], set_vals[i], err, sizeof err) != 0)
             return al_cli_usage_error("train", "%s", err);
-    const char *hook = getenv("ARCLIGHT_TRAIN_TEST_KILL_AT");
-    if (hook) {
+    /* A fault point (core/fault.h): "VERSION:checkpoint" SIGKILLs the trainer once that
+     * version is on disk, before its PolicyVersion is sent; "VERSION:ack" once its
+     * PolicyVersion is acknowledged, before its chunks' offsets are stored. */
+    const char *kill_at = al_fault_spec("ARCLIGHT_TRAIN_TEST_KILL_AT");
+    if (kill_at) {
         char when[32] = "";
-        if (sscanf(hook, "%" SCNd64 ":%31s", &o.kill_version, when) == 2)
+        if (sscanf(kill_at, "%" SCNd64 ":%31s", &o.kill_version, when) == 2)
             o.kill_after_ack = strcmp(when, "ack") == 0;
         else
             o.kill_version = -1;
