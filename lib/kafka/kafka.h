@@ -11,7 +11,8 @@
  *   al_offset_tracker the tracker itself (pure logic, usable on its own)
  *   al_deadletter_publish  the original bytes and the reason, to arclight.deadletter
  *
- * The stage loop (one thread drives the consumer and the producer linked to it):
+ * The stage loop (one thread drives the consumer and the producer linked to it), which the
+ * stages do not write themselves: kafka/stage.h's worker (al_stage_run) runs it for them:
  *
  *     al_kafka_conf *kc = al_kafka_conf_from_cli(&common, errstr, sizeof errstr);
  *     al_producer *p = al_producer_new(kc, errstr, sizeof errstr);

@@ -1,23 +1,37 @@
 /*
- * stage.h: the skeleton every consuming stage worker (credit, batch, train) shares around
- * its own loop: a fatal-error latch, the /healthz answer built on it, SIGINT/SIGTERM as a
- * stop request, and the guard of a rebalance callback for stages that must own all of
- * their input's partitions.
+ * stage.h: the one worker every consuming stage (credit, batch, train) runs on. The stage
+ * brings its flags, its metrics and its callbacks; the worker does the rest, in this order:
  *
- *   al_stage st;
- *   al_stage_init(&st, "batch", "the batch worker stopped on an error", 1);
- *   srv = al_http_server_start(common.metrics, reg, al_stage_health, &st, err, sizeof err);
- *   al_stage_catch_signals();
- *   while (!al_stage_stop_requested() && !al_stage_failed(&st)) {
- *       ... al_consumer_poll; on an error that must stop the worker:
- *       al_stage_fail(&st, "cannot dead-letter %s: %s", ..);
- *   }
- *   return al_stage_failed(&st) ? AL_EXIT_FAILURE : AL_EXIT_OK;
+ *   1. client settings: the shared layering (kafka.h) from --bootstrap/--config, plus the
+ *      stage's own defaults where nothing configured them;
+ *   2. the --metrics server, whose /healthz answers from the stage's failure latch;
+ *   3. SIGINT/SIGTERM as a stop request;
+ *   4. the producer (delivery reports to the stage), its output topics' metadata learnt;
+ *   5. the stage's prepare: what it must know before its first input (batch reads back its
+ *      output and the policy topic, train loads its checkpoint and publishes its version);
+ *   6. the consumer in the stage's group, linked to the producer, subscribed to the input;
+ *   7. the loop: poll, the stage's message callback for each message, its tick after every
+ *      poll; until a stop request, a failure, or the tick says the work is done;
+ *   8. the drain, within --drain-timeout: the stage's stopping callback (train's exit
+ *      checkpoint), the producer flushed, the stage's drained callback, the stored offsets
+ *      committed, the group left;
+ *   9. the stage's release callback (inputs still held are ended once nothing can be stored
+ *      for them), the producer and the metrics server freed.
  *
- * The latch is set from the worker's thread (its loop, delivery and rebalance callbacks) and
- * read from the metrics server's thread too; the first reason wins and is never rewritten.
- * Nothing here needs freeing. lib/http is not linked in: al_stage_health merely has the
- * shape of al_http_health_fn.
+ *   static const al_stage_hooks hooks = {.message = on_message, .tick = on_tick, ...};
+ *   al_stage_init(&x.st, "credit", NULL, 0);
+ *   al_stage_spec spec = {.common = &common, .group = "arclight-credit", .input = in,
+ *                         .outputs = outs, .metrics = reg, .drain_s = 15, .poll_ms = 100,
+ *                         .hooks = &hooks, .ud = &x};
+ *   return al_stage_run(&x.st, &spec);
+ *
+ * Callbacks run on the worker's thread (the loop, and inside polls, flushes and the close);
+ * an error that must stop the worker is latched with al_stage_fail, and the loop ends at the
+ * next turn. The latch is read from the metrics server's thread too; the first reason wins
+ * and is never rewritten.
+ *
+ * The pieces are also usable alone (the latch, the drain budget, the signal flag, the
+ * rebalance guard).
  */
 #ifndef ARCLIGHT_KAFKA_STAGE_H
 #define ARCLIGHT_KAFKA_STAGE_H
@@ -28,14 +42,88 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct al_stage {
+typedef struct al_metrics al_metrics;
+typedef struct al_http_server al_http_server;
+typedef struct al_stage al_stage;
+
+typedef struct al_stage_hooks {
+    /* After the producer exists, before the consumer joins: 0 to go on, 1 when there is
+     * nothing to do (a clean exit, status 0, without consuming), -1 with errstr (logged; the
+     * stage exits 1). NULL: nothing to prepare. */
+    int (*prepare)(al_stage *s, void *ud, char *errstr, size_t errlen);
+    /* Once subscribed (the stage's "consuming ..." line). NULL: none. */
+    void (*started)(al_stage *s, void *ud);
+    /* One consumed message (end-of-partition events never come here); the callback owns m
+     * and destroys it or keeps it. */
+    void (*message)(al_stage *s, rd_kafka_message_t *m, int64_t now_us, void *ud);
+    /* After every poll (got: 1 when it brought a message): timers, steps, gauges. Returns 1
+     * when the work is done (--steps, --max-spans, --exit-idle: the drain follows as for a
+     * stop request), 0 to go on. NULL: none. */
+    int (*tick)(al_stage *s, int got, int64_t now_us, void *ud);
+    /* Partitions assigned, revoked or lost (kafka.h's al_rebalance_event). NULL: none. */
+    void (*rebalance)(al_stage *s, al_rebalance_event ev,
+                      const rd_kafka_topic_partition_list_t *parts, void *ud);
+    /* The producer's delivery reports (kafka.h's al_delivery). NULL: none. */
+    void (*delivery)(al_stage *s, const al_delivery *d, void *ud);
+    /* The loop ended without a failure; before the final flush. NULL: none. */
+    void (*stopping)(al_stage *s, void *ud);
+    /* After the final flush (flushed: 1 when every output was acknowledged), before the last
+     * commit: what is acknowledged can be released now. NULL: none. */
+    void (*drained)(al_stage *s, int flushed, void *ud);
+    /* After the consumer is closed: inputs still held are ended here (their offsets can no
+     * longer be stored: a restart reads them again). NULL: none. */
+    void (*release)(al_stage *s, void *ud);
+} al_stage_hooks;
+
+typedef struct al_stage_spec {
+    const al_cli_common *common; /* --bootstrap, --config, --metrics */
+    const char *group;           /* consumer group (al_stage_set_group may change it) */
+    const char *input;           /* the topic consumed */
+    const char *const *outputs;  /* topics produced to (NULL-terminated; NULL: none) */
+    /* client settings the stage wants unless configured: key, value, ..., NULL (may be NULL) */
+    const char *const *conf_defaults;
+    al_metrics *metrics; /* served at common->metrics (borrowed: outlives al_stage_run) */
+    int poll_ms;         /* the longest one poll waits */
+    double drain_s;      /* --drain-timeout: AL_STAGE_DRAIN_DEFAULT_S */
+    const al_stage_hooks *hooks;
+    void *ud; /* handed to every hook */
+} al_stage_spec;
+
+struct al_stage {
     const char *comp;        /* log component (borrowed, e.g. "batch") */
     const char *health_text; /* /healthz reason once failed; NULL: the failure reason itself */
     int log_failures;        /* 1: al_stage_fail logs the reason as an error when it latches */
     atomic_int failed;
     char reason[512];
     int64_t drain_deadline_us; /* al_mono_us() by which the stop must be done; 0: not stopping */
-} al_stage;
+    /* the worker (al_stage_run) */
+    const al_stage_spec *spec;
+    const char *group;
+    al_kafka_conf *conf;
+    al_producer *producer;
+    al_consumer *consumer;
+    al_http_server *http;
+    int closing; /* the consumer is being closed: its revokes are the stage's own doing */
+};
+
+/* Starts healthy. comp and health_text are borrowed and must outlive the stage. */
+void al_stage_init(al_stage *s, const char *comp, const char *health_text, int log_failures);
+
+/* Runs the worker as described at the top of this file. Returns the exit status:
+ * AL_EXIT_OK after a stop request or a done tick with every output acknowledged and the
+ * offsets committed, AL_EXIT_FAILURE after a failure (the reason latched and logged) or a
+ * drain that did not finish. Everything the worker made is freed when it returns; the
+ * stage's own state (and spec's metrics) is the caller's. */
+int al_stage_run(al_stage *s, const al_stage_spec *spec);
+
+/* What the worker made, for the hooks (NULL before it exists and after it is freed). */
+al_producer *al_stage_producer(const al_stage *s);
+al_consumer *al_stage_consumer(const al_stage *s);
+const al_kafka_conf *al_stage_conf(const al_stage *s);
+/* The group the consumer joins; in prepare, before it does, the stage may change it
+ * (borrowed: must outlive the run). */
+const char *al_stage_group(const al_stage *s);
+void al_stage_set_group(al_stage *s, const char *group);
 
 /* The stop budget every consuming stage takes as --drain-timeout S: from the moment the loop
  * ends, flushing outputs, the last commit and leaving the group all share S seconds, so that
@@ -45,9 +133,6 @@ typedef struct al_stage {
 void al_stage_drain_start(al_stage *s, double seconds);
 /* Milliseconds left of the budget, at most cap; cap before al_stage_drain_start. */
 int al_stage_drain_left_ms(const al_stage *s, int cap);
-
-/* Starts healthy. comp and health_text are borrowed and must outlive the stage. */
-void al_stage_init(al_stage *s, const char *comp, const char *health_text, int log_failures);
 
 /* For stages (and the embedded broker) that stream hundreds of MB through librdkafka: glibc
  * keeps freed blocks of up to 32 MB (fetch responses, decompressed message sets) for reuse
@@ -82,14 +167,9 @@ int al_stage_stop_requested(void);
  * from one writer): 1 when a rebalance event takes partitions from this worker while it is
  * meant to run, with their number in *count (0 when librdkafka gave no list), so that the
  * caller fails in its own words; 0 when the event is an assignment, an empty list, or the
- * worker is stopping (a stop request, or `closing`: its own consumer is being closed). */
-int al_stage_partitions_taken(al_rebalance_event ev, const rd_kafka_topic_partition_list_t *parts,
-                              int closing, int *count);
-
-/* Sets the rebalance callback (may be NULL) and subscribes c to the one topic `topic`.
- * 0, or -1 with errstr as al_consumer_subscribe gives it. */
-int al_stage_subscribe(al_consumer *c, const char *topic, al_rebalance_fn on_rebalance, void *ctx,
-                       char *errstr, size_t errlen);
+ * worker is stopping (a stop request, or its own consumer being closed). */
+int al_stage_partitions_taken(const al_stage *s, al_rebalance_event ev,
+                              const rd_kafka_topic_partition_list_t *parts, int *count);
 
 /* A stage flag's whole decimal number, at least lo: 0 with *out set, or -1 (not a number,
  * trailing text, out of range, below lo) leaving *out as it was. */

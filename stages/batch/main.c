@@ -29,7 +29,6 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "http/metrics.h"
-#include "http/server.h"
 #include "kafka/kafka.h"
 #include "kafka/stage.h"
 
@@ -114,11 +113,12 @@ typedef struct flight {
     struct flight *next;
 } flight;
 
+struct policy_follower;
+
 typedef struct batch_worker {
     batch_opts *o;
-    al_producer *prod;
-    al_consumer *cons;
     al_batcher *batcher;
+    struct policy_follower *pf;
     batch_metrics met;
     flight *flights; /* oldest first */
     int64_t steps_done, last_step_acked;
@@ -130,8 +130,9 @@ typedef struct batch_worker {
     char **known_models;
     size_t n_known;
     int recover_truncated;
-    al_stage st; /* failure latch and /healthz */
-    int closing;
+    al_stage st; /* the worker (kafka/stage.h): failure latch, /healthz, producer, consumer */
+    al_transition t; /* decoded input, reused per message */
+    int64_t last_house;
 } batch_worker;
 
 static void end_inputs(al_batch_step *st)
@@ -194,8 +195,9 @@ static void retire_flights(batch_worker *w)
 
 /* A chunk acknowledged: a step whose chunks all are is retired at once (logged, its inputs
  * released), not at the next turn of the loop, which may be a whole poll later. */
-static void on_delivery(const al_delivery *d, void *ctx)
+static void on_delivery(al_stage *s, const al_delivery *d, void *ctx)
 {
+    (void)s;
     batch_worker *w = ctx;
     flight *f = d->opaque;
     if (!f) return; /* a dead letter: the consumer's tracker handles it */
@@ -244,7 +246,7 @@ static int send_step(batch_worker *w, al_batch_step *st)
             .len = st->chunks[c].len,
             .opaque = f,
         };
-        rd_kafka_resp_err_t err = al_producer_produce(w->prod, &out);
+        rd_kafka_resp_err_t err = al_producer_produce(al_stage_producer(&w->st), &out);
         if (err) {
             al_stage_fail(
                 &w->st, "cannot send chunk %zu of %s step %" PRId64 " (%zu bytes) to %s: %s", c,
@@ -254,7 +256,7 @@ static int send_step(batch_worker *w, al_batch_step *st)
         if (AL_FAULT_POINTS && w->o->kill_step >= 0 && step_no == w->o->kill_step) {
             /* the fault point wants the kill at an exact chunk: one at a time */
             char e[256];
-            al_producer_flush(w->prod, 10000, e, sizeof e);
+            al_producer_flush(al_stage_producer(&w->st), 10000, e, sizeof e);
         }
     }
     return 0;
@@ -274,13 +276,12 @@ static void on_drop(void *ctx, void *opaque, const char *reason)
     al_input_end(opaque);
 }
 
-static void on_rebalance(al_consumer *c, al_rebalance_event ev,
+static void on_rebalance(al_stage *s, al_rebalance_event ev,
                          const rd_kafka_topic_partition_list_t *parts, void *ctx)
 {
     batch_worker *w = ctx;
-    (void)c;
     int n;
-    if (!al_stage_partitions_taken(ev, parts, w->closing, &n)) return;
+    if (!al_stage_partitions_taken(s, ev, parts, &n)) return;
     al_stage_fail(&w->st,
                   "the consumer group took %d partition%s of %s away from this worker (another "
                   "batch worker joined?); steps of a model must come from one worker, so this "
@@ -293,9 +294,10 @@ static void on_rebalance(al_consumer *c, al_rebalance_event ev,
 static int lane_quiet(void *ctx, int32_t lane)
 {
     batch_worker *w = ctx;
-    if (lane < 0 || (size_t)lane >= w->n_next_offset || !w->cons) return 1;
+    al_consumer *cons = al_stage_consumer(&w->st);
+    if (lane < 0 || (size_t)lane >= w->n_next_offset || !cons) return 1;
     int64_t lo = 0, hi = 0;
-    if (rd_kafka_get_watermark_offsets(al_consumer_handle(w->cons), w->o->input_topic, lane, &lo,
+    if (rd_kafka_get_watermark_offsets(al_consumer_handle(cons), w->o->input_topic, lane, &lo,
                                        &hi) != RD_KAFKA_RESP_ERR_NO_ERROR || hi < 0)
         return 1;
     return w->next_offset[lane] >= hi;
@@ -577,6 +579,172 @@ static void policy_poll(policy_follower *pf, batch_worker *w, int timeout_ms)
     }
 }
 
+/* ---- the worker's hooks (kafka/stage.h) ------------------------------------------------------- */
+
+/* Before consuming: where the output stands (step numbers and ids already emitted), then the
+ * latest policy version of every model, before any step is built. */
+static int on_prepare(al_stage *s, void *ctx, char *errstr, size_t errlen)
+{
+    batch_worker *w = ctx;
+    batch_opts *o = w->o;
+    if (recover_from_output(al_stage_conf(s), o, w, errstr, errlen) != 0) return -1;
+    for (size_t i = 0; o->stop_after_step >= 0 && i < w->n_known; i++)
+        if (al_batcher_next_step_number(w->batcher, w->known_models[i]) >= o->stop_after_step) {
+            al_log_info(COMP, "%s is at step %" PRId64 " already: nothing to do (--steps %" PRId64 ")",
+                        w->known_models[i], al_batcher_next_step_number(w->batcher, w->known_models[i]),
+                        o->stop_after_step);
+            return 1;
+        }
+    if (policy_start(w->pf, al_stage_conf(s), o->policy_topic, errstr, errlen) != 0) return -1;
+    int64_t deadline = al_mono_us() + 60 * 1000000LL;
+    while (w->pf->at_end < w->pf->nparts && !al_stage_stop_requested()) {
+        policy_poll(w->pf, w, 200);
+        if (al_mono_us() > deadline)
+            return al_err(errstr, errlen, "reading %s to its end took over 60 s", o->policy_topic);
+    }
+    return 0;
+}
+
+static void on_started(al_stage *s, void *ctx)
+{
+    batch_worker *w = ctx;
+    batch_opts *o = w->o;
+    al_log_info(COMP,
+                "consuming %s as group %s; steps of %" PRId64 " %s to %s, micro-batches of %" PRId64
+                " tokens, chunks under %" PRId64 " bytes",
+                o->input_topic, al_stage_group(s),
+                o->cfg.step_sequences ? o->cfg.step_sequences
+                : o->cfg.step_groups  ? o->cfg.step_groups
+                                      : o->cfg.step_tokens,
+                o->cfg.step_sequences ? "sequences"
+                : o->cfg.step_groups  ? "groups"
+                                      : "tokens",
+                o->output_topic, o->cfg.micro_batch_tokens, o->cfg.max_message_bytes);
+}
+
+static void on_message(al_stage *s, rd_kafka_message_t *m, int64_t now, void *ctx)
+{
+    batch_worker *w = ctx;
+    batch_opts *o = w->o;
+    al_producer *prod = al_stage_producer(s);
+    char err[1024];
+    if (!w->n_consumed++) w->first_msg_us = now;
+    w->bytes_consumed += (int64_t)m->len;
+    note_consumed(w, m->partition, m->offset);
+    al_input *in = al_consumer_input_begin(al_stage_consumer(s), m);
+    char why[512];
+    if (!m->payload || al_transition_decode(m->payload, m->len, &w->t, why, sizeof why) != 0) {
+        if (!m->payload) snprintf(why, sizeof why, "empty value (tombstone): not a Transition");
+        al_counter_inc(w->met.undecodable);
+        if (al_deadletter_message(prod, m, why, "batch", in, err, sizeof err) != 0)
+            al_stage_fail(&w->st, "cannot dead-letter %s [%d] offset %" PRId64 ": %s",
+                          o->input_topic, (int)m->partition, m->offset, err);
+        al_input_end(in);
+    } else {
+        switch (al_batcher_add(w->batcher, &w->t, m->partition, now, in, why, sizeof why)) {
+        case AL_BATCH_ADDED:
+            al_counter_inc(w->met.added);
+            check_new_model(w, w->t.model);
+            break;
+        case AL_BATCH_DUPLICATE:
+            al_counter_inc(w->met.duplicate);
+            al_input_end(in);
+            break;
+        case AL_BATCH_INVALID:
+            al_counter_inc(w->met.invalid);
+            al_log_warn(COMP, "%s [%d] offset %" PRId64 ": %s", o->input_topic, (int)m->partition,
+                        m->offset, why);
+            if (al_deadletter_message(prod, m, why, "batch", in, err, sizeof err) != 0)
+                al_stage_fail(&w->st, "cannot dead-letter %s [%d] offset %" PRId64 ": %s",
+                              o->input_topic, (int)m->partition, m->offset, err);
+            al_input_end(in);
+            break;
+        }
+    }
+    rd_kafka_message_destroy(m);
+}
+
+static int on_tick(al_stage *s, int got, int64_t now, void *ctx)
+{
+    batch_worker *w = ctx;
+    batch_opts *o = w->o;
+    char err[1024];
+    /* Housekeeping every 10 ms, not per message: policy versions, idle groups, gauges. */
+    int house = !got || now - w->last_house >= 10000;
+    if (house) {
+        w->last_house = now;
+        policy_poll(w->pf, w, 0);
+        al_batcher_close_idle(w->batcher, now, o->group_idle_ms * 1000, lane_quiet, w);
+    }
+    al_batch_step *st;
+    int r;
+    while (!al_stage_failed(&w->st) &&
+           (r = al_batcher_next_step(w->batcher, &st, err, sizeof err)) != 0) {
+        if (r < 0) {
+            al_stage_fail(&w->st, "%s", err);
+            break;
+        }
+        send_step(w, st);
+    }
+    al_producer_poll(al_stage_producer(s), 0); /* delivery reports retire acknowledged steps */
+    if (house) {
+        al_batcher_stats bs;
+        al_batcher_get_stats(w->batcher, &bs);
+        al_gauge_set(w->met.open_groups, (double)bs.open_groups);
+        al_gauge_set(w->met.queued_groups, (double)bs.queued_groups);
+        al_gauge_set(w->met.queued_seqs, (double)bs.queued_sequences);
+    }
+    if (o->stop_after_step >= 0 && w->last_step_acked >= o->stop_after_step - 1) {
+        al_log_info(COMP, "step %" PRId64 " acknowledged: stopping (--steps)", w->last_step_acked);
+        return 1;
+    }
+    return 0;
+}
+
+/* What is in flight was flushed so that its inputs' offsets can be stored and committed. */
+static void on_drained(al_stage *s, int flushed, void *ctx)
+{
+    (void)s, (void)flushed;
+    batch_worker *w = ctx;
+    if (w->steps_done && w->last_step_us > w->first_msg_us) {
+        double sec = (double)(w->last_step_us - w->first_msg_us) / 1e6;
+        al_log_info(COMP,
+                    "consumed %" PRId64 " transitions (%.1f MB) and sent %" PRId64
+                    " steps in %.3f s from the first message to the last step: %.0f "
+                    "transitions/s",
+                    w->n_consumed, (double)w->bytes_consumed / 1e6, w->steps_done, sec,
+                    (double)w->n_consumed / sec);
+    }
+}
+
+/* Inputs of transitions not in an acknowledged step stay unfinished: the consumer committed
+ * only what was stored, and a restart re-reads them. Their handles are released now that the
+ * consumer is gone, when releasing them can no longer store anything. */
+static void on_release(al_stage *s, void *ctx)
+{
+    (void)s;
+    batch_worker *w = ctx;
+    while (w->flights) {
+        flight *f = w->flights;
+        w->flights = f->next;
+        end_inputs(f->step);
+        al_batch_step_free(f->step);
+        free(f);
+    }
+    al_batcher_release_all(w->batcher, release_input, NULL);
+}
+
+static const al_stage_hooks batch_hooks = {
+    .prepare = on_prepare,
+    .started = on_started,
+    .message = on_message,
+    .tick = on_tick,
+    .rebalance = on_rebalance,
+    .delivery = on_delivery,
+    .drained = on_drained,
+    .release = on_release,
+};
+
 /* ---- flags ----------------------------------------------------------------------------------- */
 
 static void usage(FILE *f)
@@ -755,198 +923,32 @@ int cmd_batch(int argc, char **argv)
         return al_cli_usage_error("batch", "%s", err + (strncmp(err, "batch: ", 7) ? 0 : 7));
 
     int rc = AL_EXIT_FAILURE;
-    al_kafka_conf *kc = NULL;
-    al_http_server *srv = NULL;
     policy_follower pf = {0};
+    w.pf = &pf;
     w.met.reg = al_metrics_new();
     if (!w.met.reg) goto out;
     metrics_init(&w.met);
     al_metrics_add_process_metrics(w.met.reg);
-    if (!(kc = al_kafka_conf_from_cli(&common, err, sizeof err))) {
-        al_log_error(COMP, "%s", err);
-        goto out;
-    }
-    if (common.metrics && !(srv = al_http_server_start(common.metrics, w.met.reg, al_stage_health,
-                                                       &w.st, err, sizeof err))) {
-        al_log_error(COMP, "%s", err);
-        goto out;
-    }
-    al_stage_catch_signals();
-
-    /* 1. Where the output stands: step numbers and ids already emitted. */
-    if (recover_from_output(kc, &o, &w, err, sizeof err) != 0) {
-        al_log_error(COMP, "%s", err);
-        goto out;
-    }
-    for (size_t i = 0; o.stop_after_step >= 0 && i < w.n_known; i++)
-        if (al_batcher_next_step_number(w.batcher, w.known_models[i]) >= o.stop_after_step) {
-            al_log_info(COMP, "%s is at step %" PRId64 " already: nothing to do (--steps %" PRId64 ")",
-                        w.known_models[i], al_batcher_next_step_number(w.batcher, w.known_models[i]),
-                        o.stop_after_step);
-            rc = AL_EXIT_OK;
-            goto out;
-        }
-    /* 2. The latest policy version of every model, before any step is built. */
-    if (policy_start(&pf, kc, o.policy_topic, err, sizeof err) != 0) {
-        al_log_error(COMP, "%s", err);
-        goto out;
-    }
-    int64_t deadline = al_mono_us() + 60 * 1000000LL;
-    while (pf.at_end < pf.nparts && !al_stage_stop_requested()) {
-        policy_poll(&pf, &w, 200);
-        if (al_mono_us() > deadline) {
-            al_log_error(COMP, "reading %s to its end took over 60 s", o.policy_topic);
-            goto out;
-        }
-    }
-    /* 3. Transitions. */
-    if (!(w.prod = al_producer_new(kc, err, sizeof err))) {
-        al_log_error(COMP, "%s", err);
-        goto out;
-    }
-    al_producer_set_delivery_cb(w.prod, on_delivery, &w);
-    {
-        /* Learn the output topic's leaders now, so that the first step is not held up by
-         * metadata (and an unreachable cluster shows here, not at the first step). */
-        const char *outs[] = {o.output_topic, NULL};
-        if (al_producer_prepare(w.prod, outs, 10000, err, sizeof err) != 0)
-            al_log_warn(COMP, "%s (sending anyway; messages wait for it)", err);
-    }
-    if (!(w.cons = al_consumer_new(kc, o.group, w.prod, err, sizeof err))) {
-        al_log_error(COMP, "%s", err);
-        goto out;
-    }
-    if (al_stage_subscribe(w.cons, o.input_topic, on_rebalance, &w, err, sizeof err) != 0) {
-        al_log_error(COMP, "%s", err);
-        goto out;
-    }
-    al_log_info(COMP,
-                "consuming %s as group %s; steps of %" PRId64 " %s to %s, micro-batches of %" PRId64
-                " tokens, chunks under %" PRId64 " bytes",
-                o.input_topic, o.group,
-                o.cfg.step_sequences ? o.cfg.step_sequences
-                : o.cfg.step_groups  ? o.cfg.step_groups
-                                     : o.cfg.step_tokens,
-                o.cfg.step_sequences ? "sequences"
-                : o.cfg.step_groups  ? "groups"
-                                     : "tokens",
-                o.output_topic,
-                o.cfg.micro_batch_tokens, o.cfg.max_message_bytes);
-
-    al_transition t = {0};
-    int64_t last_house = 0;
-    while (!al_stage_stop_requested() && !al_stage_failed(&w.st)) {
-        rd_kafka_message_t *m = NULL;
-        int r = al_consumer_poll(w.cons, 50, &m, err, sizeof err);
-        if (r < 0) {
-            al_stage_fail(&w.st, "%s", err);
-            break;
-        }
-        int64_t now = al_mono_us();
-        if (r == 1) {
-            if (!w.n_consumed++) w.first_msg_us = now;
-            w.bytes_consumed += (int64_t)m->len;
-            note_consumed(&w, m->partition, m->offset);
-            al_input *in = al_consumer_input_begin(w.cons, m);
-            char why[512];
-            if (!m->payload || al_transition_decode(m->payload, m->len, &t, why, sizeof why) != 0) {
-                if (!m->payload) snprintf(why, sizeof why, "empty value (tombstone): not a Transition");
-                al_counter_inc(w.met.undecodable);
-                if (al_deadletter_message(w.prod, m, why, "batch", in, err, sizeof err) != 0)
-                    al_stage_fail(&w.st, "cannot dead-letter %s [%d] offset %" PRId64 ": %s",
-                                  o.input_topic, (int)m->partition, m->offset, err);
-                al_input_end(in);
-            } else {
-                switch (al_batcher_add(w.batcher, &t, m->partition, now, in, why, sizeof why)) {
-                case AL_BATCH_ADDED:
-                    al_counter_inc(w.met.added);
-                    check_new_model(&w, t.model);
-                    break;
-                case AL_BATCH_DUPLICATE:
-                    al_counter_inc(w.met.duplicate);
-                    al_input_end(in);
-                    break;
-                case AL_BATCH_INVALID:
-                    al_counter_inc(w.met.invalid);
-                    al_log_warn(COMP, "%s [%d] offset %" PRId64 ": %s", o.input_topic, (int)m->partition,
-                                m->offset, why);
-                    if (al_deadletter_message(w.prod, m, why, "batch", in, err, sizeof err) != 0)
-                        al_stage_fail(&w.st, "cannot dead-letter %s [%d] offset %" PRId64 ": %s",
-                                      o.input_topic, (int)m->partition, m->offset, err);
-                    al_input_end(in);
-                    break;
-                }
-            }
-            rd_kafka_message_destroy(m);
-        }
-        /* Housekeeping every 10 ms, not per message: policy versions, idle groups, gauges. */
-        int house = r == 0 || now - last_house >= 10000;
-        if (house) {
-            last_house = now;
-            policy_poll(&pf, &w, 0);
-            al_batcher_close_idle(w.batcher, now, o.group_idle_ms * 1000, lane_quiet, &w);
-        }
-        al_batch_step *st;
-        int s;
-        while (!al_stage_failed(&w.st) &&
-               (s = al_batcher_next_step(w.batcher, &st, err, sizeof err)) != 0) {
-            if (s < 0) {
-                al_stage_fail(&w.st, "%s", err);
-                break;
-            }
-            send_step(&w, st);
-        }
-        al_producer_poll(w.prod, 0); /* delivery reports retire acknowledged steps */
-        if (house) {
-            al_batcher_stats bs;
-            al_batcher_get_stats(w.batcher, &bs);
-            al_gauge_set(w.met.open_groups, (double)bs.open_groups);
-            al_gauge_set(w.met.queued_groups, (double)bs.queued_groups);
-            al_gauge_set(w.met.queued_seqs, (double)bs.queued_sequences);
-        }
-        if (o.stop_after_step >= 0 && w.last_step_acked >= o.stop_after_step - 1) {
-            al_log_info(COMP, "step %" PRId64 " acknowledged: stopping (--steps)", w.last_step_acked);
-            break;
-        }
-    }
-    al_transition_clear(&t);
-    /* Finish what is in flight so that its inputs' offsets can be stored and committed. */
-    al_stage_drain_start(&w.st, (double)drain_s);
-    if (w.prod && al_producer_flush(w.prod, al_stage_drain_left_ms(&w.st, 30000), err, sizeof err) != 0)
-        al_stage_fail(&w.st, "at exit: %s", err);
-    if (w.steps_done && w.last_step_us > w.first_msg_us) {
-        double sec = (double)(w.last_step_us - w.first_msg_us) / 1e6;
-        al_log_info(COMP,
-                    "consumed %" PRId64 " transitions (%.1f MB) and sent %" PRId64
-                    " steps in %.3f s from the first message to the last step: %.0f "
-                    "transitions/s",
-                    w.n_consumed, (double)w.bytes_consumed / 1e6, w.steps_done, sec,
-                    (double)w.n_consumed / sec);
-    }
-    rc = al_stage_failed(&w.st) ? AL_EXIT_FAILURE : AL_EXIT_OK;
+    const char *outs[] = {o.output_topic, NULL};
+    al_stage_spec spec = {
+        .common = &common,
+        .group = o.group,
+        .input = o.input_topic,
+        .outputs = outs,
+        .metrics = w.met.reg,
+        .poll_ms = 50,
+        .drain_s = (double)drain_s,
+        .hooks = &batch_hooks,
+        .ud = &w,
+    };
+    rc = al_stage_run(&w.st, &spec);
 out:
-    /* Inputs of transitions not in an acknowledged step stay unfinished: the consumer commits
-     * only what is stored, and a restart re-reads them. Their handles are released after the
-     * consumer is gone, when releasing them can no longer store anything. */
-    w.closing = 1;
-    al_stage_drain_start(&w.st, (double)drain_s);
-    al_consumer_free_within(w.cons, al_stage_drain_left_ms(&w.st, AL_CONSUMER_CLOSE_MS));
-    while (w.flights) {
-        flight *f = w.flights;
-        w.flights = f->next;
-        end_inputs(f->step);
-        al_batch_step_free(f->step);
-        free(f);
-    }
-    al_batcher_release_all(w.batcher, release_input, NULL);
-    al_producer_free_within(w.prod, al_stage_drain_left_ms(&w.st, 10000));
+    al_transition_clear(&w.t);
     policy_free(&pf);
     al_batcher_free(w.batcher);
     free(w.next_offset);
     for (size_t i = 0; i < w.n_known; i++) free(w.known_models[i]);
     free(w.known_models);
-    al_http_server_stop(srv);
     al_metrics_free(w.met.reg);
-    al_kafka_conf_free(kc);
     return rc;
 }

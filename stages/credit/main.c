@@ -22,14 +22,12 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "http/metrics.h"
-#include "http/server.h"
 #include "kafka/kafka.h"
 #include "kafka/stage.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +119,13 @@ enum {
     OPT_HELP,
 };
 
+/* CPU time of one thread (threads_cpu). */
+typedef struct {
+    int tid;
+    char name[16];
+    uint64_t ns;
+} thread_cpu;
+
 /* One held input: a consumed message whose offset the part still needs. */
 typedef struct hold {
     int64_t offset;
@@ -149,8 +154,6 @@ typedef struct credit_metrics {
 typedef struct credit_ctx {
     al_credit_config cfg;
     const char *output;
-    al_consumer *consumer;
-    al_producer *producer;
     al_metrics *metrics;
     credit_metrics m;
     cpart **parts;
@@ -160,6 +163,15 @@ typedef struct credit_ctx {
     al_stage st; /* failure latch; /healthz gives its reason */
     double *window;
     size_t wcap, wn, wpos;
+    /* the run (the worker's hooks) */
+    al_span span;                      /* decoded span, reused per message */
+    double quiet_s, exit_idle_s, max_spans;
+    uint64_t consumed, consumed_bytes;
+    int64_t first_msg, last_msg, last_quiet_check, consumed_at;
+    double first_cpu, first_cpu_main;
+    long first_faults;
+    thread_cpu first_threads[64];
+    size_t nfirst_threads;
 } credit_ctx;
 
 /* ------------------------------------------------------------------------------------------
@@ -331,12 +343,6 @@ static long minor_faults(void)
 
 /* Nanoseconds on CPU of each of this process's threads (/proc/self/task/TID/schedstat), for
  * the stop line: where a run's CPU went (librdkafka's threads are the interesting part). */
-typedef struct {
-    int tid;
-    char name[16];
-    uint64_t ns;
-} thread_cpu;
-
 static size_t threads_cpu(thread_cpu *t, size_t max)
 {
     DIR *d = opendir("/proc/self/task");
@@ -439,9 +445,10 @@ static void cpart_drop(credit_ctx *x, cpart *cp)
     free(cp);
 }
 
-static void on_rebalance(al_consumer *c, al_rebalance_event ev,
+static void on_rebalance(al_stage *s, al_rebalance_event ev,
                          const rd_kafka_topic_partition_list_t *parts, void *ud)
 {
+    (void)s;
     credit_ctx *x = ud;
     if (ev == AL_REBALANCE_ASSIGNED) return; /* parts are created on their first message */
     for (int i = 0; i < parts->cnt; i++) {
@@ -485,7 +492,7 @@ static int on_transition(void *ud, const al_transition *t, int64_t anchor)
                       .len = x->buf.len,
                       .timestamp_ms = t->timestamp_us / 1000,
                       .input = in};
-    rd_kafka_resp_err_t e = al_producer_produce(x->producer, &o);
+    rd_kafka_resp_err_t e = al_producer_produce(al_stage_producer(&x->st), &o);
     if (e) {
         al_stage_fail(&x->st, "producing transition %s to %s: %s", t->id, x->output,
                       rd_kafka_err2str(e));
@@ -502,7 +509,8 @@ static void dead_letter(credit_ctx *x, const rd_kafka_message_t *m, al_input *in
     char err[512];
     deadletter_count(x, code);
     al_log_debug("credit", "dead letter (%s): %s", code, reason);
-    if (al_deadletter_message(x->producer, m, reason, "credit", in, err, sizeof err) != 0)
+    if (al_deadletter_message(al_stage_producer(&x->st), m, reason, "credit", in, err,
+                              sizeof err) != 0)
         al_stage_fail(&x->st, "dead-lettering %s [%d] offset %lld: %s", rd_kafka_topic_name(m->rkt),
                       (int)m->partition, (long long)m->offset, err);
 }
@@ -517,7 +525,7 @@ static void handle_message(credit_ctx *x, const rd_kafka_message_t *m, al_span *
         al_stage_fail(&x->st, "out of memory for %s [%d]", topic, (int)m->partition);
         return;
     }
-    al_input *in = al_consumer_input_begin(x->consumer, m);
+    al_input *in = al_consumer_input_begin(al_stage_consumer(&x->st), m);
     if (!in || hold_push(cp, m->offset, in) != 0) {
         if (in) al_input_end(in);
         al_stage_fail(&x->st, "out of memory holding %s [%d] offset %lld", topic, (int)m->partition,
@@ -566,6 +574,99 @@ static void quiet_flush(credit_ctx *x, int64_t quiet_us)
         metrics_sync(x, cp);
     }
 }
+
+/* ------------------------------------------------------------------------------------------
+ * The worker's hooks (kafka/stage.h)
+ * ------------------------------------------------------------------------------------------ */
+
+static void on_started(al_stage *s, void *ud)
+{
+    credit_ctx *x = ud;
+    al_log_info("credit", "consuming %s as group %s -> %s (estimator %s)", s->spec->input,
+                al_stage_group(s), x->output, al_credit_estimator_name(x->cfg.estimator));
+    x->last_msg = al_mono_us(); /* --exit-idle counts from here */
+}
+
+static void on_message(al_stage *s, rd_kafka_message_t *m, int64_t now, void *ud)
+{
+    (void)s;
+    credit_ctx *x = ud;
+    if (!x->first_msg) {
+        x->first_msg = now;
+        x->first_cpu = cpu_s(RUSAGE_SELF);
+        x->first_cpu_main = cpu_s(RUSAGE_THREAD);
+        x->first_faults = minor_faults();
+        x->nfirst_threads = threads_cpu(x->first_threads, 64);
+    }
+    x->consumed_bytes += m->len;
+    handle_message(x, m, &x->span, now);
+    rd_kafka_message_destroy(m);
+    x->consumed++;
+    x->last_msg = now;
+}
+
+static int on_tick(al_stage *s, int got, int64_t now, void *ud)
+{
+    (void)s;
+    credit_ctx *x = ud;
+    if (got && x->max_spans > 0 && (double)x->consumed >= x->max_spans) return 1;
+    if (x->quiet_s > 0 && now - x->last_quiet_check > 100000) {
+        quiet_flush(x, (int64_t)(x->quiet_s * 1e6));
+        x->last_quiet_check = now;
+    }
+    /* Before the first message the group join counts too: wait at least 30 s. */
+    double idle_limit = x->consumed || x->exit_idle_s > 30 ? x->exit_idle_s : 30;
+    return x->exit_idle_s > 0 && now - x->last_msg > (int64_t)(idle_limit * 1e6);
+}
+
+static void on_stopping(al_stage *s, void *ud)
+{
+    (void)s;
+    credit_ctx *x = ud;
+    x->consumed_at = al_mono_us();
+}
+
+static void on_drained(al_stage *s, int flushed, void *ud)
+{
+    (void)s, (void)flushed;
+    credit_ctx *x = ud;
+    if (!x->consumed_at) return; /* a failed run: no summary */
+    double secs = x->first_msg ? (double)(al_mono_us() - x->first_msg) / 1e6 : 0;
+    char by_thread[512] = "";
+    if (x->first_msg)
+        threads_cpu_since(x->first_threads, x->nfirst_threads, by_thread, sizeof by_thread);
+    /* benchmarks read this line: messages and bytes from the first message to the end,
+     * outputs flushed */
+    al_log_info("credit",
+                "stopped after %llu messages, %llu bytes, %.3f s since the first "
+                "(the last consumed after %.3f s; %.3f s of CPU, %.3f s of it on the "
+                "main thread; by thread: %s; %ld page faults)",
+                (unsigned long long)x->consumed, (unsigned long long)x->consumed_bytes, secs,
+                x->first_msg ? (double)(x->consumed_at - x->first_msg) / 1e6 : 0,
+                x->first_msg ? cpu_s(RUSAGE_SELF) - x->first_cpu : 0,
+                x->first_msg ? cpu_s(RUSAGE_THREAD) - x->first_cpu_main : 0, by_thread,
+                x->first_msg ? minor_faults() - x->first_faults : 0);
+}
+
+/* The consumer's close revoked every partition (on_rebalance dropped their state); what is
+ * left goes now, holds ended when they can no longer store anything. */
+static void on_release(al_stage *s, void *ud)
+{
+    (void)s;
+    credit_ctx *x = ud;
+    while (x->nparts)
+        cpart_drop(x, x->parts[0]);
+}
+
+static const al_stage_hooks credit_hooks = {
+    .started = on_started,
+    .message = on_message,
+    .tick = on_tick,
+    .rebalance = on_rebalance,
+    .stopping = on_stopping,
+    .drained = on_drained,
+    .release = on_release,
+};
 
 /* ------------------------------------------------------------------------------------------
  * Command
@@ -630,7 +731,7 @@ int cmd_credit(int argc, char **argv)
     al_cli_common_init(&common);
     credit_ctx x;
     memset(&x, 0, sizeof x);
-    al_stage_init(&x.st, "credit", NULL, 0); /* the loop's end logs the reason */
+    al_stage_init(&x.st, "credit", NULL, 0); /* the worker logs the reason at its end */
     al_stage_keep_freed_memory();
     al_credit_config_init(&x.cfg);
     const char *group = "arclight-credit", *input = AL_TOPIC_SPANS;
@@ -773,136 +874,35 @@ int cmd_credit(int argc, char **argv)
     if (!check) return al_cli_usage_error(cmd, "%s", err);
     al_credit_part_free(check);
 
-    int rc = AL_EXIT_FAILURE;
-    al_kafka_conf *kc = NULL;
-    al_http_server *srv = NULL;
-    al_span span;
-    memset(&span, 0, sizeof span);
+    x.quiet_s = quiet_s;
+    x.exit_idle_s = exit_idle_s;
+    x.max_spans = max_spans;
     x.wcap = (size_t)window;
+    int rc = AL_EXIT_FAILURE;
     if (x.wcap && !(x.window = calloc(x.wcap, sizeof *x.window))) goto out;
     if (!(x.metrics = al_metrics_new())) goto out;
     metrics_init(&x);
-    if (!(kc = al_kafka_conf_from_cli(&common, err, sizeof err))) {
-        al_log_error(cmd, "%s", err);
-        goto out;
-    }
     /* Transitions are about as many bytes as the spans they come from. librdkafka would
      * buffer up to 1 GB of them ahead of its sends; 32 MB keeps the output in step with the
      * input (and the memory bounded): bench_credit ended with ~80 MB still to compress and
      * send after its last span, 30-80 ms of tail, and with the bound ends within ~20 ms. */
-    if (!al_kafka_conf_get(kc, "queue.buffering.max.kbytes") &&
-        al_kafka_conf_set(kc, "queue.buffering.max.kbytes", "32768") != 0) {
-        al_log_error(cmd, "out of memory");
-        goto out;
-    }
-    if (!(x.producer = al_producer_new(kc, err, sizeof err)) ||
-        !(x.consumer = al_consumer_new(kc, group, x.producer, err, sizeof err))) {
-        al_log_error(cmd, "%s", err);
-        goto out;
-    }
-    {
-        /* learn the output's partitions now: otherwise the first transitions wait up to a
-         * second for librdkafka's scan of unknown topics, and consumption backs up behind them */
-        const char *outs[] = {x.output, NULL};
-        if (al_producer_prepare(x.producer, outs, 10000, err, sizeof err) != 0)
-            al_log_warn(cmd, "%s (sending anyway; messages wait for it)", err);
-    }
-    if (common.metrics && !(srv = al_http_server_start(common.metrics, x.metrics, al_stage_health,
-                                                       &x.st, err, sizeof err))) {
-        al_log_error(cmd, "%s", err);
-        goto out;
-    }
-    if (al_stage_subscribe(x.consumer, input, on_rebalance, &x, err, sizeof err) != 0) {
-        al_log_error(cmd, "%s", err);
-        goto out;
-    }
-    al_stage_catch_signals();
-    al_log_info(cmd, "consuming %s as group %s -> %s (estimator %s)", input, group, x.output,
-                al_credit_estimator_name(x.cfg.estimator));
-
-    uint64_t consumed = 0, consumed_bytes = 0;
-    int64_t first_msg = 0;
-    double first_cpu = 0, first_cpu_main = 0;
-    long first_faults = 0;
-    thread_cpu first_threads[64];
-    size_t nfirst_threads = 0;
-    int64_t last_msg = al_mono_us(), last_quiet_check = 0;
-    while (!al_stage_stop_requested() && !al_stage_failed(&x.st)) {
-        rd_kafka_message_t *m;
-        int r = al_consumer_poll(x.consumer, 100, &m, err, sizeof err);
-        if (r < 0) {
-            al_stage_fail(&x.st, "%s", err);
-            break;
-        }
-        int64_t now = al_mono_us();
-        if (r == 1 && m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-            rd_kafka_message_destroy(m);
-            r = 0;
-        }
-        if (r == 1) {
-            if (!first_msg) {
-                first_msg = now;
-                first_cpu = cpu_s(RUSAGE_SELF);
-                first_cpu_main = cpu_s(RUSAGE_THREAD);
-                first_faults = minor_faults();
-                nfirst_threads = threads_cpu(first_threads, 64);
-            }
-            consumed_bytes += m->len;
-            handle_message(&x, m, &span, now);
-            rd_kafka_message_destroy(m);
-            consumed++;
-            last_msg = now;
-            if (max_spans > 0 && (double)consumed >= max_spans) break;
-        }
-        if (quiet_s > 0 && now - last_quiet_check > 100000) {
-            quiet_flush(&x, (int64_t)(quiet_s * 1e6));
-            last_quiet_check = now;
-        }
-        /* Before the first message the group join counts too: wait at least 30 s. */
-        double idle_limit = consumed || exit_idle_s > 30 ? exit_idle_s : 30;
-        if (exit_idle_s > 0 && now - last_msg > (int64_t)(idle_limit * 1e6)) break;
-    }
-    if (al_stage_failed(&x.st)) {
-        al_log_error(cmd, "stopping: %s", al_stage_reason(&x.st));
-    } else {
-        int64_t consumed_at = al_mono_us();
-        al_stage_drain_start(&x.st, drain_s);
-        int flushed = al_producer_flush(x.producer, al_stage_drain_left_ms(&x.st, 30000), err,
-                                        sizeof err) == 0;
-        double secs = first_msg ? (double)(al_mono_us() - first_msg) / 1e6 : 0;
-        if (!flushed)
-            al_log_error(cmd, "%s", err);
-        else if (al_consumer_commit_within(x.consumer, al_stage_drain_left_ms(&x.st, 30000), err,
-                                           sizeof err) != 0)
-            al_log_warn(cmd, "%s", err);
-        else
-            rc = AL_EXIT_OK;
-        char by_thread[512] = "";
-        if (first_msg)
-            threads_cpu_since(first_threads, nfirst_threads, by_thread, sizeof by_thread);
-        /* benchmarks read this line: messages and bytes from the first message to the end,
-         * outputs flushed */
-        al_log_info(cmd,
-                    "stopped after %llu messages, %llu bytes, %.3f s since the first "
-                    "(the last consumed after %.3f s; %.3f s of CPU, %.3f s of it on the "
-                    "main thread; by thread: %s; %ld page faults)",
-                    (unsigned long long)consumed, (unsigned long long)consumed_bytes, secs,
-                    first_msg ? (double)(consumed_at - first_msg) / 1e6 : 0,
-                    first_msg ? cpu_s(RUSAGE_SELF) - first_cpu : 0,
-                    first_msg ? cpu_s(RUSAGE_THREAD) - first_cpu_main : 0, by_thread,
-                    first_msg ? minor_faults() - first_faults : 0);
-    }
+    static const char *const conf_defaults[] = {"queue.buffering.max.kbytes", "32768", NULL};
+    const char *outs[] = {x.output, NULL};
+    al_stage_spec spec = {
+        .common = &common,
+        .group = group,
+        .input = input,
+        .outputs = outs,
+        .conf_defaults = conf_defaults,
+        .metrics = x.metrics,
+        .poll_ms = 100,
+        .drain_s = drain_s,
+        .hooks = &credit_hooks,
+        .ud = &x,
+    };
+    rc = al_stage_run(&x.st, &spec);
 out:
-    al_http_server_stop(srv);
-    /* The consumer's close revokes every partition (our callback drops their state). A
-     * failed run must not commit what it has: holds are ended only after the close. */
-    al_stage_drain_start(&x.st, drain_s);
-    al_consumer_free_within(x.consumer, al_stage_drain_left_ms(&x.st, AL_CONSUMER_CLOSE_MS));
-    while (x.nparts)
-        cpart_drop(&x, x.parts[0]);
-    al_producer_free_within(x.producer, al_stage_drain_left_ms(&x.st, 10000));
-    al_kafka_conf_free(kc);
-    al_span_clear(&span);
+    al_span_clear(&x.span);
     al_buf_free(&x.buf);
     free(x.parts);
     free(x.window);

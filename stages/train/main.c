@@ -38,7 +38,6 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "http/metrics.h"
-#include "http/server.h"
 #include "kafka/kafka.h"
 #include "kafka/stage.h"
 #include "model/checkpoint.h"
@@ -123,15 +122,14 @@ typedef struct train_worker {
     int follower;   /* a rank > 0 of the group: trains, never writes or publishes */
     al_trainer *tr;
     al_train_asm *asmb;
-    al_producer *prod;
-    al_consumer *cons;
     al_ckpt_http *http;
+    al_dist_opts dopt; /* from the environment, before the run */
     train_metrics met;
     int64_t version, last_full, batch_step;
     char last_metrics[2048]; /* metrics JSON of the last update (for the SIGTERM checkpoint) */
     applied *applied_head;
-    al_stage st; /* failure latch and /healthz */
-    int closing;
+    al_stage st; /* the worker (kafka/stage.h): failure latch, /healthz, producer, consumer */
+    char follower_group[PATH_MAX + 96];
 } train_worker;
 
 static void metrics_init(train_metrics *m)
@@ -264,7 +262,7 @@ static int publish_version(train_worker *w, int64_t version, int64_t batch_step,
         .len = b.len,
         .opaque = opaque,
     };
-    rd_kafka_resp_err_t err = al_producer_produce(w->prod, &out);
+    rd_kafka_resp_err_t err = al_producer_produce(al_stage_producer(&w->st), &out);
     al_buf_free(&b);
     if (err) {
         al_err(errstr, errlen, "cannot send PolicyVersion %" PRId64 " to %s: %s", version,
@@ -323,7 +321,8 @@ static void deadletter_msgs(train_worker *w, void **msgs, size_t n, const char *
     char err[512];
     for (size_t i = 0; i < n; i++) {
         held_msg *h = msgs[i];
-        if (al_deadletter_message(w->prod, h->m, reason, "train", h->in, err, sizeof err) != 0)
+        if (al_deadletter_message(al_stage_producer(&w->st), h->m, reason, "train", h->in, err,
+                                  sizeof err) != 0)
             al_stage_fail(&w->st, "cannot dead-letter %s [%d] offset %" PRId64 ": %s",
                           w->o->input_topic, (int)h->m->partition, h->m->offset, err);
         al_counter_inc(w->met.bad);
@@ -413,7 +412,7 @@ static void apply_step(train_worker *w, al_train_ready *r)
     if (AL_FAULT_POINTS && w->o->kill_version >= 0 && w->o->kill_after_ack) {
         /* the fault point wants its kill right at this version's ack: one version at a time */
         char e[256];
-        al_producer_flush(w->prod, 10000, e, sizeof e);
+        al_producer_flush(al_stage_producer(&w->st), 10000, e, sizeof e);
     }
     train_metrics *m = &w->met;
     al_counter_inc(m->steps);
@@ -434,8 +433,9 @@ static void apply_step(train_worker *w, al_train_ready *r)
                 full ? ", checkpoint" : "");
 }
 
-static void on_delivery(const al_delivery *d, void *ctx)
+static void on_delivery(al_stage *s, const al_delivery *d, void *ctx)
 {
+    (void)s;
     train_worker *w = ctx;
     applied *a = d->opaque;
     if (!a) return; /* a dead letter, or the resume version: the tracker / flush sees it */
@@ -470,13 +470,12 @@ static void retire_applied(train_worker *w)
 
 /* Steps of a model come from one trainer: a second member taking partitions away stops this
  * one (the other continues from the stored offsets). */
-static void on_rebalance(al_consumer *c, al_rebalance_event ev,
+static void on_rebalance(al_stage *s, al_rebalance_event ev,
                          const rd_kafka_topic_partition_list_t *parts, void *ctx)
 {
     train_worker *w = ctx;
-    (void)c;
     int n;
-    if (!al_stage_partitions_taken(ev, parts, w->closing, &n)) return;
+    if (!al_stage_partitions_taken(s, ev, parts, &n)) return;
     al_stage_fail(
         &w->st,
         "the consumer group took %d partition%s of %s away from this trainer (another "
@@ -546,7 +545,7 @@ static int resume(train_worker *w, char *errstr, size_t errlen)
     if (publish_version(w, w->version, w->batch_step, info.weights_sha256, &st, rew, bpv, NULL,
                         errstr, errlen) != 0)
         return -1;
-    if (al_producer_flush(w->prod, 30000, e, sizeof e) != 0)
+    if (al_producer_flush(al_stage_producer(&w->st), 30000, e, sizeof e) != 0)
         return al_err(errstr, errlen, "PolicyVersion %" PRId64 " of the resumed checkpoint: %s",
                       w->version, e), -1;
     al_log_info(COMP, "resumed %s at version %" PRId64 " (batch step %" PRId64 ", %" PRId64
@@ -554,6 +553,167 @@ static int resume(train_worker *w, char *errstr, size_t errlen)
                 w->o->model_name, w->version, w->batch_step, info.optimizer_step, path);
     return 0;
 }
+
+/* ---- the worker's hooks (kafka/stage.h) ------------------------------------------------------- */
+
+/* Before consuming: the checkpoint server, the data-parallel group, the newest checkpoint
+ * (--resume; its version published again), every rank on rank 0's weights and counts, and
+ * the step assembler from the batch step reached. */
+static int on_prepare(al_stage *s, void *ctx, char *errstr, size_t errlen)
+{
+    train_worker *w = ctx;
+    train_opts *o = w->o;
+    char err[1024];
+    if (o->listen && !(w->http = al_ckpt_http_start(o->listen, w->out_abs, err, sizeof err)))
+        return al_err(errstr, errlen, "%s", err);
+    if (w->dopt.world > 1) {
+        w->follower = w->dopt.rank != 0;
+        al_log_info(COMP, "data parallel: rank %d of %d, rendezvous at %s", w->dopt.rank,
+                    w->dopt.world, w->dopt.addr);
+        if (!(w->dist = al_dist_new(w->be, &w->dopt, err, sizeof err)))
+            return al_err(errstr, errlen, "%s", err);
+    }
+    if (o->resume && !w->follower) {
+        int r = resume(w, errstr, errlen);
+        if (r < 0) return -1;
+        if (r == 1)
+            al_log_info(COMP, "--resume: no checkpoint under %s; starting from %s", w->out_abs,
+                        o->model_dir);
+    }
+    if (w->dist) {
+        /* everyone takes rank 0's weights, moments and counts (the largest after a resume) */
+        if (al_trainer_set_dist(w->tr, w->dist, err, sizeof err) != 0)
+            return al_err(errstr, errlen, "%s", err);
+        double counts[2] = {(double)w->version, (double)w->batch_step};
+        al_dist_allreduce_host(w->dist, counts, 2, 1);
+        w->version = (int64_t)counts[0], w->batch_step = (int64_t)counts[1];
+        w->last_full = w->version;
+    }
+    if (w->follower) {
+        snprintf(w->follower_group, sizeof w->follower_group, "%s-rank%d-%lld-%d", o->group,
+                 al_dist_rank(w->dist), (long long)time(NULL), (int)getpid());
+        o->group = w->follower_group;
+        al_stage_set_group(s, o->group);
+    }
+    const al_model_config *mc = al_model_config_of(w->policy);
+    if (!(w->asmb = al_train_asm_new(o->model_name, mc->vocab_size, mc->max_position_embeddings,
+                                     w->batch_step, err, sizeof err)))
+        return al_err(errstr, errlen, "%s", err);
+    return 0;
+}
+
+static void on_started(al_stage *s, void *ctx)
+{
+    train_worker *w = ctx;
+    char uri[PATH_MAX + 128];
+    checkpoint_uri(w, w->version, uri, sizeof uri);
+    al_log_info(COMP, "training %s (%zu parameters) from %s as group %s; versions under %s "
+                      "(next: version %" PRId64 ")",
+                w->o->model_name, al_model_num_params(w->policy), w->o->input_topic,
+                al_stage_group(s), uri, w->version + 1);
+}
+
+static void on_message(al_stage *s, rd_kafka_message_t *m, int64_t now, void *ctx)
+{
+    (void)now;
+    train_worker *w = ctx;
+    held_msg *h = calloc(1, sizeof *h);
+    al_input *in = al_consumer_input_begin(al_stage_consumer(s), m);
+    if (!h || !in) {
+        free(h);
+        rd_kafka_message_destroy(m);
+        al_stage_fail(&w->st, "out of memory");
+        return;
+    }
+    h->m = m;
+    h->in = in;
+    char why[700];
+    al_train_asm_result res = al_train_asm_add(w->asmb, m->payload, m->len, h, why, sizeof why);
+    switch (res) {
+    case AL_TRAIN_ASM_HELD:
+        al_counter_inc(w->met.held);
+        al_log_debug(COMP, "%s", why);
+        break;
+    case AL_TRAIN_ASM_BAD:
+        al_log_warn(COMP, "%s [%d] offset %" PRId64 ": %s; dead-lettered", w->o->input_topic,
+                    (int)m->partition, m->offset, why);
+        deadletter_msgs(w, (void **)&h, 1, why);
+        held_release(NULL, h);
+        break;
+    default:
+        al_counter_inc(res == AL_TRAIN_ASM_OTHER_MODEL ? w->met.other
+                       : res == AL_TRAIN_ASM_APPLIED   ? w->met.skipped
+                                                       : w->met.dup);
+        al_log_debug(COMP, "%s [%d] offset %" PRId64 ": %s; skipped", w->o->input_topic,
+                     (int)m->partition, m->offset, why);
+        held_release(NULL, h);
+    }
+}
+
+static int on_tick(al_stage *s, int got, int64_t now, void *ctx)
+{
+    (void)got, (void)now;
+    train_worker *w = ctx;
+    al_train_ready *ready;
+    while (!al_stage_failed(&w->st) && !al_stage_stop_requested() &&
+           al_train_asm_next(w->asmb, &ready) == 1)
+        apply_step(w, ready);
+    al_producer_poll(al_stage_producer(s), 0);
+    retire_applied(w);
+    al_gauge_set(w->met.pending, (double)al_train_asm_pending(w->asmb));
+    if (w->o->stop_after > 0 && w->version >= w->o->stop_after) {
+        /* the drain checkpoints it and waits for its acknowledgement */
+        al_log_info(COMP, "version %" PRId64 " reached: stopping (--steps)", w->version);
+        return 1;
+    }
+    return 0;
+}
+
+/* A clean stop: checkpoint the last update so that its chunks need not be re-applied. */
+static void on_stopping(al_stage *s, void *ctx)
+{
+    (void)s;
+    train_worker *w = ctx;
+    char err[1024], sha[65];
+    if (!w->follower && w->version > w->last_full &&
+        save_version(w, 1, w->last_metrics, sha, err, sizeof err) != 0)
+        al_stage_fail(&w->st, "checkpoint at exit: %s", err);
+}
+
+static void on_drained(al_stage *s, int flushed, void *ctx)
+{
+    (void)s, (void)flushed;
+    train_worker *w = ctx;
+    if (!al_stage_failed(&w->st)) retire_applied(w);
+}
+
+/* Steps not acknowledged and checkpointed keep their inputs unfinished: the consumer committed
+ * only what was stored, and a restart re-reads them. Their handles are released now that the
+ * consumer is gone, when releasing them can no longer store anything. */
+static void on_release(al_stage *s, void *ctx)
+{
+    (void)s;
+    train_worker *w = ctx;
+    while (w->applied_head) {
+        applied *a = w->applied_head;
+        w->applied_head = a->next;
+        applied_free(a);
+    }
+    al_train_asm_free(w->asmb, held_release, NULL);
+    w->asmb = NULL;
+}
+
+static const al_stage_hooks train_hooks = {
+    .prepare = on_prepare,
+    .started = on_started,
+    .message = on_message,
+    .tick = on_tick,
+    .rebalance = on_rebalance,
+    .delivery = on_delivery,
+    .stopping = on_stopping,
+    .drained = on_drained,
+    .release = on_release,
+};
 
 /* ---- flags ------------------------------------------------------------------------------------- */
 
@@ -760,8 +920,6 @@ int cmd_train(int argc, char **argv)
     train_worker w = {.o = &o, .batch_step = -1};
     al_stage_init(&w.st, COMP, "the trainer stopped on an error", 1);
     int rc = AL_EXIT_FAILURE;
-    al_kafka_conf *kc = NULL;
-    al_http_server *msrv = NULL;
     w.met.reg = al_metrics_new();
     if (!w.met.reg) goto out;
     metrics_init(&w.met);
@@ -810,180 +968,31 @@ int cmd_train(int argc, char **argv)
             goto out;
         }
     }
-    if (!(kc = al_kafka_conf_from_cli(&common, err, sizeof err))) {
-        al_log_error(COMP, "%s", err);
+    if (al_dist_opts_from_env(&w.dopt, err, sizeof err) != 0) {
+        rc = al_cli_usage_error("train", "%s", err);
         goto out;
     }
-    if (common.metrics && !(msrv = al_http_server_start(common.metrics, w.met.reg, al_stage_health,
-                                                        &w.st, err, sizeof err))) {
-        al_log_error(COMP, "%s", err);
-        goto out;
-    }
-    if (o.listen && !(w.http = al_ckpt_http_start(o.listen, w.out_abs, err, sizeof err))) {
-        al_log_error(COMP, "%s", err);
-        goto out;
-    }
-    al_stage_catch_signals();
-    if (!(w.prod = al_producer_new(kc, err, sizeof err))) {
-        al_log_error(COMP, "%s", err);
-        goto out;
-    }
-    al_producer_set_delivery_cb(w.prod, on_delivery, &w);
-    {
-        const char *outs[] = {o.policy_topic, NULL};
-        if (al_producer_prepare(w.prod, outs, 10000, err, sizeof err) != 0)
-            al_log_warn(COMP, "%s (sending anyway; messages wait for it)", err);
-    }
-    {
-        al_dist_opts dopt;
-        if (al_dist_opts_from_env(&dopt, err, sizeof err) != 0) {
-            rc = al_cli_usage_error("train", "%s", err);
-            goto out;
-        }
-        if (dopt.world > 1) {
-            w.follower = dopt.rank != 0;
-            al_log_info(COMP, "data parallel: rank %d of %d, rendezvous at %s", dopt.rank,
-                        dopt.world, dopt.addr);
-            if (!(w.dist = al_dist_new(w.be, &dopt, err, sizeof err))) {
-                al_log_error(COMP, "%s", err);
-                goto out;
-            }
-        }
-    }
-    if (o.resume && !w.follower) {
-        int r = resume(&w, err, sizeof err);
-        if (r < 0) {
-            al_log_error(COMP, "%s", err);
-            goto out;
-        }
-        if (r == 1) al_log_info(COMP, "--resume: no checkpoint under %s; starting from %s", w.out_abs, o.model_dir);
-    }
-    if (w.dist) {
-        /* everyone takes rank 0's weights, moments and counts (the largest after a resume) */
-        if (al_trainer_set_dist(w.tr, w.dist, err, sizeof err) != 0) {
-            al_log_error(COMP, "%s", err);
-            goto out;
-        }
-        double counts[2] = {(double)w.version, (double)w.batch_step};
-        al_dist_allreduce_host(w.dist, counts, 2, 1);
-        w.version = (int64_t)counts[0], w.batch_step = (int64_t)counts[1];
-        w.last_full = w.version;
-    }
-    static char follower_group[PATH_MAX + 96];
-    if (w.follower) {
-        snprintf(follower_group, sizeof follower_group, "%s-rank%d-%lld-%d", o.group,
-                 al_dist_rank(w.dist), (long long)time(NULL), (int)getpid());
-        o.group = follower_group;
-    }
-    const al_model_config *mc = al_model_config_of(w.policy);
-    if (!(w.asmb = al_train_asm_new(o.model_name, mc->vocab_size, mc->max_position_embeddings,
-                                    w.batch_step, err, sizeof err))) {
-        al_log_error(COMP, "%s", err);
-        goto out;
-    }
-    if (!(w.cons = al_consumer_new(kc, o.group, w.prod, err, sizeof err))) {
-        al_log_error(COMP, "%s", err);
-        goto out;
-    }
-    if (al_stage_subscribe(w.cons, o.input_topic, on_rebalance, &w, err, sizeof err) != 0) {
-        al_log_error(COMP, "%s", err);
-        goto out;
-    }
-    {
-        char uri[PATH_MAX + 128];
-        checkpoint_uri(&w, w.version, uri, sizeof uri);
-        al_log_info(COMP, "training %s (%zu parameters) from %s as group %s; versions under %s "
-                          "(next: version %" PRId64 ")",
-                    o.model_name, al_model_num_params(w.policy), o.input_topic, o.group, uri,
-                    w.version + 1);
-    }
-
-    while (!al_stage_stop_requested() && !al_stage_failed(&w.st)) {
-        rd_kafka_message_t *m = NULL;
-        int r = al_consumer_poll(w.cons, 100, &m, err, sizeof err);
-        if (r < 0) {
-            al_stage_fail(&w.st, "%s", err);
-            break;
-        }
-        if (r == 1) {
-            held_msg *h = calloc(1, sizeof *h);
-            al_input *in = al_consumer_input_begin(w.cons, m);
-            if (!h || !in) {
-                free(h);
-                rd_kafka_message_destroy(m);
-                al_stage_fail(&w.st, "out of memory");
-                break;
-            }
-            h->m = m;
-            h->in = in;
-            char why[700];
-            al_train_asm_result res = al_train_asm_add(w.asmb, m->payload, m->len, h, why, sizeof why);
-            switch (res) {
-            case AL_TRAIN_ASM_HELD:
-                al_counter_inc(w.met.held);
-                al_log_debug(COMP, "%s", why);
-                break;
-            case AL_TRAIN_ASM_BAD:
-                al_log_warn(COMP, "%s [%d] offset %" PRId64 ": %s; dead-lettered", o.input_topic,
-                            (int)m->partition, m->offset, why);
-                deadletter_msgs(&w, (void **)&h, 1, why);
-                held_release(NULL, h);
-                break;
-            default:
-                al_counter_inc(res == AL_TRAIN_ASM_OTHER_MODEL ? w.met.other
-                               : res == AL_TRAIN_ASM_APPLIED   ? w.met.skipped
-                                                               : w.met.dup);
-                al_log_debug(COMP, "%s [%d] offset %" PRId64 ": %s; skipped", o.input_topic,
-                             (int)m->partition, m->offset, why);
-                held_release(NULL, h);
-            }
-        }
-        al_train_ready *ready;
-        while (!al_stage_failed(&w.st) && !al_stage_stop_requested() &&
-               al_train_asm_next(w.asmb, &ready) == 1)
-            apply_step(&w, ready);
-        al_producer_poll(w.prod, 0);
-        retire_applied(&w);
-        al_gauge_set(w.met.pending, (double)al_train_asm_pending(w.asmb));
-        if (o.stop_after > 0 && w.version >= o.stop_after) {
-            /* the exit path below checkpoints it and waits for its acknowledgement */
-            al_log_info(COMP, "version %" PRId64 " reached: stopping (--steps)", w.version);
-            break;
-        }
-    }
-    /* A clean stop: checkpoint the last update so that its chunks need not be re-applied. */
-    if (!al_stage_failed(&w.st) && !w.follower && w.version > w.last_full) {
-        char sha[65];
-        if (save_version(&w, 1, w.last_metrics, sha, err, sizeof err) != 0)
-            al_stage_fail(&w.st, "checkpoint at exit: %s", err);
-    }
-    al_stage_drain_start(&w.st, (double)drain_s);
-    if (w.prod && al_producer_flush(w.prod, al_stage_drain_left_ms(&w.st, 30000), err, sizeof err) != 0)
-        al_stage_fail(&w.st, "at exit: %s", err);
-    if (!al_stage_failed(&w.st)) retire_applied(&w);
-    rc = al_stage_failed(&w.st) ? AL_EXIT_FAILURE : AL_EXIT_OK;
+    const char *outs[] = {o.policy_topic, NULL};
+    al_stage_spec spec = {
+        .common = &common,
+        .group = o.group,
+        .input = o.input_topic,
+        .outputs = outs,
+        .metrics = w.met.reg,
+        .poll_ms = 100,
+        .drain_s = (double)drain_s,
+        .hooks = &train_hooks,
+        .ud = &w,
+    };
+    rc = al_stage_run(&w.st, &spec);
 out:
-    /* Steps not acknowledged and checkpointed keep their inputs unfinished: the consumer
-     * commits only what is stored, and a restart re-reads them. Their handles are released
-     * after the consumer is gone, when releasing them can no longer store anything. */
-    w.closing = 1;
-    al_stage_drain_start(&w.st, (double)drain_s);
-    al_consumer_free_within(w.cons, al_stage_drain_left_ms(&w.st, AL_CONSUMER_CLOSE_MS));
-    while (w.applied_head) {
-        applied *a = w.applied_head;
-        w.applied_head = a->next;
-        applied_free(a);
-    }
     al_train_asm_free(w.asmb, held_release, NULL);
-    al_producer_free_within(w.prod, al_stage_drain_left_ms(&w.st, 10000));
     al_ckpt_http_stop(w.http);
-    al_http_server_stop(msrv);
     al_trainer_free(w.tr);
     al_model_free(w.reference);
     al_model_free(w.policy);
     al_dist_free(w.dist);
     al_backend_free(w.be);
     al_metrics_free(w.met.reg);
-    al_kafka_conf_free(kc);
     return rc;
 }
