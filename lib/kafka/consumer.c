@@ -42,6 +42,7 @@ struct al_consumer {
     rd_kafka_message_t *batch[AL_CONSUMER_BATCH];
     size_t nbatch, ibatch;
     unsigned rebalances; /* counts rebalance callbacks: a batch taken across one is checked */
+    int assigned;        /* this handle has had its first assignment (al_consumer_free_within) */
     uint64_t commit_failures; /* commits on a rebalance or a close the broker refused */
     int64_t close_deadline_us; /* al_mono_us() by which a close must be done; 0: none */
     char instance_id[256];    /* group.instance.id ("" : dynamic membership; member.c) */
@@ -350,6 +351,7 @@ static void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     rd_kafka_resp_err_t aerr = 0;
 
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        c->assigned = 1;
         assign_start_offsets(c, parts);
         for (int i = 0; i < parts->cnt; i++)
             if (!ps_add(c, parts->elems[i].topic, parts->elems[i].partition))
@@ -569,6 +571,7 @@ static void consumer_rejoin(al_consumer *c)
         rd_kafka_message_destroy(c->batch[c->ibatch++]);
     c->ibatch = c->nbatch = 0;
     c->rebalances++;
+    c->assigned = 0; /* the new handle joins from the start */
     if (c->nparts) {
         rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)c->nparts);
         for (size_t i = 0; i < c->nparts; i++)
@@ -605,10 +608,25 @@ void al_consumer_free_within(al_consumer *c, int timeout_ms)
      * run) reads them again from the stored offsets. */
     while (c->ibatch < c->nbatch)
         rd_kafka_message_destroy(c->batch[c->ibatch++]);
+    if (timeout_ms < 0) timeout_ms = 0;
+    /* librdkafka 2.0.2 aborts the process when a cooperative-sticky member is destroyed after
+     * its JoinGroup answer and before its first assignment (an assert on the assignor's state,
+     * which only the assignment sets: librdkafka#4312, fixed in 2.3.0). A worker stopping
+     * just after it subscribed (train --resume with its --steps already reached; real Kafka
+     * holds a new group's first join for a while) is in that window: one whose join is under
+     * way (it has a member id) waits for its first assignment, for at most half the budget. */
+    char *member = c->assigned || !c->queue ? NULL : rd_kafka_memberid(c->rk);
+    if (member && *member) {
+        int64_t until = al_mono_us() + (int64_t)timeout_ms * 500;
+        while (!c->assigned && al_mono_us() < until) {
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(c->rk, 20);
+            if (m) rd_kafka_message_destroy(m); /* not handed out: read again, as above */
+        }
+    }
+    if (member) rd_kafka_mem_free(c->rk, member);
     if (c->queue) rd_kafka_queue_destroy(c->queue);
     /* Close runs the revoke callback (flush, store, commit), served here from the close's
      * own queue so that it can be given up when the broker does not answer in time. */
-    if (timeout_ms < 0) timeout_ms = 0;
     c->close_deadline_us = al_mono_us() + (int64_t)timeout_ms * 1000;
     if (!c->close_deadline_us) c->close_deadline_us = 1;
     /* A close that has started cannot be cut short (destroying the handle waits for its
