@@ -91,6 +91,7 @@ static double stop_time(pid_t pid, int *status)
         usleep(20000);
     }
     *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    if (WIFSIGNALED(st)) fprintf(stderr, "  (pid %d killed by signal %d)\n", (int)pid, WTERMSIG(st));
     return testlib_now() - t0;
 }
 
@@ -108,7 +109,10 @@ static void run_case(const stage_case *sc, int kill_broker)
         return;
     }
     char out[300], log[300], ckpt[300], spool[300];
-    snprintf(out, sizeof out, "%s/%s.out", g_dir, sc->name);
+    /* One stdout file per case: the child truncates it only once it runs, so a file shared
+     * with the frozen case could show that case's ready line before this child is up and
+     * has its SIGTERM handler (it then died of the signal). */
+    snprintf(out, sizeof out, "%s/%s-%d.out", g_dir, sc->name, kill_broker);
     snprintf(log, sizeof log, "%s/%s-%d.log", g_dir, sc->name, kill_broker);
     snprintf(ckpt, sizeof ckpt, "%s/ckpt-%s-%d", g_dir, sc->name, kill_broker);
     snprintf(spool, sizeof spool, "%s/spool-%s-%d", g_dir, sc->name, kill_broker);
