@@ -5,7 +5,7 @@ add_library(arclight_credit STATIC stages/credit/credit.c)
 target_include_directories(arclight_credit PUBLIC ${PROJECT_SOURCE_DIR}/stages/credit ${PROJECT_SOURCE_DIR}/lib)
 target_link_libraries(arclight_credit PUBLIC arclight_avro arclight_core m)
 
-arclight_test(t0800_credit_logic SOURCES tests/t0800_credit_logic.c LIBS arclight_credit TIMEOUT 60)
+arclight_test(t0800_credit_logic SOURCES tests/t0800_credit_logic.c LIBS arclight_credit TIMEOUT 180)
 arclight_test(t0801_credit_kafka SOURCES tests/t0801_credit_kafka.c
   LIBS arclight_avro PkgConfig::RDKAFKA TIMEOUT 240 KAFKA)
 add_dependencies(t0801_credit_kafka arclight)
