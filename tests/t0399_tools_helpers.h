@@ -58,6 +58,7 @@ static int tools_produce(const char *bootstrap, const tools_msg *msgs, size_t n)
     rd_kafka_conf_t *c = rd_kafka_conf_new();
     rd_kafka_conf_set(c, "bootstrap.servers", bootstrap, err, sizeof err);
     rd_kafka_conf_set(c, "linger.ms", "1", err, sizeof err);
+    rd_kafka_conf_set(c, "enable.idempotence", "true", err, sizeof err); /* keeps the order */
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, err, sizeof err);
     if (!rk) {
         fprintf(stderr, "producer: %s\n", err);

@@ -153,6 +153,9 @@ static int produce(const char *topic, const msg *m, size_t n)
     rd_kafka_conf_t *c = rd_kafka_conf_new();
     rd_kafka_conf_set(c, "bootstrap.servers", broker.bootstrap, err, sizeof err);
     rd_kafka_conf_set(c, "linger.ms", "5", err, sizeof err);
+    /* a retried batch must not land after the next one: the order within a partition is the
+     * contract credit reads (an end before its calls makes the calls late dead letters) */
+    rd_kafka_conf_set(c, "enable.idempotence", "true", err, sizeof err);
     rd_kafka_conf_set(c, "partitioner", "murmur2_random", err, sizeof err);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, err, sizeof err);
     if (!rk) return -1;

@@ -211,6 +211,7 @@ TEST(weights_swap_under_load_without_a_failed_request)
     char err[512];
     rd_kafka_conf_t *pc = rd_kafka_conf_new();
     rd_kafka_conf_set(pc, "bootstrap.servers", g_broker.bootstrap, err, sizeof err);
+    rd_kafka_conf_set(pc, "enable.idempotence", "true", err, sizeof err); /* keeps the order */
     rd_kafka_t *prod = rd_kafka_new(RD_KAFKA_PRODUCER, pc, err, sizeof err);
     REQUIRE(prod);
 

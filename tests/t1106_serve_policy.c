@@ -189,6 +189,7 @@ TEST(setup)
     char err[512];
     rd_kafka_conf_t *pc = rd_kafka_conf_new();
     rd_kafka_conf_set(pc, "bootstrap.servers", g_broker.bootstrap, err, sizeof err);
+    rd_kafka_conf_set(pc, "enable.idempotence", "true", err, sizeof err); /* keeps the order */
     g_prod = rd_kafka_new(RD_KAFKA_PRODUCER, pc, err, sizeof err);
     REQUIRE(g_prod);
     g_http = start_http(g_root, &g_hport);

@@ -69,6 +69,7 @@ TEST(batch_stage_output_trains)
     char err[512];
     rd_kafka_conf_t *c = rd_kafka_conf_new();
     rd_kafka_conf_set(c, "bootstrap.servers", b.bootstrap, err, sizeof err);
+    rd_kafka_conf_set(c, "enable.idempotence", "true", err, sizeof err); /* keeps the order */
     rd_kafka_t *p = rd_kafka_new(RD_KAFKA_PRODUCER, c, err, sizeof err);
     REQUIRE(p);
     al_buf buf = {0};
