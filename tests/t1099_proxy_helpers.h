@@ -288,6 +288,39 @@ static int px_read_topic(const char *bootstrap, const char *topic, const char *m
     return matched >= want ? 0 : -1;
 }
 
+/* Reads arclight.spans until want_ends rollout ends have arrived (they come last), trying at
+ * most `tries` reads of 1.5 s, and decodes every span into *out (calloc'd; the caller
+ * al_span_clear's each and frees it), *n of them. Returns the number of ends seen. */
+static __attribute__((unused)) size_t px_read_spans(const char *bootstrap, size_t want_ends,
+                                                    int tries, al_span **out, size_t *n)
+{
+    px_msgs m = {0};
+    size_t ends = 0;
+    char err[256];
+    for (int t = 0; t < tries && (t == 0 || ends < want_ends); t++) {
+        px_msgs_free(&m);
+        px_read_topic(bootstrap, "arclight.spans", NULL, 100000, 1500, &m);
+        ends = 0;
+        for (size_t i = 0; i < m.n; i++) {
+            al_span s = {0};
+            if (al_span_decode(m.val[i], m.len[i], &s, err, sizeof err) == 0 &&
+                s.kind == AL_SPAN_KIND_ROLLOUT_END)
+                ends++;
+            al_span_clear(&s);
+        }
+    }
+    *out = calloc(m.n + 1, sizeof **out);
+    *n = 0;
+    for (size_t i = 0; i < m.n; i++) {
+        if (al_span_decode(m.val[i], m.len[i], &(*out)[*n], err, sizeof err) == 0)
+            (*n)++;
+        else
+            fprintf(stderr, "  undecodable span %zu: %s\n", i, err);
+    }
+    px_msgs_free(&m);
+    return ends;
+}
+
 /* Decodes the spans of one rollout from msgs into out (caller al_span_clear's each), in
  * sequence order. Returns how many. */
 static __attribute__((unused)) size_t px_spans_of(const px_msgs *m, const char *rollout, al_span *out, size_t max)

@@ -49,34 +49,7 @@ typedef struct span_set {
 
 static int read_spans(const char *bootstrap, size_t want_ends, span_set *out)
 {
-    px_msgs m;
-    int rc = px_read_topic(bootstrap, "arclight.spans", NULL, 0, 0, &m);
-    (void)rc;
-    /* read until the wanted number of end spans have arrived (they come last) */
-    for (int tries = 0; tries < 60; tries++) {
-        px_msgs_free(&m);
-        px_read_topic(bootstrap, "arclight.spans", NULL, 100000, 1500, &m);
-        size_t ends = 0;
-        char err[256];
-        for (size_t i = 0; i < m.n; i++) {
-            al_span s = {0};
-            if (al_span_decode(m.val[i], m.len[i], &s, err, sizeof err) == 0 &&
-                s.kind == AL_SPAN_KIND_ROLLOUT_END)
-                ends++;
-            al_span_clear(&s);
-        }
-        if (ends >= want_ends) break;
-    }
-    out->s = calloc(m.n + 1, sizeof *out->s);
-    out->n = 0;
-    char err[256];
-    for (size_t i = 0; i < m.n; i++) {
-        if (al_span_decode(m.val[i], m.len[i], &out->s[out->n], err, sizeof err) == 0)
-            out->n++;
-        else
-            fprintf(stderr, "  undecodable span %zu: %s\n", i, err);
-    }
-    px_msgs_free(&m);
+    px_read_spans(bootstrap, want_ends, 60, &out->s, &out->n);
     return 0;
 }
 

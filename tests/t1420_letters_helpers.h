@@ -172,32 +172,7 @@ static int lt_rollouts(lt_run *r, const char *agent, int ntrain, int nval, int g
  * decodes every span into r->s. Returns the number of ends. */
 static size_t lt_read_spans(lt_run *r, size_t want_ends)
 {
-    px_msgs m = {0};
-    size_t ends = 0;
-    for (int tries = 0; tries < 40 && ends < want_ends; tries++) {
-        px_msgs_free(&m);
-        px_read_topic(r->b.bootstrap, "arclight.spans", NULL, 100000, 1500, &m);
-        ends = 0;
-        char err[256];
-        for (size_t i = 0; i < m.n; i++) {
-            al_span s = {0};
-            if (al_span_decode(m.val[i], m.len[i], &s, err, sizeof err) == 0 &&
-                s.kind == AL_SPAN_KIND_ROLLOUT_END)
-                ends++;
-            al_span_clear(&s);
-        }
-    }
-    r->s = calloc(m.n + 1, sizeof *r->s);
-    r->n = 0;
-    char err[256];
-    for (size_t i = 0; i < m.n; i++) {
-        if (al_span_decode(m.val[i], m.len[i], &r->s[r->n], err, sizeof err) == 0)
-            r->n++;
-        else
-            fprintf(stderr, "  undecodable span %zu: %s\n", i, err);
-    }
-    px_msgs_free(&m);
-    return ends;
+    return px_read_spans(r->b.bootstrap, want_ends, 40, &r->s, &r->n);
 }
 
 /* What one rollout's spans say, in sequence order. */
