@@ -61,6 +61,27 @@ TEST(file_write_atomic_then_read_back)
     CHECK(strstr(err, "/nonexistent/arclight") != NULL);
 }
 
+TEST(count_lines_skips_empty_ones_and_counts_an_unterminated_last)
+{
+    char path[] = "/tmp/arclight-t0001-XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    close(fd);
+    char err[256];
+    static const struct {
+        const char *text;
+        long want;
+    } cases[] = {{"", 0}, {"\n\n", 0}, {"a", 1}, {"a\n", 1}, {"a\n\nb", 2}, {"\na\nb\n\n", 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        REQUIRE(al_file_write_atomic(path, cases[i].text, strlen(cases[i].text), err,
+                                     sizeof err) == 0);
+        CHECKF(al_file_count_lines(path) == cases[i].want, "case %zu: %ld lines, want %ld", i,
+               al_file_count_lines(path), cases[i].want);
+    }
+    unlink(path);
+    CHECK(al_file_count_lines("/nonexistent/arclight") == -1);
+}
+
 TEST(trim_strips_both_ends)
 {
     char s[] = "  \t key = value \n";

@@ -4,8 +4,8 @@
  * `arclight rollouts`, `arclight proxy` and `arclight serve`, unchanged. The tiny model is
  * warm-started on examples/letters/sft-langchain.jsonl first (as `arclight up --warm-start`
  * does; the fixture tests/serve/letters-langchain unless the data changed), so that it writes
- * <tool_call> blocks, which serve parses into tool_calls and LangChain runs: at least some
- * first calls are open_door calls, answered by the door, whose second call saw the door's
+ * <tool_call> blocks, which serve parses into tool_calls and LangChain runs: most first
+ * calls are open_door calls, answered by the door, whose second call saw the door's
  * answer; every rollout is scored as the agent documents; every call asked with the tools
  * the warm start was made with.
  */
@@ -18,9 +18,10 @@
 
 TEST(the_langchain_agent_calls_the_door_through_the_proxy_and_serve)
 {
-    /* sampled at temperature 1, the warm-started tiny model writes a call serve can parse
-     * in about 2 first calls of 5 (8 of 20 on the task's first prompt), the rest broken
-     * JSON: 17 rollouts make fewer than 2 such calls a chance of about 1 in 500 */
+    /* sampled at temperature 1, the warm-started tiny model (500 steps on 4,112
+     * conversations) wrote a call serve can parse in 16 first calls of 17 in one run
+     * (2 of 5 after the earlier 160 steps on 512): fewer than 9 of 17, about half, would
+     * be a broken warm start, template or parser */
     lt_tool_agent_test("t1403", "langchain.js", "examples/letters/sft-langchain.jsonl",
-                       "tests/serve/letters-langchain", 8, 2);
+                       "tests/serve/letters-langchain", 8, 9);
 }

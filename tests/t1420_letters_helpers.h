@@ -12,14 +12,25 @@
 #include <limits.h>
 
 #include "core/sha256.h"
+#include "core/util.h"
 
-/* A tool agent's warm start as `arclight up --warm-start FILE` runs it (160 steps at 1e-2,
- * cosine) on the tiny model of seed 1. It takes minutes under ASan, so the tests serve a
- * fixture made by it, tests/serve/letters-AGENT/ (config.json, model.safetensors and
- * made-from.json, which names the data and its sha256); when the data changed since, the
- * test runs the warm start itself, says the fixture is stale, and ARCLIGHT_REGEN_FIXTURES=1
- * writes the result back. */
-#define LT_SFT_ARGS "--steps 160 --lr 1e-2"
+/* A tool agent's warm start as `arclight up --warm-start FILE` runs it (two passes over the
+ * file in steps of 16, 160 to 500, at 1e-2, cosine) on the tiny model of seed 1. It takes
+ * minutes, so the tests serve a fixture made by it, tests/serve/letters-AGENT/ (config.json,
+ * model.safetensors and made-from.json, which names the data and its sha256); when the data
+ * changed since, the test runs the warm start itself, says the fixture is stale, and
+ * ARCLIGHT_REGEN_FIXTURES=1 writes the result back. */
+
+/* model sft's flags for the file at path, as up picks them; 0, or -1 if it cannot be read */
+static int lt_sft_args(const char *path, char *out, size_t outlen)
+{
+    long n = al_file_count_lines(path);
+    if (n < 0) return -1;
+    long steps = (2 * n + 15) / 16;
+    steps = steps > 500 ? 500 : steps < 160 ? 160 : steps;
+    snprintf(out, outlen, "--steps %ld --lr 1e-2 --batch 16", steps);
+    return 0;
+}
 
 typedef struct lt_run {
     char dir[PATH_MAX];
@@ -49,7 +60,7 @@ static char *lt_slurp(const char *path)
 }
 
 /* A tiny random model (seed 1) in DIR/tiny; with sft_path, the warm start on that file
- * (LT_SFT_ARGS) in DIR/sft, from the fixture when it was made from the same data, which
+ * (lt_sft_args) in DIR/sft, from the fixture when it was made from the same data, which
  * becomes the model served. 0, or -1 with the reason on stderr. */
 static int lt_model(lt_run *r, const char *sft_path, const char *fixture)
 {
@@ -67,6 +78,8 @@ static int lt_model(lt_run *r, const char *sft_path, const char *fixture)
     int fresh = had && !strcmp(had, hex);
     json_decref(made);
     int rc;
+    char sft_args[96], made_by[256];
+    if (lt_sft_args(sft_path, sft_args, sizeof sft_args)) return -1;
     if (fresh) {
         rc = sv_sh("mkdir -p %s/sft && cp %s/config.json %s/model.safetensors %s/sft/", r->dir,
                    fixture, fixture, r->dir);
@@ -75,9 +88,9 @@ static int lt_model(lt_run *r, const char *sft_path, const char *fixture)
         fprintf(stderr, "the fixture %s was not made from %s as it is now (sha256 %s): warming "
                         "up here (slow); ARCLIGHT_REGEN_FIXTURES=1 rewrites it\n",
                 fixture, sft_path, hex);
-        rc = sv_sh("%s model sft --model %s/tiny --tokenizer tests/tokenizer/tiny --data %s "
-                   LT_SFT_ARGS " --out %s/sft > %s/sft.log 2>&1",
-                   sv_bin(), r->dir, sft_path, r->dir, r->dir);
+        rc = sv_sh("%s model sft --model %s/tiny --tokenizer tests/tokenizer/tiny --data %s %s "
+                   "--out %s/sft > %s/sft.log 2>&1",
+                   sv_bin(), r->dir, sft_path, sft_args, r->dir, r->dir);
         snprintf(path, sizeof path, "%s/sft.log", r->dir);
         char *log = lt_slurp(path);
         fprintf(stderr, "warm start (%.0f s): %s", testlib_now() - t0, log);
@@ -85,11 +98,12 @@ static int lt_model(lt_run *r, const char *sft_path, const char *fixture)
         if (!rc && getenv("ARCLIGHT_REGEN_FIXTURES")) {
             rc = sv_sh("mkdir -p %s && cp %s/sft/config.json %s/sft/model.safetensors %s/", fixture,
                        r->dir, r->dir, fixture);
+            snprintf(made_by, sizeof made_by,
+                     "arclight model init --config tests/model/tiny-qwen2.json --seed 1; arclight "
+                     "model sft --tokenizer tests/tokenizer/tiny --data DATA %s",
+                     sft_args);
             json_t *j = json_pack("{s:s, s:s, s:s}", "data", sft_path, "data_sha256", hex,
-                                  "made_by",
-                                  "arclight model init --config tests/model/tiny-qwen2.json --seed "
-                                  "1; arclight model sft --tokenizer tests/tokenizer/tiny "
-                                  "--data DATA " LT_SFT_ARGS);
+                                  "made_by", made_by);
             snprintf(path, sizeof path, "%s/made-from.json", fixture);
             if (!rc && json_dump_file(j, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER)) rc = -1;
             json_decref(j);

@@ -36,6 +36,9 @@
 #include <unistd.h>
 
 #define COMP "up"
+#define UP_WARM_BATCH 16      /* conversations per warm-start update (model sft --batch) */
+#define UP_WARM_MIN_STEPS 160 /* the fewest warm-start updates by default */
+#define UP_WARM_MAX_STEPS 500 /* and the most: a few minutes on 2 cores */
 
 enum { UP_MAX_CHILDREN = 10, UP_LINE_MAX = 8192 };
 
@@ -456,7 +459,8 @@ static const char up_usage[] =
     "  --warm-start FILE       supervised steps (`arclight model sft`) on these conversations\n"
     "                          before RL (default with the demo: examples/letters/sft.jsonl;\n"
     "                          '' for none)\n"
-    "  --warm-start-steps N    its updates (default 160); --warm-start-lr LR (default 1e-2)\n"
+    "  --warm-start-steps N    its updates of 16 conversations (default: two passes over the\n"
+    "                          file, 160 to 500); --warm-start-lr LR (default 1e-2)\n"
     "  --kl-beta B             the trainer's KL penalty to its starting model, the warm start\n"
     "                          (default 0.05 with a warm start, 0 without; docs/LEARNING.md)\n"
     "  --listen-broker H:P     embedded broker (default 127.0.0.1:9092; port 0: any free);\n"
@@ -576,7 +580,7 @@ int cmd_up(int argc, char **argv)
     const char *workdir_arg = NULL, *model_arg = NULL, *model_config = NULL, *tokenizer_arg = NULL;
     const char *agent_arg = NULL, *tasks_arg = NULL, *listen_broker = "127.0.0.1:9092";
     const char *warm_arg = NULL, *warm_lr = "1e-2", *kl_arg = NULL;
-    long warm_steps = 160;
+    long warm_steps = 0; /* 0: two passes over the file, within UP_WARM_MIN/MAX_STEPS */
     const char *listen_serve = "127.0.0.1:8000", *listen_proxy = "127.0.0.1:8080";
     const char *lr = "2e-3";
     const char *stage_args[UP_NSTAGES] = {0};
@@ -843,14 +847,28 @@ int cmd_up(int argc, char **argv)
      * default), into WORKDIR/NAME-sft, which then is the policy's start and the trainer's
      * reference. A work directory that has it already keeps it. */
     if (warm_start && *warm_start) {
-        char sft_dir[sizeof model_dir], steps_w[32];
+        char sft_dir[sizeof model_dir], steps_w[32], batch_w[16];
+        snprintf(batch_w, sizeof batch_w, "%d", UP_WARM_BATCH);
         snprintf(sft_dir, sizeof sft_dir, "%.3800s/%.255s-sft", workdir, name);
-        snprintf(steps_w, sizeof steps_w, "%ld", warm_steps);
         if (!up_exists(sft_dir, "model.safetensors")) {
+            /* Two passes by default: a tiny model that sees a few hundred conversations many
+             * times learns them by heart instead of the skill they share (the tool agents'
+             * warm starts, docs/LEARNING.md), so bigger files get more steps, not more
+             * passes, up to a few minutes' worth; sft.jsonl's 512 keep the 160 they were
+             * tuned with, the tool agents' 4,112 get 500. */
+            if (!warm_steps) {
+                long lines = al_file_count_lines(warm_start);
+                warm_steps = (2 * lines + UP_WARM_BATCH - 1) / UP_WARM_BATCH;
+                if (warm_steps > UP_WARM_MAX_STEPS) warm_steps = UP_WARM_MAX_STEPS;
+                if (warm_steps < UP_WARM_MIN_STEPS) warm_steps = UP_WARM_MIN_STEPS;
+                al_log_info(COMP, "warm start: %ld conversations in %s, %ld steps of %d", lines,
+                            warm_start, warm_steps, UP_WARM_BATCH);
+            }
+            snprintf(steps_w, sizeof steps_w, "%ld", warm_steps);
             char *a[] = {NULL,        "model",    "sft",   "--model",    model_dir,
                          "--tokenizer", tokenizer_dir, "--data", (char *)warm_start, "--out",
                          sft_dir,     "--steps",  steps_w, "--lr",       (char *)warm_lr,
-                         NULL};
+                         "--batch",   batch_w,    NULL};
             up_child *k = up_spawn(st, "model", a, NULL);
             if (!k || up_run_to_end(st, k) < 0) goto out;
         }

@@ -36,6 +36,21 @@ int al_err(char *errstr, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
+long al_file_count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long n = 0;
+    int c, prev = '\n';
+    while ((c = getc(f)) != EOF) {
+        if (c == '\n' && prev != '\n') n++;
+        prev = c;
+    }
+    if (prev != '\n') n++;
+    fclose(f);
+    return n;
+}
+
 char *al_file_read(const char *path, size_t *len_out, char *errstr, size_t errlen)
 {
     FILE *f = fopen(path, "rb");

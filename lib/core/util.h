@@ -24,6 +24,9 @@ int al_err(char *errstr, size_t errlen, const char *fmt, ...) __attribute__((for
  * Returns NULL with the reason in errstr (naming the path) on failure. */
 char *al_file_read(const char *path, size_t *len_out, char *errstr, size_t errlen);
 
+/* The non-empty lines of a file (the records of a JSONL file), or -1 if it cannot be read. */
+long al_file_count_lines(const char *path);
+
 /* Writes a whole file atomically (temp file + fsync + rename). 0 or -1 with errstr. */
 int al_file_write_atomic(const char *path, const void *buf, size_t len, char *errstr,
                          size_t errlen);
