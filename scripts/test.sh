@@ -29,4 +29,5 @@ cmake --build build-asan -j"$jobs" 2>&1 | grep -E 'warning|error|Error' || true
 test "${PIPESTATUS[0]}" -eq 0 || { echo "sanitizer build failed"; exit 1; }
 
 cd build-asan
-ctest --output-on-failure -j"$jobs" "$@"
+# The soak (label soak: t1505, ten minutes) runs on its own: `cd build-asan && ctest -L soak`.
+ctest --output-on-failure -j"$jobs" -LE soak "$@"

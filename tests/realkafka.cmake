@@ -17,3 +17,17 @@ add_dependencies(t1502_replication_faults arclight)
 arclight_test(t1503_compose_stack SOURCES tests/t1503_compose_stack.c
   LIBS PkgConfig::RDKAFKA LABELS kafka TIMEOUT 600)
 add_dependencies(t1503_compose_stack arclight)
+# t1504: the whole loop (proxy, credit, batch, train, serve following the policy) under
+# kill -9 of every stage, broker restarts and a stalled upstream; the auditor
+# (tests/t1598_loop_audit.h) reads every topic (docs/RELIABILITY.md).
+arclight_test(t1504_whole_loop SOURCES tests/t1504_whole_loop.c
+  LIBS arclight_kafka arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL
+  LABELS kafka TIMEOUT 600)
+add_dependencies(t1504_whole_loop arclight)
+# t1505: the same loop for 10 minutes at a fixed rate, RSS sampled (label soak: not in
+# scripts/test.sh; `cd build-asan && ctest -L soak` runs it).
+arclight_test(t1505_whole_loop_soak SOURCES tests/t1504_whole_loop.c
+  LIBS arclight_kafka arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL
+  LABELS kafka soak TIMEOUT 1200)
+target_compile_definitions(t1505_whole_loop_soak PRIVATE WL_SOAK=1)
+add_dependencies(t1505_whole_loop_soak arclight)
