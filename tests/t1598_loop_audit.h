@@ -284,7 +284,7 @@ static inline void la_response_id(const char *json, char *out, size_t n)
 {
     out[0] = 0;
     if (!json) return;
-    json_t *j = json_loads(json, JSON_DECODE_ANY, NULL);
+    json_t *j = json_loads(json, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
     json_t *id = j ? json_object_get(j, "id") : NULL;
     if (json_is_string(id)) snprintf(out, n, "%s", json_string_value(id));
     json_decref(j);
