@@ -56,6 +56,9 @@ struct al_consumer {
     int64_t fence_us[3]; /* the last fencings not caused by this consumer's own rejoin */
     unsigned fence_n;
     int64_t lost_us; /* when this handle last gave its assignment up as lost; 0: never */
+    /* a commit written by the owner (a transaction: kafka/stage.c); NULL: librdkafka's */
+    al_commit_fn commit_fn;
+    void *commit_ctx;
 };
 
 /* ------------------------------------------------------------------------------------------
@@ -66,6 +69,7 @@ static void ps_unref(al_part_state *ps)
 {
     if (--ps->refs > 0) return;
     al_offset_tracker_free(ps->tracker);
+    free(ps->meta);
     free(ps->topic);
     free(ps);
 }
@@ -143,6 +147,7 @@ static void consumer_fail(al_consumer *c, const char *fmt, ...)
  * auto-committer (and rebalance/close) commits them. */
 static void consumer_store_offsets(al_consumer *c)
 {
+    if (c->commit_fn) return; /* the owner commits the tracked offsets itself */
     rd_kafka_topic_partition_list_t *l = NULL;
     for (size_t i = 0; i < c->nparts; i++) {
         al_part_state *ps = c->parts[i];
@@ -282,7 +287,8 @@ static void resolve_logical_offsets(al_consumer *c, rd_kafka_topic_partition_lis
 /* Gives partitions without a committed offset an explicit start (librdkafka runs with
  * auto.offset.reset=error, which would otherwise refuse them), and leaves the committed ones
  * to librdkafka, so that a committed offset that is gone raises __AUTO_OFFSET_RESET. */
-static void assign_start_offsets(al_consumer *c, rd_kafka_topic_partition_list_t *parts)
+static rd_kafka_topic_partition_list_t *assign_start_offsets(al_consumer *c,
+                                                             rd_kafka_topic_partition_list_t *parts)
 {
     rd_kafka_topic_partition_list_t *committed = rd_kafka_topic_partition_list_copy(parts);
     rd_kafka_resp_err_t err = rd_kafka_committed(c->rk, committed, 10000);
@@ -307,8 +313,30 @@ static void assign_start_offsets(al_consumer *c, rd_kafka_topic_partition_list_t
     if (err)
         al_log_warn("kafka", "fetching committed offsets failed (%s); librdkafka retries",
                     rd_kafka_err2str(err));
-    rd_kafka_topic_partition_list_destroy(committed);
     resolve_logical_offsets(c, parts);
+    if (err) {
+        rd_kafka_topic_partition_list_destroy(committed);
+        return NULL;
+    }
+    return committed;
+}
+
+/* Keeps the metadata of each partition's committed offset (committed: rd_kafka_committed's
+ * answer, NULL: none) in its state. */
+static void keep_committed_metadata(al_consumer *c, const rd_kafka_topic_partition_list_t *committed)
+{
+    for (int i = 0; committed && i < committed->cnt; i++) {
+        const rd_kafka_topic_partition_t *e = &committed->elems[i];
+        al_part_state *ps = ps_find(c, e->topic, e->partition);
+        if (!ps) continue;
+        free(ps->meta);
+        ps->meta = NULL;
+        ps->meta_offset = e->offset;
+        if (!e->err && e->metadata && e->metadata_size && (ps->meta = malloc(e->metadata_size + 1))) {
+            memcpy(ps->meta, e->metadata, e->metadata_size);
+            ps->meta[e->metadata_size] = '\0';
+        }
+    }
 }
 
 /* Milliseconds left of a close's budget (at most cap), or cap when there is none. */
@@ -324,6 +352,14 @@ static void consumer_flush_and_commit(al_consumer *c, const char *why)
     char err[512];
     if (c->linked && al_producer_flush(c->linked, close_budget_ms(c, 30000), err, sizeof err) != 0)
         al_log_warn("kafka", "%s: producer flush: %s", why, err);
+    if (c->commit_fn) {
+        if (c->commit_fn(c, why, close_budget_ms(c, 30000), err, sizeof err, c->commit_ctx) != 0) {
+            c->commit_failures++;
+            al_log_warn("kafka", "%s: %s (the next owner reads again from the last committed "
+                        "offset)", why, err);
+        }
+        return;
+    }
     consumer_store_offsets(c);
     /* A close with a budget commits asynchronously: a synchronous commit to a broker that
      * does not answer waits for the request timeout, whatever the budget says. The close
@@ -352,11 +388,13 @@ static void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         c->assigned = 1;
-        assign_start_offsets(c, parts);
+        rd_kafka_topic_partition_list_t *committed = assign_start_offsets(c, parts);
         for (int i = 0; i < parts->cnt; i++)
             if (!ps_add(c, parts->elems[i].topic, parts->elems[i].partition))
                 consumer_fail(c, "out of memory tracking %s [%d]", parts->elems[i].topic,
                               (int)parts->elems[i].partition);
+        keep_committed_metadata(c, committed);
+        if (committed) rd_kafka_topic_partition_list_destroy(committed);
         if (cooperative)
             error = rd_kafka_incremental_assign(rk, parts);
         else
@@ -919,6 +957,7 @@ int al_consumer_poll(al_consumer *c, int timeout_ms, rd_kafka_message_t **out, c
 
 int al_consumer_commit(al_consumer *c, char *errstr, size_t errlen)
 {
+    if (c->commit_fn) return c->commit_fn(c, "commit", 30000, errstr, errlen, c->commit_ctx);
     consumer_store_offsets(c);
     rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, NULL, 0);
     if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
@@ -928,6 +967,7 @@ int al_consumer_commit(al_consumer *c, char *errstr, size_t errlen)
 
 int al_consumer_commit_within(al_consumer *c, int timeout_ms, char *errstr, size_t errlen)
 {
+    if (c->commit_fn) return c->commit_fn(c, "commit", timeout_ms, errstr, errlen, c->commit_ctx);
     consumer_store_offsets(c);
     rd_kafka_queue_t *q = rd_kafka_queue_new(c->rk);
     if (!q) return al_err(errstr, errlen, "commit: out of memory");
@@ -958,4 +998,90 @@ int al_consumer_check(al_consumer *c, int timeout_ms, char *errstr, size_t errle
 rd_kafka_t *al_consumer_handle(al_consumer *c)
 {
     return c->rk;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Owner-written commits (transactions)
+ * ------------------------------------------------------------------------------------------ */
+
+void al_consumer_set_commit_fn(al_consumer *c, al_commit_fn fn, void *ctx)
+{
+    c->commit_fn = fn;
+    c->commit_ctx = ctx;
+}
+
+rd_kafka_topic_partition_list_t *al_consumer_committable(al_consumer *c)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)c->nparts + 1);
+    for (size_t i = 0; i < c->nparts; i++) {
+        int64_t off = al_offset_tracker_committable(c->parts[i]->tracker);
+        if (off >= 0)
+            rd_kafka_topic_partition_list_add(l, c->parts[i]->topic, c->parts[i]->partition)
+                ->offset = off;
+    }
+    return l;
+}
+
+const char *al_consumer_committed_metadata(al_consumer *c, const char *topic, int32_t partition,
+                                           int64_t *offset)
+{
+    al_part_state *ps = ps_find(c, topic, partition);
+    if (offset) *offset = ps ? ps->meta_offset : -1;
+    return ps ? ps->meta : NULL;
+}
+
+void al_consumer_drop_all(al_consumer *c)
+{
+    while (c->ibatch < c->nbatch)
+        rd_kafka_message_destroy(c->batch[c->ibatch++]);
+    c->ibatch = c->nbatch = 0;
+    c->rebalances++;
+    if (!c->nparts) return;
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)c->nparts);
+    for (size_t i = 0; i < c->nparts; i++)
+        rd_kafka_topic_partition_list_add(l, c->parts[i]->topic, c->parts[i]->partition);
+    for (int i = 0; i < l->cnt; i++)
+        ps_remove(c, l->elems[i].topic, l->elems[i].partition);
+    if (c->rb_fn) c->rb_fn(c, AL_REBALANCE_LOST, l, c->rb_ctx);
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+int al_consumer_seek_committed(al_consumer *c, char *errstr, size_t errlen)
+{
+    rd_kafka_topic_partition_list_t *a = NULL;
+    rd_kafka_resp_err_t err = rd_kafka_assignment(c->rk, &a);
+    if (err) return al_err(errstr, errlen, "reading the assignment: %s", rd_kafka_err2str(err));
+    if (!a->cnt) {
+        rd_kafka_topic_partition_list_destroy(a);
+        return 0;
+    }
+    rd_kafka_topic_partition_list_t *committed = assign_start_offsets(c, a);
+    int rc = 0;
+    for (int i = 0; i < a->cnt && !rc; i++) {
+        if (a->elems[i].offset == RD_KAFKA_OFFSET_INVALID)
+            rc = al_err(errstr, errlen, "%s [%d]: the committed offset is unknown (the broker did "
+                        "not answer)", a->elems[i].topic, (int)a->elems[i].partition);
+        else if (!ps_add(c, a->elems[i].topic, a->elems[i].partition))
+            rc = al_err(errstr, errlen, "out of memory");
+    }
+    if (!rc) {
+        keep_committed_metadata(c, committed);
+        rd_kafka_error_t *e = rd_kafka_seek_partitions(c->rk, a, 10000);
+        if (!e) {
+            for (int i = 0; i < a->cnt && !rc; i++)
+                if (a->elems[i].err)
+                    rc = al_err(errstr, errlen, "seeking %s [%d] to %lld: %s", a->elems[i].topic,
+                                (int)a->elems[i].partition, (long long)a->elems[i].offset,
+                                rd_kafka_err2str(a->elems[i].err));
+        } else {
+            rc = al_err(errstr, errlen, "seeking back: %s", rd_kafka_error_string(e));
+            rd_kafka_error_destroy(e);
+        }
+        for (int i = 0; i < a->cnt; i++)
+            al_log_info("kafka", "%s [%d]: back at offset %lld", a->elems[i].topic,
+                        (int)a->elems[i].partition, (long long)a->elems[i].offset);
+    }
+    if (committed) rd_kafka_topic_partition_list_destroy(committed);
+    rd_kafka_topic_partition_list_destroy(a);
+    return rc;
 }

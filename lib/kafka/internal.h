@@ -32,6 +32,10 @@ typedef struct al_part_state {
     int32_t partition;
     al_offset_tracker *tracker;
     int64_t stored; /* last offset handed to rd_kafka_offsets_store, -1 none */
+    /* the metadata of the partition's committed offset when it was assigned (or rewound):
+     * what the stage wrote with it (al_consumer_committed_metadata); NULL: none */
+    char *meta;
+    int64_t meta_offset;
     int refs;       /* the consumer's map entry + live inputs */
 } al_part_state;
 

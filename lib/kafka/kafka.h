@@ -241,6 +241,8 @@ int al_producer_poll(al_producer *p, int timeout_ms);
 int al_producer_flush(al_producer *p, int timeout_ms, char *errstr, size_t errlen);
 /* Messages queued or in flight without a delivery report yet. */
 int al_producer_outq_len(al_producer *p);
+/* Messages queued by al_producer_produce since the producer was made. */
+unsigned long long al_producer_sent(al_producer *p);
 /* Nonzero after a fatal error (idempotent-producer state lost): the reason in errstr. The
  * producer must be freed; a new one may be created. */
 int al_producer_fatal(al_producer *p, char *errstr, size_t errlen);
@@ -327,6 +329,31 @@ int al_consumer_commit(al_consumer *c, char *errstr, size_t errlen);
 /* The same, waiting at most timeout_ms for the broker's answer (-1 with "no answer" past it;
  * the commit may still land later). */
 int al_consumer_commit_within(al_consumer *c, int timeout_ms, char *errstr, size_t errlen);
+/* Commits written by the consumer's owner instead of librdkafka's (the stage worker's
+ * transactions, kafka/stage.h): once set, the consumer stores no offsets, and every commit
+ * it would make (al_consumer_commit*, a revoke after its flush, the close) calls fn, which
+ * returns 0 or -1 with errstr. The owner reads the tracked offsets with
+ * al_consumer_committable. Set it before subscribing, with enable.auto.commit=false. */
+typedef int (*al_commit_fn)(al_consumer *c, const char *why, int timeout_ms, char *errstr,
+                            size_t errlen, void *ctx);
+void al_consumer_set_commit_fn(al_consumer *c, al_commit_fn fn, void *ctx);
+/* Each assigned partition's committable offset (the next to read after a restart: see
+ * al_offset_tracker_committable), partitions without one left out. The caller destroys it. */
+rd_kafka_topic_partition_list_t *al_consumer_committable(al_consumer *c);
+/* The metadata string committed with the offset a partition resumed from (at its assignment
+ * or the last al_consumer_seek_committed), NUL-terminated, NULL when none or the partition is
+ * not assigned; *offset (may be NULL) the committed offset it came with (-1: none). Valid
+ * until the next poll. */
+const char *al_consumer_committed_metadata(al_consumer *c, const char *topic, int32_t partition,
+                                           int64_t *offset);
+/* Undoing the work since the last commit, in two halves. drop_all orphans every assigned
+ * partition's inputs (their offsets are never stored, failed outputs no longer stop the
+ * consumer) and tells the rebalance callback they were lost (the stage drops their state),
+ * while the partitions stay assigned; seek_committed then starts each assigned partition's
+ * tracking afresh at its committed offset (fetched now) and seeks it there. 0, or -1 with
+ * errstr (the broker did not answer: the caller stops). */
+void al_consumer_drop_all(al_consumer *c);
+int al_consumer_seek_committed(al_consumer *c, char *errstr, size_t errlen);
 /* Connects and fetches metadata within timeout_ms: 0, or -1 naming the bootstrap servers. */
 int al_consumer_check(al_consumer *c, int timeout_ms, char *errstr, size_t errlen);
 rd_kafka_t *al_consumer_handle(al_consumer *c);

@@ -34,6 +34,7 @@ struct al_producer {
         rd_kafka_topic_t *rkt;
     } topics[16];
     atomic_int ntopics;
+    atomic_ullong sent; /* messages queued (al_producer_sent) */
 };
 
 typedef struct send_ctx {
@@ -258,7 +259,10 @@ rd_kafka_resp_err_t al_producer_produce(al_producer *p, const al_kafka_out *m)
         rd_kafka_poll(p->rk, 10); /* serves delivery reports, which frees queue space */
     }
     if (once) rd_kafka_topic_destroy(once); /* the message holds its own reference */
-    if (!err) return 0;
+    if (!err) {
+        atomic_fetch_add_explicit(&p->sent, 1, memory_order_relaxed);
+        return 0;
+    }
 fail:
     if (sc->input) al_input__drop_output(sc->input);
     free(sc);
@@ -296,6 +300,11 @@ int al_producer_flush(al_producer *p, int timeout_ms, char *errstr, size_t errle
     al_producer_last_error(p, last, sizeof last);
     return al_err(errstr, errlen, "%d messages still in flight after %d ms%s%s", left, timeout_ms,
                   last[0] ? ": " : "", last);
+}
+
+unsigned long long al_producer_sent(al_producer *p)
+{
+    return atomic_load_explicit(&p->sent, memory_order_relaxed);
 }
 
 int al_producer_outq_len(al_producer *p)

@@ -4,9 +4,13 @@
  */
 #include "kafka/stage.h"
 
+#include "kafka/internal.h"
+
 #include "core/cli.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "http/metrics.h"
 #include "http/server.h"
 
 #include <errno.h>
@@ -15,6 +19,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 /* One worker per process: the flag is the process's, as the signal disposition is. */
 static volatile sig_atomic_t stage_stop;
@@ -64,6 +70,13 @@ void al_stage_init(al_stage *s, const char *comp, const char *health_text, int l
     s->consumer = NULL;
     s->http = NULL;
     s->closing = 0;
+    s->member_lock_fd = -1;
+    s->txn_id[0] = '\0';
+    s->txn_open = s->txn_abort = s->rewinding = 0;
+    s->txn_next_us = s->txn_every_us = 0;
+    s->txn_sent = 0;
+    s->txn_offsets = NULL;
+    s->txn_commits = s->txn_aborts = 0;
 }
 
 /* The reason is written before the flag is published, and never again, so a reader on
@@ -162,13 +175,270 @@ static void stage_on_rebalance(al_consumer *c, al_rebalance_event ev,
 {
     (void)c;
     al_stage *s = ctx;
+    /* Lost partitions were never committed: the open transaction holds outputs of their
+     * inputs, which their next owner makes again. Abort it (at the next turn of the loop:
+     * not from inside the consumer's callback) and redo the rest from the commit. */
+    if (s->spec->exactly_once && ev == AL_REBALANCE_LOST && !s->rewinding) s->txn_abort = 1;
     if (s->spec->hooks->rebalance) s->spec->hooks->rebalance(s, ev, parts, s->spec->ud);
 }
 
 static void stage_on_delivery(const al_delivery *d, void *ctx)
 {
     al_stage *s = ctx;
+    if (s->rewinding &&
+        (d->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || d->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT))
+        return; /* an output of the aborted transaction: the stage has dropped its input */
     if (s->spec->hooks->delivery) s->spec->hooks->delivery(s, d, s->spec->ud);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Exactly once (the top of stage.h)
+ * ------------------------------------------------------------------------------------------ */
+
+static void txn_count(al_stage *s, const char *outcome)
+{
+    if (s->spec->metrics)
+        al_counter_inc(al_metrics_counter(s->spec->metrics, "arclight_stage_transactions_total",
+                                          "Transactions of --exactly-once, by outcome", "outcome",
+                                          outcome, NULL));
+}
+
+/* Latches a fatal error of the transactional producer (code: its error code) with what it
+ * means. */
+static void txn_fatal(al_stage *s, rd_kafka_resp_err_t code, const char *what)
+{
+    if (code == RD_KAFKA_RESP_ERR__FENCED || code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH ||
+        code == RD_KAFKA_RESP_ERR_PRODUCER_FENCED)
+        al_stage_fail(s,
+                      "exactly-once: fenced: another worker started with transactional.id %s "
+                      "(this worker was restarted while still running, or two workers share "
+                      "ARCLIGHT_INSTANCE_ID); stopping without committing (%s)",
+                      s->txn_id, what);
+    else
+        al_stage_fail(s, "exactly-once: fatal transaction error, stopping: %s", what);
+}
+
+/* A transactional call's error: 0 when there is none; otherwise logs nothing, latches a
+ * fatal one (with what to do), and returns 1 for an abortable one, 2 for a retriable one,
+ * 3 for anything else (the caller decides). Destroys e. */
+static int txn_error(al_stage *s, rd_kafka_error_t *e, const char *what, char *errstr,
+                     size_t errlen)
+{
+    if (!e) return 0;
+    int kind = rd_kafka_error_is_fatal(e)             ? 0
+               : rd_kafka_error_txn_requires_abort(e) ? 1
+               : rd_kafka_error_is_retriable(e)       ? 2
+                                                      : 3;
+    snprintf(errstr, errlen, "%s: %s (%s)", what, rd_kafka_error_string(e),
+             rd_kafka_error_name(e));
+    if (kind == 0) txn_fatal(s, rd_kafka_error_code(e), errstr);
+    rd_kafka_error_destroy(e);
+    return kind == 0 ? -1 : kind;
+}
+
+/* Begins the next transaction. 0, or -1 (latched). */
+static int txn_begin(al_stage *s)
+{
+    char err[512];
+    int k = txn_error(s, rd_kafka_begin_transaction(al_producer_handle(s->producer)),
+                      "beginning a transaction", err, sizeof err);
+    if (k > 0) al_stage_fail(s, "exactly-once: %s", err);
+    if (k) return -1;
+    s->txn_open = 1;
+    return 0;
+}
+
+/* Aborts the open transaction and rewinds the consumer to its committed offsets (the stage's
+ * state of every partition dropped as lost), then begins the next one. 0, or -1 (latched;
+ * what is not committed is read again after a restart). */
+static int txn_rewind(al_stage *s, const char *why)
+{
+    char err[512];
+    rd_kafka_t *rk = al_producer_handle(s->producer);
+    s->txn_abort = 0;
+    s->rewinding = 1;
+    al_log_warn(s->comp, "exactly-once: aborting the transaction (%s); the work since the last "
+                         "commit is done again from the committed offsets", why);
+    /* the inputs first, so that the purged outputs' failed deliveries stop nothing */
+    if (s->consumer) al_consumer_drop_all(s->consumer);
+    int k = 2;
+    for (int tries = 0; k == 2 && tries < 3; tries++)
+        k = txn_error(s, rd_kafka_abort_transaction(rk, al_stage_drain_left_ms(s, 60000)),
+                      "aborting the transaction", err, sizeof err);
+    s->txn_open = 0;
+    s->rewinding = 0;
+    if (k > 0) al_stage_fail(s, "exactly-once: %s", err);
+    if (k) return -1;
+    s->txn_aborts++;
+    txn_count(s, "aborted");
+    if (s->consumer && al_consumer_seek_committed(s->consumer, err, sizeof err) != 0) {
+        al_stage_fail(s, "exactly-once: after an abort: %s", err);
+        return -1;
+    }
+    s->txn_sent = al_producer_sent(s->producer);
+    return txn_begin(s);
+}
+
+/* 1 when offsets l would commit nothing new over the last commit's. */
+static int txn_offsets_same(const al_stage *s, const rd_kafka_topic_partition_list_t *l)
+{
+    if (!s->txn_offsets) return l->cnt == 0;
+    for (int i = 0; i < l->cnt; i++) {
+        const rd_kafka_topic_partition_t *o = rd_kafka_topic_partition_list_find(
+            s->txn_offsets, l->elems[i].topic, l->elems[i].partition);
+        if (!o || o->offset != l->elems[i].offset) return 0;
+    }
+    return 1;
+}
+
+/* Commits the open transaction: the outputs flushed, the consumer's committable offsets (and
+ * the stage's metadata for them) sent to it, the commit; then the next one begins. Nothing
+ * is sent when nothing was produced and no offset moved. 0; -1 with errstr when it did not
+ * commit: an abortable error leaves txn_abort set (the loop rewinds), a fatal one is latched. */
+static int txn_commit(al_stage *s, const char *why, int timeout_ms, char *errstr, size_t errlen)
+{
+    rd_kafka_t *rk = al_producer_handle(s->producer);
+    if (!s->txn_open) return al_err(errstr, errlen, "no transaction is open");
+    if (al_stage_failed(s))
+        return al_err(errstr, errlen, "not committing after a failure: %s", al_stage_reason(s));
+    if (s->txn_abort) return al_err(errstr, errlen, "the transaction is to be aborted");
+    if (timeout_ms < 1000) timeout_ms = 1000;
+    if (al_producer_flush(s->producer, timeout_ms, errstr, errlen) != 0) return -1;
+    /* the flush served the deliveries: the offsets below are of acknowledged work only */
+    rd_kafka_topic_partition_list_t *l = al_consumer_committable(s->consumer);
+    if (al_producer_sent(s->producer) == s->txn_sent && txn_offsets_same(s, l)) {
+        rd_kafka_topic_partition_list_destroy(l);
+        return 0;
+    }
+    char meta[4096];
+    for (int i = 0; s->spec->hooks->offset_metadata && i < l->cnt; i++) {
+        rd_kafka_topic_partition_t *e = &l->elems[i];
+        size_t n = s->spec->hooks->offset_metadata(s, e->topic, e->partition, e->offset, meta,
+                                                   sizeof meta, s->spec->ud);
+        if (n > 0 && n < sizeof meta && (e->metadata = malloc(n))) {
+            memcpy(e->metadata, meta, n);
+            e->metadata_size = n;
+        }
+    }
+    int k = 0;
+    if (l->cnt) {
+        rd_kafka_consumer_group_metadata_t *g =
+            rd_kafka_consumer_group_metadata(al_consumer_handle(s->consumer));
+        k = 2;
+        for (int tries = 0; k == 2 && tries < 3; tries++)
+            k = txn_error(s, rd_kafka_send_offsets_to_transaction(rk, l, g, timeout_ms),
+                          "sending the offsets to the transaction", errstr, errlen);
+        rd_kafka_consumer_group_metadata_destroy(g);
+    }
+    if (!k) {
+        k = 2;
+        for (int tries = 0; k == 2 && tries < 3; tries++)
+            k = txn_error(s, rd_kafka_commit_transaction(rk, timeout_ms),
+                          "committing the transaction", errstr, errlen);
+    }
+    if (k) {
+        rd_kafka_topic_partition_list_destroy(l);
+        if (k > 0) s->txn_abort = 1; /* abortable, or still not done: undo it */
+        return -1;
+    }
+    s->txn_open = 0;
+    s->txn_commits++;
+    txn_count(s, "committed");
+    al_log_debug(s->comp, "exactly-once: committed (%s), %d partitions", why, l->cnt);
+    if (s->txn_offsets) rd_kafka_topic_partition_list_destroy(s->txn_offsets);
+    s->txn_offsets = l;
+    s->txn_sent = al_producer_sent(s->producer);
+    if (txn_begin(s) != 0) return al_err(errstr, errlen, "%s", al_stage_reason(s));
+    return 0;
+}
+
+/* The consumer's commits (al_commit_fn) in exactly-once mode. */
+static int stage_commit_fn(al_consumer *c, const char *why, int timeout_ms, char *errstr,
+                           size_t errlen, void *ctx)
+{
+    (void)c;
+    return txn_commit(ctx, why, timeout_ms, errstr, errlen);
+}
+
+/* Before the producer: the worker's id (its consumer joins under it too) and the settings of
+ * the mode. 0, or -1 (logged). */
+static int txn_configure(al_stage *s)
+{
+    char id[256];
+    al_kafka__member_id(s->conf, s->group, id, sizeof id, &s->member_lock_fd);
+    if (!id[0]) {
+        al_log_error(s->comp,
+                     "--exactly-once needs a stable worker id for its transactional.id, and "
+                     "this worker has none (ARCLIGHT_INSTANCE_ID=none or group.instance.id=none, "
+                     "or no member slot free): set ARCLIGHT_INSTANCE_ID (or group.instance.id) "
+                     "to a name that stays the same across restarts");
+        return -1;
+    }
+    snprintf(s->txn_id, sizeof s->txn_id, "%s", id);
+    const char *iso = al_kafka_conf_get(s->conf, "isolation.level");
+    if (iso && strcmp(iso, "read_committed"))
+        al_log_warn(s->comp, "--exactly-once reads with isolation.level=read_committed (the "
+                             "configured %s is not used)", iso);
+    const char *every = al_kafka_conf_get(s->conf, "auto.commit.interval.ms");
+    double ms = every ? atof(every) : 5000;
+    s->txn_every_us = (int64_t)((ms >= 10 ? ms : 10) * 1000);
+    if (al_kafka_conf_set(s->conf, "group.instance.id", id) ||
+        al_kafka_conf_set(s->conf, "isolation.level", "read_committed") ||
+        al_kafka_conf_set(s->conf, "enable.auto.commit", "false")) {
+        al_log_error(s->comp, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* The transactional producer: transactional.id set, its transactions initialised (fencing a
+ * previous incarnation of this worker and aborting what it left open), the first begun.
+ * NULL (logged) on failure. */
+static al_producer *txn_producer_new(al_stage *s)
+{
+    char err[1024];
+    al_kafka_conf *pc = al_kafka_conf_dup(s->conf);
+    /* A message must be delivered within its transaction's life: a message.timeout.ms past
+     * transaction.timeout.ms (librdkafka refuses it; client.conf's is 5 minutes, to ride out
+     * an outage) becomes the transaction's timeout, 60 s unless configured. */
+    const char *tt = pc ? al_kafka_conf_get(pc, "transaction.timeout.ms") : NULL;
+    const char *mt = pc ? al_kafka_conf_get(pc, "message.timeout.ms") : NULL;
+    double txn_ms = tt ? atof(tt) : 60000;
+    if (pc && mt && atof(mt) > txn_ms) {
+        char v[32];
+        snprintf(v, sizeof v, "%.0f", txn_ms);
+        if (al_kafka_conf_set(pc, "message.timeout.ms", v)) {
+            al_kafka_conf_free(pc);
+            pc = NULL;
+        }
+    }
+    if (!pc || al_kafka_conf_set(pc, "transactional.id", s->txn_id)) {
+        al_kafka_conf_free(pc);
+        al_log_error(s->comp, "out of memory");
+        return NULL;
+    }
+    al_producer *p = al_producer_new(pc, err, sizeof err);
+    al_kafka_conf_free(pc);
+    if (!p) {
+        al_log_error(s->comp, "%s", err);
+        return NULL;
+    }
+    rd_kafka_error_t *e = rd_kafka_init_transactions(al_producer_handle(p), 60000);
+    if (e) {
+        al_log_error(s->comp,
+                     "--exactly-once: initialising transactions for transactional.id %s: %s "
+                     "(%s)%s",
+                     s->txn_id, rd_kafka_error_string(e), rd_kafka_error_name(e),
+                     rd_kafka_error_code(e) == RD_KAFKA_RESP_ERR__TIMED_OUT
+                         ? "; is the cluster reachable, and does it have a transaction "
+                           "coordinator (transaction.state.log.* settings)?"
+                         : "");
+        rd_kafka_error_destroy(e);
+        al_producer_free_within(p, 0);
+        return NULL;
+    }
+    al_log_info(s->comp, "exactly-once: transactional.id %s", s->txn_id);
+    return p;
 }
 
 /* Steps 1-6 of stage.h: 0 ready to consume, 1 nothing to do, -1 failed (logged). */
@@ -192,11 +462,14 @@ static int stage_start(al_stage *s)
         return -1;
     }
     al_stage_catch_signals();
-    if (!(s->producer = al_producer_new(s->conf, err, sizeof err))) {
+    if (spec->exactly_once) {
+        if (txn_configure(s) != 0 || !(s->producer = txn_producer_new(s))) return -1;
+    } else if (!(s->producer = al_producer_new(s->conf, err, sizeof err))) {
         al_log_error(s->comp, "%s", err);
         return -1;
     }
     al_producer_set_delivery_cb(s->producer, stage_on_delivery, s);
+    if (spec->exactly_once && txn_begin(s) != 0) return -1;
     /* The outputs' partitions and leaders now: otherwise the first message waits up to a
      * second for librdkafka's scan of unknown topics (and consumption backs up behind it),
      * and an unreachable cluster shows here rather than at the first output. */
@@ -216,6 +489,10 @@ static int stage_start(al_stage *s)
         return -1;
     }
     al_consumer_set_rebalance_cb(s->consumer, stage_on_rebalance, s);
+    if (spec->exactly_once) {
+        al_consumer_set_commit_fn(s->consumer, stage_commit_fn, s);
+        s->txn_next_us = al_mono_us() + s->txn_every_us;
+    }
     const char *topics[] = {spec->input};
     if (al_consumer_subscribe(s->consumer, topics, 1, err, sizeof err) != 0) {
         al_log_error(s->comp, "%s", err);
@@ -231,7 +508,28 @@ static void stage_loop(al_stage *s)
     const al_stage_spec *spec = s->spec;
     const al_stage_hooks *h = spec->hooks;
     char err[1024];
+    /* test fault point ARCLIGHT_STAGE_TEST_KILL_AT=N: SIGKILL once the Nth input has been
+     * handled and its outputs are acknowledged, before any commit can include them (in
+     * exactly-once mode they are in the open transaction) */
+    long long kill_at = -1, handed = 0;
+    const char *at = al_fault_spec("ARCLIGHT_STAGE_TEST_KILL_AT");
+    if (at && sscanf(at, "%lld", &kill_at) != 1) kill_at = -1;
     while (!al_stage_stop_requested() && !al_stage_failed(s)) {
+        if (spec->exactly_once) {
+            if (s->txn_abort && txn_rewind(s, "partitions lost, or a commit refused") != 0) break;
+            if (al_producer_fatal(s->producer, err, sizeof err)) {
+                txn_fatal(s, rd_kafka_fatal_error(al_producer_handle(s->producer), NULL, 0), err);
+                break;
+            }
+            if (al_mono_us() >= s->txn_next_us) {
+                if (txn_commit(s, "interval", al_stage_drain_left_ms(s, 30000), err,
+                               sizeof err) != 0 &&
+                    !al_stage_failed(s))
+                    al_log_warn(s->comp, "exactly-once: %s", err);
+                s->txn_next_us = al_mono_us() + s->txn_every_us;
+                continue;
+            }
+        }
         rd_kafka_message_t *m = NULL;
         int r = al_consumer_poll(s->consumer, spec->poll_ms, &m, err, sizeof err);
         if (r < 0) {
@@ -244,6 +542,11 @@ static void stage_loop(al_stage *s)
         }
         int64_t now = al_mono_us();
         if (r == 1) h->message(s, m, now, spec->ud);
+        if (AL_FAULT_POINTS && r == 1 && ++handed == kill_at) {
+            al_producer_flush(s->producer, 30000, err, sizeof err);
+            al_fault_kill(s->comp, "after input %lld, its outputs acknowledged, uncommitted",
+                          handed);
+        }
         if (h->tick && h->tick(s, r, now, spec->ud)) break;
     }
 }
@@ -288,6 +591,15 @@ int al_stage_run(al_stage *s, const al_stage_spec *spec)
      * failed run must not commit what it had not finished. */
     s->closing = 1;
     al_stage_drain_start(s, spec->drain_s);
+    /* a failed (or undone) run's open transaction goes now: nothing of it becomes visible,
+     * and the close's revoke then has nothing to commit */
+    if (spec->exactly_once && s->producer && s->txn_open && (al_stage_failed(s) || s->txn_abort)) {
+        rd_kafka_error_t *e = rd_kafka_abort_transaction(al_producer_handle(s->producer),
+                                                         al_stage_drain_left_ms(s, 10000));
+        if (e) rd_kafka_error_destroy(e);
+        s->txn_open = 0;
+        s->txn_abort = 1; /* nothing more is committed */
+    }
     al_consumer_free_within(s->consumer, al_stage_drain_left_ms(s, AL_CONSUMER_CLOSE_MS));
     s->consumer = NULL;
     if (spec->hooks->release) spec->hooks->release(s, spec->ud);
@@ -297,5 +609,9 @@ int al_stage_run(al_stage *s, const al_stage_spec *spec)
     s->http = NULL;
     al_kafka_conf_free(s->conf);
     s->conf = NULL;
+    if (s->txn_offsets) rd_kafka_topic_partition_list_destroy(s->txn_offsets);
+    s->txn_offsets = NULL;
+    if (s->member_lock_fd >= 0) close(s->member_lock_fd);
+    s->member_lock_fd = -1;
     return rc;
 }

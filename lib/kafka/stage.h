@@ -32,6 +32,33 @@
  *
  * The pieces are also usable alone (the latch, the drain budget, the signal flag, the
  * rebalance guard).
+ *
+ * Exactly once (spec.exactly_once, a stage's --exactly-once). The outputs and the input
+ * offsets go to Kafka in transactions instead of being produced and committed apart:
+ *
+ *   - transactional.id is the worker's static membership id, INSTANCE.GROUP.SLOT (member.c),
+ *     which the consumer joins the group under too: the same worker restarted after kill -9
+ *     takes the same id, and its InitProducerId fences the dead one's producer and aborts
+ *     the transaction it left open before the new one reads anything. A worker without such
+ *     an id (ARCLIGHT_INSTANCE_ID=none, group.instance.id=none) refuses to start.
+ *   - every auto.commit.interval.ms (client.conf: 1 s), after a poll: the producer flushed,
+ *     the consumer's committable offsets (al_consumer_committable: per partition the first
+ *     input whose outputs are not all acknowledged, so what the stage still holds open is
+ *     read again after a restart, as in at-least-once mode) sent to the transaction with the
+ *     consumer's group metadata, with the stage's offset_metadata next to each, then the
+ *     commit; so a partition's committed offset moves exactly when the outputs made from
+ *     the inputs before it become visible, and never otherwise. The same commit runs where
+ *     the consumer would commit (a revoke, the drain, the close).
+ *   - an abortable error (a failed delivery in the transaction, a refused commit), or
+ *     partitions lost (a session timeout, a fencing of the static member): the transaction is
+ *     aborted, every assigned partition is dropped as lost (the rebalance hook drops the
+ *     stage's state for it) and sought back to its committed offset, and the work since the
+ *     last commit is done again.
+ *   - a fatal error (the producer fenced: another worker took this transactional.id) stops
+ *     the worker with that reason; a failed run aborts its open transaction.
+ *   - every reader in the worker reads with isolation.level=read_committed (librdkafka's
+ *     default, enforced here), so aborted outputs of an upstream transactional stage are
+ *     never inputs.
  */
 #ifndef ARCLIGHT_KAFKA_STAGE_H
 #define ARCLIGHT_KAFKA_STAGE_H
@@ -73,6 +100,11 @@ typedef struct al_stage_hooks {
     /* After the consumer is closed: inputs still held are ended here (their offsets can no
      * longer be stored: a restart reads them again). NULL: none. */
     void (*release)(al_stage *s, void *ud);
+    /* Exactly-once mode: the metadata string committed with `offset` of topic [partition]
+     * (the consumer hands it back with that offset: al_consumer_committed_metadata), at most
+     * len - 1 bytes into buf; returns its length (0: none). NULL: none. */
+    size_t (*offset_metadata)(al_stage *s, const char *topic, int32_t partition, int64_t offset,
+                              char *buf, size_t len, void *ud);
 } al_stage_hooks;
 
 typedef struct al_stage_spec {
@@ -87,6 +119,7 @@ typedef struct al_stage_spec {
     double drain_s;      /* --drain-timeout: AL_STAGE_DRAIN_DEFAULT_S */
     const al_stage_hooks *hooks;
     void *ud; /* handed to every hook */
+    int exactly_once; /* 1: transactions (see the top of this file) */
 } al_stage_spec;
 
 struct al_stage {
@@ -104,6 +137,16 @@ struct al_stage {
     al_consumer *consumer;
     al_http_server *http;
     int closing; /* the consumer is being closed: its revokes are the stage's own doing */
+    /* exactly-once mode (stage.c) */
+    int member_lock_fd;      /* the member slot's lock (member.c), -1: none */
+    char txn_id[256];        /* transactional.id = group.instance.id */
+    int txn_open;            /* a transaction is begun */
+    int txn_abort;           /* abort and rewind at the next turn of the loop */
+    int rewinding;           /* inside an abort: purged deliveries are not the stage's */
+    int64_t txn_next_us, txn_every_us;
+    unsigned long long txn_sent; /* the producer's al_producer_sent at the last commit */
+    rd_kafka_topic_partition_list_t *txn_offsets; /* what the last commit committed */
+    uint64_t txn_commits, txn_aborts;
 };
 
 /* Starts healthy. comp and health_text are borrowed and must outlive the stage. */

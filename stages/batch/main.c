@@ -17,6 +17,13 @@
  * its chunks are sent again from chunk 0, so a reader keeps, for each step, the chunks that
  * follow the last chunk 0 it saw.
  *
+ * Exactly once (--exactly-once: kafka/stage.h's transactions). A step is sent whole within
+ * one turn of the loop, so its chunks always share one transaction, committed with the
+ * offsets its transitions freed; the read-back at start is read_committed, so a step cut
+ * short by a crash was aborted and is simply made again, and a committed one's transitions
+ * are duplicates when re-read. An aborted transaction stops the worker (its steps cannot be
+ * taken back in memory); its restart continues from the committed offsets.
+ *
  * One worker per consumer group: step numbers of a model come from one writer. When the group
  * takes partitions away from this worker (a second worker joined), it stops with an error
  * rather than number steps concurrently; the other worker carries on from the stored offsets.
@@ -282,6 +289,12 @@ static void on_rebalance(al_stage *s, al_rebalance_event ev,
     batch_worker *w = ctx;
     int n;
     if (!al_stage_partitions_taken(s, ev, parts, &n)) return;
+    if (s->rewinding) {
+        al_stage_fail(&w->st, "exactly-once: the transaction was aborted; the batcher cannot "
+                              "take back the steps it made since the last commit, so this worker "
+                              "stops and its restart continues from the committed offsets");
+        return;
+    }
     al_stage_fail(&w->st,
                   "the consumer group took %d partition%s of %s away from this worker (another "
                   "batch worker joined?); steps of a model must come from one worker, so this "
@@ -777,6 +790,12 @@ static void usage(FILE *f)
             "  --drain-timeout S         on SIGTERM, at most S seconds (default 15) to flush\n"
             "                            steps, commit and leave the group, whether or not\n"
             "                            Kafka answers\n"
+            "  --exactly-once            Kafka transactions: each step's chunks and the offsets\n"
+            "                            of its transitions are committed together, and the\n"
+            "                            read-back at start sees committed chunks only, so no\n"
+            "                            chunk reaches a read_committed reader twice, also\n"
+            "                            across kill -9 (transactional.id: the worker's static\n"
+            "                            member id; real Kafka, see docs/RELIABILITY.md)\n"
             "  --help\n" AL_CLI_COMMON_HELP);
 }
 
@@ -805,7 +824,7 @@ int cmd_batch(int argc, char **argv)
     enum {
         O_STEP_SEQ = AL_CLI_OPT_USER, O_STEP_TOK, O_STEP_GRP, O_MB_TOK, O_MAX_MSG, O_STALENESS,
         O_STALE, O_WHITEN, O_IDLE, O_DEDUP, O_RECOVER, O_IN, O_OUT, O_POLICY, O_GROUP, O_STEPS,
-        O_DRAIN, O_HELP
+        O_DRAIN, O_EXACTLY_ONCE, O_HELP
     };
     static const struct option opts[] = {
         {"step-sequences", required_argument, 0, O_STEP_SEQ},
@@ -825,6 +844,7 @@ int cmd_batch(int argc, char **argv)
         {"group", required_argument, 0, O_GROUP},
         {"steps", required_argument, 0, O_STEPS},
         {"drain-timeout", required_argument, 0, O_DRAIN},
+        {"exactly-once", no_argument, 0, O_EXACTLY_ONCE},
         {"help", no_argument, 0, O_HELP},
         AL_CLI_COMMON_OPTIONS,
         {0, 0, 0, 0},
@@ -845,7 +865,7 @@ int cmd_batch(int argc, char **argv)
     al_batch_config_default(&o.cfg);
     int64_t v = 0, max_msg = -1, step_seq = -1, step_tok = -1, step_grp = -1;
     int64_t drain_s = AL_STAGE_DRAIN_DEFAULT_S;
-    int c;
+    int c, exactly_once = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         const char *name = NULL;
@@ -876,6 +896,7 @@ int cmd_batch(int argc, char **argv)
         case O_GROUP: o.group = optarg; break;
         case O_STEPS: name = "--steps"; bad = al_stage_parse_i64(optarg, 1, &o.stop_after_step); break;
         case O_DRAIN: name = "--drain-timeout"; bad = al_stage_parse_i64(optarg, 0, &drain_s); break;
+        case O_EXACTLY_ONCE: exactly_once = 1; break;
         case O_HELP:
         case 'h': usage(stdout); return AL_EXIT_OK;
         default: {
@@ -940,6 +961,7 @@ int cmd_batch(int argc, char **argv)
         .drain_s = (double)drain_s,
         .hooks = &batch_hooks,
         .ud = &w,
+        .exactly_once = exactly_once,
     };
     rc = al_stage_run(&w.st, &spec);
 out:

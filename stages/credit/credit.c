@@ -204,6 +204,11 @@ struct al_credit_part {
     cr_group *fifo_head, *fifo_tail;
     cr_interval *iv;
     size_t niv, capiv;
+    /* exactly-once: the first offsets of the groups emitted at or above the safe offset
+     * (sorted), and those a restart must not emit again (al_credit_part_skip_emitted) */
+    int64_t *elo, *skip;
+    size_t nelo, capelo, nskip;
+    int suppress; /* the group being emitted was emitted before the restart */
     cr_ended **etab; /* recently ended rollouts: hash + FIFO ring */
     size_t ecap, ecount;
     cr_ended **ering; /* ring of ecount ends from ehead, in end order; grows to CR_ENDED_MAX */
@@ -400,6 +405,8 @@ void al_credit_part_free(al_credit_part *p)
     free(p->gtab);
     free(p->btab);
     free(p->iv);
+    free(p->elo);
+    free(p->skip);
     free(p->s_resp);
     free(p->s_mask);
     free(p->s_lp);
@@ -516,6 +523,13 @@ int64_t al_credit_part_safe_offset(al_credit_part *p)
     if (p->niv && p->iv[0].lo < s && s <= p->iv[0].hi) s = p->iv[0].lo;
     if (s < p->safe) s = p->safe; /* cannot happen (see credit.h); keep the promise anyway */
     p->safe = s;
+    size_t e = 0;
+    while (e < p->nelo && p->elo[e] < s)
+        e++;
+    if (e) {
+        memmove(p->elo, p->elo + e, (p->nelo - e) * sizeof *p->elo);
+        p->nelo -= e;
+    }
     return s;
 }
 
@@ -779,11 +793,14 @@ static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *
             .model = c0->model,
             .timestamp_us = ts,
         };
-        if (p->sink.transition(p->sink.ud, &t, anchor) != 0) {
+        if (p->suppress) {
+            p->stats.transitions_replayed++;
+        } else if (p->sink.transition(p->sink.ud, &t, anchor) != 0) {
             rc = al_err(errstr, errlen, "transition %s was not accepted by the sink", id);
             break;
+        } else {
+            p->stats.transitions++;
         }
-        p->stats.transitions++;
         k = e;
     }
     return rc;
@@ -802,6 +819,31 @@ static cr_baseline *baseline_get(al_credit_part *p, const char *key, int *create
     }
     *created = 1;
     return b;
+}
+
+/* Records that the group whose earliest first span is at `lo` was emitted (lo increases
+ * from group to group only roughly: kept sorted). 0, or -1 out of memory. */
+static int emitted_add(al_credit_part *p, int64_t lo)
+{
+    if (grow((void **)&p->elo, &p->capelo, p->nelo + 1, sizeof *p->elo)) return -1;
+    size_t i = p->nelo;
+    while (i > 0 && p->elo[i - 1] > lo)
+        i--;
+    memmove(&p->elo[i + 1], &p->elo[i], (p->nelo - i) * sizeof *p->elo);
+    p->elo[i] = lo;
+    p->nelo++;
+    return 0;
+}
+
+/* 1 (and forgets it) when the group at `lo` is one a restart must not emit again. */
+static int skip_take(al_credit_part *p, int64_t lo)
+{
+    for (size_t i = 0; i < p->nskip; i++)
+        if (p->skip[i] == lo) {
+            p->skip[i] = p->skip[--p->nskip];
+            return 1;
+        }
+    return 0;
 }
 
 /* Completes group g: computes the statistics over its training members (kept, with a
@@ -876,13 +918,17 @@ static int group_emit(al_credit_part *p, cr_group *g, int timed_out, char *errst
         char gid[1024];
         snprintf(gid, sizeof gid, "%s/%s:%d", g->key, f->rollout_id, f->attempt);
         cr_credit cc = {.mo = mo, .base = base};
+        p->suppress = skip_take(p, lo);
+        if (p->suppress) p->stats.groups_replayed++;
         for (size_t i = 0; !rc && i < g->nmembers; i++) {
             const cr_rollout *r = g->members[i];
             if (!r->kept || !r->ncalls) continue;
             rc = emit_rollout(p, g, r, &cc, lo, gid, (int32_t)n, ts, errstr, errlen);
         }
-        if (!rc) p->stats.groups_completed++;
+        if (!rc && !p->suppress) p->stats.groups_completed++;
+        p->suppress = 0;
     }
+    if (hi >= 0 && emitted_add(p, lo) != 0 && !rc) rc = al_err(errstr, errlen, "out of memory");
     free(vals);
     free(base);
     free(mo);
@@ -1260,5 +1306,25 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
         p->stats.rollouts_completed++;
         return rollout_end(p, r, s->rollout_end.retried, errstr, errlen) ? -1 : 0;
     }
+    return 0;
+}
+
+size_t al_credit_part_emitted(const al_credit_part *p, int64_t from, const int64_t **out)
+{
+    size_t i = 0;
+    while (i < p->nelo && p->elo[i] < from)
+        i++;
+    *out = p->elo + i;
+    return p->nelo - i;
+}
+
+int al_credit_part_skip_emitted(al_credit_part *p, const int64_t *lo, size_t n)
+{
+    if (!n) return 0;
+    int64_t *ns = realloc(p->skip, (p->nskip + n) * sizeof *ns);
+    if (!ns) return -1;
+    p->skip = ns;
+    memcpy(p->skip + p->nskip, lo, n * sizeof *lo);
+    p->nskip += n;
     return 0;
 }

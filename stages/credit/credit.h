@@ -162,6 +162,8 @@ typedef struct al_credit_stats {
     uint64_t groups_dropped_equal;
     uint64_t groups_dropped_empty; /* every rollout of the group dropped */
     uint64_t transitions;
+    uint64_t groups_replayed;      /* re-formed after a restart, emitted before it: not again */
+    uint64_t transitions_replayed; /* their transitions, not emitted */
     uint64_t open_rollouts;
     uint64_t open_groups;
 } al_credit_stats;
@@ -212,6 +214,22 @@ int al_credit_part_advance(al_credit_part *p, int64_t clock_us, char *errstr, si
 /* Every span below this offset is finished with (see the top of this file); -1 before the
  * first span. Never decreases. */
 int64_t al_credit_part_safe_offset(al_credit_part *p);
+/* Exactly once across restarts. A restart re-reads from the safe offset, which stays at the
+ * first span of the oldest open rollout: every group emitted after that span (above the
+ * safe offset) is re-formed whole and would be emitted again. Each emitted group is named
+ * by the offset of its earliest first span (distinct for distinct groups: a span belongs
+ * to one rollout), and those names are what a transactional stage commits next to its
+ * offset and hands back to the restarted part.
+ *   emitted: the names >= from of the groups emitted (or re-formed and not emitted again)
+ *     whose names are not below the safe offset, ascending, in *out (valid until the next
+ *     call into the part); returns their number.
+ *   skip_emitted: a re-formed group with one of these names is completed without calling
+ *     the sink (groups_replayed, transitions_replayed count it; its transitions are the ones
+ *     emitted before the restart, since the same spans form the same groups). 0, or -1 out
+ *     of memory. */
+size_t al_credit_part_emitted(const al_credit_part *p, int64_t from, const int64_t **out);
+int al_credit_part_skip_emitted(al_credit_part *p, const int64_t *lo, size_t n);
+
 /* The event-time clock: the largest timestamp seen or advanced to; 0 before any. */
 int64_t al_credit_part_clock(const al_credit_part *p);
 const al_credit_stats *al_credit_part_stats(const al_credit_part *p);

@@ -9,6 +9,19 @@
  * rollout or group, nor a group whose transitions are not all acknowledged, and a restart
  * rebuilds open rollouts from the spans after it.
  *
+ * Exactly once (--exactly-once: kafka/stage.h's transactions). A transaction commits the
+ * transitions produced since the last one together with, per partition, the same offset
+ * as above: the oldest span still needed by an open rollout or group, so a restart still
+ * rebuilds open rollouts from the spans after it. That offset alone would not make the mode
+ * exactly once: the groups that completed after that span are re-formed whole by the
+ * restart and would be emitted again. So each committed offset carries, as its metadata,
+ * the names of the groups emitted above it (al_credit_part_emitted: "ac1:OFFSET:D1,D2,...",
+ * each name the delta from the previous one, the first from OFFSET); a partition resumed at
+ * that offset re-forms those groups without emitting them. The broker keeps at most
+ * offset.metadata.max.bytes (4096 by default) of it: past CREDIT_META_MAX bytes the newest
+ * names are left out, with a warning and arclight_credit_eos_metadata_overflow_total, and
+ * their groups can be emitted twice after a crash (at least once, as without the mode).
+ *
  * Time: a part's clock is event time (span timestamps). The one wall-clock input: a
  * partition that has received nothing for --quiet-flush seconds has its clock moved on by
  * the wall time that passed since its last span, so that a stream that simply stops still
@@ -89,6 +102,11 @@ static const char credit_usage[] =
     "                          the first one; tests, benchmarks)\n"
     "  --drain-timeout S       on SIGTERM, at most S seconds (default 15) to flush outputs,\n"
     "                          commit and leave the group, whether or not Kafka answers\n"
+    "  --exactly-once          Kafka transactions: transitions and span offsets are committed\n"
+    "                          together every auto.commit.interval.ms, so that after kill -9\n"
+    "                          or a rebalance no transition reaches a read_committed reader\n"
+    "                          twice (transactional.id: the worker's static member id;\n"
+    "                          needs a real Kafka cluster, see docs/RELIABILITY.md)\n"
     AL_CLI_COMMON_HELP;
 
 enum {
@@ -116,8 +134,13 @@ enum {
     OPT_MAX_SPANS,
     OPT_EXIT_IDLE,
     OPT_DRAIN,
+    OPT_EXACTLY_ONCE,
     OPT_HELP,
 };
+
+/* The most metadata credit commits with an offset (the broker's offset.metadata.max.bytes
+ * is 4096 by default). */
+#define CREDIT_META_MAX 4000
 
 /* CPU time of one thread (threads_cpu). */
 typedef struct {
@@ -147,7 +170,7 @@ typedef struct credit_metrics {
     al_counter *spans, *transitions, *bytes_out;
     al_counter *r_completed, *r_timed_out, *r_dropped, *r_skipped, *r_retried, *r_no_reward;
     al_counter *eval_spans;
-    al_counter *g_completed, *g_timed_out, *g_equal, *g_empty;
+    al_counter *g_completed, *g_timed_out, *g_equal, *g_empty, *g_replayed;
     al_gauge *open_rollouts, *open_groups, *reward_mean, *reward_std;
 } credit_metrics;
 
@@ -172,6 +195,9 @@ typedef struct credit_ctx {
     long first_faults;
     thread_cpu first_threads[64];
     size_t nfirst_threads;
+    int exactly_once;
+    al_counter *meta_overflow;
+    int meta_overflow_warned;
 } credit_ctx;
 
 /* ------------------------------------------------------------------------------------------
@@ -259,6 +285,8 @@ static void metrics_init(credit_ctx *x)
         al_metrics_counter(r, "arclight_credit_groups_total", gh, "outcome", "dropped_equal", NULL);
     m->g_empty =
         al_metrics_counter(r, "arclight_credit_groups_total", gh, "outcome", "dropped_empty", NULL);
+    m->g_replayed = al_metrics_counter(r, "arclight_credit_groups_total", gh, "outcome",
+                                       "replayed_not_emitted", NULL);
     m->open_rollouts =
         al_metrics_gauge(r, "arclight_credit_open_rollouts", "Rollouts not ended yet", NULL);
     m->open_groups = al_metrics_gauge(r, "arclight_credit_open_groups",
@@ -268,6 +296,9 @@ static void metrics_init(credit_ctx *x)
     m->reward_std =
         al_metrics_gauge(r, "arclight_credit_reward_std",
                          "Std of the reward of the last --reward-window rollouts", NULL);
+    x->meta_overflow = al_metrics_counter(
+        r, "arclight_credit_eos_metadata_overflow_total",
+        "Commits whose emitted-group names did not all fit in the offset metadata", NULL);
     al_metrics_add_process_metrics(r);
 }
 
@@ -295,6 +326,7 @@ static void metrics_sync(credit_ctx *x, cpart *cp)
     DELTA(groups_timed_out, g_timed_out);
     DELTA(groups_dropped_equal, g_equal);
     DELTA(groups_dropped_empty, g_empty);
+    DELTA(groups_replayed, g_replayed);
 #undef DELTA
     al_gauge_add(m->open_rollouts, (double)s->open_rollouts - (double)cp->seen.open_rollouts);
     al_gauge_add(m->open_groups, (double)s->open_groups - (double)cp->seen.open_groups);
@@ -394,6 +426,81 @@ static void threads_cpu_since(const thread_cpu *before, size_t nb, char *out, si
     }
 }
 
+/* Exactly once: the groups emitted above the offset this partition resumed from, as the
+ * last transaction committed them (see the top of this file), go to the new part's skip
+ * set. Metadata that does not parse, or names another offset, is ignored with a warning. */
+static void restore_emitted(credit_ctx *x, cpart *cp)
+{
+    int64_t off = -1;
+    const char *meta = al_consumer_committed_metadata(al_stage_consumer(&x->st), cp->topic,
+                                                      cp->partition, &off);
+    if (!meta || strncmp(meta, "ac1:", 4)) return;
+    char *end;
+    long long base = strtoll(meta + 4, &end, 10);
+    if (*end != ':' || base != off) {
+        al_log_warn("credit", "%s [%d]: committed metadata '%.60s' does not name offset %lld; "
+                    "ignored (groups above it may be emitted again)", cp->topic,
+                    (int)cp->partition, meta, (long long)off);
+        return;
+    }
+    int64_t names[1024];
+    size_t n = 0;
+    int64_t at = base;
+    const char *q = end + 1;
+    while (*q) {
+        long long d = strtoll(q, &end, 10);
+        if (end == q || d < 0 || (*end && *end != ',')) break;
+        at += d;
+        names[n++] = at;
+        q = *end ? end + 1 : end;
+        if (n == AL_ARRAY_LEN(names)) {
+            if (al_credit_part_skip_emitted(cp->part, names, n) != 0) break;
+            n = 0;
+        }
+    }
+    if (n && al_credit_part_skip_emitted(cp->part, names, n) != 0)
+        al_stage_fail(&x->st, "out of memory restoring %s [%d]", cp->topic, (int)cp->partition);
+    al_log_info("credit", "%s [%d]: resuming at offset %lld, %s", cp->topic, (int)cp->partition,
+                (long long)off, meta[strlen(meta) - 1] == ':' ? "no group emitted above it"
+                                                              : "skipping the groups emitted above it");
+}
+
+/* kafka/stage.h's offset_metadata: the groups emitted above `offset` (see the top). */
+static size_t on_offset_metadata(al_stage *s, const char *topic, int32_t partition,
+                                 int64_t offset, char *buf, size_t len, void *ud)
+{
+    (void)s;
+    credit_ctx *x = ud;
+    if (len > CREDIT_META_MAX + 1) len = CREDIT_META_MAX + 1;
+    size_t n = (size_t)snprintf(buf, len, "ac1:%lld:", (long long)offset);
+    if (n >= len) return 0;
+    cpart *cp = NULL;
+    for (size_t i = 0; i < x->nparts && !cp; i++)
+        if (x->parts[i]->partition == partition && !strcmp(x->parts[i]->topic, topic))
+            cp = x->parts[i];
+    if (!cp) return n;
+    const int64_t *lo;
+    size_t k = al_credit_part_emitted(cp->part, offset, &lo), i = 0;
+    int64_t prev = offset;
+    for (; i < k; i++) {
+        char d[32];
+        int dl = snprintf(d, sizeof d, "%s%lld", i ? "," : "", (long long)(lo[i] - prev));
+        if (n + (size_t)dl >= len) break;
+        memcpy(buf + n, d, (size_t)dl + 1);
+        n += (size_t)dl;
+        prev = lo[i];
+    }
+    if (i < k) {
+        al_counter_inc(x->meta_overflow);
+        if (!x->meta_overflow_warned++)
+            al_log_warn("credit", "%s [%d]: %zu groups emitted above offset %lld do not fit in "
+                        "the offset's metadata (%d bytes): after a crash the newest %zu can be "
+                        "emitted twice", topic, (int)partition, k, (long long)offset,
+                        CREDIT_META_MAX, k - i);
+    }
+    return n;
+}
+
 static cpart *cpart_get(credit_ctx *x, const char *topic, int32_t partition, int create)
 {
     for (size_t i = 0; i < x->nparts; i++)
@@ -422,6 +529,7 @@ static cpart *cpart_get(credit_ctx *x, const char *topic, int32_t partition, int
         return NULL;
     }
     x->parts[x->nparts++] = cp;
+    if (x->exactly_once) restore_emitted(x, cp);
     return cp;
 }
 
@@ -666,6 +774,7 @@ static const al_stage_hooks credit_hooks = {
     .stopping = on_stopping,
     .drained = on_drained,
     .release = on_release,
+    .offset_metadata = on_offset_metadata,
 };
 
 /* ------------------------------------------------------------------------------------------
@@ -723,6 +832,7 @@ int cmd_credit(int argc, char **argv)
         {"max-spans", required_argument, 0, OPT_MAX_SPANS},
         {"exit-idle", required_argument, 0, OPT_EXIT_IDLE},
         {"drain-timeout", required_argument, 0, OPT_DRAIN},
+        {"exactly-once", no_argument, 0, OPT_EXACTLY_ONCE},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0},
     };
@@ -841,6 +951,9 @@ int cmd_credit(int argc, char **argv)
             if (parse_double(cmd, "--drain-timeout", optarg, 0, 3600, &drain_s))
                 return AL_EXIT_USAGE;
             break;
+        case OPT_EXACTLY_ONCE:
+            x.exactly_once = 1;
+            break;
         case OPT_QUIET:
             if (parse_double(cmd, "--quiet-flush", optarg, 0, 1e9, &quiet_s)) return AL_EXIT_USAGE;
             break;
@@ -899,6 +1012,7 @@ int cmd_credit(int argc, char **argv)
         .drain_s = drain_s,
         .hooks = &credit_hooks,
         .ud = &x,
+        .exactly_once = x.exactly_once,
     };
     rc = al_stage_run(&x.st, &spec);
 out:
