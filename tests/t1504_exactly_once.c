@@ -417,7 +417,33 @@ typedef struct credit_result {
     int missing, dups, bad, committed_total, uncommitted_total;
     double replayed;      /* groups re-formed after the restart and not emitted again */
     double second_spans;  /* spans the second worker consumed (-1: none started) */
+    int froze, took_back; /* the second worker stopped; the first then held all 4 partitions */
+    int aborted;          /* the second worker aborted its transaction once let go */
 } credit_result;
+
+/* Partitions a worker holds now by its log ("assigned N partitions (M now)", "revoked N
+ * partitions (M left)", "lost N partitions (M left)": the last M), -1 before any. */
+static int held_now(const char *log)
+{
+    FILE *f = fopen(log, "r");
+    if (!f) return -1;
+    char line[4096];
+    int held = -1;
+    while (fgets(line, sizeof line, f)) {
+        const char *p;
+        int a, m;
+        if ((p = strstr(line, "kafka: assigned ")) &&
+            sscanf(p, "kafka: assigned %d partitions (%d now)", &a, &m) == 2)
+            held = m;
+        if (((p = strstr(line, "kafka: revoked ")) &&
+             sscanf(p, "kafka: revoked %d partitions (%d left)", &a, &m) == 2) ||
+            ((p = strstr(line, "kafka: lost ")) &&
+             sscanf(p, "kafka: lost %d partitions (%d left)", &a, &m) == 2))
+            held = m;
+    }
+    fclose(f);
+    return held;
+}
 
 /* Credit on the spans in three parts: the first consumed and committed; the second produced
  * and the worker killed at its middle (its outputs acknowledged, uncommitted), restarted
@@ -479,13 +505,28 @@ static void credit_phases(const char *name, int eos, int second, credit_result *
     CHECKF(file_has(loga2, "kafka: assigned"), "%s: the restarted worker got no partitions", name);
     pid_t b = -1;
     if (second) {
-        b = worker_start(logb, NULL, NULL, args_b);
+        /* the second worker freezes in the middle of its share of the third part, its
+         * outputs in an open transaction, past its session: the first takes its partitions
+         * back and does that work again; the frozen one, let go, must abort */
+        char stop_at[32];
+        snprintf(stop_at, sizeof stop_at, "stop:%zu", (spans.n - p2) / 6);
+        b = worker_start(logb, "ARCLIGHT_STAGE_TEST_KILL_AT", stop_at, args_b);
         t0 = testlib_now();
         while (!file_has(logb, "kafka: assigned") && testlib_now() - t0 < 60)
             usleep(100000);
         CHECKF(file_has(logb, "kafka: assigned"), "%s: the second worker got no partitions", name);
     }
     REQUIRE(produce_range(in, &spans, p2, spans.n) == 0);
+    if (second) {
+        t0 = testlib_now();
+        while (!file_has(logb, "test fault point: SIGSTOP") && testlib_now() - t0 < 60)
+            usleep(100000);
+        res->froze = file_has(logb, "test fault point: SIGSTOP");
+        while (res->froze && held_now(loga2) != 4 && testlib_now() - t0 < 60)
+            usleep(100000);
+        res->took_back = held_now(loga2) == 4;
+        kill(b, SIGCONT);
+    }
 
     int n = n_expected(), total = 0, *count = calloc((size_t)n, sizeof *count);
     recs r = {0};
@@ -507,6 +548,7 @@ static void credit_phases(const char *name, int eos, int second, credit_result *
         if (!isnan(rb)) res->replayed += rb;
         res->second_spans = metric_of(pb, "arclight_credit_spans_total");
     }
+    if (second) res->aborted = file_has(logb, "exactly-once: aborting the transaction");
     res->exits_ok = stop_worker(a2) == 0;
     if (!res->exits_ok) dump_log(loga2);
     if (second && stop_worker(b) != 0) {
@@ -579,6 +621,9 @@ TEST(credit_exactly_once_through_kill9_restart_and_a_rebalance)
     CHECKF(r.replayed > 0, "no group was re-formed and held back after the restart (%g)",
            r.replayed);
     CHECKF(r.second_spans > 0, "the second worker consumed %g spans", r.second_spans);
+    CHECKF(r.froze && r.took_back, "the second worker froze: %d; the first took its partitions "
+           "back: %d", r.froze, r.took_back);
+    CHECKF(r.aborted, "the second worker, let go after its session, did not abort");
 }
 
 TEST(credit_without_the_flag_duplicates_after_the_same_kill)

@@ -510,10 +510,12 @@ static void stage_loop(al_stage *s)
     char err[1024];
     /* test fault point ARCLIGHT_STAGE_TEST_KILL_AT=N: SIGKILL once the Nth input has been
      * handled and its outputs are acknowledged, before any commit can include them (in
-     * exactly-once mode they are in the open transaction) */
-    long long kill_at = -1, handed = 0;
+     * exactly-once mode they are in the open transaction); =stop:N: SIGSTOP there instead
+     * (the test sends SIGCONT: a worker that was frozen past its session) */
+    long long kill_at = -1, stop_at = -1, handed = 0;
     const char *at = al_fault_spec("ARCLIGHT_STAGE_TEST_KILL_AT");
-    if (at && sscanf(at, "%lld", &kill_at) != 1) kill_at = -1;
+    if (at && sscanf(at, "stop:%lld", &stop_at) != 1 && sscanf(at, "%lld", &kill_at) != 1)
+        kill_at = -1;
     while (!al_stage_stop_requested() && !al_stage_failed(s)) {
         if (spec->exactly_once) {
             if (s->txn_abort && txn_rewind(s, "partitions lost, or a commit refused") != 0) break;
@@ -542,10 +544,14 @@ static void stage_loop(al_stage *s)
         }
         int64_t now = al_mono_us();
         if (r == 1) h->message(s, m, now, spec->ud);
-        if (AL_FAULT_POINTS && r == 1 && ++handed == kill_at) {
+        if (AL_FAULT_POINTS && r == 1 && (++handed == kill_at || handed == stop_at)) {
             al_producer_flush(s->producer, 30000, err, sizeof err);
-            al_fault_kill(s->comp, "after input %lld, its outputs acknowledged, uncommitted",
-                          handed);
+            if (handed == kill_at)
+                al_fault_kill(s->comp, "after input %lld, its outputs acknowledged, uncommitted",
+                              handed);
+            al_log_warn(s->comp, "test fault point: SIGSTOP after input %lld, its outputs "
+                                 "acknowledged, uncommitted", handed);
+            raise(SIGSTOP);
         }
         if (h->tick && h->tick(s, r, now, spec->ud)) break;
     }
