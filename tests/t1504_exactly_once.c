@@ -8,8 +8,9 @@
  *     third: a read_committed reader sees every transition exactly once, no duplicate before
  *     dedupe, and a read_uncommitted one sees the aborted ones too;
  *   - the same without the flag: duplicates reach the read_committed reader (the contrast);
- *   - batch --exactly-once killed after a step's first chunk and right after a whole step:
- *     every step's chunks once, none sent again, on a read_committed reader.
+ *   - batch --exactly-once with steps committed, killed after a step's first chunk, then
+ *     (restarted from the committed steps) right after a whole step: every step's chunks
+ *     once, none sent again, on a read_committed reader.
  * docs/RELIABILITY.md has the figures. */
 #include "testlib.h"
 
@@ -721,62 +722,85 @@ static void view_steps(const recs *m, steps_seen *v)
     }
 }
 
-TEST(batch_exactly_once_through_kills_mid_step_and_after_a_step)
+/* Transitions of groups [g0, g1) to arclight.transitions (group g on partition g % 4). */
+static int produce_groups(int g0, int g1)
 {
     rd_kafka_t *p = producer();
-    REQUIRE(p);
+    if (!p) return -1;
     al_buf buf = {0};
-    uint32_t rng = 99;
-    for (int g = 0; g < N_GROUPS; g++) {
-        char key[16];
+    int rc = 0;
+    for (int g = g0; g < g1 && !rc; g++) {
+        char key[32];
         snprintf(key, sizeof key, "task-%d", g);
-        for (int r = 0; r < 4; r++) {
+        uint32_t rng = 99u + (uint32_t)g;
+        for (int r = 0; r < 4 && !rc; r++) {
             rng = rng * 1103515245u + 12345u;
-            encode_transition(&buf, g, r, 200 + (int)(rng >> 8) % 1300, 200 + (int)(rng >> 12) % 1300);
-            REQUIRE(rd_kafka_producev(p, RD_KAFKA_V_TOPIC("arclight.transitions"),
-                                      RD_KAFKA_V_PARTITION(g % 4), RD_KAFKA_V_KEY(key, strlen(key)),
-                                      RD_KAFKA_V_VALUE(buf.data, buf.len),
-                                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                      RD_KAFKA_V_END) == 0);
+            encode_transition(&buf, g, r, 200 + (int)(rng >> 8) % 1300,
+                              200 + (int)(rng >> 12) % 1300);
+            rc = rd_kafka_producev(p, RD_KAFKA_V_TOPIC("arclight.transitions"),
+                                   RD_KAFKA_V_PARTITION(g % 4), RD_KAFKA_V_KEY(key, strlen(key)),
+                                   RD_KAFKA_V_VALUE(buf.data, buf.len),
+                                   RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END)
+                     ? -1
+                     : 0;
         }
     }
-    REQUIRE(rd_kafka_flush(p, 10000) == 0);
+    if (rd_kafka_flush(p, 10000)) rc = -1;
     rd_kafka_destroy(p);
     al_buf_free(&buf);
+    return rc;
+}
+
+/* Whether steps [0, n) are each complete at least once on a read_committed reader. */
+static int steps_done(int n, steps_seen *v)
+{
+    recs m = {0};
+    read_all("arclight.batches", 2, "read_committed", &m);
+    view_steps(&m, v);
+    recs_free(&m);
+    for (int s = 0; s < n; s++)
+        if (v->complete[s] < 1) return 0;
+    return 1;
+}
+
+TEST(batch_exactly_once_through_kills_mid_step_and_after_a_step)
+{
     const char *args[] = {"batch", "--exactly-once", "--step-sequences", "16",
                           "--micro-batch-tokens", "4096", "--max-message-bytes", "150000",
                           "--group-idle-ms", "300", "--log-level", "info", NULL};
     char log[3][256];
     for (int i = 0; i < 3; i++)
         snprintf(log[i], sizeof log[i], "%s/batch-%d.log", dir, i);
-    /* killed after step 1's first chunk is acknowledged (a step cut short), then right after
-     * a whole step 3 is acknowledged (its transitions' offsets not committed) */
-    int st = al_test_wait(worker_start(log[0], "ARCLIGHT_BATCH_TEST_KILL_AT", "1:0", args), 90);
+    steps_seen v;
+    /* the first half (steps 0-2) consumed and committed; the second half produced, and the
+     * worker killed after step 4's first chunk is acknowledged (step 3 whole and step 4 cut
+     * short in its open transaction) */
+    REQUIRE(produce_groups(0, N_GROUPS / 2) == 0);
+    pid_t pid = worker_start(log[0], "ARCLIGHT_BATCH_TEST_KILL_AT", "4:0", args);
+    double t0 = testlib_now();
+    while (!steps_done(3, &v) && testlib_now() - t0 < 60)
+        usleep(300000);
+    CHECKF(steps_done(3, &v), "steps 0-2 were not committed");
+    REQUIRE(produce_groups(N_GROUPS / 2, N_GROUPS) == 0);
+    int st = al_test_wait(pid, 90);
     CHECKF(st >= 0 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "first run: status %d", st);
     if (!(st >= 0 && WIFSIGNALED(st))) dump_log(log[0]);
-    st = al_test_wait(worker_start(log[1], "ARCLIGHT_BATCH_TEST_KILL_AT", "3:-1", args), 90);
+    /* the restart reads the committed steps back (next step 3) and is killed right after a
+     * whole step 5 is acknowledged */
+    st = al_test_wait(worker_start(log[1], "ARCLIGHT_BATCH_TEST_KILL_AT", "5:-1", args), 90);
     CHECKF(st >= 0 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "second run: status %d", st);
     if (!(st >= 0 && WIFSIGNALED(st))) dump_log(log[1]);
-    pid_t pid = worker_start(log[2], NULL, NULL, args);
-    steps_seen v;
-    recs m = {0};
-    double t0 = testlib_now();
-    int done = 0;
-    while (!done && testlib_now() - t0 < 60) {
-        usleep(500000);
-        recs_free(&m);
-        read_all("arclight.batches", 2, "read_committed", &m);
-        view_steps(&m, &v);
-        done = 1;
-        for (int s = 0; s < N_STEPS; s++)
-            done &= v.complete[s] >= 1;
-    }
+    CHECKF(file_has(log[1], "continuing at step 3"), "the restart did not continue at step 3");
+    pid = worker_start(log[2], NULL, NULL, args);
+    t0 = testlib_now();
+    while (!steps_done(N_STEPS, &v) && testlib_now() - t0 < 60)
+        usleep(300000);
     usleep(500000); /* anything it would wrongly send again */
     int rc = stop_worker(pid);
     CHECKF(rc == 0, "third run: exit %d", rc);
     if (rc) dump_log(log[2]);
 
-    recs_free(&m);
+    recs m = {0};
     CHECK(read_all("arclight.batches", 2, "read_committed", &m) == 0);
     view_steps(&m, &v);
     int chunks = 0, twice = 0, missing = 0;
@@ -800,10 +824,11 @@ TEST(batch_exactly_once_through_kills_mid_step_and_after_a_step)
     int restarts = 0;
     for (int s = 0; s < N_STEPS; s++)
         restarts += v.attempts[s] - 1;
-    /* both kills left chunks of aborted transactions on the broker */
-    CHECKF(restarts >= 2 && (int)m.n > committed_chunks,
-           "read_uncommitted: %zu chunks, %d steps begun again (read_committed: %d chunks)", m.n,
-           restarts, committed_chunks);
+    /* both kills left chunks of aborted transactions on the broker: steps 3 and 4, then 3-5 */
+    CHECKF(v.attempts[3] >= 2 && v.attempts[4] >= 2 && (int)m.n > committed_chunks,
+           "read_uncommitted: %zu chunks, step 3 begun %d times, step 4 %d (read_committed: %d "
+           "chunks)",
+           m.n, v.attempts[3], v.attempts[4], committed_chunks);
     printf("  batch --exactly-once: %d steps, read_committed %d chunks (%d in steps: none "
            "twice), read_uncommitted %zu chunks, %d steps begun again\n",
            N_STEPS, committed_chunks, chunks, m.n, restarts);
