@@ -27,6 +27,7 @@
 
 static al_test_broker broker;
 static char dir[128], topics_path[200];
+static int keep_logs; /* a case failed: the teardown leaves the logs */
 
 /* ---- the span stream (t0801's: interleaved rollouts of many tasks, groups of 4) ------------- */
 
@@ -539,7 +540,7 @@ static void credit_phases(const char *name, int eos, int second, credit_result *
         int have = 0;
         for (int i = 0; i < n; i++)
             have += count[i] > 0;
-        if (have == n || testlib_now() - t0 > 60) break;
+        if (have == n || testlib_now() - t0 > 150) break; /* slow only on a loaded machine */
         usleep(300000);
     }
     res->replayed = metric_of(pa, "arclight_credit_groups_total{outcome=\"replayed_not_emitted\"}");
@@ -569,6 +570,7 @@ static void credit_phases(const char *name, int eos, int second, credit_result *
     res->uncommitted_total = (int)r.n;
     recs_free(&r);
     free(count);
+    if (res->missing || (eos && res->dups)) keep_logs = 1;
     printf("  credit %s: %d transitions expected; read_committed %d (%d missing, %d duplicates), "
            "read_uncommitted %d; groups not emitted again after the restart: %.0f\n",
            eos ? "--exactly-once" : "(at least once)", n, res->committed_total, res->missing,
@@ -838,6 +840,10 @@ TEST(batch_exactly_once_through_kills_mid_step_and_after_a_step)
 TEST(teardown)
 {
     al_test_broker_stop(&broker);
+    if (keep_logs) {
+        printf("  the workers' logs stay in %s\n", dir);
+        return;
+    }
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) {

@@ -926,9 +926,11 @@ static int group_emit(al_credit_part *p, cr_group *g, int timed_out, char *errst
             rc = emit_rollout(p, g, r, &cc, lo, gid, (int32_t)n, ts, errstr, errlen);
         }
         if (!rc && !p->suppress) p->stats.groups_completed++;
-        p->suppress = 0;
     }
-    if (hi >= 0 && emitted_add(p, lo) != 0 && !rc) rc = al_err(errstr, errlen, "out of memory");
+    /* a held-back group is named already (al_credit_part_skip_emitted) */
+    if (hi >= 0 && !p->suppress && emitted_add(p, lo) != 0 && !rc)
+        rc = al_err(errstr, errlen, "out of memory");
+    p->suppress = 0;
     free(vals);
     free(base);
     free(mo);
@@ -1326,5 +1328,9 @@ int al_credit_part_skip_emitted(al_credit_part *p, const int64_t *lo, size_t n)
     p->skip = ns;
     memcpy(p->skip + p->nskip, lo, n * sizeof *lo);
     p->nskip += n;
+    /* still emitted: the next commit names them too, until the safe offset passes them,
+     * also before they are re-formed */
+    for (size_t i = 0; i < n; i++)
+        if (emitted_add(p, lo[i]) != 0) return -1;
     return 0;
 }

@@ -223,7 +223,8 @@ int64_t al_credit_part_safe_offset(al_credit_part *p);
  *   emitted: the names >= from of the groups emitted (or re-formed and not emitted again)
  *     whose names are not below the safe offset, ascending, in *out (valid until the next
  *     call into the part); returns their number.
- *   skip_emitted: a re-formed group with one of these names is completed without calling
+ *   skip_emitted: the names join the emitted ones (named again by every commit until the
+ *     safe offset passes them); a re-formed group with one of these names is completed without calling
  *     the sink (groups_replayed, transitions_replayed count it; its transitions are the ones
  *     emitted before the restart, since the same spans form the same groups). 0, or -1 out
  *     of memory. */
