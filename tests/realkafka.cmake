@@ -31,8 +31,8 @@ arclight_test(t1505_whole_loop_soak SOURCES tests/t1504_whole_loop.c
   LABELS kafka soak TIMEOUT 1200)
 target_compile_definitions(t1505_whole_loop_soak PRIVATE WL_SOAK=1)
 add_dependencies(t1505_whole_loop_soak arclight)
-# t1504: --exactly-once (credit and batch) through kill -9, restarts and a rebalance; real
+# t1506: --exactly-once (credit and batch) through kill -9, restarts and a rebalance; real
 # Kafka only (the mock does not simulate transaction aborts; docs/RELIABILITY.md)
-arclight_test(t1504_exactly_once SOURCES tests/t1504_exactly_once.c
+arclight_test(t1506_exactly_once SOURCES tests/t1506_exactly_once.c
   LIBS arclight_avro PkgConfig::RDKAFKA LABELS kafka TIMEOUT 300)
-add_dependencies(t1504_exactly_once arclight)
+add_dependencies(t1506_exactly_once arclight)

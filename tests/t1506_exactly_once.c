@@ -1,4 +1,4 @@
-/* t1504: exactly once (--exactly-once: lib/kafka/stage.h's transactions), on real Apache Kafka
+/* t1506: exactly once (--exactly-once: lib/kafka/stage.h's transactions), on real Apache Kafka
  * only: librdkafka's mock cluster takes transactions but does not simulate their aborts, so
  * it cannot show what the mode is for. Each case kills a worker with SIGKILL at a fault point
  * (ARCLIGHT_STAGE_TEST_KILL_AT, ARCLIGHT_BATCH_TEST_KILL_AT) where its outputs are on the
@@ -223,7 +223,7 @@ static int read_all(const char *topic, int nparts, const char *isolation, recs *
     memset(out, 0, sizeof *out);
     rd_kafka_conf_t *c = rd_kafka_conf_new();
     rd_kafka_conf_set(c, "bootstrap.servers", broker.bootstrap, err, sizeof err);
-    rd_kafka_conf_set(c, "group.id", "t1504-reader", err, sizeof err);
+    rd_kafka_conf_set(c, "group.id", "t1506-reader", err, sizeof err);
     rd_kafka_conf_set(c, "enable.partition.eof", "true", err, sizeof err);
     rd_kafka_conf_set(c, "enable.auto.commit", "false", err, sizeof err);
     rd_kafka_conf_set(c, "isolation.level", isolation, err, sizeof err);
@@ -388,7 +388,7 @@ static pid_t worker_start(const char *log, const char *kill_var, const char *kil
         FILE *f = freopen(log, "a", stderr);
         (void)f;
         setenv("TMPDIR", dir, 1);
-        setenv("ARCLIGHT_INSTANCE_ID", "t1504", 1);
+        setenv("ARCLIGHT_INSTANCE_ID", "t1506", 1);
         setenv("ARCLIGHT_KAFKA_SESSION_TIMEOUT_MS", "6000", 1);
         setenv("ARCLIGHT_KAFKA_HEARTBEAT_INTERVAL_MS", "500", 1);
         setenv("ARCLIGHT_KAFKA_AUTO_COMMIT_INTERVAL_MS", "500", 1);
@@ -458,9 +458,9 @@ static void credit_phases(const char *name, int eos, int second, credit_result *
     char loga[256], loga2[256], logb[256], kill_at[32], ma[32], mb[32];
     memset(res, 0, sizeof *res);
     res->second_spans = -1;
-    snprintf(in, sizeof in, "t1504.%s.spans", name);
-    snprintf(out, sizeof out, "t1504.%s.tr", name);
-    snprintf(group, sizeof group, "t1504-%s", name);
+    snprintf(in, sizeof in, "t1506.%s.spans", name);
+    snprintf(out, sizeof out, "t1506.%s.tr", name);
+    snprintf(group, sizeof group, "t1506-%s", name);
     snprintf(cmd, sizeof cmd, "create %s 4", in);
     REQUIRE(al_test_broker_control(&broker, cmd, reply, sizeof reply) == 0);
     snprintf(cmd, sizeof cmd, "create %s 4", out);
@@ -590,7 +590,7 @@ TEST(setup)
         exit(0);
     }
     setenv("ARCLIGHT_TEST_BROKER", "kafka", 1); /* real Kafka only: see the top */
-    snprintf(dir, sizeof dir, "/tmp/arclight-t1504.XXXXXX");
+    snprintf(dir, sizeof dir, "/tmp/arclight-t1506.XXXXXX");
     REQUIRE(mkdtemp(dir));
     snprintf(topics_path, sizeof topics_path, "%s/topics.conf", dir);
     FILE *f = fopen(topics_path, "w");
