@@ -18,6 +18,7 @@
 #include "stage_fixture.h"
 
 #include "avro/codec.h"
+#include "t0898_credit_stream.h"
 
 #include <librdkafka/rdkafka.h>
 #include <math.h>
@@ -28,140 +29,6 @@
 static al_test_broker broker;
 static char dir[128], topics_path[200];
 static int keep_logs; /* a case failed: the teardown leaves the logs */
-
-/* ---- the span stream (t0801's: interleaved rollouts of many tasks, groups of 4) ------------- */
-
-#define N_TASKS 12
-#define PER_TASK 4
-#define N_ROLL (N_TASKS * PER_TASK)
-
-typedef struct msg {
-    char key[32];
-    uint8_t *val;
-    size_t len;
-} msg;
-
-typedef struct stream {
-    msg *m;
-    size_t n, cap;
-} stream;
-
-static void stream_add(stream *s, const char *key, const void *val, size_t len)
-{
-    if (s->n == s->cap) {
-        s->cap = s->cap ? s->cap * 2 : 256;
-        s->m = realloc(s->m, s->cap * sizeof *s->m);
-    }
-    msg *m = &s->m[s->n++];
-    snprintf(m->key, sizeof m->key, "%s", key);
-    m->val = malloc(len);
-    memcpy(m->val, val, len);
-    m->len = len;
-}
-
-static int ncalls_of(int r)
-{
-    return 1 + (r * 7 + 3) % 3;
-}
-
-/* t0801's stream, but for roll-000's reward and end, which come last: task-00's group stays
- * open through the whole stream, so the groups of its partition that complete meanwhile are
- * emitted above the offset credit commits (its first span), which a restart re-forms. */
-static void build_stream(stream *s)
-{
-    stream late = {0};
-    int next[N_ROLL] = {0};
-    uint32_t rng = 12345;
-    int left = 0;
-    for (int r = 0; r < N_ROLL; r++)
-        left += ncalls_of(r) + 2;
-    int64_t ts = 1764400000000000LL;
-    al_buf b = {0};
-    char err[256];
-    while (left > 0) {
-        rng = rng * 1103515245u + 12345u;
-        int base = 0;
-        while (base < N_ROLL && next[base] > ncalls_of(base) + 1)
-            base++;
-        int r = base + (int)((rng >> 8) % 12);
-        if (r >= N_ROLL) continue;
-        int nc = ncalls_of(r);
-        if (next[r] > nc + 1) continue;
-        char task[16], rid[16];
-        snprintf(task, sizeof task, "task-%02d", r / PER_TASK);
-        snprintf(rid, sizeof rid, "roll-%03d", r);
-        int32_t prompt[16], resp[8];
-        float lp[8];
-        for (int i = 0; i < 16; i++)
-            prompt[i] = r * 100 + next[r] * 10 + i;
-        for (int i = 0; i < 8; i++) {
-            resp[i] = 50000 + r * 10 + i;
-            lp[i] = -0.01f * (float)(i + 1);
-        }
-        al_span sp;
-        memset(&sp, 0, sizeof sp);
-        sp.trace_id = "0123456789abcdef0123456789abcdef";
-        sp.span_id = "0123456789abcdef";
-        sp.task_id = task;
-        sp.rollout_id = rid;
-        sp.sequence = next[r];
-        sp.timestamp_us = ts += 1000;
-        if (next[r] < nc) {
-            sp.kind = AL_SPAN_KIND_LLM_CALL;
-            sp.llm_call.model = "tiny";
-            sp.llm_call.policy_version = 7;
-            sp.llm_call.prompt_token_ids = prompt;
-            sp.llm_call.n_prompt_tokens = 16;
-            sp.llm_call.response_token_ids = resp;
-            sp.llm_call.n_response_tokens = 8;
-            sp.llm_call.response_logprobs = lp;
-            sp.llm_call.n_response_logprobs = 8;
-            sp.llm_call.http_status = 200;
-        } else if (next[r] == nc) {
-            sp.kind = AL_SPAN_KIND_REWARD;
-            sp.reward.name = "final";
-            sp.reward.value = (double)((r * 5 + r / PER_TASK) % 4);
-            sp.reward.after_sequence = nc - 1;
-        } else {
-            sp.kind = AL_SPAN_KIND_ROLLOUT_END;
-            sp.rollout_end.status = AL_ROLLOUT_STATUS_SUCCEEDED;
-            sp.rollout_end.group_size = PER_TASK;
-        }
-        if (al_span_encode(&sp, &b, err, sizeof err) != 0) {
-            fprintf(stderr, "encode: %s\n", err);
-            abort();
-        }
-        stream_add(r == 0 && next[r] >= nc ? &late : s, task, b.data, b.len);
-        next[r]++;
-        left--;
-    }
-    for (size_t i = 0; i < late.n; i++) {
-        stream_add(s, late.m[i].key, late.m[i].val, late.m[i].len);
-        free(late.m[i].val);
-    }
-    free(late.m);
-    al_buf_free(&b);
-}
-
-/* Index of transition id "roll-RRR:0:S" among the expected ones, -1 if not expected. */
-static int expected_index(const char *id)
-{
-    int r, a, sq, idx = 0;
-    if (sscanf(id, "roll-%d:%d:%d", &r, &a, &sq) != 3 || r < 0 || r >= N_ROLL || a || sq < 0 ||
-        sq >= ncalls_of(r))
-        return -1;
-    for (int k = 0; k < r; k++)
-        idx += ncalls_of(k);
-    return idx + sq;
-}
-
-static int n_expected(void)
-{
-    int n = 0;
-    for (int r = 0; r < N_ROLL; r++)
-        n += ncalls_of(r);
-    return n;
-}
 
 /* ---- Kafka ----------------------------------------------------------------------------------- */
 
@@ -601,7 +468,7 @@ TEST(setup)
     fclose(f);
     const char *extra[] = {"--topics", topics_path, NULL};
     REQUIRE(al_test_broker_start(&broker, extra) == 0);
-    build_stream(&spans);
+    build_stream(&spans, 0);
 }
 
 TEST(credit_exactly_once_through_kill9_restart_and_a_rebalance)
