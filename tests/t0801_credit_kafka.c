@@ -54,6 +54,7 @@ typedef struct rec {
     char *key;
     uint8_t *val;
     size_t len;
+    int64_t ts_ms; /* the message's timestamp */
 } rec;
 
 typedef struct recs {
@@ -113,6 +114,7 @@ static int read_topic(const char *topic, recs *out)
                 x->val = malloc(m->len ? m->len : 1);
                 if (m->len) memcpy(x->val, m->payload, m->len);
                 x->len = m->len;
+                x->ts_ms = rd_kafka_message_timestamp(m, NULL);
                 remaining--;
             }
             rd_kafka_message_destroy(m);
@@ -327,6 +329,7 @@ TEST(interleaved_rollouts_across_partitions_and_dead_letters)
     const char *args[] = {"--input",      "t8.spans", "--output",  "t8.tr", "--group", "g1",
                           "--group-size", "3",        "--metrics", maddr,   NULL};
     double t0 = testlib_now();
+    int64_t started_ms = (int64_t)time(NULL) * 1000;
     pid_t w = credit_start(log, args);
     int ne = n_expected();
     recs tr = {0};
@@ -365,6 +368,12 @@ TEST(interleaved_rollouts_across_partitions_and_dead_letters)
     CHECKF(missing == 0 && dup == 0, "%d of %d transitions missing, %d duplicated", missing, ne,
            dup);
     CHECK_EQ_INT((int)tr.n, ne);
+    /* stamped when produced, not with the spans' 2025 time: a topic's time retention deletes
+     * by these (on real Kafka, 30 s after the broker started, all of them) */
+    int old = 0;
+    for (size_t i = 0; i < tr.n; i++)
+        old += tr.r[i].ts_ms < started_ms - 60000;
+    CHECKF(old == 0, "%d of %zu transitions are stamped before the run", old, tr.n);
 
     /* advantages: grpo over the 4 rollouts of each task (the end spans say 4, not 3) */
     al_transition t;
