@@ -110,7 +110,10 @@ TEST(up_steps_2_end_to_end)
     st = up_wait(up, 150);
     o = up_slurp(out), e = up_slurp(err);
     CHECKF(st == 0, "second up: wait status %d\n--- stdout\n%s\n--- stderr\n%s", st, o, e);
-    CHECKF(strstr(o, "agent | demo-agent: policy v2:") || strstr(o, "agent | demo-agent: policy v2,"),
+    /* its first round on v2, or already on v3: the first run's transitions left on the topic
+     * beyond its last step can make step 3 as soon as train resumes, before a round ends */
+    CHECKF(strstr(o, "agent | demo-agent: policy v2:") || strstr(o, "agent | demo-agent: policy v2,") ||
+               strstr(o, "agent | demo-agent: policy v3:"),
            "%s", o);
     CHECKF(!strstr(o, "demo-agent: policy v0") && !strstr(o, "demo-agent: policy v1"),
            "the second run served an older version than 2:\n%s", o);
