@@ -659,7 +659,11 @@ TEST(batch_exactly_once_through_kills_mid_step_and_after_a_step)
     st = al_test_wait(worker_start(log[1], "ARCLIGHT_BATCH_TEST_KILL_AT", "5:-1", args), 90);
     CHECKF(st >= 0 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "second run: status %d", st);
     if (!(st >= 0 && WIFSIGNALED(st))) dump_log(log[1]);
-    CHECKF(file_has(log[1], "continuing at step 3"), "the restart did not continue at step 3");
+    /* at step 3, or at 4 when a commit interval passed between steps 3 and 4 (a loaded
+     * machine) and step 3's transaction was committed before the kill */
+    int at3 = file_has(log[1], "continuing at step 3");
+    CHECKF(at3 || file_has(log[1], "continuing at step 4"),
+           "the restart did not continue at step 3 or 4");
     pid = worker_start(log[2], NULL, NULL, args);
     t0 = testlib_now();
     while (!steps_done(N_STEPS, &v) && testlib_now() - t0 < 60)
@@ -693,8 +697,9 @@ TEST(batch_exactly_once_through_kills_mid_step_and_after_a_step)
     int restarts = 0;
     for (int s = 0; s < N_STEPS; s++)
         restarts += v.attempts[s] - 1;
-    /* both kills left chunks of aborted transactions on the broker: steps 3 and 4, then 3-5 */
-    CHECKF(v.attempts[3] >= 2 && v.attempts[4] >= 2 && (int)m.n > committed_chunks,
+    /* both kills left chunks of aborted transactions on the broker: steps 3 (unless it was
+     * committed before the first kill) and 4, then the steps from the restart's to 5 */
+    CHECKF((v.attempts[3] >= 2 || !at3) && v.attempts[4] >= 2 && (int)m.n > committed_chunks,
            "read_uncommitted: %zu chunks, step 3 begun %d times, step 4 %d (read_committed: %d "
            "chunks)",
            m.n, v.attempts[3], v.attempts[4], committed_chunks);
