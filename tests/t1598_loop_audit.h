@@ -79,7 +79,7 @@ typedef struct la_result {
     long phantom;           /* step entries that are not on the transitions topic */
     long incomplete_steps;  /* steps with a chunk missing (not the newest) */
     long version_gaps, version_repeats;
-    long dead_completed; /* dead letters of completed rollouts */
+    long dead_completed; /* dead letters of completed rollouts: late copies of spans */
     /* duplicates before dedupe: allowed at least once, not with exactly-once */
     long dup_spans, dup_transitions, dup_chunks;
     char first_problem[512];
@@ -464,11 +464,11 @@ static inline void la_on_deadletter(const rd_kafka_message_t *m, void *ud)
         rollout = t.rollout_id;
     if (la_ours(c, rollout)) {
         c->r->deadletters++;
-        if (la_get(&c->completed, rollout, 0)) {
-            c->r->dead_completed++;
-            la_problem(c->r, "dead letter of completed rollout %s from %s: %s", rollout,
-                       d.source_topic ? d.source_topic : "?", d.reason ? d.reason : "?");
-        }
+        /* A span of a completed rollout that credit refused: a proxy restarted after kill -9
+         * publishes again what its spool held unacknowledged, and a copy that arrives after
+         * the rollout's end is refused as late. A duplicate, not a loss: had the first copy
+         * been the late one, its call would be missing from the transitions (lost_calls). */
+        if (la_get(&c->completed, rollout, 0)) c->r->dead_completed++;
     }
     al_span_clear(&s);
     al_transition_clear(&t);
@@ -638,8 +638,7 @@ out:
  * with different weights. */
 static inline long la_lost(const la_result *r)
 {
-    return r->lost_spans + r->lost_calls + r->phantom + r->incomplete_steps + r->version_gaps +
-           r->dead_completed;
+    return r->lost_spans + r->lost_calls + r->phantom + r->incomplete_steps + r->version_gaps;
 }
 
 static inline long la_dup_after(const la_result *r)
@@ -650,7 +649,7 @@ static inline long la_dup_after(const la_result *r)
 
 static inline long la_dup_before(const la_result *r)
 {
-    return r->dup_spans + r->dup_transitions + r->dup_chunks;
+    return r->dup_spans + r->dup_transitions + r->dup_chunks + r->dead_completed;
 }
 
 static inline void la_print(const la_result *r, long kills, long outages, FILE *f)
@@ -661,12 +660,12 @@ static inline void la_print(const la_result *r, long kills, long outages, FILE *
             "in steps %ld, pending %ld (%ld groups), versions %ld (newest %" PRId64
             ", %ld messages), dead letters %ld, kills %ld, outages %ld\n"
             "  audit: lost %ld, duplicated after dedupe %ld, duplicates before dedupe %ld "
-            "(spans %ld, transitions %ld, chunks %ld)\n",
+            "(spans %ld, transitions %ld, chunks %ld, late span copies dead-lettered %ld)\n",
             r->rollouts, r->completed, r->calls, r->spans, r->span_msgs, r->transitions,
             r->transition_msgs, r->steps, r->chunk_msgs, r->step_rebuilds, r->in_steps,
             r->pending, r->pending_groups, r->versions, r->max_version, r->policy_msgs,
             r->deadletters, kills, outages, la_lost(r), la_dup_after(r), la_dup_before(r),
-            r->dup_spans, r->dup_transitions, r->dup_chunks);
+            r->dup_spans, r->dup_transitions, r->dup_chunks, r->dead_completed);
     if (r->first_problem[0]) fprintf(f, "  audit: first problem: %s\n", r->first_problem);
 }
 
