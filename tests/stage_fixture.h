@@ -9,6 +9,7 @@
 #include "testlib.h"
 
 #include <arpa/inet.h>
+#include <math.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -79,6 +80,42 @@ static inline int al_test_free_port(void)
         port = ntohs(sin.sin_port);
     if (fd >= 0) close(fd);
     return port;
+}
+
+/* GET path from 127.0.0.1:port (HTTP/1.0, the whole answer, head included, into buf,
+ * NUL-terminated, cut at buflen - 1). 0, or -1 when it cannot connect or send. */
+static inline int al_test_http_get(int port, const char *path, char *buf, size_t buflen)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    char req[256];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return -1;
+    }
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < buflen && (r = read(fd, buf + got, buflen - 1 - got)) > 0)
+        got += (size_t)r;
+    buf[got] = '\0';
+    close(fd);
+    return 0;
+}
+
+/* The value of the metric line of text that starts with `series ` ("name{labels}"); NAN if
+ * absent. */
+static inline double al_test_metric(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, series, n) && p[n] == ' ') return atof(p + n + 1);
+    return NAN;
 }
 
 #endif

@@ -7,6 +7,7 @@
 #include "testlib.h"
 
 #include "broker_fixture.h"
+#include "stage_fixture.h"
 #include "avro/codec.h"
 #include "t0898_credit_stream.h"
 
@@ -198,39 +199,6 @@ static int free_port(void)
 }
 
 /* GET path from 127.0.0.1:port; the whole response (headers and body) in buf. */
-static int http_get(int port, const char *path, char *buf, size_t len)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
-        if (fd >= 0) close(fd);
-        return -1;
-    }
-    char req[256];
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
-    if (write(fd, req, (size_t)n) != n) {
-        close(fd);
-        return -1;
-    }
-    size_t got = 0;
-    ssize_t r;
-    while (got + 1 < len && (r = read(fd, buf + got, len - 1 - got)) > 0)
-        got += (size_t)r;
-    buf[got] = '\0';
-    close(fd);
-    return 0;
-}
-
-/* The value of the metric line that starts with `series ` ("name{labels}"); NAN if absent. */
-static double metric(const char *text, const char *series)
-{
-    size_t n = strlen(series);
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
-        if (!strncmp(p, series, n) && p[n] == ' ') return atof(p + n + 1);
-    return NAN;
-}
-
 /* ---- checking transitions ----------------------------------------------------------------- */
 
 typedef struct seen {
@@ -340,18 +308,18 @@ TEST(interleaved_rollouts_across_partitions_and_dead_letters)
     }
     /* what the worker counted, then a clean stop */
     static char text[65536];
-    CHECK_EQ_INT(http_get(port, "/metrics", text, sizeof text), 0);
+    CHECK_EQ_INT(al_test_http_get(port, "/metrics", text, sizeof text), 0);
     usleep(300000); /* the transitions' counters are updated right after the produce */
-    CHECK_EQ_INT(http_get(port, "/metrics", text, sizeof text), 0);
-    CHECK_NEAR(metric(text, "arclight_credit_spans_total"), (double)spans.n + 3, 0);
-    CHECK_NEAR(metric(text, "arclight_credit_transitions_total"), ne, 0);
-    CHECK_NEAR(metric(text, "arclight_credit_deadletter_total{reason=\"undecodable\"}"), 2, 0);
-    CHECK_NEAR(metric(text, "arclight_credit_deadletter_total{reason=\"no_token_ids\"}"), 1, 0);
-    CHECK_NEAR(metric(text, "arclight_credit_rollouts_total{outcome=\"completed\"}"), N_ROLL, 0);
-    CHECK_NEAR(metric(text, "arclight_credit_groups_total{outcome=\"completed\"}"), N_TASKS, 0);
-    CHECK_NEAR(metric(text, "arclight_credit_open_rollouts"), 1, 0); /* dl-r never ends */
-    CHECK(metric(text, "arclight_credit_reward_mean") >= 0);
-    CHECK(http_get(port, "/healthz", text, sizeof text) == 0 && strstr(text, "\"ok\""));
+    CHECK_EQ_INT(al_test_http_get(port, "/metrics", text, sizeof text), 0);
+    CHECK_NEAR(al_test_metric(text, "arclight_credit_spans_total"), (double)spans.n + 3, 0);
+    CHECK_NEAR(al_test_metric(text, "arclight_credit_transitions_total"), ne, 0);
+    CHECK_NEAR(al_test_metric(text, "arclight_credit_deadletter_total{reason=\"undecodable\"}"), 2, 0);
+    CHECK_NEAR(al_test_metric(text, "arclight_credit_deadletter_total{reason=\"no_token_ids\"}"), 1, 0);
+    CHECK_NEAR(al_test_metric(text, "arclight_credit_rollouts_total{outcome=\"completed\"}"), N_ROLL, 0);
+    CHECK_NEAR(al_test_metric(text, "arclight_credit_groups_total{outcome=\"completed\"}"), N_TASKS, 0);
+    CHECK_NEAR(al_test_metric(text, "arclight_credit_open_rollouts"), 1, 0); /* dl-r never ends */
+    CHECK(al_test_metric(text, "arclight_credit_reward_mean") >= 0);
+    CHECK(al_test_http_get(port, "/healthz", text, sizeof text) == 0 && strstr(text, "\"ok\""));
     kill(w, SIGTERM);
     int st = wait_exit(w, 30);
     CHECKF(st == 0, "credit exited with %d", st);

@@ -160,39 +160,12 @@ static int count_transitions(const recs *tr, int *count, int *total)
 
 /* ---- workers --------------------------------------------------------------------------------- */
 
-static int http_get(int port, const char *path, char *buf, size_t buflen)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
-        if (fd >= 0) close(fd);
-        return -1;
-    }
-    char req[256];
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
-    if (write(fd, req, (size_t)n) != n) {
-        close(fd);
-        return -1;
-    }
-    size_t got = 0;
-    ssize_t r;
-    while (got + 1 < buflen && (r = read(fd, buf + got, buflen - 1 - got)) > 0)
-        got += (size_t)r;
-    buf[got] = '\0';
-    close(fd);
-    return 0;
-}
-
 /* The value of metric series ("name{labels}") on the worker's --metrics port; NAN if absent. */
 static double metric_of(int port, const char *series)
 {
     static char text[1 << 16];
-    if (http_get(port, "/metrics", text, sizeof text) != 0) return NAN;
-    size_t n = strlen(series);
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
-        if (!strncmp(p, series, n) && p[n] == ' ') return atof(p + n + 1);
-    return NAN;
+    if (al_test_http_get(port, "/metrics", text, sizeof text) != 0) return NAN;
+    return al_test_metric(text, series);
 }
 
 /* Waits until the series reaches at least want; 0, or -1 after timeout_s or once the
