@@ -36,8 +36,7 @@ arclight_test(t1006_proxy_eval SOURCES tests/t1006_proxy_eval.c tests/fake_upstr
 add_dependencies(t1006_proxy_eval arclight)
 # The Responses API and Anthropic Messages translators against fixtures from their docs.
 arclight_test(t1007_proxy_translate SOURCES tests/t1007_proxy_translate.c
-  stages/proxy/translate.c stages/proxy/responses.c stages/proxy/messages.c
-  LIBS PkgConfig::JANSSON TIMEOUT 30)
+  LIBS arclight_api TIMEOUT 30)
 # The Responses and Messages APIs end to end through arclight proxy to the fake upstream.
 arclight_test(t1008_proxy_apis SOURCES tests/t1008_proxy_apis.c tests/fake_upstream.c
   LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT
@@ -61,8 +60,8 @@ endif()
 arclight_fuzz(fuzz_proxy_translate TEST t1010_proxy_translate_fuzz CORPUS translate_corpus
   RUNS 10000 MAX_LEN 4096
   SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_proxy_translate.c
-    ${PROJECT_SOURCE_DIR}/stages/proxy/translate.c ${PROJECT_SOURCE_DIR}/stages/proxy/responses.c
-    ${PROJECT_SOURCE_DIR}/stages/proxy/messages.c
-  DEPENDS ${PROJECT_SOURCE_DIR}/stages/proxy/translate.h
-    ${PROJECT_SOURCE_DIR}/stages/proxy/translate_int.h
+    ${PROJECT_SOURCE_DIR}/lib/api/translate.c ${PROJECT_SOURCE_DIR}/lib/api/responses.c
+    ${PROJECT_SOURCE_DIR}/lib/api/messages.c
+  DEPENDS ${PROJECT_SOURCE_DIR}/lib/api/translate.h
+    ${PROJECT_SOURCE_DIR}/lib/api/translate_int.h
   LIBS -ljansson)

@@ -1,6 +1,6 @@
 /*
  * t1007_proxy_translate: the Responses API and Anthropic Messages translators
- * (stages/proxy/translate.c, responses.c, messages.c) against fixtures written from each
+ * (lib/api/translate.c, responses.c, messages.c) against fixtures written from each
  * API's published reference (the JSON files in tests/proxy; the values are ours). For each fixture:
  * the agent's request becomes the expected chat completions request; a whole chat answer
  * becomes the expected answer object; a chat stream becomes the expected events, in order,
@@ -12,7 +12,7 @@
  */
 #include "testlib.h"
 
-#include "../stages/proxy/translate.h"
+#include "api/translate.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -14,8 +14,8 @@
  *   call.c        a call's lifecycle over both upstream clients (upstream.c, libcurl)
  *   apis.c        the Responses and Messages APIs on a call: their translation's glue, the
  *                 store behind previous_response_id, Anthropic's model list
- *   translate.c   the translators' shared half; responses.c, messages.c each API's own
- *                 (pure code over jansson trees, translate.h)
+ *   lib/api/      the translators themselves (pure code over jansson trees, shared with
+ *                 serve's native routes: api/translate.h)
  *   routes.c      routing a request, and the control endpoints (reward, end, sessions)
  *   main.c        flags, wiring, metrics, signals and the drain
  *   spool.c       the on-disk spool and its publisher thread (spool.h)
@@ -27,7 +27,7 @@
 #include "http1.h"
 #include "json_edit.h"
 #include "spool.h"
-#include "translate.h"
+#include "api/translate.h"
 #include "upstream.h"
 
 #include "avro/codec.h"

@@ -17,7 +17,7 @@
  *       tests/fuzz/translate_corpus
  * and add what it finds to the corpus.
  */
-#include "../../stages/proxy/translate.h"
+#include "../../lib/api/translate.h"
 
 #include <jansson.h>
 #include <stdint.h>

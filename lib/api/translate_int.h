@@ -3,8 +3,8 @@
  * answer item by item) shares with responses.c and messages.c (each API's request
  * translation, events and answer object). Not for the rest of the proxy: see translate.h.
  */
-#ifndef ARCLIGHT_PROXY_TRANSLATE_INT_H
-#define ARCLIGHT_PROXY_TRANSLATE_INT_H
+#ifndef ARCLIGHT_API_TRANSLATE_INT_H
+#define ARCLIGHT_API_TRANSLATE_INT_H
 
 #include "translate.h"
 

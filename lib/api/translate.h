@@ -16,8 +16,8 @@
  *                  (out: SSE bytes for the agent), then al_xl_final(x)
  *   al_xl_conversation(x) for the response store, al_xl_free(x).
  */
-#ifndef ARCLIGHT_PROXY_TRANSLATE_H
-#define ARCLIGHT_PROXY_TRANSLATE_H
+#ifndef ARCLIGHT_API_TRANSLATE_H
+#define ARCLIGHT_API_TRANSLATE_H
 
 #include <jansson.h>
 #include <stddef.h>
