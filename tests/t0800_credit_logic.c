@@ -530,13 +530,18 @@ TEST(rejected_spans_name_their_reason)
     CHECK_EQ_INT(al_credit_part_add(p, 5, &nan, &code, reason, sizeof reason, err, sizeof err), 1);
     CHECK_EQ_STR(code, "bad_span");
     /* finite but beyond the bound: sums and squares of such would overflow */
-    al_span huge = mk_reward("T", "r", 3, 3, "final", -1e300, 2);
+    al_span huge = mk_reward("T", "r", 4, 3, "final", -1e300, 2);
     CHECK_EQ_INT(al_credit_part_add(p, 5, &huge, &code, reason, sizeof reason, err, sizeof err), 1);
     CHECK_EQ_STR(code, "bad_span");
     CHECKF(strstr(reason, "-1e+300") && strstr(reason, "beyond"), "reason: %s", reason);
-    al_span end = mk_end("T", "r", 4, 4, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
+    /* a refused span keeps its sequence number: a second one is a duplicate */
+    CHECK_EQ_INT(al_credit_part_add(p, 5, &huge, &code, reason, sizeof reason, err, sizeof err), 1);
+    CHECK_EQ_STR(code, "duplicate_sequence");
+    /* sequences 0-4 were all there, refused ones included: the end does not wait */
+    al_span end = mk_end("T", "r", 5, 4, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
     CHECK_EQ_INT(al_credit_part_add(p, 6, &end, &code, reason, sizeof reason, err, sizeof err), 0);
-    al_span late = mk_reward("T", "r", 5, 5, "final", 1, 2);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_waiting, 0);
+    al_span late = mk_reward("T", "r", 6, 5, "final", 1, 2);
     CHECK_EQ_INT(al_credit_part_add(p, 7, &late, &code, reason, sizeof reason, err, sizeof err), 1);
     CHECK_EQ_STR(code, "late_span");
     CHECKF(strstr(reason, "after the rollout ended") != NULL, "reason: %s", reason);
@@ -629,6 +634,86 @@ TEST(safe_offset_never_splits_an_emitted_group)
     sink_free(&s);
 }
 
+/* An end span's sequence number counts the spans of its rollout before it. When some of
+ * them come after the end (the proxy's spool retried a span after a broker error while later
+ * ones got through; t1504 lost calls that way), the end waits for them: the rollout settles
+ * when the last one comes, or after --end-wait (event time) with what it has. */
+TEST(an_end_waits_for_the_spans_it_overtook)
+{
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.group_size = 1;
+    c.end_wait_us = 1000;
+    sink_t s;
+    al_credit_part *p = mk_part(&c, &s);
+    char reason[256], err[256];
+    const char *code;
+    int64_t first = off_counter;
+    /* a: call 1, the end (sequence 3), the reward (2), then call 0 */
+    CHECK_EQ_INT(feed(p, mk_simple("", "a", 1, 10)), 0);
+    CHECK_EQ_INT(feed(p, mk_end("", "a", 3, 11, AL_ROLLOUT_STATUS_SUCCEEDED, 0)), 0);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_waiting, 1);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->open_rollouts, 1);
+    CHECK_EQ_INT(feed(p, mk_reward("", "a", 2, 12, "final", 1, 1)), 0);
+    CHECK_EQ_INT(s.n, 0);
+    CHECK_EQ_INT((int)al_credit_part_safe_offset(p), (int)first); /* a is still held */
+    /* a span numbered after the end is late, waiting or not */
+    al_span after = mk_simple("", "a", 4, 13);
+    CHECK_EQ_INT(
+        al_credit_part_add(p, off_counter++, &after, &code, reason, sizeof reason, err, sizeof err),
+        1);
+    CHECK_EQ_STR(code, "late_span");
+    CHECKF(strstr(reason, "after the rollout's end (sequence 3)") != NULL, "reason: %s", reason);
+    CHECK_EQ_INT(feed(p, mk_simple("", "a", 0, 14)), 0);
+    REQUIRE(s.n == 2);
+    CHECK_EQ_STR(tr(&s, 0)->id, "a:0:0");
+    CHECK_EQ_STR(tr(&s, 1)->id, "a:0:1");
+    CHECK_NEAR(tr(&s, 0)->reward, 1, 0);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_waiting, 0);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_incomplete, 0);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_completed, 1);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->open_rollouts, 0);
+
+    /* b: sequence 1 never comes in time; another rollout's span moves the clock past the end
+     * wait (1000 us after b's end at 21), so b settles with call 0 alone */
+    CHECK_EQ_INT(feed(p, mk_simple("", "b", 0, 20)), 0);
+    CHECK_EQ_INT(feed(p, mk_end("", "b", 2, 21, AL_ROLLOUT_STATUS_SUCCEEDED, 0)), 0);
+    CHECK_EQ_INT(feed(p, mk_simple("", "c", 0, 1021)), 0);
+    CHECK_EQ_INT(s.n, 2); /* 1000 us exactly: not past it */
+    CHECK_EQ_INT(feed(p, mk_simple("", "c", 1, 1022)), 0);
+    REQUIRE(s.n == 3);
+    CHECK_EQ_STR(tr(&s, 2)->id, "b:0:0");
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_incomplete, 1);
+    al_span b1 = mk_simple("", "b", 1, 22);
+    CHECK_EQ_INT(
+        al_credit_part_add(p, off_counter++, &b1, &code, reason, sizeof reason, err, sizeof err),
+        1);
+    CHECK_EQ_STR(code, "late_span");
+    CHECKF(strstr(reason, "after the rollout ended") != NULL, "reason: %s", reason);
+
+    /* a retried attempt's end does not wait: nothing of it trains */
+    CHECK_EQ_INT(feed(p, mk_simple("", "d", 1, 1030)), 0);
+    al_span dend = mk_end("", "d", 3, 1031, AL_ROLLOUT_STATUS_FAILED, 0);
+    dend.rollout_end.retried = 1;
+    CHECK_EQ_INT(feed(p, dend), 0);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_waiting, 0);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_retried, 1);
+    al_credit_part_free(p);
+    sink_free(&s);
+
+    /* --end-wait 0: an end settles at once (before this, always): the call that comes after
+     * it is late and its rollout trains without it */
+    c.end_wait_us = 0;
+    p = mk_part(&c, &s);
+    CHECK_EQ_INT(feed(p, mk_simple("", "e", 0, 10)), 0);
+    CHECK_EQ_INT(feed(p, mk_end("", "e", 2, 11, AL_ROLLOUT_STATUS_SUCCEEDED, 0)), 0);
+    REQUIRE(s.n == 1);
+    CHECK_EQ_INT(feed(p, mk_simple("", "e", 1, 12)), 1);
+    CHECK_EQ_INT(s.n, 1);
+    al_credit_part_free(p);
+    sink_free(&s);
+}
+
 TEST(resumed_remnants_are_skipped)
 {
     al_credit_config c;
@@ -640,8 +725,17 @@ TEST(resumed_remnants_are_skipped)
     feed(p, mk_reward("T", "old", 3, 1, "final", 1, 2));
     feed(p, mk_end("T", "old", 4, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 0));
     CHECK_EQ_INT(s.n, 0);
+    /* its end says sequences 0-2 are missing: it waits for them for the end wait (30 s) */
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_waiting, 1);
+    char err[256];
+    CHECK_EQ_INT(al_credit_part_advance(p, 1 + 30000000, err, sizeof err), 0);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_waiting, 1);
+    CHECK_EQ_INT(al_credit_part_advance(p, 2 + 30000000, err, sizeof err), 0);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_waiting, 0);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_incomplete, 1);
     CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_skipped, 1);
-    feed_rollout(p, "T", "new", 1, 2);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->open_rollouts, 0);
+    feed_rollout(p, "T", "new", 1, 3 + 30000000);
     CHECK_EQ_INT(s.n, 1);
     al_credit_part_free(p);
     sink_free(&s);
@@ -768,6 +862,7 @@ TEST(random_streams_keep_the_invariants)
         c.timeout_policy = (al_credit_policy)(RND() % 2);
         c.failed_policy = (al_credit_policy)(RND() % 2);
         c.drop_equal_groups = (int)(RND() % 2);
+        c.end_wait_us = (int64_t)(RND() % 3) * 60; /* the streams skip sequences now and then */
         int emitted = 0;
         al_credit_sink k = {.transition = random_sink, .ud = &emitted};
         char err[256], reason[256];

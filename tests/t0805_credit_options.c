@@ -24,8 +24,9 @@ static void one_call(al_credit_part *p, const char *task, const char *rid, doubl
                      al_rollout_status st, int32_t declared, int64_t ts)
 {
     feed(p, mk_simple(task, rid, 0, ts));
-    if (!isnan(reward)) feed(p, mk_reward(task, rid, 1, ts, "final", reward, 0));
-    feed(p, mk_end(task, rid, 2, ts, st, declared));
+    int64_t seq = 1; /* numbered like the proxy: every span of the rollout counts */
+    if (!isnan(reward)) feed(p, mk_reward(task, rid, seq++, ts, "final", reward, 0));
+    feed(p, mk_end(task, rid, seq, ts, st, declared));
 }
 
 /* "The group's members are its kept rollouts that have a call, ... every transition's

@@ -8,6 +8,9 @@
  *              span's offset (creation order), which gives the safe offset's lower bound
  *   open list  open rollouts by last activity (event clock at their latest span): the idle
  *              timeout pops from its head
+ *   wait list  rollouts whose end span came before some of their spans (its sequence number
+ *              says how many there are), by the time of the end: they settle when the last
+ *              missing span arrives, or with what they have after the end wait (its head)
  *   groups     hash group key -> open group; also a FIFO by opening time for group timeouts
  *   intervals  sorted, disjoint [lo, hi] offset ranges of emitted groups' first spans that
  *              the safe offset must not fall into
@@ -39,6 +42,7 @@ void al_credit_config_init(al_credit_config *c)
     c->gamma = 1.0;
     c->group_size = 8;
     c->idle_timeout_us = 600LL * 1000000;
+    c->end_wait_us = 30LL * 1000000;
     c->group_timeout_us = 1800LL * 1000000;
     c->timeout_policy = AL_CREDIT_POLICY_DROP;
     c->failed_policy = AL_CREDIT_POLICY_DROP;
@@ -144,13 +148,17 @@ struct cr_rollout {
     int64_t *other_seqs; /* sequences of end spans (duplicate detection) */
     size_t nother, capother;
     int ended;
+    int waiting;      /* its end came, spans before it are missing: on the wait list */
+    int64_t end_seq;  /* while waiting: the end span's sequence number */
+    int64_t end_at;   /* while waiting: the clock when the end came */
+    int end_retried;  /* while waiting: the end said a new attempt replaces this one */
     al_rollout_status status;
     int32_t group_size_hint;
     int kept;
     double score; /* identical credit: R; discounted: the sum of imm (the metrics' value) */
     double *imm, *ret; /* discounted credit: r_k and G_k per call (one block of 2 ncalls) */
     cr_rollout *hnext;                   /* hash chain */
-    cr_rollout *open_prev, *open_next;   /* open list (while not ended) */
+    cr_rollout *open_prev, *open_next;   /* open list, or the wait list while waiting */
     cr_rollout *first_prev, *first_next; /* by_first list (until emitted) */
 };
 
@@ -200,6 +208,7 @@ struct al_credit_part {
     cr_baseline **btab;
     size_t bcap, bcount;
     cr_rollout *open_head, *open_tail;
+    cr_rollout *wait_head, *wait_tail;
     cr_rollout *first_head, *first_tail;
     cr_group *fifo_head, *fifo_tail;
     cr_interval *iv;
@@ -350,7 +359,7 @@ al_credit_part *al_credit_part_new(const al_credit_config *cfg, const al_credit_
         return NULL;
     }
     if ((unsigned)cfg->estimator > AL_CREDIT_ESTIMATOR_NONE || cfg->idle_timeout_us < 0 ||
-        cfg->group_timeout_us < 0 || !(cfg->eps >= 0) ||
+        cfg->group_timeout_us < 0 || cfg->end_wait_us < 0 || !(cfg->eps >= 0) ||
         !(cfg->reinforce_alpha > 0 && cfg->reinforce_alpha <= 1)) {
         al_err(errstr, errlen,
                "credit: bad configuration (estimator, timeouts >= 0, eps >= 0, alpha in (0, 1])");
@@ -430,28 +439,43 @@ const al_credit_stats *al_credit_part_stats(const al_credit_part *p)
  * Lists
  * ------------------------------------------------------------------------------------------ */
 
-static void open_unlink(al_credit_part *p, cr_rollout *r)
+/* The open list and the wait list share a rollout's open_prev/open_next: a rollout is on
+ * one of them until it ends. */
+static void list_unlink(cr_rollout **head, cr_rollout **tail, cr_rollout *r)
 {
     if (r->open_prev)
         r->open_prev->open_next = r->open_next;
     else
-        p->open_head = r->open_next;
+        *head = r->open_next;
     if (r->open_next)
         r->open_next->open_prev = r->open_prev;
     else
-        p->open_tail = r->open_prev;
+        *tail = r->open_prev;
     r->open_prev = r->open_next = NULL;
+}
+
+static void list_append(cr_rollout **head, cr_rollout **tail, cr_rollout *r)
+{
+    r->open_prev = *tail;
+    r->open_next = NULL;
+    if (*tail)
+        (*tail)->open_next = r;
+    else
+        *head = r;
+    *tail = r;
+}
+
+static void open_unlink(al_credit_part *p, cr_rollout *r)
+{
+    if (r->waiting)
+        list_unlink(&p->wait_head, &p->wait_tail, r);
+    else
+        list_unlink(&p->open_head, &p->open_tail, r);
 }
 
 static void open_append(al_credit_part *p, cr_rollout *r)
 {
-    r->open_prev = p->open_tail;
-    r->open_next = NULL;
-    if (p->open_tail)
-        p->open_tail->open_next = r;
-    else
-        p->open_head = r;
-    p->open_tail = r;
+    list_append(&p->open_head, &p->open_tail, r);
 }
 
 static void first_unlink(al_credit_part *p, cr_rollout *r)
@@ -984,6 +1008,8 @@ static int rollout_end(al_credit_part *p, cr_rollout *r, int retried, char *errs
 {
     TAB_REMOVE(p->rtab, p->rcap, p->rcount, cr_rollout, r);
     open_unlink(p, r);
+    if (r->waiting) p->stats.rollouts_waiting--;
+    r->waiting = 0;
     p->stats.open_rollouts--;
     r->ended = 1;
     if (ended_remember(p, r->key)) return al_err(errstr, errlen, "out of memory");
@@ -1055,6 +1081,13 @@ static int fire_timeouts(al_credit_part *p, char *errstr, size_t errlen)
             p->stats.rollouts_timed_out++;
             if (rollout_end(p, r, 0, errstr, errlen)) return -1;
         }
+    /* Ends whose missing spans did not come within the end wait settle with what they
+     * have; a missing span that comes later is a late span. */
+    while (p->wait_head && passed(p->wait_head->end_at, p->clock, p->cfg.end_wait_us)) {
+        cr_rollout *r = p->wait_head;
+        p->stats.rollouts_incomplete++;
+        if (rollout_end(p, r, r->end_retried, errstr, errlen)) return -1;
+    }
     if (p->cfg.group_timeout_us > 0)
         while (p->fifo_head && passed(p->fifo_head->opened, p->clock, p->cfg.group_timeout_us))
             if (group_emit(p, p->fifo_head, 1, errstr, errlen)) return -1;
@@ -1093,6 +1126,19 @@ static int seq_seen(const cr_rollout *r, int64_t seq)
     for (size_t i = 0; i < r->nother; i++)
         if (r->other_seqs[i] == seq) return 1;
     return 0;
+}
+
+/* How many of r's spans have a sequence number below n (each number is there once). */
+static int64_t seqs_below(const cr_rollout *r, int64_t n)
+{
+    int64_t k = 0;
+    for (size_t i = 0; i < r->ncalls; i++)
+        k += r->calls[i].seq < n;
+    for (size_t i = 0; i < r->nrewards; i++)
+        k += r->rewards[i].seq < n;
+    for (size_t i = 0; i < r->nother; i++)
+        k += r->other_seqs[i] < n;
+    return k;
 }
 
 /* Inserts call c into r->calls keeping sequence order (spans normally come in order). Its
@@ -1232,19 +1278,22 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
         return reject(reason_code, "bad_span", reason, reasonlen,
                       "span of rollout %s has sequence %lld or attempt %d out of range",
                       s->rollout_id, (long long)s->sequence, s->attempt);
+    /* Spans placed in their rollout but refused for their content: they still count as
+     * one of its sequence numbers (an end waiting for its spans must not wait for them). */
+    int bad = 0;
     if (s->kind == AL_SPAN_KIND_REWARD && !isfinite(s->reward.value))
-        return reject(reason_code, "bad_span", reason, reasonlen,
-                      "reward %s of rollout %s is not a finite number",
-                      s->reward.name ? s->reward.name : "", s->rollout_id);
-    if (s->kind == AL_SPAN_KIND_REWARD && fabs(s->reward.value) > AL_REWARD_MAX)
-        return reject(reason_code, "bad_span", reason, reasonlen,
-                      "reward %s of rollout %s is %g, beyond the +-%g credit takes",
-                      s->reward.name ? s->reward.name : "", s->rollout_id, s->reward.value,
-                      AL_REWARD_MAX);
-    if (s->kind != AL_SPAN_KIND_LLM_CALL && s->kind != AL_SPAN_KIND_REWARD &&
-        s->kind != AL_SPAN_KIND_ROLLOUT_END)
-        return reject(reason_code, "bad_span", reason, reasonlen, "span of rollout %s has kind %d",
-                      s->rollout_id, (int)s->kind);
+        bad = reject(reason_code, "bad_span", reason, reasonlen,
+                     "reward %s of rollout %s is not a finite number",
+                     s->reward.name ? s->reward.name : "", s->rollout_id);
+    else if (s->kind == AL_SPAN_KIND_REWARD && fabs(s->reward.value) > AL_REWARD_MAX)
+        bad = reject(reason_code, "bad_span", reason, reasonlen,
+                     "reward %s of rollout %s is %g, beyond the +-%g credit takes",
+                     s->reward.name ? s->reward.name : "", s->rollout_id, s->reward.value,
+                     AL_REWARD_MAX);
+    else if (s->kind != AL_SPAN_KIND_LLM_CALL && s->kind != AL_SPAN_KIND_REWARD &&
+             s->kind != AL_SPAN_KIND_ROLLOUT_END)
+        bad = reject(reason_code, "bad_span", reason, reasonlen, "span of rollout %s has kind %d",
+                     s->rollout_id, (int)s->kind);
 
     /* The event clock moves first, so that what this span's time makes due fires before it. */
     if (s->timestamp_us > p->clock) p->clock = s->timestamp_us;
@@ -1271,21 +1320,30 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
                       "span %lld of rollout %s attempt %d arrived after the rollout ended "
                       "(or timed out)",
                       (long long)s->sequence, s->rollout_id, s->attempt);
+    if (r && r->waiting && s->sequence > r->end_seq)
+        return reject(reason_code, "late_span", reason, reasonlen,
+                      "span %lld of rollout %s attempt %d comes after the rollout's end "
+                      "(sequence %lld)",
+                      (long long)s->sequence, s->rollout_id, s->attempt,
+                      (long long)r->end_seq);
     if (r && seq_seen(r, s->sequence))
         return reject(reason_code, "duplicate_sequence", reason, reasonlen,
                       "rollout %s attempt %d has sequence %lld twice", s->rollout_id, s->attempt,
                       (long long)s->sequence);
+    if (bad && !r) return 1;
     /* A rejected call still belongs to its rollout: it marks sequence 0 as seen and keeps the
      * rollout alive, so that the rest of the rollout trains. */
     if (!r && !(r = rollout_new(p, s, key, offset))) return al_err(errstr, errlen, "out of memory");
     if (s->sequence == 0) r->seen_seq0 = 1;
     if (s->timestamp_us > r->max_ts) r->max_ts = s->timestamp_us;
-    r->last_activity = p->clock;
-    open_unlink(p, r);
-    open_append(p, r);
+    if (!r->waiting) { /* a waiting rollout's time runs from its end */
+        r->last_activity = p->clock;
+        open_unlink(p, r);
+        open_append(p, r);
+    }
 
-    int oom = 0, rej = 0;
-    switch (s->kind) {
+    int oom = 0, rej = bad;
+    switch (bad ? -1 : (int)s->kind) {
     case AL_SPAN_KIND_LLM_CALL:
         rej = check_call(s, reason_code, reason, reasonlen);
         if (!rej) oom = add_call(r, s);
@@ -1301,14 +1359,29 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
         if (!oom) r->other_seqs[r->nother++] = s->sequence;
     }
     if (oom) return al_err(errstr, errlen, "out of memory");
-    if (rej) return 1;
-    if (s->kind == AL_SPAN_KIND_ROLLOUT_END) {
+    if (s->kind == AL_SPAN_KIND_ROLLOUT_END && !rej) {
         r->status = s->rollout_end.status;
         r->group_size_hint = s->rollout_end.group_size;
         p->stats.rollouts_completed++;
-        return rollout_end(p, r, s->rollout_end.retried, errstr, errlen) ? -1 : 0;
+        int retried = s->rollout_end.retried;
+        /* Its sequence number counts the rollout's spans before it: an end that overtook
+         * some of them (a span retried by the proxy's spool after a broker error, a second
+         * proxy's spans, a call still running when the agent ended) waits for them. */
+        if (retried || !p->cfg.end_wait_us || seqs_below(r, s->sequence) == s->sequence)
+            return rollout_end(p, r, retried, errstr, errlen) ? -1 : 0;
+        open_unlink(p, r);
+        r->waiting = 1;
+        r->end_seq = s->sequence;
+        r->end_at = p->clock;
+        r->end_retried = retried;
+        list_append(&p->wait_head, &p->wait_tail, r);
+        p->stats.rollouts_waiting++;
+        return 0;
     }
-    return 0;
+    if (r->waiting && seqs_below(r, r->end_seq) == r->end_seq &&
+        rollout_end(p, r, r->end_retried, errstr, errlen))
+        return -1;
+    return rej;
 }
 
 size_t al_credit_part_emitted(const al_credit_part *p, int64_t from, const int64_t **out)

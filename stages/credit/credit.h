@@ -102,6 +102,8 @@ typedef struct al_credit_config {
     int32_t group_size;       /* when no end span of the group carries one */
     int64_t idle_timeout_us;  /* a rollout silent this long (event time) times out; 0: never */
     int64_t group_timeout_us; /* a group waits this long after its first end; 0: forever */
+    int64_t end_wait_us;      /* an end whose sequence number says spans before it are
+                               * missing waits this long (event time) for them; 0: not */
     al_credit_policy timeout_policy;
     double timeout_reward;
     al_credit_policy failed_policy; /* failed and aborted rollouts */
@@ -112,8 +114,8 @@ typedef struct al_credit_config {
 } al_credit_config;
 
 /* Defaults: grpo, last reward, identical assignment, gamma 1, no merge, group size 8,
- * idle timeout 600 s, group timeout 1800 s, timed-out and failed rollouts dropped (reward 0
- * when kept), all-equal groups kept, eps 1e-6, alpha 0.1. */
+ * idle timeout 600 s, group timeout 1800 s, end wait 30 s, timed-out and failed rollouts
+ * dropped (reward 0 when kept), all-equal groups kept, eps 1e-6, alpha 0.1. */
 void al_credit_config_init(al_credit_config *c);
 
 /* "grpo", "dr_grpo", "rloo", "reinforce", "none"; parse returns -1 for anything else. */
@@ -155,6 +157,7 @@ typedef struct al_credit_stats {
     uint64_t rollouts_dropped;   /* by the failed/timeout policy */
     uint64_t rollouts_skipped;   /* remnants without their sequence-0 span (resumed/late) */
     uint64_t rollouts_retried;   /* attempts whose end says a new attempt replaces them */
+    uint64_t rollouts_incomplete; /* settled at the end wait with spans still missing */
     uint64_t eval_spans;         /* spans of held-out evaluation rollouts: counted, not used */
     uint64_t rollouts_no_reward; /* kept, but no reward span: reward 0 (or the default) */
     uint64_t groups_completed;   /* emitted */
@@ -165,6 +168,7 @@ typedef struct al_credit_stats {
     uint64_t groups_replayed;      /* re-formed after a restart, emitted before it: not again */
     uint64_t transitions_replayed; /* their transitions, not emitted */
     uint64_t open_rollouts;
+    uint64_t rollouts_waiting; /* ended, waiting for spans the end overtook (in open_rollouts) */
     uint64_t open_groups;
 } al_credit_stats;
 

@@ -84,6 +84,10 @@ static const char credit_usage[] =
     "                          (default 600; 0: never)\n"
     "  --group-timeout S       a group waits S seconds after its first end (default 1800; 0:\n"
     "                          never)\n"
+    "  --end-wait S            an end span whose sequence number says spans of its rollout\n"
+    "                          are still to come (they overtook each other on the way)\n"
+    "                          waits S seconds of span time for them, then the rollout\n"
+    "                          settles without them (default 30; 0: never wait)\n"
     "  --on-timeout drop|keep  timed-out rollouts (default drop: they count towards the\n"
     "                          group's size but train nothing)\n"
     "  --timeout-reward X      reward of a kept timed-out rollout without one (default 0;\n"
@@ -122,6 +126,7 @@ enum {
     OPT_GROUP_SIZE,
     OPT_IDLE_TIMEOUT,
     OPT_GROUP_TIMEOUT,
+    OPT_END_WAIT,
     OPT_ON_TIMEOUT,
     OPT_TIMEOUT_REWARD,
     OPT_ON_FAILED,
@@ -168,10 +173,11 @@ typedef struct cpart {
 
 typedef struct credit_metrics {
     al_counter *spans, *transitions, *bytes_out;
-    al_counter *r_completed, *r_timed_out, *r_dropped, *r_skipped, *r_retried, *r_no_reward;
+    al_counter *r_completed, *r_timed_out, *r_dropped, *r_skipped, *r_retried, *r_incomplete,
+        *r_no_reward;
     al_counter *eval_spans;
     al_counter *g_completed, *g_timed_out, *g_equal, *g_empty, *g_replayed;
-    al_gauge *open_rollouts, *open_groups, *reward_mean, *reward_std;
+    al_gauge *open_rollouts, *open_groups, *waiting, *reward_mean, *reward_std;
 } credit_metrics;
 
 typedef struct credit_ctx {
@@ -272,6 +278,8 @@ static void metrics_init(credit_ctx *x)
                                       "skipped_resumed", NULL);
     m->r_retried = al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome",
                                       "retried", NULL);
+    m->r_incomplete = al_metrics_counter(r, "arclight_credit_rollouts_total", rh, "outcome",
+                                         "incomplete_after_end_wait", NULL);
     m->eval_spans = al_metrics_counter(r, "arclight_credit_eval_spans_total",
                                        "Spans of held-out evaluation rollouts (not trained on)",
                                        NULL);
@@ -289,6 +297,8 @@ static void metrics_init(credit_ctx *x)
                                        "replayed_not_emitted", NULL);
     m->open_rollouts =
         al_metrics_gauge(r, "arclight_credit_open_rollouts", "Rollouts not ended yet", NULL);
+    m->waiting = al_metrics_gauge(r, "arclight_credit_waiting_rollouts",
+                                  "Ended rollouts waiting for spans their end overtook", NULL);
     m->open_groups = al_metrics_gauge(r, "arclight_credit_open_groups",
                                       "Groups waiting for more rollouts", NULL);
     m->reward_mean = al_metrics_gauge(r, "arclight_credit_reward_mean",
@@ -320,6 +330,7 @@ static void metrics_sync(credit_ctx *x, cpart *cp)
     DELTA(rollouts_dropped, r_dropped);
     DELTA(rollouts_skipped, r_skipped);
     DELTA(rollouts_retried, r_retried);
+    DELTA(rollouts_incomplete, r_incomplete);
     DELTA(eval_spans, eval_spans);
     DELTA(rollouts_no_reward, r_no_reward);
     DELTA(groups_completed, g_completed);
@@ -330,6 +341,7 @@ static void metrics_sync(credit_ctx *x, cpart *cp)
 #undef DELTA
     al_gauge_add(m->open_rollouts, (double)s->open_rollouts - (double)cp->seen.open_rollouts);
     al_gauge_add(m->open_groups, (double)s->open_groups - (double)cp->seen.open_groups);
+    al_gauge_add(m->waiting, (double)s->rollouts_waiting - (double)cp->seen.rollouts_waiting);
     cp->seen = *s;
 }
 
@@ -545,6 +557,7 @@ static void cpart_drop(credit_ctx *x, cpart *cp)
         }
     /* Open rollouts leave the gauges. */
     al_gauge_add(x->m.open_rollouts, -(double)cp->seen.open_rollouts);
+    al_gauge_add(x->m.waiting, -(double)cp->seen.rollouts_waiting);
     al_gauge_add(x->m.open_groups, -(double)cp->seen.open_groups);
     hold_release(cp, 1);
     al_credit_part_free(cp->part);
@@ -670,15 +683,19 @@ static void handle_message(credit_ctx *x, const rd_kafka_message_t *m, al_span *
 }
 
 /* Moves the clock of partitions quiet for longer than quiet_us by the wall time since
- * their last message. */
+ * their last message; of those with an end waiting for its spans, after the end wait if
+ * that is shorter (a span that never comes must not hold the group until quiet_us). */
 static void quiet_flush(credit_ctx *x, int64_t quiet_us)
 {
     int64_t now = al_mono_us();
     char err[512];
     for (size_t i = 0; i < x->nparts; i++) {
         cpart *cp = x->parts[i];
-        int64_t quiet = now - cp->last_msg_mono;
-        if (quiet < quiet_us || cp->clock_at_last_msg <= 0) continue;
+        int64_t quiet = now - cp->last_msg_mono, q = quiet_us;
+        if (al_credit_part_stats(cp->part)->rollouts_waiting && x->cfg.end_wait_us > 0 &&
+            x->cfg.end_wait_us < q)
+            q = x->cfg.end_wait_us;
+        if (quiet < q || cp->clock_at_last_msg <= 0) continue;
         x->cur = cp;
         if (al_credit_part_advance(cp->part, cp->clock_at_last_msg + quiet, err, sizeof err))
             al_stage_fail(&x->st, "%s [%d]: %s", cp->topic, (int)cp->partition, err);
@@ -825,6 +842,7 @@ int cmd_credit(int argc, char **argv)
         {"group-size", required_argument, 0, OPT_GROUP_SIZE},
         {"idle-timeout", required_argument, 0, OPT_IDLE_TIMEOUT},
         {"group-timeout", required_argument, 0, OPT_GROUP_TIMEOUT},
+        {"end-wait", required_argument, 0, OPT_END_WAIT},
         {"on-timeout", required_argument, 0, OPT_ON_TIMEOUT},
         {"timeout-reward", required_argument, 0, OPT_TIMEOUT_REWARD},
         {"on-failed", required_argument, 0, OPT_ON_FAILED},
@@ -923,6 +941,10 @@ int cmd_credit(int argc, char **argv)
         case OPT_GROUP_TIMEOUT:
             if (parse_double(cmd, "--group-timeout", optarg, 0, 1e9, &d)) return AL_EXIT_USAGE;
             x.cfg.group_timeout_us = (int64_t)(d * 1e6);
+            break;
+        case OPT_END_WAIT:
+            if (parse_double(cmd, "--end-wait", optarg, 0, 1e9, &d)) return AL_EXIT_USAGE;
+            x.cfg.end_wait_us = (int64_t)(d * 1e6);
             break;
         case OPT_ON_TIMEOUT:
             if (parse_policy(cmd, "--on-timeout", optarg, &x.cfg.timeout_policy))
