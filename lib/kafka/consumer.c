@@ -965,6 +965,15 @@ int al_consumer_commit(al_consumer *c, char *errstr, size_t errlen)
     return 0;
 }
 
+void al_consumer_commit_async(al_consumer *c)
+{
+    if (c->commit_fn) return;
+    consumer_store_offsets(c);
+    rd_kafka_resp_err_t err = rd_kafka_commit(c->rk, NULL, 1);
+    if (err && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+        al_log_debug("kafka", "asynchronous commit not sent: %s", rd_kafka_err2str(err));
+}
+
 int al_consumer_commit_within(al_consumer *c, int timeout_ms, char *errstr, size_t errlen)
 {
     if (c->commit_fn) return c->commit_fn(c, "commit", timeout_ms, errstr, errlen, c->commit_ctx);

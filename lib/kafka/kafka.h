@@ -329,6 +329,10 @@ int al_consumer_commit(al_consumer *c, char *errstr, size_t errlen);
 /* The same, waiting at most timeout_ms for the broker's answer (-1 with "no answer" past it;
  * the commit may still land later). */
 int al_consumer_commit_within(al_consumer *c, int timeout_ms, char *errstr, size_t errlen);
+/* Stores the committable offsets and asks for their commit without waiting (the answer is
+ * librdkafka's to handle; a failure leaves the next periodic commit to do it). Nothing when
+ * the owner writes the commits (al_consumer_set_commit_fn: transactions). */
+void al_consumer_commit_async(al_consumer *c);
 /* Commits written by the consumer's owner instead of librdkafka's (the stage worker's
  * transactions, kafka/stage.h): once set, the consumer stores no offsets, and every commit
  * it would make (al_consumer_commit*, a revoke after its flush, the close) calls fn, which
