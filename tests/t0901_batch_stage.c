@@ -539,6 +539,76 @@ static int model_done(msg *m, size_t n, const char *model, int nsteps)
     return 1;
 }
 
+/* A step's inputs are committed once its chunks are acknowledged, not at the next periodic
+ * commit: a restart knows which steps past the committed offset are on the topic only from
+ * the chunks it reads back (--recover-chunks), and a burst after a broker outage once made
+ * more steps within one commit interval than that (t1504: a transition in two steps). With
+ * the periodic commit ten minutes apart, the group's committed offsets must still reach the
+ * end of every partition while the worker runs. */
+TEST(a_steps_inputs_are_committed_when_its_chunks_are_acknowledged)
+{
+    al_test_broker b;
+    REQUIRE(start_broker(&b) == 0);
+    rd_kafka_t *p = producer(b.bootstrap);
+    REQUIRE(p);
+    al_buf buf = {0};
+    int64_t per_part[4] = {0};
+    for (int g = 0; g < 8; g++) { /* 8 groups of 4: two steps of 16 */
+        char key[16];
+        snprintf(key, sizeof key, "task-%d", g);
+        for (int r = 0; r < 4; r++) {
+            encode_transition(&buf, g, r, rnd(10, 1500), rnd(10, 2000), -1);
+            produce(p, "arclight.transitions", g % 4, key, buf.data, buf.len);
+            per_part[g % 4]++;
+        }
+    }
+    REQUIRE(rd_kafka_flush(p, 10000) == 0);
+    const char *argv[] = {al_test_bin(), "batch", "--bootstrap", b.bootstrap, "--log-level",
+                          "warn", "--step-sequences", "16", "--micro-batch-tokens", "4096",
+                          "--max-message-bytes", "150000", "--group-idle-ms", "300", NULL};
+    const char *env[] = {"ARCLIGHT_BATCH_TEST_KILL_AT", "ARCLIGHT_KAFKA_SESSION_TIMEOUT_MS=3000",
+                         "ARCLIGHT_KAFKA_AUTO_COMMIT_INTERVAL_MS=600000", NULL};
+    pid_t pid = al_test_spawn(argv, env, 0);
+    REQUIRE(pid > 0);
+    char err[512];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    rd_kafka_conf_set(c, "bootstrap.servers", b.bootstrap, err, sizeof err);
+    rd_kafka_conf_set(c, "group.id", "arclight-batch", err, sizeof err);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, err, sizeof err);
+    REQUIRE(rk);
+    int64_t got[4] = {-1, -1, -1, -1};
+    int all = 0;
+    double t0 = testlib_now();
+    while (!all && testlib_now() - t0 < 60) {
+        usleep(300000);
+        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(4);
+        for (int i = 0; i < 4; i++) rd_kafka_topic_partition_list_add(l, "arclight.transitions", i);
+        if (rd_kafka_committed(rk, l, 5000) == 0) {
+            all = 1;
+            for (int i = 0; i < 4; i++) {
+                got[i] = l->elems[i].offset;
+                if (got[i] != per_part[i]) all = 0;
+            }
+        }
+        rd_kafka_topic_partition_list_destroy(l);
+    }
+    for (int i = 0; i < 4; i++)
+        CHECKF(got[i] == per_part[i], "partition %d: committed %lld while the worker runs, want %lld",
+               i, (long long)got[i], (long long)per_part[i]);
+    size_t n = 0;
+    msg *m = read_topic(b.bootstrap, "arclight.batches", 2, &n);
+    CHECK(model_done(m, n, "m", 2));
+    free_msgs(m, n);
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    rd_kafka_destroy(rk);
+    al_buf_free(&buf);
+    rd_kafka_destroy(p);
+    stop_broker(&b);
+}
+
 TEST(sigkill_mid_step_and_after_a_step_loses_and_duplicates_nothing)
 {
 #ifndef ARCLIGHT_FAULT_POINTS
