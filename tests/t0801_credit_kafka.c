@@ -250,7 +250,7 @@ TEST(start_broker)
     FILE *f = fopen(topics_path, "w");
     REQUIRE(f != NULL);
     fputs("t8.spans 4 1\nt8.tr 4 1\nt8.spans2 4 1\nt8.tr2 4 1\nt8.one 1 1\nt8.tr3 2 1\n"
-          "t8.quiet 1 1\nt8.trq 1 1\n"
+          "t8.quiet 1 1\nt8.trq 1 1\nt8.outage 1 1\nt8.tro 1 1\n"
           "arclight.deadletter 2 1\n",
           f);
     fclose(f);
@@ -574,6 +574,90 @@ TEST(quiet_partition_times_out_its_last_rollout)
     CHECK_EQ_INT(t.group_size, 1);
     al_transition_clear(&t);
     recs_free(&tr);
+}
+
+/* Wall time stands for span time only while Kafka answers. A rollout whose first call is
+ * read, then a broker outage longer than --idle-timeout and --quiet-flush: the proxy's spool
+ * holds the rest of the rollout meanwhile, so the outage must not time the rollout out (it
+ * did: its end then came late and it trained nothing). After the broker is back the rest
+ * arrives and the rollout trains whole. */
+TEST(a_broker_outage_does_not_count_as_quiet)
+{
+    REQUIRE(broker.pid > 0);
+    /* the first rollout of the stream, as a group of its own */
+    stream one = {0};
+    const char *rid = NULL;
+    char ridbuf[64] = "";
+    int ncalls = 0;
+    for (size_t i = 0; i < spans.n; i++) {
+        al_span sp;
+        memset(&sp, 0, sizeof sp);
+        char err[256];
+        if (al_span_decode(spans.m[i].val, spans.m[i].len, &sp, err, sizeof err) == 0) {
+            if (!rid) {
+                snprintf(ridbuf, sizeof ridbuf, "%s", sp.rollout_id);
+                rid = ridbuf;
+            }
+            if (!strcmp(sp.rollout_id, rid)) {
+                sp.task_id = "";
+                ncalls += sp.kind == AL_SPAN_KIND_LLM_CALL;
+                al_buf b = {0};
+                if (al_span_encode(&sp, &b, err, sizeof err) == 0)
+                    stream_add(&one, sp.rollout_id, b.data, b.len);
+                al_buf_free(&b);
+            }
+        }
+        al_span_clear(&sp);
+    }
+    REQUIRE(one.n >= 3 && ncalls >= 1);
+    REQUIRE(produce("t8.outage", one.m, 1) == 0); /* its first call */
+    int port = free_port();
+    REQUIRE(port > 0);
+    char hostport[32], log[256];
+    snprintf(hostport, sizeof hostport, "127.0.0.1:%d", port);
+    snprintf(log, sizeof log, "%s/outage.log", tmpdir);
+    const char *args[] = {"--input", "t8.outage", "--output", "t8.tro", "--group", "go",
+                          "--idle-timeout", "2", "--quiet-flush", "2", "--estimator", "none",
+                          "--metrics", hostport, NULL};
+    pid_t pid = credit_start(log, args);
+    REQUIRE(pid > 0);
+    static char page[1 << 16];
+    double t0 = testlib_now();
+    int read = 0;
+    while (!read && testlib_now() - t0 < 60) {
+        usleep(200000);
+        read = al_test_http_get(port, "/metrics", page, sizeof page) == 0 &&
+               al_test_metric(page, "arclight_credit_spans_total") == 1;
+    }
+    REQUIRE(read);
+    REQUIRE(al_test_broker_control(&broker, "down 1", NULL, 0) == 0);
+    /* longer than the idle timeout and the quiet flush (2 s), shorter than the session
+     * timeout (6 s), so that the group keeps the partition and re-reading it from the
+     * committed offset cannot hide a wrong timeout */
+    sleep(4);
+    REQUIRE(al_test_broker_control(&broker, "up 1", NULL, 0) == 0);
+    REQUIRE(produce("t8.outage", one.m + 1, one.n - 1) == 0); /* the rest, end included */
+    recs tr = {0};
+    t0 = testlib_now();
+    while (testlib_now() - t0 < 60) {
+        recs_free(&tr);
+        memset(&tr, 0, sizeof tr);
+        if (read_topic("t8.tro", &tr) == 0 && (int)tr.n >= ncalls) break;
+        sleep(1);
+    }
+    CHECKF((int)tr.n == ncalls, "%zu transitions of rollout %s, want %d (one per call)", tr.n,
+           rid, ncalls);
+    CHECK(al_test_http_get(port, "/metrics", page, sizeof page) == 0);
+    CHECK_EQ_INT(
+        (int)al_test_metric(page, "arclight_credit_rollouts_total{outcome=\"timed_out\"}"), 0);
+    CHECK_EQ_INT(
+        (int)al_test_metric(page, "arclight_credit_rollouts_total{outcome=\"completed\"}"), 1);
+    kill(pid, SIGTERM);
+    int st = wait_exit(pid, 30);
+    CHECKF(st == 0, "credit exited with %d", st);
+    if (st != 0 || (int)tr.n != ncalls) dump_log(log);
+    recs_free(&tr);
+    stream_free(&one);
 }
 
 TEST(command_line)

@@ -25,7 +25,8 @@
  * Time: a part's clock is event time (span timestamps). The one wall-clock input: a
  * partition that has received nothing for --quiet-flush seconds has its clock moved on by
  * the wall time that passed since its last span, so that a stream that simply stops still
- * times out its last rollouts. Replays at full speed never hit it mid-stream.
+ * times out its last rollouts. Replays at full speed never hit it mid-stream. A broker
+ * outage is not quiet (the spans wait in the proxy's spool): see quiet_flush.
  */
 #define _GNU_SOURCE /* RUSAGE_THREAD */
 #include "credit.h"
@@ -99,7 +100,8 @@ static const char credit_usage[] =
     "  --eps X                 added to grpo's std, not its variance (default 1e-6)\n"
     "  --reinforce-alpha A     step of the per-task running baseline (default 0.1)\n"
     "  --quiet-flush S         move a partition's clock by wall time after S quiet seconds\n"
-    "                          (default: the idle timeout; 0: never)\n"
+    "                          (default: the idle timeout; 0: never); time while Kafka does\n"
+    "                          not answer is not quiet\n"
     "  --reward-window N       rollouts in the reward mean/std metrics (default 256)\n"
     "  --max-spans N           stop after N consumed messages (benchmarks)\n"
     "  --exit-idle S           stop after S seconds without a message (at least 30 s before\n"
@@ -169,6 +171,7 @@ typedef struct cpart {
     size_t hhead, hcount, hcap;
     int64_t last_msg_mono;
     int64_t clock_at_last_msg;
+    int64_t next_offset; /* one past the last message read */
 } cpart;
 
 typedef struct credit_metrics {
@@ -197,6 +200,8 @@ typedef struct credit_ctx {
     double quiet_s, exit_idle_s, max_spans;
     uint64_t consumed, consumed_bytes;
     int64_t first_msg, last_msg, last_quiet_check, consumed_at;
+    int64_t unreachable_mono; /* when the broker last did not answer (0: never) */
+    int64_t reachable_mono;   /* when it last did */
     double first_cpu, first_cpu_main;
     long first_faults;
     thread_cpu first_threads[64];
@@ -660,6 +665,7 @@ static void handle_message(credit_ctx *x, const rd_kafka_message_t *m, al_span *
     }
     al_counter_inc(x->m.spans);
     cp->last_msg_mono = now;
+    cp->next_offset = m->offset + 1;
     x->cur = cp;
     if (!m->payload || al_span_decode(m->payload, m->len, span, err, sizeof err) != 0) {
         snprintf(reason, sizeof reason, "undecodable span: %s",
@@ -682,20 +688,62 @@ static void handle_message(credit_ctx *x, const rd_kafka_message_t *m, al_span *
     metrics_sync(x, cp);
 }
 
-/* Moves the clock of partitions quiet for longer than quiet_us by the wall time since
- * their last message; of those with an end waiting for its spans, after the end wait if
- * that is shorter (a span that never comes must not hold the group until quiet_us). */
+static rd_kafka_t *consumer_handle(credit_ctx *x)
+{
+    al_consumer *c = al_stage_consumer(&x->st);
+    return c ? al_consumer_handle(c) : NULL;
+}
+
+/* How long partition cp has been quiet, and whether that long is enough (quiet_us; for a
+ * partition with an end waiting for its spans the end wait, if shorter: a span that never
+ * comes must not hold the group until quiet_us). Quiet means nothing came and nothing is
+ * known to be there: a partition behind its high watermark (as its last fetch saw it) is
+ * not quiet, and time while the broker did not answer does not count. */
+static int partition_quiet(credit_ctx *x, cpart *cp, int64_t now, int64_t quiet_us,
+                           int64_t *quiet_out)
+{
+    int64_t since = cp->last_msg_mono > x->unreachable_mono ? cp->last_msg_mono
+                                                            : x->unreachable_mono;
+    int64_t quiet = now - since, q = quiet_us;
+    if (al_credit_part_stats(cp->part)->rollouts_waiting && x->cfg.end_wait_us > 0 &&
+        x->cfg.end_wait_us < q)
+        q = x->cfg.end_wait_us;
+    *quiet_out = now - cp->last_msg_mono;
+    if (quiet < q || cp->clock_at_last_msg <= 0) return 0;
+    int64_t lo = -1, hi = -1;
+    rd_kafka_t *rk = consumer_handle(x);
+    if (rk && !rd_kafka_get_watermark_offsets(rk, cp->topic, cp->partition, &lo, &hi) &&
+        hi > cp->next_offset)
+        return 0;
+    return 1;
+}
+
+/* Moves the clock of quiet partitions (partition_quiet) by the wall time since their last
+ * message. Wall time stands for span time only while the broker answers: during an outage
+ * the proxy's spool holds the spans, and timing rollouts out then would drop them (their
+ * ends would come late). So before a flush the broker is asked for metadata (at most once
+ * a second, 500 ms at most); no answer restarts every partition's quiet time. */
 static void quiet_flush(credit_ctx *x, int64_t quiet_us)
 {
-    int64_t now = al_mono_us();
+    int64_t now = al_mono_us(), quiet;
     char err[512];
+    int due = 0;
+    for (size_t i = 0; i < x->nparts && !due; i++)
+        due = partition_quiet(x, x->parts[i], now, quiet_us, &quiet);
+    if (!due) return;
+    if (now - x->reachable_mono > 1000000) {
+        rd_kafka_t *rk = consumer_handle(x);
+        if (rk && al_kafka_check_reachable(rk, 500, err, sizeof err) != 0) {
+            if (x->unreachable_mono <= x->reachable_mono) /* once an outage */
+                al_log_info("credit", "no quiet flush while Kafka does not answer (%s)", err);
+            x->unreachable_mono = al_mono_us();
+            return;
+        }
+        x->reachable_mono = now = al_mono_us();
+    }
     for (size_t i = 0; i < x->nparts; i++) {
         cpart *cp = x->parts[i];
-        int64_t quiet = now - cp->last_msg_mono, q = quiet_us;
-        if (al_credit_part_stats(cp->part)->rollouts_waiting && x->cfg.end_wait_us > 0 &&
-            x->cfg.end_wait_us < q)
-            q = x->cfg.end_wait_us;
-        if (quiet < q || cp->clock_at_last_msg <= 0) continue;
+        if (!partition_quiet(x, cp, now, quiet_us, &quiet)) continue;
         x->cur = cp;
         if (al_credit_part_advance(cp->part, cp->clock_at_last_msg + quiet, err, sizeof err))
             al_stage_fail(&x->st, "%s [%d]: %s", cp->topic, (int)cp->partition, err);
