@@ -123,6 +123,58 @@ TEST(broker_down_agents_unaffected_spans_arrive_later)
     CHECK_EQ_INT(count_segments("spool-a"), 0);
 }
 
+/* A broker away for longer than message.timeout.ms (1 s here): librdkafka gives the queued
+ * spans up ("Local: Message timed out"), the spool keeps them and sends them again, and they
+ * must still reach the topic in the order the proxy numbered them (credit waits for spans an
+ * end overtook only --end-wait seconds). */
+TEST(spans_keep_their_order_through_an_outage_longer_than_the_message_timeout)
+{
+    px_child p;
+    static const char *const env[] = {"ARCLIGHT_KAFKA_MESSAGE_TIMEOUT_MS=1000", NULL};
+    static char spool[700], log[700];
+    snprintf(spool, sizeof spool, "%s/spool-o", TMP);
+    snprintf(log, sizeof log, "%s/spool-o.log", TMP);
+    const char *args[] = {"--listen",    "127.0.0.1:0", "--upstream",      UPURL,
+                          "--bootstrap", B.bootstrap,   "--spool-dir",     spool,
+                          "--drain-timeout", "2",       NULL};
+    REQUIRE(px_start(&p, log, args, env) == 0);
+    CHECK_EQ_INT(calls(&p, "roll-o", 2, NULL), 2);
+    REQUIRE(arrived("roll-o", 2, 20000) == 2);
+    REQUIRE(al_test_broker_control(&B, "down 1", NULL, 0) == 0);
+    for (int i = 0; i < 12; i++) { /* spread over 3 s: their timeouts would fall apart */
+        CHECK_EQ_INT(calls(&p, "roll-o", 1, NULL), 1);
+        usleep(250000);
+    }
+    sleep(2);
+    REQUIRE(al_test_broker_control(&B, "up 1", NULL, 0) == 0);
+    CHECK_EQ_INT(arrived("roll-o", 14, 40000), 14);
+    px_msgs m;
+    px_read_topic(B.bootstrap, "arclight.spans", "roll-o", 14, 20000, &m);
+    int64_t last = -1;
+    int out_of_order = 0, n = 0;
+    char err[256];
+    for (size_t i = 0; i < m.n; i++) { /* in offset order: one partition */
+        al_span sp;
+        memset(&sp, 0, sizeof sp);
+        if (al_span_decode(m.val[i], m.len[i], &sp, err, sizeof err) == 0 &&
+            !strcmp(sp.rollout_id, "roll-o")) {
+            n++;
+            if (sp.sequence <= last) {
+                if (!out_of_order)
+                    fprintf(stderr, "  sequence %lld after %lld\n", (long long)sp.sequence,
+                            (long long)last);
+                out_of_order++;
+            }
+            if (sp.sequence > last) last = sp.sequence;
+        }
+        al_span_clear(&sp);
+    }
+    px_msgs_free(&m);
+    CHECK_EQ_INT(n, 14);
+    CHECKF(out_of_order == 0, "%d of %d spans of roll-o came after a later one", out_of_order, n);
+    CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
+}
+
 TEST(restart_with_spooled_spans)
 {
     px_child p;
