@@ -327,7 +327,14 @@ static int bench_on(int kafka, double *r_produce)
                  al_test_bin(), b.bootstrap, run, GROUP, n,
                  getenv("BENCH_LOG_LEVEL") ? getenv("BENCH_LOG_LEVEL") : "info", log);
         double broker_cpu = al_test_proc_cpu_s(b.pid);
-        st |= system(cmd);
+        int rst = system(cmd);
+        st |= rst;
+        if (rst != 0) { /* say why before the next run overwrites the log */
+            fprintf(stderr, "bench_credit: credit run %d exited with status %d; its log ends:\n",
+                    run + 1, rst);
+            snprintf(cmd, sizeof cmd, "grep -v ' rdkafka: ' '%s' | tail -n 15 >&2", log);
+            if (system(cmd) != 0) fprintf(stderr, "  (no log)\n");
+        }
         broker_cpu = al_test_proc_cpu_s(b.pid) - broker_cpu;
         FILE *lf = fopen(log, "r");
         char line[1024];
