@@ -24,7 +24,9 @@
  * idempotent, as credit's producer does): the part of credit's work that is only its output.
  * Its CPU and the broker's during those runs are printed too.
  * BENCH_KEEP=1 keeps the last credit log, BENCH_LOG_LEVEL sets credit's log level (with
- * ARCLIGHT_KAFKA_DEBUG=... for librdkafka's debug contexts). */
+ * ARCLIGHT_KAFKA_DEBUG=... for librdkafka's debug contexts). BENCH_EOS=1 follows each credit
+ * run with one of `credit --exactly-once` (its own group and output topic) and prints what the
+ * mode costs, best run against best run (on Kafka: the embedded broker simulates no aborts). */
 #include "avro/codec.h"
 #include "broker_fixture.h"
 
@@ -293,8 +295,8 @@ static int bench_on(int kafka, double *r_produce)
     snprintf(log, sizeof log, "%s/credit.log", dir);
     FILE *f = fopen(topics, "w");
     if (!f) return 1;
-    fprintf(f, "bc.spans %d 1\nbc.tr %d 1\nbc.copy %d 1\narclight.deadletter 1 1\n", PARTS, PARTS,
-            PARTS);
+    fprintf(f, "bc.spans %d 1\nbc.tr %d 1\nbc.copy %d 1\nbc.tre %d 1\narclight.deadletter 1 1\n",
+            PARTS, PARTS, PARTS, PARTS);
     fclose(f);
     const char *extra[] = {"--topics", topics, NULL};
     if (al_test_broker_start(&b, extra) != 0) return 1;
@@ -313,7 +315,8 @@ static int bench_on(int kafka, double *r_produce)
     /* kcat (both ways), then credit and kcat in turn: the best run of each counts */
     static const char *const kargs[2] = {"", "-X fetch.wait.max.ms=10"};
     long kn[2][CREDIT_RUNS + 1];
-    double k[2][CREDIT_RUNS + 1], cs[CREDIT_RUNS];
+    double k[2][CREDIT_RUNS + 1], cs[CREDIT_RUNS], ce[CREDIT_RUNS];
+    int eos = kafka && getenv("BENCH_EOS") && atoi(getenv("BENCH_EOS"));
     long cn[CREDIT_RUNS] = {0};
     unsigned long long cb[CREDIT_RUNS] = {0};
     int st = 0;
@@ -350,6 +353,40 @@ static int bench_on(int kafka, double *r_produce)
         if (lf) fclose(lf);
         for (int w = 0; w < 2; w++)
             k[w][run + 1] = run_kcat(b.bootstrap, "bc.spans", kargs[w], &kn[w][run + 1]);
+        ce[run] = -1;
+        if (!eos) continue;
+        snprintf(cmd, sizeof cmd,
+                 "'%s' credit --bootstrap %s --input bc.spans --output bc.tre --group bench-eos-%d "
+                 "--group-size %d --max-spans %ld --exactly-once --log-level %s 2>%s",
+                 al_test_bin(), b.bootstrap, run, GROUP, n,
+                 getenv("BENCH_LOG_LEVEL") ? getenv("BENCH_LOG_LEVEL") : "info", log);
+        rst = system(cmd);
+        st |= rst;
+        long en = 0;
+        unsigned long long eb = 0;
+        lf = fopen(log, "r");
+        while (lf && fgets(line, sizeof line, lf)) {
+            const char *p = strstr(line, "stopped after ");
+            if (p && sscanf(p, "stopped after %ld messages, %llu bytes, %lf s", &en, &eb,
+                            &ce[run]) == 3)
+                printf("credit --exactly-once run %d: %s", run + 1, p);
+        }
+        if (lf) fclose(lf);
+        if (rst != 0 || en != n) {
+            fprintf(stderr, "bench_credit: credit --exactly-once run %d: status %d, %ld of %ld "
+                            "spans; its log ends:\n", run + 1, rst, en, n);
+            snprintf(cmd, sizeof cmd, "grep -v ' rdkafka: ' '%s' | tail -n 15 >&2", log);
+            if (system(cmd) != 0) fprintf(stderr, "  (no log)\n");
+            st |= 1;
+        }
+    }
+    if (eos) {
+        double ebest = best_of(ce, CREDIT_RUNS), abest = best_of(cs, CREDIT_RUNS);
+        printf("credit --exactly-once: best %.3f s against %.3f s at least once (runs:", ebest,
+               abest);
+        for (int i = 0; i < CREDIT_RUNS; i++)
+            printf(" %.3f s", ce[i]);
+        printf("); its rate is %.2f of the at-least-once rate\n", ebest > 0 ? abest / ebest : 0);
     }
     double produce[PRODUCE_RUNS];
     long tn = 0;
