@@ -656,6 +656,15 @@ TEST(an_end_waits_for_the_spans_it_overtook)
     CHECK_EQ_INT((int)al_credit_part_stats(p)->open_rollouts, 1);
     CHECK_EQ_INT(feed(p, mk_reward("", "a", 2, 12, "final", 1, 1)), 0);
     CHECK_EQ_INT(s.n, 0);
+    /* a second end is refused; the first one still waits */
+    al_span end2 = mk_end("", "a", 0, 12, AL_ROLLOUT_STATUS_FAILED, 0);
+    CHECK_EQ_INT(
+        al_credit_part_add(p, off_counter++, &end2, &code, reason, sizeof reason, err, sizeof err),
+        1);
+    CHECK_EQ_STR(code, "late_span");
+    CHECKF(strstr(reason, "has a second end") != NULL, "reason: %s", reason);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_waiting, 1);
+    CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_completed, 1); /* the first end */
     CHECK_EQ_INT((int)al_credit_part_safe_offset(p), (int)first); /* a is still held */
     /* a span numbered after the end is late, waiting or not */
     al_span after = mk_simple("", "a", 4, 13);

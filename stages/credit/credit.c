@@ -1330,6 +1330,12 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
         return reject(reason_code, "duplicate_sequence", reason, reasonlen,
                       "rollout %s attempt %d has sequence %lld twice", s->rollout_id, s->attempt,
                       (long long)s->sequence);
+    if (r && r->waiting && s->kind == AL_SPAN_KIND_ROLLOUT_END)
+        return reject(reason_code, "late_span", reason, reasonlen,
+                      "rollout %s attempt %d has a second end (sequence %lld; the one with "
+                      "sequence %lld came first)",
+                      s->rollout_id, s->attempt, (long long)s->sequence,
+                      (long long)r->end_seq);
     if (bad && !r) return 1;
     /* A rejected call still belongs to its rollout: it marks sequence 0 as seen and keeps the
      * rollout alive, so that the rest of the rollout trains. */
