@@ -329,6 +329,15 @@ static void metrics_sync(credit_ctx *x, cpart *cp)
 {
     const al_credit_stats *s = al_credit_part_stats(cp->part);
     credit_metrics *m = &x->m;
+    if (s->rollouts_incomplete > cp->seen.rollouts_incomplete)
+        al_log_warn("credit",
+                    "%s [%d]: %llu rollout%s settled without spans their end said were coming "
+                    "(%.0f s of span time passed: --end-wait); a span of theirs that comes now "
+                    "is dead-lettered as late",
+                    cp->topic, (int)cp->partition,
+                    (unsigned long long)(s->rollouts_incomplete - cp->seen.rollouts_incomplete),
+                    s->rollouts_incomplete - cp->seen.rollouts_incomplete == 1 ? "" : "s",
+                    (double)x->cfg.end_wait_us / 1e6);
 #define DELTA(field, ctr) al_counter_add(m->ctr, (double)(s->field - cp->seen.field))
     DELTA(rollouts_completed, r_completed);
     DELTA(rollouts_timed_out, r_timed_out);
