@@ -167,6 +167,9 @@ static inline int la_read_topic(const char *bootstrap, const char *topic, double
     rd_kafka_conf_set(conf, "group.id", "arclight-loop-audit", err, sizeof err);
     rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, sizeof err);
     rd_kafka_conf_set(conf, "isolation.level", "read_committed", err, sizeof err);
+    /* the end of a partition whose last offsets are an aborted transaction and its marker
+     * shows only as an end-of-partition event: no message comes from it */
+    rd_kafka_conf_set(conf, "enable.partition.eof", "true", err, sizeof err);
     rd_kafka_conf_set(conf, "log_level", "0", err, sizeof err);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
     if (!rk) {
@@ -217,18 +220,23 @@ static inline int la_read_topic(const char *bootstrap, const char *topic, double
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
         clock_gettime(CLOCK_MONOTONIC, &ts);
         now = ts.tv_sec + ts.tv_nsec * 1e-9;
-        if (!m) continue;
-        int p = m->partition;
-        if (!m->err && p >= 0 && p < nparts && at[p] < hi[p]) {
+        int p = m ? m->partition : -1;
+        if (m && m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF && p >= 0 && p < nparts) {
+            /* its offset is where the reader stands, past markers and aborted records */
+            if (at[p] < hi[p] && m->offset >= hi[p]) {
+                at[p] = hi[p];
+                left--;
+            }
+        } else if (m && !m->err && p >= 0 && p < nparts && at[p] < hi[p]) {
             if (m->offset < hi[p]) fn(m, ud);
             /* transaction markers take offsets a reader never sees: the next offset counts */
             at[p] = m->offset + 1;
             if (at[p] >= hi[p]) left--;
-        } else if (!m->err && p >= 0 && p < nparts) {
+        } else if (m && !m->err && p >= 0 && p < nparts) {
             at[p] = m->offset + 1;
         }
-        rd_kafka_message_destroy(m);
-        if (left > 0) {
+        if (m) rd_kafka_message_destroy(m);
+        if (left > 0) { /* checked after a quiet poll too: the last partition may send nothing */
             /* a partition whose last offsets are transaction markers ends at its position */
             rd_kafka_topic_partition_list_t *pos = rd_kafka_topic_partition_list_new(nparts);
             for (int q = 0; q < nparts; q++)
