@@ -401,6 +401,7 @@ int xlm_end(al_xl *x, const char *error, al_xbuf *out, int emit)
     int64_t in = x->have_usage ? x->in_tok : x->prompt_ids;
     x->final = message_object(x, stop, seq, in);
     if (!x->final) return -1;
+    if (x->final_members && json_object_update(x->final, x->final_members)) return -1;
     if (!emit) return 0;
     if (error)
         return xl_sse(out, "error",

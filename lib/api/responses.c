@@ -803,6 +803,7 @@ int xlr_end(al_xl *x, const char *error, al_xbuf *out, int emit)
     }
     x->final = response_object(x, status, err, inc);
     if (!x->final) return -1;
+    if (x->final_members && json_object_update(x->final, x->final_members)) return -1;
     if (!emit) return 0;
     return event(x, out, type, json_pack("{s:O}", "response", x->final));
 }

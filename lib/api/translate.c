@@ -158,7 +158,15 @@ void al_xl_free(al_xl *x)
     free(x->finish);
     free(x->stop_str);
     json_decref(x->final);
+    json_decref(x->final_members);
     free(x);
+}
+
+void al_xl_set_final_members(al_xl *x, json_t *members)
+{
+    json_decref(x->final_members);
+    x->final_members = json_is_object(members) ? members : NULL;
+    if (!x->final_members) json_decref(members);
 }
 
 int al_xl_stream(const al_xl *x)
@@ -174,6 +182,11 @@ const char *al_xl_model(const al_xl *x)
 const char *al_xl_id(const al_xl *x)
 {
     return x->id;
+}
+
+json_t *al_xl_agent_request(const al_xl *x)
+{
+    return x->req;
 }
 
 json_t *al_xl_final(const al_xl *x)

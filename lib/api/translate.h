@@ -67,6 +67,7 @@ void al_xl_free(al_xl *x);
 int al_xl_stream(const al_xl *x);        /* the agent asked for a stream */
 const char *al_xl_model(const al_xl *x); /* the agent's model, or "" */
 const char *al_xl_id(const al_xl *x);    /* this answer's id (resp_... / msg_...) */
+json_t *al_xl_agent_request(const al_xl *x); /* the agent's request as parsed (borrowed) */
 
 /* The agent's answer to a whole chat completion (a new reference), or NULL with *err
  * (status 502: the upstream's answer is not a chat completion). */
@@ -81,6 +82,12 @@ int al_xl_chunk(al_xl *x, json_t *chunk, al_xbuf *out);
 int al_xl_end(al_xl *x, const char *error, al_xbuf *out);
 /* The answer as the agent has it after al_xl_end (borrowed; NULL before the end). */
 json_t *al_xl_final(const al_xl *x);
+
+/* Members a server of the API adds to the final answer object (the whole answer, and the
+ * Response of response.completed / incomplete / failed or Anthropic's message object in a
+ * stream): arclight serve's vLLM-shaped "input_messages" and "output_messages". Call before
+ * al_xl_answer or al_xl_end; takes the reference to members (an object). */
+void al_xl_set_final_members(al_xl *x, json_t *members);
 
 /* Responses: whether this answer is to be stored (store is not false), and the chat
  * messages a later previous_response_id continues from (a new reference: the conversation

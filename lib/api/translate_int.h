@@ -52,6 +52,7 @@ struct al_xl {
     int have_usage;
     int64_t prompt_ids; /* prompt_token_ids seen in the stream: the input's size */
     json_t *final;
+    json_t *final_members; /* merged into final when it is made (al_xl_set_final_members) */
 };
 
 /* Formats into e (status, type, code, param, message). Returns -1 for `return` chains. */

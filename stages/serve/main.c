@@ -5,6 +5,9 @@
  *
  *   POST /v1/chat/completions  ChatML from the tokenizer's template, tools, tool calls parsed
  *   POST /v1/completions       text or token-id prompts
+ *   POST /v1/responses         the OpenAI Responses API, whole and streamed, served natively
+ *                              by lib/api's translator over the chat completions path, with
+ *                              vLLM's capture fields (below)
  *   GET  /v1/models, /health, /healthz, /metrics (Prometheus)
  *   POST /tokenize, /detokenize (vLLM's)
  *
@@ -13,6 +16,11 @@
  * ("prompt_token_ids": top level for chat, per choice for completions, as vLLM does) and
  * each choice's "token_ids". Every response names the weights that produced it: header
  * x-arclight-policy-version and "policy_version" in the JSON (each chunk when streaming).
+ * On /v1/responses the token ids come back the way vLLM's Responses API gives them: with
+ * "enable_response_messages": true the Response (whole, or that of response.completed) has
+ * "input_messages" and "output_messages", each [{"type": "raw_message_tokens", "message":
+ * the text, "tokens": the ids}] (the rendered prompt, and what was generated); logprobs with
+ * "include": ["message.output_text.logprobs"] on the output_text parts and text deltas.
  *
  * Threads: the event loop (this file) never waits on the engine. The engine calls
  * call_notify after each step, which only activates the call's event; the loop's callback
@@ -24,6 +32,7 @@
 #include "http/httpd.h"
 #include "http/metrics.h"
 #include "http/server.h"
+#include "api/translate.h"
 #include "model/safetensors.h"
 #include "engine.h"
 #include "policy.h"
@@ -69,6 +78,10 @@ typedef struct http_call {
     size_t *sent_text;
     int *finished_sent;
     al_chat_stream *cs;
+    /* POST /v1/responses: the translator between the agent's API and the chat path, and
+     * whether the agent asked for vLLM's input_messages / output_messages */
+    al_xl *xl;
+    int response_messages;
 } http_call;
 
 struct serve_ctx {
@@ -409,6 +422,51 @@ static void sse_send(al_httpd_req *req, json_t *o)
     free(s);
 }
 
+/* The members vLLM adds to a Response with "enable_response_messages": the rendered prompt
+ * and what was generated, each as text and token ids. Under r->lock. */
+static json_t *response_messages(http_call *c)
+{
+    al_serve_req *r = c->r;
+    al_serve_seq *s = &r->seqs[0];
+    char *pt = NULL;
+    size_t pl = 0;
+    if (al_tokenizer_decode(c->sc->tok, r->prompt, (size_t)r->nprompt, 0, &pt, &pl) != 0)
+        return NULL;
+    json_t *o = json_pack(
+        "{s:[{s:s,s:o,s:o}],s:[{s:s,s:o,s:o}]}", "input_messages", "type", "raw_message_tokens",
+        "message", json_bytes_str(pt, pl), "tokens", json_ids(r->prompt, r->nprompt),
+        "output_messages", "type", "raw_message_tokens", "message",
+        json_bytes_str(s->text ? s->text : "", s->text_len), "tokens", json_ids(s->ids, s->n));
+    free(pt);
+    return o;
+}
+
+/* Sends one chat completion chunk, or on /v1/responses the agent's events it becomes
+ * (takes the reference to o). */
+static void call_emit(http_call *c, json_t *o)
+{
+    if (!c->xl) {
+        sse_send(c->req, o);
+        return;
+    }
+    al_xbuf out = {0};
+    if (al_xl_chunk(c->xl, o, &out) != 0) al_log_warn(COMP, "out of memory translating a stream");
+    json_decref(o);
+    if (out.n) al_httpd_send_chunk(c->req, out.p, out.n);
+    free(out.p);
+}
+
+/* The end of a /v1/responses stream: the closing events (error: response.failed). Under
+ * r->lock. */
+static void call_emit_end(http_call *c, const char *error)
+{
+    if (c->response_messages && !error) al_xl_set_final_members(c->xl, response_messages(c));
+    al_xbuf out = {0};
+    if (al_xl_end(c->xl, error, &out) != 0) al_log_warn(COMP, "out of memory translating a stream");
+    if (out.n) al_httpd_send_chunk(c->req, out.p, out.n);
+    free(out.p);
+}
+
 static json_t *chunk_base(http_call *c, json_t *choices)
 {
     return json_pack("{s:s,s:s,s:I,s:s,s:o,s:I}", "id", c->id, "object",
@@ -485,7 +543,7 @@ static void stream_chunk(http_call *c, int i, int from, int to, size_t tto, int 
     }
     if (c->return_token_ids)
         json_object_set_new(ch, "token_ids", json_ids(s->ids + from, to - from));
-    sse_send(c->req, chunk_base(c, json_pack("[o]", ch)));
+    call_emit(c, chunk_base(c, json_pack("[o]", ch)));
     c->sent_tok[i] = to, c->sent_text[i] = tto;
 }
 
@@ -508,7 +566,7 @@ static int stream_progress(http_call *c)
                 json_t *o = chunk_base(c, json_pack("[o]", ch));
                 if (c->return_token_ids && i == 0)
                     json_object_set_new(o, "prompt_token_ids", json_ids(r->prompt, r->nprompt));
-                sse_send(c->req, o);
+                call_emit(c, o);
             }
         }
     }
@@ -556,6 +614,7 @@ static void call_free(http_call *c)
     free(c->sent_tok);
     free(c->sent_text);
     free(c->finished_sent);
+    al_xl_free(c->xl);
     free(c);
 }
 
@@ -610,7 +669,14 @@ static void call_progress(evutil_socket_t fd, short what, void *ud)
             if (c->include_usage) {
                 json_t *o = chunk_base(c, json_array());
                 json_object_set_new(o, "usage", usage_json(r));
-                sse_send(c->req, o);
+                call_emit(c, o);
+            }
+            if (c->xl) { /* the Responses API's stream ends with its last event */
+                call_emit_end(c, aborted ? "generation failed" : NULL);
+                pthread_mutex_unlock(&r->lock);
+                al_httpd_send_end(c->req);
+                call_free(c);
+                return;
             }
             pthread_mutex_unlock(&r->lock);
             al_httpd_send_chunk(c->req, "data: [DONE]\n\n", 14);
@@ -635,6 +701,20 @@ static void call_progress(evutil_socket_t fd, short what, void *ud)
     }
     json_t *o = full_response(c);
     int64_t v = r->policy_version;
+    if (c->xl) { /* the chat completion becomes the agent's API's answer */
+        if (c->response_messages) al_xl_set_final_members(c->xl, response_messages(c));
+        al_xl_err xe;
+        json_t *ans = o ? al_xl_answer(c->xl, o, &xe) : NULL;
+        json_decref(o);
+        pthread_mutex_unlock(&r->lock);
+        if (!ans) {
+            send_error(sc, c->req, 500, NULL, "cannot build the answer: out of memory");
+        } else {
+            send_json(sc, c->req, 200, ans, v);
+        }
+        call_free(c);
+        return;
+    }
     pthread_mutex_unlock(&r->lock);
     send_json(sc, c->req, 200, o, v);
     call_free(c);
@@ -650,7 +730,44 @@ static void reply_done(al_httpd_req *req, void *ud)
     if (sc->draining && sc->open_replies == 0) event_base_loopbreak(sc->base);
 }
 
-static void handle_generate(serve_ctx *sc, al_httpd_req *req, int chat)
+/* POST /v1/responses: the agent's request as a chat completions request for the parser
+ * (*chat_body, malloc'd) and its translator (*xl). 0, or -1 after answering the error in
+ * the Responses API's shape. */
+static int responses_request(serve_ctx *sc, al_httpd_req *req, const char *body, size_t len,
+                             al_xl **xl, char **chat_body, int *response_messages)
+{
+    uint8_t rnd[12];
+    char seed[25];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) memset(rnd, 7, sizeof rnd);
+    al_hex(rnd, sizeof rnd, seed);
+    al_xl_env env = {seed, al_now_us() / 1000000, NULL, NULL, 0};
+    al_xl_err xe;
+    json_t *chat = NULL;
+    *xl = al_xl_request(AL_API_RESPONSES, body, len, &env, &chat, &xe);
+    if (!*xl) {
+        char *b = al_xl_error_body(AL_API_RESPONSES, xe.status, xe.type, xe.code, xe.message);
+        al_httpd_send(req, xe.status, "application/json", b ? b : "{}", b ? strlen(b) : 2);
+        free(b);
+        count_status(sc, xe.status);
+        return -1;
+    }
+    *response_messages =
+        json_is_true(json_object_get(al_xl_agent_request(*xl), "enable_response_messages"));
+    /* the translator reads the usage off the stream's last chunk */
+    if (al_xl_stream(*xl))
+        json_object_set_new(chat, "stream_options", json_pack("{s:b}", "include_usage", 1));
+    *chat_body = json_dumps(chat, JSON_COMPACT);
+    json_decref(chat);
+    if (!*chat_body) {
+        al_xl_free(*xl);
+        *xl = NULL;
+        send_error(sc, req, 500, NULL, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static void handle_generate(serve_ctx *sc, al_httpd_req *req, int chat, al_api api)
 {
     char err[1024] = "";
     sc->open_replies++;
@@ -661,10 +778,20 @@ static void handle_generate(serve_ctx *sc, al_httpd_req *req, int chat)
     }
     size_t len = 0;
     const char *body = al_httpd_req_body(req, &len);
+    al_xl *xl = NULL;
+    char *chat_body = NULL;
+    int resp_msgs = 0;
+    if (api == AL_API_RESPONSES) {
+        if (responses_request(sc, req, body, len, &xl, &chat_body, &resp_msgs) != 0) return;
+        body = chat_body, len = strlen(chat_body);
+    }
     al_serve_parse_ctx pc = {sc->tok, sc->name, sc->cfg.vocab_size, sc->max_model_len};
     al_serve_request p;
     al_serve_error pe;
-    if (al_serve_request_parse(&pc, chat, body, len, &p, &pe) != 0) {
+    int prc = al_serve_request_parse(&pc, chat, body, len, &p, &pe);
+    free(chat_body);
+    if (prc != 0) {
+        al_xl_free(xl);
         send_error(sc, req, pe.status, pe.param, "%s", pe.message);
         return;
     }
@@ -675,6 +802,7 @@ static void handle_generate(serve_ctx *sc, al_httpd_req *req, int chat)
     if (!r || !c) {
         al_serve_req_unref(r);
         free(c);
+        al_xl_free(xl);
         al_serve_request_free(&p);
         send_error(sc, req, 500, NULL, "out of memory");
         return;
@@ -693,6 +821,7 @@ static void handle_generate(serve_ctx *sc, al_httpd_req *req, int chat)
     }
     al_serve_request_free(&p);
     c->sc = sc, c->req = req, c->r = r, c->chat = chat, c->stream = stream;
+    c->xl = xl, c->response_messages = resp_msgs;
     c->include_usage = include_usage, c->logprobs = r->seqs[0].top_logprobs >= 0;
     c->top_logprobs = c->logprobs ? r->seqs[0].top_logprobs : 0, c->return_token_ids = rti;
     c->parse_tools = chat && has_tools;
@@ -834,7 +963,13 @@ static void on_request(al_httpd_req *req, void *ud)
             send_error(sc, req, 405, NULL, "use POST for %s", path);
             return;
         }
-        handle_generate(sc, req, path[4] == 'c' && path[5] == 'h');
+        handle_generate(sc, req, path[4] == 'c' && path[5] == 'h', AL_API_CHAT);
+    } else if (!strcmp(path, "/v1/responses")) {
+        if (!is_post) {
+            send_error(sc, req, 405, NULL, "use POST for %s", path);
+            return;
+        }
+        handle_generate(sc, req, 1, AL_API_RESPONSES);
     } else if (!strcmp(path, "/tokenize") && is_post) {
         handle_tokenize(sc, req);
     } else if (!strcmp(path, "/detokenize") && is_post) {
