@@ -42,6 +42,12 @@ arclight_test(t1008_proxy_apis SOURCES tests/t1008_proxy_apis.c tests/fake_upstr
   LIBS arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT
   TIMEOUT 180)
 add_dependencies(t1008_proxy_apis arclight)
+# The Responses API passed through (--upstream-native) to arclight serve, which serves it
+# with token ids in vLLM's shape: what the agent gets, what the span holds.
+arclight_test(t1011_proxy_native SOURCES tests/t1011_proxy_native.c
+  LIBS arclight_model arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL
+  PkgConfig::LIBEVENT TIMEOUT 180)
+add_dependencies(t1011_proxy_native arclight)
 # Real agent harnesses through the proxy (tests/node/package.json pins them): the OpenAI
 # Agents SDK, the Codex CLI and Claude Code, against the fake upstream and arclight serve.
 arclight_test(t1009_proxy_clients SOURCES tests/t1009_proxy_clients.c tests/fake_upstream.c

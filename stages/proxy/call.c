@@ -286,7 +286,12 @@ void px_call_done(call *k, CURLcode rc)
         if (k->xl) px_xl_stream_end(k, NULL); /* a stream without its [DONE]: ended here */
         agent_status = 200;
         if (c) px_conn_stream_end(c);
-    } else if (k->route == R_COUNT_TOKENS) {
+    } else if (k->native && k->capture && k->status >= 200 && k->status < 300) {
+        k->first_token_us = k->end_us;
+        char extra[512];
+        extra_headers(k, extra, sizeof extra);
+        agent_status = px_native_answer(k, c, extra);
+    } else if (k->route == R_COUNT_TOKENS && !k->native) {
         agent_status = px_xl_count_answer(k, c);
     } else if (k->xl) {
         if (k->status >= 200 && k->status < 300) {
@@ -358,7 +363,10 @@ static int call_start(call *k)
     proxy *px = k->px;
     k->tries++;
     const char *base = px->cfg.upstreams[k->up_idx];
-    const char *path = k->route == R_COMPL          ? "/v1/completions"
+    const char *path = k->native && k->route == R_RESPONSES      ? "/v1/responses"
+                       : k->native && k->route == R_MESSAGES     ? "/v1/messages"
+                       : k->native && k->route == R_COUNT_TOKENS ? "/v1/messages/count_tokens"
+                       : k->route == R_COMPL                     ? "/v1/completions"
                        : k->route == R_MODELS       ? "/v1/models"
                        : k->route == R_COUNT_TOKENS ? "/tokenize"
                                                     : "/v1/chat/completions"; /* and translated */
@@ -509,6 +517,8 @@ void px_start_llm_call(conn *c, ident *id)
         k->api = AL_API_MESSAGES; /* the list in Anthropic's shape */
     k->is_chat = c->route == R_CHAT || c->route == R_RESPONSES || c->route == R_MESSAGES;
     k->capture = c->route != R_MODELS && c->route != R_COUNT_TOKENS;
+    k->native = (c->route == R_RESPONSES || c->route == R_MESSAGES || c->route == R_COUNT_TOKENS) &&
+                (px->cfg.native >> k->api & 1u);
     k->policy_version = -1;
     k->id = *id;
     k->start_us = c->start_us;
@@ -533,7 +543,25 @@ void px_start_llm_call(conn *c, ident *id)
     } else {
         px_rand_hex(px, k->trace, 32);
     }
-    if (c->route == R_COUNT_TOKENS) {
+    if (k->native) {
+        size_t up_len = 0;
+        char *up = NULL;
+        if (k->capture ? px_native_prepare(k, c, &up, &up_len) != 0 : !(up = slice_dup(c->body))) {
+            if (!k->capture) px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
+            call_free(k); /* answered */
+            return;
+        }
+        if (!k->capture) up_len = c->body.n;
+        k->req_json = slice_dup(c->body);
+        if (!k->req_json) {
+            free(up);
+            call_free(k);
+            px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
+            return;
+        }
+        k->up_body = up;
+        k->up_len = up_len;
+    } else if (c->route == R_COUNT_TOKENS) {
         size_t up_len = 0;
         char *up = NULL;
         if (px_xl_prepare_count(k, c, &up, &up_len) != 0) { /* answered */
@@ -596,6 +624,17 @@ void px_start_llm_call(conn *c, ident *id)
     }
     k->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
     k->hdrs = curl_slist_append(k->hdrs, "Expect:");
+    if (k->native && k->api == AL_API_MESSAGES) { /* the agent's API's own headers */
+        static const char *const fwd[] = {"anthropic-version", "anthropic-beta"};
+        for (size_t i = 0; i < AL_ARRAY_LEN(fwd); i++) {
+            const al_slice *v = al_http_header_get(&c->head, fwd[i]);
+            char h[600];
+            if (v && v->n < 500 && !memchr(v->p, '\r', v->n) && !memchr(v->p, '\n', v->n)) {
+                snprintf(h, sizeof h, "%s: %.*s", fwd[i], (int)v->n, v->p);
+                k->hdrs = curl_slist_append(k->hdrs, h);
+            }
+        }
+    }
     al_slice tok;
     if (px->cfg.upstream_key) {
         char h[1100];

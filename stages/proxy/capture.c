@@ -388,6 +388,11 @@ void px_stream_process(call *k, int final)
         const char *ev = b + pos;
         size_t evlen = evend - pos;
         int forwarded = 0;
+        if (k->native) { /* passed through, less what the proxy asked for */
+            px_native_event(k, ev, evlen, sep);
+            pos = evend + sep;
+            continue;
+        }
         if (k->xl) { /* a translated stream: each chunk becomes the agent's API's events */
             if (evlen > 5 && memcmp(ev, "data:", 5) == 0 && !memchr(ev, '\n', evlen)) {
                 const char *d = ev + 5;
@@ -468,7 +473,8 @@ void px_call_span(call *k)
     l->policy_version = k->policy_version;
     l->request_json = k->req_json;
     char *merged = NULL;
-    if (k->xl) {
+    if (k->native) px_native_check(k);
+    if (k->xl || (k->native && (k->agent_answer || k->headers_sent))) {
         l->response_json = k->agent_answer ? k->agent_answer : "";
     } else if (k->stream && k->headers_sent) {
         json_t *choice;

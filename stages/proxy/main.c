@@ -120,6 +120,13 @@ static const char proxy_usage[] =
     "  --upstream-kind KIND      arclight, vllm (default), sglang or openai: what to ask for\n"
     "                            (vLLM-style return_token_ids + logprobs; openai: nothing,\n"
     "                            text and usage only)\n"
+    "  --upstream-native ROUTES  responses and/or messages (comma-separated): the upstream\n"
+    "                            serves those routes itself; the proxy passes the agent's\n"
+    "                            request through, asking for token ids the way vLLM's\n"
+    "                            Responses API gives them (enable_response_messages, include\n"
+    "                            message.output_text.logprobs), and gives the agent the answer\n"
+    "                            without them (default: none, both translated to chat\n"
+    "                            completions)\n"
     "  --upstream-key-env NAME   environment variable holding the upstream API key (default\n"
     "                            ARCLIGHT_UPSTREAM_API_KEY); sent as Authorization: Bearer\n"
     "  --forward-agent-auth      send the agent's own Authorization upstream (when no key is\n"
@@ -158,6 +165,7 @@ static const char proxy_usage[] =
 
 enum {
     OPT_LISTEN = AL_CLI_OPT_USER,
+    OPT_NATIVE,
     OPT_UPSTREAM,
     OPT_KIND,
     OPT_KEY_ENV,
@@ -238,6 +246,7 @@ int cmd_proxy(int argc, char **argv)
         {"listen", required_argument, 0, OPT_LISTEN},
         {"upstream", required_argument, 0, OPT_UPSTREAM},
         {"upstream-kind", required_argument, 0, OPT_KIND},
+        {"upstream-native", required_argument, 0, OPT_NATIVE},
         {"upstream-key-env", required_argument, 0, OPT_KEY_ENV},
         {"forward-agent-auth", no_argument, 0, OPT_FWD_AUTH},
         {"agent-key", required_argument, 0, OPT_AGENT_KEY},
@@ -326,6 +335,25 @@ int cmd_proxy(int argc, char **argv)
                 goto out;
             }
             break;
+        case OPT_NATIVE: {
+            char list[200];
+            snprintf(list, sizeof list, "%s", optarg);
+            cf->native = 0;
+            for (char *sv = NULL, *t = strtok_r(list, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+                if (!strcmp(t, "responses"))
+                    cf->native |= 1u << AL_API_RESPONSES;
+                else if (!strcmp(t, "messages"))
+                    cf->native |= 1u << AL_API_MESSAGES;
+                else if (strcmp(t, "none") != 0) {
+                    rc = al_cli_usage_error("proxy",
+                                            "--upstream-native %s: use responses, messages, "
+                                            "both comma-separated, or none",
+                                            optarg);
+                    goto out;
+                }
+            }
+            break;
+        }
         case OPT_KEY_ENV:
             key_env = optarg;
             break;

@@ -14,6 +14,8 @@
  *   call.c        a call's lifecycle over both upstream clients (upstream.c, libcurl)
  *   apis.c        the Responses and Messages APIs on a call: their translation's glue, the
  *                 store behind previous_response_id, Anthropic's model list
+ *   native.c      the same APIs passed through to an upstream that serves them itself
+ *                 (--upstream-native): capture's additions, their removal, the capture
  *   lib/api/      the translators themselves (pure code over jansson trees, shared with
  *                 serve's native routes: api/translate.h)
  *   routes.c      routing a request, and the control endpoints (reward, end, sessions)
@@ -78,6 +80,7 @@ typedef struct pconf {
     int session_ttl_s;        /* a session key lives this long (--session-ttl) */
     int max_sessions_per_key; /* sessions one agent key may hold (--max-sessions-per-key) */
     size_t response_store_bytes; /* --response-store-mib; 0: previous_response_id refused */
+    unsigned native; /* --upstream-native: bit 1 << al_api for each route served natively */
 } pconf;
 
 enum {
@@ -294,6 +297,9 @@ struct call {
     al_xl *xl;
     al_xbuf xout;
     char *agent_answer;
+    /* a passed-through call (native.c): the agent's API served by the upstream itself, and
+     * whether the agent asked for input/output_messages and output_text logprobs itself */
+    int native, nat_msgs, nat_lps;
     call *cprev, *cnext;
 };
 
@@ -441,6 +447,22 @@ int px_xl_prepare_count(call *k, conn *c, char **up, size_t *up_len);
 int px_xl_count_answer(call *k, conn *c);
 /* An upstream's models list in Anthropic's shape (malloc'd), or NULL when it is not one. */
 char *px_models_anthropic(const char *body, size_t n);
+
+/* ------------------------------------------------------------------------------------------
+ * native.c: the Responses and Messages APIs passed through (--upstream-native)
+ * ------------------------------------------------------------------------------------------ */
+
+/* The agent's request with capture's additions (*up, malloc'd, and its length): 0, or -1
+ * after answering c (400 for a body that is not a JSON object, 415, 500). */
+int px_native_prepare(call *k, conn *c, char **up, size_t *up_len);
+/* Captures a whole 2xx answer in k->body and answers c (NULL: the agent went away) with it,
+ * less what the proxy asked for. Returns the status. */
+int px_native_answer(call *k, conn *c, const char *extra);
+/* One complete SSE event (evlen bytes, then its sep-byte separator): captured, and written
+ * to the agent less what the proxy asked for. */
+void px_native_event(call *k, const char *ev, size_t evlen, size_t sep);
+/* At the span: a 2xx answer without token ids is logged, with what to check. */
+void px_native_check(call *k);
 
 /* ------------------------------------------------------------------------------------------
  * routes.c
