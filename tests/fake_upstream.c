@@ -280,6 +280,67 @@ static void error_reply(struct evhttp_request *r, int code, const char *msg)
     json_decref(o);
 }
 
+/* POST /v1/messages served natively, as vLLM's Messages API: Anthropic's message (whole, or
+ * its event stream all at once), "The answer is 4." as 4 output tokens, and no token ids. */
+static void messages_native(struct evhttp_request *r, const char *body)
+{
+    json_t *req = json_loads(body, 0, NULL);
+    json_t *msgs = json_object_get(req, "messages");
+    if (!json_is_array(msgs) || !json_is_integer(json_object_get(req, "max_tokens"))) {
+        json_t *o = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
+                              "invalid_request_error", "message", "messages and max_tokens are required");
+        send_json(r, 400, o);
+        json_decref(o);
+        json_decref(req);
+        return;
+    }
+    const char *model = json_string_value(json_object_get(req, "model"));
+    json_t *usage = json_pack("{s:i,s:i}", "input_tokens", 9, "output_tokens", 4);
+    json_t *msg = json_pack("{s:s,s:s,s:s,s:[{s:s,s:s}],s:s,s:s,s:n,s:o}", "id", "msg_fake_1",
+                            "type", "message", "role", "assistant", "content", "type", "text",
+                            "text", "The answer is 4.", "model", model ? model : "", "stop_reason",
+                            "end_turn", "stop_sequence", "usage", usage);
+    if (!json_is_true(json_object_get(req, "stream"))) {
+        send_json(r, 200, msg);
+    } else {
+        struct evkeyvalq *oh = evhttp_request_get_output_headers(r);
+        evhttp_add_header(oh, "Content-Type", "text/event-stream; charset=utf-8");
+        evhttp_add_header(oh, "x-arclight-policy-version", "7");
+        evhttp_send_reply_start(r, 200, "OK");
+        json_object_set_new(msg, "content", json_array());
+        json_object_set_new(msg, "stop_reason", json_null());
+        json_object_set_new(json_object_get(msg, "usage"), "output_tokens", json_integer(0));
+        json_t *evs = json_pack("[{s:s,s:O},{s:s,s:i,s:{s:s,s:s}}]", "type", "message_start",
+                                "message", msg, "type", "content_block_start", "index", 0,
+                                "content_block", "type", "text", "text", "");
+        for (int i = 0; i < 4; i++)
+            json_array_append_new(evs, json_pack("{s:s,s:i,s:{s:s,s:s}}", "type",
+                                                 "content_block_delta", "index", 0, "delta", "type",
+                                                 "text_delta", "text", ANSWER[i]));
+        json_array_append_new(evs, json_pack("{s:s,s:i}", "type", "content_block_stop", "index", 0));
+        json_array_append_new(evs, json_pack("{s:s,s:{s:s,s:n},s:{s:i}}", "type", "message_delta",
+                                             "delta", "stop_reason", "end_turn", "stop_sequence",
+                                             "usage", "output_tokens", 4));
+        json_array_append_new(evs, json_pack("{s:s}", "type", "message_stop"));
+        struct evbuffer *b = evbuffer_new();
+        size_t i;
+        json_t *e;
+        json_array_foreach(evs, i, e)
+        {
+            char *t = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            evbuffer_add_printf(b, "event: %s\ndata: %s\n\n",
+                                json_string_value(json_object_get(e, "type")), t);
+            free(t);
+        }
+        evhttp_send_reply_chunk(r, b);
+        evbuffer_free(b);
+        evhttp_send_reply_end(r);
+        json_decref(evs);
+    }
+    json_decref(msg);
+    json_decref(req);
+}
+
 static void handle(struct evhttp_request *r, void *arg)
 {
     fu_loop *l = arg;
@@ -320,6 +381,11 @@ static void handle(struct evhttp_request *r, void *arg)
         send_json(r, json_is_array(msgs) ? 200 : 400, o);
         json_decref(o);
         json_decref(req);
+        free(body);
+        return;
+    }
+    if (!strcmp(uri, "/v1/messages")) {
+        messages_native(r, body);
         free(body);
         return;
     }

@@ -23,6 +23,9 @@
  *   model "length"          -> finish_reason "length"
  *   a tool result as the last message -> text again (the agent's tool loop ends)
  *   POST /tokenize {"messages": [...]} -> {"count": the prompt's ids, as above}
+ *   POST /v1/messages       served natively, as vLLM's Messages API: "The answer is 4."
+ *                              in Anthropic's shape (whole, or its event stream), usage 9 in
+ *                              and 4 out, and no token ids (vLLM's has no way to ask for them)
  * Whole responses carry unrequested fields as null (pydantic model_dump); stream chunks omit
  * them (exclude_unset), as vLLM does. Every answer has x-arclight-policy-version: 7.
  *

@@ -44,7 +44,7 @@ arclight_test(t1008_proxy_apis SOURCES tests/t1008_proxy_apis.c tests/fake_upstr
 add_dependencies(t1008_proxy_apis arclight)
 # The Responses API passed through (--upstream-native) to arclight serve, which serves it
 # with token ids in vLLM's shape: what the agent gets, what the span holds.
-arclight_test(t1011_proxy_native SOURCES tests/t1011_proxy_native.c
+arclight_test(t1011_proxy_native SOURCES tests/t1011_proxy_native.c tests/fake_upstream.c
   LIBS arclight_model arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL
   PkgConfig::LIBEVENT TIMEOUT 180)
 add_dependencies(t1011_proxy_native arclight)

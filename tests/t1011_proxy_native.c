@@ -14,21 +14,26 @@
  *     and output_messages, logprobs equal to its output_text logprobs (none for a function
  *     call, as vLLM), the agent's request byte for byte and the answer it got;
  *   - an agent that asks for the additions itself gets them; an upstream error passes
- *     through as it was; an upstream whose native answer has no token ids (the test
- *     upstream's /v1/responses, like OpenAI's) makes a span without them and a log line.
+ *     through as it was;
+ *   - POST /v1/messages passed through (--upstream-native messages) to the test upstream,
+ *     which serves it the way vLLM's Messages API does, without token ids: the agent gets
+ *     its bytes as they were (nothing is added there), the span has the usage, the finish
+ *     and the message the agent got but no token ids, and the log says so.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
 #include "broker_fixture.h"
 #include "t1099_proxy_helpers.h"
 #include "t1199_serve_helpers.h"
+#include "fake_upstream.h"
 
 #include <ctype.h>
 #include <jansson.h>
 
 static al_test_broker B;
 static sv_server S;
-static px_child P;
+static px_child P, PM; /* before serve (responses), before the test upstream (messages) */
+static fake_upstream *U;
 static char TMP[512], LOG[600], MODEL[700];
 static const char *SERVED = "arclight-tiny";
 
@@ -182,6 +187,16 @@ TEST(setup)
                           "--upstream-native", "responses", "--bootstrap", B.bootstrap,
                           "--spool-dir",     spool,         NULL};
     REQUIRE(px_start(&P, LOG, args, NULL) == 0);
+    U = fake_upstream_start(0, 1);
+    REQUIRE(U);
+    char up[128], mlog[700], mspool[700];
+    snprintf(up, sizeof up, "http://127.0.0.1:%d", fake_upstream_port(U));
+    snprintf(mlog, sizeof mlog, "%s/proxy-messages.log", TMP);
+    snprintf(mspool, sizeof mspool, "%s/spool-messages", TMP);
+    const char *margs[] = {"--listen",          "127.0.0.1:0", "--upstream",  up,
+                           "--upstream-native", "messages",    "--bootstrap", B.bootstrap,
+                           "--spool-dir",       mspool,        NULL};
+    REQUIRE(px_start(&PM, mlog, margs, NULL) == 0);
 }
 
 TEST(flag_is_checked)
@@ -238,6 +253,38 @@ TEST(upstream_error_passes_through)
     CHECK(st == 404);
     CHECK_EQ_STR(a.body, d.body);
     px_resp_free(&a), px_resp_free(&d);
+}
+
+static const char *const ANT[] = {"Content-Type: application/json",
+                                  "anthropic-version: 2023-06-01", NULL};
+static const char *const M_WHOLE = "{\"model\":\"claude-x\",\"max_tokens\":64,\"messages\":"
+                                   "[{\"role\":\"user\",\"content\":\"What is 2+2?\"}]}";
+static const char *const M_STREAM = "{\"model\":\"claude-x\",\"max_tokens\":64,\"stream\":true,"
+                                    "\"messages\":[{\"role\":\"user\",\"content\":\"2+2?\"}]}";
+static char *M_GOT[2];
+
+/* The Messages API passed through: the agent's bytes are the upstream's, and the upstream
+ * got the agent's request as it was sent. */
+TEST(messages_pass_through_without_token_ids)
+{
+    const char *bodies[2] = {M_WHOLE, M_STREAM};
+    for (int i = 0; i < 2; i++) {
+        px_resp a, d;
+        char url[300];
+        snprintf(url, sizeof url, "%s/r/task-n/roll-m%d/v1/messages", PM.base, i);
+        REQUIRE(px_http("POST", url, ANT, bodies[i], &a) == 0);
+        char *up = fake_upstream_last_body(U);
+        CHECKF(up && !strcmp(up, bodies[i]), "the upstream got %s", up ? up : "(nothing)");
+        free(up);
+        snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/messages", fake_upstream_port(U));
+        REQUIRE(px_http("POST", url, ANT, bodies[i], &d) == 0);
+        CHECK_EQ_INT(a.status, 200);
+        CHECKF(!strcmp(a.body, d.body), "agent got %.500s\n  upstream sends %.500s", a.body,
+               d.body);
+        if (i) CHECK(strstr(a.body, "event: message_stop") != NULL);
+        M_GOT[i] = strdup(a.body);
+        px_resp_free(&a), px_resp_free(&d);
+    }
 }
 
 static void check_span(const al_span *sp, const expect *e)
@@ -318,11 +365,50 @@ TEST(each_call_is_a_span_with_serves_token_ids)
     }
     px_msgs_free(&m);
     CHECK(!px_file_contains(LOG, "carries no"));
+    /* the messages calls: spans without token ids, and the log says why */
+    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", NULL, (size_t)NE + 4, 30000, &m) == 0);
+    for (int i = 0; i < 2; i++) {
+        char roll[32];
+        snprintf(roll, sizeof roll, "roll-m%d", i);
+        al_span s[2];
+        size_t n = px_spans_of(&m, roll, s, 2);
+        CHECKF(n == 1, "%s: %zu spans", roll, n);
+        if (!n) continue;
+        const al_llm_call *c = &s[0].llm_call;
+        CHECK_EQ_INT(c->n_prompt_tokens, 0);
+        CHECK_EQ_INT(c->n_response_tokens, 0);
+        CHECK_EQ_INT(c->usage.prompt_tokens, 9);
+        CHECK_EQ_INT(c->usage.completion_tokens, 4);
+        CHECK_EQ_STR(c->finish_reason ? c->finish_reason : "", "stop");
+        CHECK_EQ_INT(c->policy_version, 7);
+        CHECK_EQ_INT(c->stream, i);
+        CHECK_EQ_STR(c->request_json, i ? M_STREAM : M_WHOLE);
+        if (!i) {
+            CHECK_EQ_STR(c->response_json, M_GOT[0]);
+        } else { /* the message the stream built, as a whole answer has it */
+            json_t *r = json_loads(c->response_json, 0, NULL);
+            const char *t = json_string_value(
+                json_object_get(json_array_get(json_object_get(r, "content"), 0), "text"));
+            CHECK_EQ_STR(t ? t : "", "The answer is 4.");
+            CHECK_EQ_STR(json_string_value(json_object_get(r, "stop_reason")), "end_turn");
+            CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(r, "usage"),
+                                                            "output_tokens")),
+                         4);
+            json_decref(r);
+        }
+        al_span_clear(&s[0]);
+    }
+    px_msgs_free(&m);
+    CHECK(px_file_contains(PM.log, "native /v1/messages answer carries no prompt or response "
+                                   "token ids"));
 }
 
 TEST(teardown)
 {
     CHECK_EQ_INT(px_stop(&P, SIGTERM, 30), 0);
+    CHECK_EQ_INT(px_stop(&PM, SIGTERM, 30), 0);
+    fake_upstream_stop(U);
+    free(M_GOT[0]), free(M_GOT[1]);
     CHECK_EQ_INT(sv_stop(&S), 0);
     al_test_broker_stop(&B);
     for (int i = 0; i < NE; i++) {

@@ -65,6 +65,7 @@ static void call_free(call *k)
     al_xl_free(k->xl);
     free(k->xout.p);
     free(k->agent_answer);
+    json_decref(k->nat_msg);
     free(k);
 }
 

@@ -134,6 +134,70 @@ static void capture_message(call *k, json_t *m)
                                                 : "stop");
 }
 
+/* Appends the string b to dst's string member k (made when absent). */
+static void append_str(json_t *dst, const char *k, json_t *b)
+{
+    json_t *a = json_object_get(dst, k);
+    if (!json_is_string(b)) return;
+    size_t al = json_is_string(a) ? json_string_length(a) : 0, bl = json_string_length(b);
+    char *t = malloc(al + bl + 1);
+    if (!t) return;
+    if (al) memcpy(t, json_string_value(a), al);
+    memcpy(t + al, json_string_value(b), bl);
+    json_object_set_new(dst, k, json_stringn(t, al + bl));
+    free(t);
+}
+
+/* One event of a Messages stream into the message the agent has at its end (k->nat_msg),
+ * which the span keeps: message_start's message, each block as it starts, its deltas
+ * added, message_delta's stop and usage. */
+static void message_event(call *k, const char *ty, json_t *o)
+{
+    if (!strcmp(ty, "message_start")) {
+        json_decref(k->nat_msg);
+        k->nat_msg = json_deep_copy(json_object_get(o, "message"));
+        if (k->nat_msg && !json_is_array(json_object_get(k->nat_msg, "content")))
+            json_object_set_new(k->nat_msg, "content", json_array());
+        return;
+    }
+    if (!json_is_object(k->nat_msg)) return;
+    json_t *content = json_object_get(k->nat_msg, "content");
+    json_t *i = json_object_get(o, "index");
+    json_t *blk = json_is_integer(i) ? json_array_get(content, (size_t)json_integer_value(i)) : NULL;
+    if (!strcmp(ty, "content_block_start")) {
+        json_t *cb = json_object_get(o, "content_block");
+        if (json_is_object(cb)) json_array_append_new(content, json_deep_copy(cb));
+    } else if (!strcmp(ty, "content_block_delta") && json_is_object(blk)) {
+        json_t *d = json_object_get(o, "delta");
+        const char *dt = json_string_value(json_object_get(d, "type"));
+        if (!dt) return;
+        if (!strcmp(dt, "text_delta")) append_str(blk, "text", json_object_get(d, "text"));
+        if (!strcmp(dt, "thinking_delta"))
+            append_str(blk, "thinking", json_object_get(d, "thinking"));
+        if (!strcmp(dt, "signature_delta"))
+            append_str(blk, "signature", json_object_get(d, "signature"));
+        /* a tool call's input comes as pieces of JSON text, parsed at the block's end */
+        if (!strcmp(dt, "input_json_delta"))
+            append_str(blk, "input_json", json_object_get(d, "partial_json"));
+    } else if (!strcmp(ty, "content_block_stop") && json_is_object(blk)) {
+        json_t *acc = json_object_get(blk, "input_json");
+        if (json_is_string(acc)) { /* a tool call's input, whole */
+            json_t *in = json_loadb(json_string_value(acc), json_string_length(acc), 0, NULL);
+            if (json_is_object(in)) json_object_set_new(blk, "input", in);
+            else json_decref(in);
+            json_object_del(blk, "input_json");
+        }
+    } else if (!strcmp(ty, "message_delta")) {
+        json_t *d = json_object_get(o, "delta"), *u = json_object_get(o, "usage");
+        if (json_is_object(d)) json_object_update(k->nat_msg, d);
+        json_t *mu = json_object_get(k->nat_msg, "usage");
+        if (json_is_object(u) && json_is_object(mu)) json_object_update(mu, u);
+    } else if (!strcmp(ty, "message_stop")) {
+        free(k->agent_answer);
+        k->agent_answer = json_dumps(k->nat_msg, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    }
+}
+
 /* An output_text part the agent did not ask logprobs for: an empty list, as a server sends
  * without the include. 1 when changed. */
 static int strip_part(call *k, json_t *p)
@@ -287,6 +351,7 @@ void px_native_event(call *k, const char *ev, size_t evlen, size_t sep)
                 k->agent_answer = json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER);
             }
         } else {
+            if (ty) message_event(k, ty, o);
             json_t *msg = json_object_get(o, "message");
             if (json_is_object(msg)) capture_message(k, msg);
             json_t *delta = json_object_get(o, "delta");

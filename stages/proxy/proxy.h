@@ -300,6 +300,7 @@ struct call {
     /* a passed-through call (native.c): the agent's API served by the upstream itself, and
      * whether the agent asked for input/output_messages and output_text logprobs itself */
     int native, nat_msgs, nat_lps;
+    json_t *nat_msg; /* messages streamed: the message as the agent has it so far */
     call *cprev, *cnext;
 };
 
