@@ -71,3 +71,12 @@ arclight_fuzz(fuzz_proxy_translate TEST t1010_proxy_translate_fuzz CORPUS transl
   DEPENDS ${PROJECT_SOURCE_DIR}/lib/api/translate.h
     ${PROJECT_SOURCE_DIR}/lib/api/translate_int.h
   LIBS -ljansson)
+# libFuzzer target for what the proxy reads off a natively served answer (native.c).
+arclight_fuzz(fuzz_proxy_native TEST t1012_proxy_native_fuzz CORPUS native_corpus
+  RUNS 10000 MAX_LEN 8192
+  SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_proxy_native.c
+    ${PROJECT_SOURCE_DIR}/stages/proxy/native.c ${PROJECT_SOURCE_DIR}/lib/core/log.c
+    ${PROJECT_SOURCE_DIR}/lib/core/util.c
+  INCLUDES ${PROJECT_SOURCE_DIR}/stages/proxy ${PROJECT_SOURCE_DIR}/lib/http
+  DEPENDS ${PROJECT_SOURCE_DIR}/stages/proxy/proxy.h
+  LIBS -ljansson)

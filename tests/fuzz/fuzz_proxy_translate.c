@@ -1,5 +1,5 @@
 /*
- * fuzz_proxy_translate: libFuzzer target for the proxy's API translators (stages/proxy/
+ * fuzz_proxy_translate: libFuzzer target for the proxy's API translators (lib/api/
  * translate.c, responses.c, messages.c), which face the agent's request and the upstream's
  * answer. The first input byte picks the API (bit 0: Responses or Messages) and what the
  * rest is (bits 1-2):
