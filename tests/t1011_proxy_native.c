@@ -255,6 +255,32 @@ TEST(upstream_error_passes_through)
     px_resp_free(&a), px_resp_free(&d);
 }
 
+/* serve's Responses route refuses what it cannot serve in the Responses API's shape, and the
+ * agent behind the proxy gets that refusal as serve sent it. */
+TEST(serve_refuses_in_the_apis_shape)
+{
+    const char *prev = "{\"model\":\"arclight-tiny\",\"input\":\"Hi\",\"previous_response_id\":"
+                       "\"resp_abc\"}";
+    const char *noinput = "{\"model\":\"arclight-tiny\"}";
+    const char *bodies[2] = {prev, noinput};
+    const char *params[2] = {"previous_response_id", "input"};
+    for (int i = 0; i < 2; i++) {
+        px_resp a, d;
+        REQUIRE(post(S.url, "/v1/responses", bodies[i], &d) == 400);
+        REQUIRE(post(P.base, "/r/task-n/roll-nref/v1/responses", bodies[i], &a) == 400);
+        json_t *o = json_loads(d.body, 0, NULL);
+        json_t *e = json_object_get(o, "error");
+        CHECK_EQ_STR(json_string_value(json_object_get(e, "param")), params[i]);
+        CHECK_EQ_STR(json_string_value(json_object_get(e, "type")), "invalid_request_error");
+        if (!i)
+            CHECK(strstr(json_string_value(json_object_get(e, "message")),
+                         "arclight serve keeps no responses") != NULL);
+        CHECK_EQ_STR(a.body, d.body);
+        json_decref(o);
+        px_resp_free(&a), px_resp_free(&d);
+    }
+}
+
 static const char *const ANT[] = {"Content-Type: application/json",
                                   "anthropic-version: 2023-06-01", NULL};
 static const char *const M_WHOLE = "{\"model\":\"claude-x\",\"max_tokens\":64,\"messages\":"
@@ -366,7 +392,7 @@ TEST(each_call_is_a_span_with_serves_token_ids)
     px_msgs_free(&m);
     CHECK(!px_file_contains(LOG, "carries no"));
     /* the messages calls: spans without token ids, and the log says why */
-    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", NULL, (size_t)NE + 4, 30000, &m) == 0);
+    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", NULL, (size_t)NE + 6, 30000, &m) == 0);
     for (int i = 0; i < 2; i++) {
         char roll[32];
         snprintf(roll, sizeof roll, "roll-m%d", i);

@@ -745,10 +745,16 @@ static int responses_request(serve_ctx *sc, al_httpd_req *req, const char *body,
     json_t *chat = NULL;
     *xl = al_xl_request(AL_API_RESPONSES, body, len, &env, &chat, &xe);
     if (!*xl) {
+        if (!strcmp(xe.param, "previous_response_id")) /* the translator speaks as the proxy */
+            snprintf(xe.message, sizeof xe.message,
+                     "previous_response_id is not supported: arclight serve keeps no responses; "
+                     "send the whole conversation in input");
         char *b = al_xl_error_body(AL_API_RESPONSES, xe.status, xe.type, xe.code, xe.message);
-        al_httpd_send(req, xe.status, "application/json", b ? b : "{}", b ? strlen(b) : 2);
+        json_t *eo = b ? json_loads(b, 0, NULL) : NULL;
         free(b);
-        count_status(sc, xe.status);
+        if (xe.param[0]) /* the field at fault, as OpenAI names it */
+            json_object_set_new(json_object_get(eo, "error"), "param", json_string(xe.param));
+        send_json(sc, req, xe.status, eo, -1);
         return -1;
     }
     *response_messages =
