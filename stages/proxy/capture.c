@@ -380,7 +380,9 @@ void px_stream_process(call *k, int final)
             }
         }
         if (!sep) {
-            if (final && pos < k->body.len && k->c && !k->xl)
+            if (final && pos < k->body.len && k->native) /* a last event without its blank line */
+                px_native_event(k, b + pos, k->body.len - pos, 0);
+            else if (final && pos < k->body.len && k->c && !k->xl)
                 px_conn_stream_write(k->c, b + pos, k->body.len - pos);
             if (final) pos = k->body.len;
             break;

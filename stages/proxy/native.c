@@ -338,7 +338,9 @@ void px_native_event(call *k, const char *ev, size_t evlen, size_t sep)
     char *mine = NULL;
     if (json_is_object(o)) {
         const char *ty = json_string_value(json_object_get(o, "type"));
-        if (!k->first_token_us && ty && strstr(ty, ".delta")) k->first_token_us = al_now_us();
+        if (!k->first_token_us && ty &&
+            (strstr(ty, ".delta") || !strcmp(ty, "content_block_delta")))
+            k->first_token_us = al_now_us();
         if (k->api == AL_API_RESPONSES) {
             json_t *r = json_object_get(o, "response");
             int last = ty && (!strcmp(ty, "response.completed") ||
