@@ -240,8 +240,11 @@ void al_input__delivered(al_input *in, rd_kafka_resp_err_t err, const char *reas
 {
     if (err) {
         /* Never store past an input whose output was lost: keep it pending forever and stop
-         * the consumer, so that a restart re-reads the input. */
-        if (in->ps && in->ps->consumer)
+         * the consumer, so that a restart re-reads the input. With owner-written commits
+         * (transactions) the owner undoes the loss itself: the failed delivery fails its
+         * transaction, which is aborted, and the consumer rewound to the committed offsets
+         * reads the input again; the pending input only keeps its offset from a commit. */
+        if (in->ps && in->ps->consumer && !in->ps->consumer->commit_fn)
             consumer_fail(in->ps->consumer,
                           "an output of %s [%d] offset %lld was not delivered: %s; stopping "
                           "without storing that offset (it is re-processed after a restart)",
@@ -891,7 +894,10 @@ int al_consumer_poll(al_consumer *c, int timeout_ms, rd_kafka_message_t **out, c
             if (c->linked) {
                 char ferr[512];
                 rd_kafka_poll(al_producer_handle(c->linked), 0);
-                if (al_producer_fatal(c->linked, ferr, sizeof ferr)) consumer_fail(c, "%s", ferr);
+                if (al_producer_fatal(c->linked, ferr, sizeof ferr)) {
+                    if (!c->commit_fn) consumer_fail(c, "%s", ferr);
+                    else return 0; /* a transactional owner deals with its producer's */
+                }
             }
             consumer_store_offsets(c);
         }
@@ -1017,6 +1023,11 @@ void al_consumer_set_commit_fn(al_consumer *c, al_commit_fn fn, void *ctx)
 {
     c->commit_fn = fn;
     c->commit_ctx = ctx;
+}
+
+void al_consumer_set_linked(al_consumer *c, al_producer *linked)
+{
+    c->linked = linked;
 }
 
 rd_kafka_topic_partition_list_t *al_consumer_committable(al_consumer *c)

@@ -337,10 +337,16 @@ void al_consumer_commit_async(al_consumer *c);
  * transactions, kafka/stage.h): once set, the consumer stores no offsets, and every commit
  * it would make (al_consumer_commit*, a revoke after its flush, the close) calls fn, which
  * returns 0 or -1 with errstr. The owner reads the tracked offsets with
- * al_consumer_committable. Set it before subscribing, with enable.auto.commit=false. */
+ * al_consumer_committable. Set it before subscribing, with enable.auto.commit=false. A failed
+ * delivery of an input's output then does not stop the consumer (it keeps that input's offset
+ * uncommitted): the owner aborts and rewinds (al_consumer_drop_all, al_consumer_seek_committed). */
 typedef int (*al_commit_fn)(al_consumer *c, const char *why, int timeout_ms, char *errstr,
                             size_t errlen, void *ctx);
 void al_consumer_set_commit_fn(al_consumer *c, al_commit_fn fn, void *ctx);
+/* With owner-written commits, a fatal error of the linked producer does not stop the consumer
+ * (al_consumer_poll returns nothing instead): the owner replaces the producer (this call, no
+ * message of the old one still to be reported) or stops. */
+void al_consumer_set_linked(al_consumer *c, al_producer *linked);
 /* Each assigned partition's committable offset (the next to read after a restart: see
  * al_offset_tracker_committable), partitions without one left out. The caller destroys it. */
 rd_kafka_topic_partition_list_t *al_consumer_committable(al_consumer *c);

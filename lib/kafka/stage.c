@@ -72,8 +72,10 @@ void al_stage_init(al_stage *s, const char *comp, const char *health_text, int l
     s->closing = 0;
     s->member_lock_fd = -1;
     s->txn_id[0] = '\0';
-    s->txn_open = s->txn_abort = s->rewinding = 0;
+    s->txn_open = s->txn_abort = s->rewinding = s->txn_renew = 0;
+    s->txn_renewals = 0;
     s->txn_next_us = s->txn_every_us = 0;
+    s->txn_begun_us = s->txn_timeout_us = 0;
     s->txn_sent = 0;
     s->txn_offsets = NULL;
     s->txn_commits = s->txn_aborts = 0;
@@ -188,6 +190,17 @@ static void stage_on_delivery(const al_delivery *d, void *ctx)
     if (s->rewinding &&
         (d->err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || d->err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT))
         return; /* an output of the aborted transaction: the stage has dropped its input */
+    if (s->spec->exactly_once && d->err) {
+        /* A lost output (timed out through a broker outage, refused) fails its transaction:
+         * librdkafka lets it only abort. That is undone at the next turn of the loop (abort,
+         * rewind, the inputs read again), not a failure of the stage, whose hook is not told:
+         * it would stop on it. */
+        if (!s->txn_abort && !s->rewinding)
+            al_log_warn(s->comp, "exactly-once: %s; the transaction is to be aborted and its "
+                                 "inputs read again", d->reason);
+        if (!s->rewinding) s->txn_abort = 1;
+        return;
+    }
     if (s->spec->hooks->delivery) s->spec->hooks->delivery(s, d, s->spec->ud);
 }
 
@@ -204,11 +217,26 @@ static void txn_count(al_stage *s, const char *outcome)
 }
 
 /* Latches a fatal error of the transactional producer (code: its error code) with what it
- * means. */
+ * means; or, for a fencing of a transaction open past its transaction.timeout.ms, asks for a
+ * new producer (txn_renew). */
 static void txn_fatal(al_stage *s, rd_kafka_resp_err_t code, const char *what)
 {
-    if (code == RD_KAFKA_RESP_ERR__FENCED || code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH ||
-        code == RD_KAFKA_RESP_ERR_PRODUCER_FENCED)
+    int fenced = code == RD_KAFKA_RESP_ERR__FENCED ||
+                 code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH ||
+                 code == RD_KAFKA_RESP_ERR_PRODUCER_FENCED;
+    int64_t open_us = s->txn_open ? al_mono_us() - s->txn_begun_us : 0;
+    if (fenced && s->txn_timeout_us > 0 && open_us > s->txn_timeout_us) {
+        /* The coordinator aborts a transaction open past its timeout (a broker outage kept
+         * it from committing) and bumps the producer epoch, which librdkafka 2.0.2 reports
+         * as a fencing, fatal to the producer. No other worker is involved: a new producer
+         * with the same transactional.id carries on from the committed offsets. */
+        al_log_warn(s->comp,
+                    "exactly-once: the transaction was open %.1f s, past transaction.timeout.ms "
+                    "(%.0f ms), and the coordinator aborted it (%s); making a new producer and "
+                    "doing the work since the last commit again",
+                    (double)open_us / 1e6, (double)s->txn_timeout_us / 1000, what);
+        s->txn_renew = 1;
+    } else if (fenced)
         al_stage_fail(s,
                       "exactly-once: fenced: another worker started with transactional.id %s "
                       "(this worker was restarted while still running, or two workers share "
@@ -245,6 +273,7 @@ static int txn_begin(al_stage *s)
     if (k > 0) al_stage_fail(s, "exactly-once: %s", err);
     if (k) return -1;
     s->txn_open = 1;
+    s->txn_begun_us = al_mono_us();
     return 0;
 }
 
@@ -261,10 +290,17 @@ static int txn_rewind(al_stage *s, const char *why)
                          "commit is done again from the committed offsets", why);
     /* the inputs first, so that the purged outputs' failed deliveries stop nothing */
     if (s->consumer) al_consumer_drop_all(s->consumer);
+    /* A retriable failure (no coordinator: the broker is down) is tried again until the
+     * broker is back; a stop request ends the wait (the coordinator aborts the transaction
+     * after transaction.timeout.ms, or the restart's init_transactions does). */
     int k = 2;
-    for (int tries = 0; k == 2 && tries < 3; tries++)
-        k = txn_error(s, rd_kafka_abort_transaction(rk, al_stage_drain_left_ms(s, 60000)),
+    for (int tries = 0; k == 2; tries++) {
+        if (tries && al_stage_stop_requested()) break;
+        k = txn_error(s, rd_kafka_abort_transaction(rk, al_stage_drain_left_ms(s, 30000)),
                       "aborting the transaction", err, sizeof err);
+        if (k == 2)
+            al_log_warn(s->comp, "exactly-once: %s; trying again (attempt %d)", err, tries + 1);
+    }
     s->txn_open = 0;
     s->rewinding = 0;
     if (k > 0) al_stage_fail(s, "exactly-once: %s", err);
@@ -303,7 +339,22 @@ static int txn_commit(al_stage *s, const char *why, int timeout_ms, char *errstr
         return al_err(errstr, errlen, "not committing after a failure: %s", al_stage_reason(s));
     if (s->txn_abort) return al_err(errstr, errlen, "the transaction is to be aborted");
     if (timeout_ms < 1000) timeout_ms = 1000;
-    if (al_producer_flush(s->producer, timeout_ms, errstr, errlen) != 0) return -1;
+    if (al_producer_flush(s->producer, timeout_ms, errstr, errlen) != 0) {
+        /* Outputs not acknowledged yet (the broker away): the next commit tries again, unless
+         * the transaction is past its transaction.timeout.ms, after which the coordinator
+         * aborts it anyway: aborted here, its inputs are read again. Its messages' own
+         * message.timeout.ms (no longer than the transaction's) fails them before that. */
+        int64_t open_us = al_mono_us() - s->txn_begun_us;
+        if (s->txn_timeout_us > 0 && open_us > s->txn_timeout_us) {
+            size_t n = strlen(errstr);
+            snprintf(errstr + n, errlen - n,
+                     "; the transaction has been open %.1f s, past transaction.timeout.ms: "
+                     "aborting it",
+                     (double)open_us / 1e6);
+            s->txn_abort = 1;
+        }
+        return -1;
+    }
     /* the flush served the deliveries: the offsets below are of acknowledged work only */
     rd_kafka_topic_partition_list_t *l = al_consumer_committable(s->consumer);
     if (al_producer_sent(s->producer) == s->txn_sent && txn_offsets_same(s, l)) {
@@ -404,6 +455,7 @@ static al_producer *txn_producer_new(al_stage *s)
     const char *tt = pc ? al_kafka_conf_get(pc, "transaction.timeout.ms") : NULL;
     const char *mt = pc ? al_kafka_conf_get(pc, "message.timeout.ms") : NULL;
     double txn_ms = tt ? atof(tt) : 60000;
+    s->txn_timeout_us = (int64_t)(txn_ms * 1000);
     if (pc && mt && atof(mt) > txn_ms) {
         char v[32];
         snprintf(v, sizeof v, "%.0f", txn_ms);
@@ -439,6 +491,41 @@ static al_producer *txn_producer_new(al_stage *s)
     }
     al_log_info(s->comp, "exactly-once: transactional.id %s", s->txn_id);
     return p;
+}
+
+/* After txn_fatal asked for it: the consumer's inputs dropped, the old producer freed (what it
+ * still held is purged: its outputs were in the aborted transaction), a new one with the same
+ * transactional.id (its init_transactions bumps the epoch again and aborts whatever is left
+ * open), the consumer rewound to the committed offsets, the next transaction begun. 0, or -1
+ * (latched). */
+static int txn_renew(al_stage *s)
+{
+    char err[512];
+    s->txn_renew = 0;
+    s->txn_abort = 0;
+    s->rewinding = 1;
+    if (s->consumer) al_consumer_drop_all(s->consumer);
+    al_producer_free_within(s->producer, 0);
+    s->producer = NULL;
+    s->txn_open = 0;
+    s->producer = txn_producer_new(s);
+    s->rewinding = 0;
+    if (!s->producer) {
+        al_stage_fail(s, "exactly-once: could not make a new transactional producer after the "
+                         "coordinator aborted a timed-out transaction (logged above)");
+        return -1;
+    }
+    al_producer_set_delivery_cb(s->producer, stage_on_delivery, s);
+    if (s->consumer) al_consumer_set_linked(s->consumer, s->producer);
+    s->txn_renewals++;
+    s->txn_aborts++;
+    txn_count(s, "aborted");
+    if (s->consumer && al_consumer_seek_committed(s->consumer, err, sizeof err) != 0) {
+        al_stage_fail(s, "exactly-once: after a new producer: %s", err);
+        return -1;
+    }
+    s->txn_sent = al_producer_sent(s->producer);
+    return txn_begin(s);
 }
 
 /* Steps 1-6 of stage.h: 0 ready to consume, 1 nothing to do, -1 failed (logged). */
@@ -518,9 +605,14 @@ static void stage_loop(al_stage *s)
         kill_at = -1;
     while (!al_stage_stop_requested() && !al_stage_failed(s)) {
         if (spec->exactly_once) {
-            if (s->txn_abort && txn_rewind(s, "partitions lost, or a commit refused") != 0) break;
+            if (s->txn_renew && txn_renew(s) != 0) break;
+            if (s->txn_abort && txn_rewind(s, "partitions lost, or a commit refused") != 0) {
+                if (s->txn_renew && !al_stage_failed(s)) continue;
+                break;
+            }
             if (al_producer_fatal(s->producer, err, sizeof err)) {
                 txn_fatal(s, rd_kafka_fatal_error(al_producer_handle(s->producer), NULL, 0), err);
+                if (s->txn_renew) continue;
                 break;
             }
             if (al_mono_us() >= s->txn_next_us) {

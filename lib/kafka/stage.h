@@ -49,13 +49,21 @@
  *     commit; so a partition's committed offset moves exactly when the outputs made from
  *     the inputs before it become visible, and never otherwise. The same commit runs where
  *     the consumer would commit (a revoke, the drain, the close).
- *   - an abortable error (a failed delivery in the transaction, a refused commit), or
- *     partitions lost (a session timeout, a fencing of the static member): the transaction is
- *     aborted, every assigned partition is dropped as lost (the rebalance hook drops the
- *     stage's state for it) and sought back to its committed offset, and the work since the
- *     last commit is done again.
- *   - a fatal error (the producer fenced: another worker took this transactional.id) stops
- *     the worker with that reason; a failed run aborts its open transaction.
+ *   - an abortable error (a failed delivery in the transaction: the stage's delivery hook is
+ *     not told of it, nor does the consumer stop on it; a refused commit; a commit still
+ *     retriable after three tries; outputs not acknowledged once the transaction is past its
+ *     transaction.timeout.ms), or partitions lost (a session timeout, a fencing of the static
+ *     member): the transaction is aborted, every assigned partition is dropped as lost (the
+ *     rebalance hook drops the stage's state for it) and sought back to its committed
+ *     offset, and the work since the last commit is done again. An abort that finds no
+ *     coordinator (the broker down) is tried again until it is back, or until a stop request.
+ *   - transaction.timeout.ms (60 s unless configured; message.timeout.ms is cut to it) bounds
+ *     an open transaction: past it the coordinator aborts it and bumps the producer epoch,
+ *     which librdkafka 2.0.2 reports as a fatal fencing. A fencing of a transaction open past
+ *     its timeout is that (a broker outage longer than the timeout), and the worker carries
+ *     on with a new producer under the same transactional.id, from the committed offsets.
+ *   - any other fatal error (the producer fenced: another worker took this transactional.id)
+ *     stops the worker with that reason; a failed run aborts its open transaction.
  *   - every reader in the worker reads with isolation.level=read_committed (librdkafka's
  *     default, enforced here), so aborted outputs of an upstream transactional stage are
  *     never inputs.
@@ -143,7 +151,11 @@ struct al_stage {
     int txn_open;            /* a transaction is begun */
     int txn_abort;           /* abort and rewind at the next turn of the loop */
     int rewinding;           /* inside an abort: purged deliveries are not the stage's */
+    int txn_renew;           /* the coordinator timed the transaction out: a new producer */
+    uint64_t txn_renewals;
     int64_t txn_next_us, txn_every_us;
+    int64_t txn_begun_us;    /* when the open transaction began */
+    int64_t txn_timeout_us;  /* its transaction.timeout.ms: the coordinator aborts it after */
     unsigned long long txn_sent; /* the producer's al_producer_sent at the last commit */
     rd_kafka_topic_partition_list_t *txn_offsets; /* what the last commit committed */
     uint64_t txn_commits, txn_aborts;
