@@ -21,8 +21,11 @@
  * one turn of the loop, so its chunks always share one transaction, committed with the
  * offsets its transitions freed; the read-back at start is read_committed, so a step cut
  * short by a crash was aborted and is simply made again, and a committed one's transitions
- * are duplicates when re-read. An aborted transaction stops the worker (its steps cannot be
- * taken back in memory); its restart continues from the committed offsets.
+ * are duplicates when re-read. An aborted transaction (a chunk not delivered through a broker
+ * outage, partitions lost) is undone in the worker as a restart would: the steps in flight and
+ * the batcher's state are dropped, the consumer is rewound to the committed offsets, and
+ * before the next input the committed chunks are read back (step numbers, ids) and the policy
+ * topic read again, so the same steps are built again under the same numbers.
  *
  * One worker per consumer group: step numbers of a model come from one writer. When the group
  * takes partitions away from this worker (a second worker joined), it stops with an error
@@ -140,6 +143,7 @@ typedef struct batch_worker {
     al_stage st; /* the worker (kafka/stage.h): failure latch, /healthz, producer, consumer */
     al_transition t; /* decoded input, reused per message */
     int64_t last_house;
+    int recover_pending; /* exactly-once: a transaction was aborted; read back before going on */
 } batch_worker;
 
 static void end_inputs(al_batch_step *st)
@@ -291,16 +295,51 @@ static void on_drop(void *ctx, void *opaque, const char *reason)
     al_input_end(opaque);
 }
 
+static void policy_free(struct policy_follower *pf);
+static int policy_read_to_end(batch_worker *w, const al_kafka_conf *kc, char *errstr,
+                              size_t errlen);
+
+/* Exactly once, inside the abort (kafka/stage.h's rewind: every partition dropped as lost):
+ * what was made since the last commit is gone from the output, so the steps in flight and
+ * every group are dropped (their inputs were dropped by the consumer: ending them stores
+ * nothing), and the batcher starts empty; the read-back follows before the next input
+ * (recover_again), once the abort is through. */
+static void undo_since_commit(batch_worker *w)
+{
+    char err[1024];
+    while (w->flights) {
+        flight *f = w->flights;
+        w->flights = f->next;
+        end_inputs(f->step);
+        al_batch_step_free(f->step);
+        free(f);
+    }
+    al_batcher_release_all(w->batcher, release_input, NULL);
+    al_batcher *b = al_batcher_new(&w->o->cfg, err, sizeof err);
+    if (!b) {
+        al_stage_fail(&w->st, "exactly-once: after an abort: %s", err);
+        return;
+    }
+    al_batcher_free(w->batcher);
+    w->batcher = b;
+    if (w->next_offset) memset(w->next_offset, 0, w->n_next_offset * sizeof *w->next_offset);
+    for (size_t i = 0; i < w->n_known; i++) free(w->known_models[i]);
+    w->n_known = 0;
+    w->recover_truncated = 0;
+    policy_free(w->pf);
+    w->recover_pending = 1;
+}
+
 static void on_rebalance(al_stage *s, al_rebalance_event ev,
                          const rd_kafka_topic_partition_list_t *parts, void *ctx)
 {
     batch_worker *w = ctx;
     int n;
     if (!al_stage_partitions_taken(s, ev, parts, &n)) return;
-    if (s->rewinding) {
-        al_stage_fail(&w->st, "exactly-once: the transaction was aborted; the batcher cannot "
-                              "take back the steps it made since the last commit, so this worker "
-                              "stops and its restart continues from the committed offsets");
+    if (s->spec->exactly_once && ev == AL_REBALANCE_LOST) {
+        /* partitions lost (a session that timed out through a broker outage): the worker
+         * aborts at the next turn of its loop, and its rewind calls this again */
+        if (s->rewinding) undo_since_commit(w);
         return;
     }
     al_stage_fail(&w->st,
@@ -569,6 +608,7 @@ static void policy_free(policy_follower *pf)
     if (pf->rk) rd_kafka_destroy_flags(pf->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
     free(pf->eof_seen);
     al_policy_version_clear(&pf->pv);
+    memset(pf, 0, sizeof *pf); /* freed twice after an abort's read-back failed: nothing */
 }
 
 /* Applies every policy version available now (waiting up to timeout_ms for the first). */
@@ -616,12 +656,36 @@ static int on_prepare(al_stage *s, void *ctx, char *errstr, size_t errlen)
                         o->stop_after_step);
             return 1;
         }
-    if (policy_start(w->pf, al_stage_conf(s), o->policy_topic, errstr, errlen) != 0) return -1;
+    return policy_read_to_end(w, al_stage_conf(s), errstr, errlen);
+}
+
+/* The policy topic from its beginning to its end (the latest version of every model). */
+static int policy_read_to_end(batch_worker *w, const al_kafka_conf *kc, char *errstr,
+                              size_t errlen)
+{
+    if (policy_start(w->pf, kc, w->o->policy_topic, errstr, errlen) != 0) return -1;
     int64_t deadline = al_mono_us() + 60 * 1000000LL;
     while (w->pf->at_end < w->pf->nparts && !al_stage_stop_requested()) {
         policy_poll(w->pf, w, 200);
         if (al_mono_us() > deadline)
-            return al_err(errstr, errlen, "reading %s to its end took over 60 s", o->policy_topic);
+            return al_err(errstr, errlen, "reading %s to its end took over 60 s",
+                          w->o->policy_topic);
+    }
+    return 0;
+}
+
+/* After an aborted transaction (undo_since_commit): where the committed output stands, and
+ * the policy versions, as at a start. 0, or -1 (the worker is failed). */
+static int recover_again(al_stage *s, batch_worker *w)
+{
+    char err[1024];
+    w->recover_pending = 0;
+    al_log_info(COMP, "exactly-once: reading back the committed chunks of %s after the abort",
+                w->o->output_topic);
+    if (recover_from_output(al_stage_conf(s), w->o, w, err, sizeof err) != 0 ||
+        policy_read_to_end(w, al_stage_conf(s), err, sizeof err) != 0) {
+        al_stage_fail(&w->st, "exactly-once: after an abort: %s", err);
+        return -1;
     }
     return 0;
 }
@@ -649,6 +713,10 @@ static void on_message(al_stage *s, rd_kafka_message_t *m, int64_t now, void *ct
     batch_opts *o = w->o;
     al_producer *prod = al_stage_producer(s);
     char err[1024];
+    if (w->recover_pending && recover_again(s, w) != 0) {
+        rd_kafka_message_destroy(m); /* not consumed: the restart reads it again */
+        return;
+    }
     if (!w->n_consumed++) w->first_msg_us = now;
     w->bytes_consumed += (int64_t)m->len;
     note_consumed(w, m->partition, m->offset);
@@ -690,6 +758,7 @@ static int on_tick(al_stage *s, int got, int64_t now, void *ctx)
     batch_worker *w = ctx;
     batch_opts *o = w->o;
     char err[1024];
+    if (w->recover_pending && recover_again(s, w) != 0) return 0;
     /* Housekeeping every 10 ms, not per message: policy versions, idle groups, gauges. */
     int house = !got || now - w->last_house >= 10000;
     if (house) {
