@@ -1,6 +1,6 @@
 /* t1506: exactly once (--exactly-once: lib/kafka/stage.h's transactions), on real Apache Kafka
  * only: librdkafka's mock cluster takes transactions but does not simulate their aborts, so
- * it cannot show what the mode is for. Each case kills a worker with SIGKILL at a fault point
+ * it cannot show what the mode is for. The first cases kill a worker with SIGKILL at a fault point
  * (ARCLIGHT_STAGE_TEST_KILL_AT, ARCLIGHT_BATCH_TEST_KILL_AT) where its outputs are on the
  * broker and their input offsets are not committed, restarts it, and reads the output twice:
  *   - credit --exactly-once: spans in three parts, the first committed, the worker killed in
@@ -10,7 +10,11 @@
  *   - the same without the flag: duplicates reach the read_committed reader (the contrast);
  *   - batch --exactly-once with steps committed, killed after a step's first chunk, then
  *     (restarted from the committed steps) right after a whole step: every step's chunks
- *     once, none sent again, on a read_committed reader.
+ *     once, none sent again, on a read_committed reader;
+ *   - credit and batch --exactly-once through a broker outage (kill -9, down longer than their
+ *     transaction and message timeouts, restarted on the same ports and log directories): the
+ *     same workers carry on, everything once on read_committed, every partition readable to
+ *     its end.
  * docs/RELIABILITY.md has the figures. */
 #include "testlib.h"
 
@@ -208,9 +212,9 @@ static void dump_log(const char *path)
 
 /* Starts `arclight CMD ARGS...` with its stderr in log, the test's member slots (TMPDIR) and
  * instance id, short group timings, and ARCLIGHT_STAGE_TEST_KILL_AT / ARCLIGHT_BATCH_TEST_KILL_AT
- * set to kill_at when it is given (var names which). */
-static pid_t worker_start(const char *log, const char *kill_var, const char *kill_at,
-                          const char *const *args)
+ * set to kill_at when it is given (var names which); env: more NAME, VALUE pairs (or NULL). */
+static pid_t worker_start_env(const char *log, const char *kill_var, const char *kill_at,
+                              const char *const *args, const char *const *env)
 {
     const char *argv[48];
     int argc = 0;
@@ -235,10 +239,18 @@ static pid_t worker_start(const char *log, const char *kill_var, const char *kil
         unsetenv("ARCLIGHT_STAGE_TEST_KILL_AT");
         unsetenv("ARCLIGHT_BATCH_TEST_KILL_AT");
         if (kill_at) setenv(kill_var, kill_at, 1);
+        for (int i = 0; env && env[i] && env[i + 1]; i += 2)
+            setenv(env[i], env[i + 1], 1);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
     return pid;
+}
+
+static pid_t worker_start(const char *log, const char *kill_var, const char *kill_at,
+                          const char *const *args)
+{
+    return worker_start_env(log, kill_var, kill_at, args, NULL);
 }
 
 /* SIGTERM, then the exit status (-1: killed by a signal or not gone within 60 s). */
@@ -564,8 +576,8 @@ static void view_steps(const recs *m, steps_seen *v)
     }
 }
 
-/* Transitions of groups [g0, g1) to arclight.transitions (group g on partition g % 4). */
-static int produce_groups(int g0, int g1)
+/* Transitions of groups [g0, g1) to topic (group g on partition g % 4). */
+static int produce_groups_to(const char *topic, int g0, int g1)
 {
     rd_kafka_t *p = producer();
     if (!p) return -1;
@@ -579,7 +591,7 @@ static int produce_groups(int g0, int g1)
             rng = rng * 1103515245u + 12345u;
             encode_transition(&buf, g, r, 200 + (int)(rng >> 8) % 1300,
                               200 + (int)(rng >> 12) % 1300);
-            rc = rd_kafka_producev(p, RD_KAFKA_V_TOPIC("arclight.transitions"),
+            rc = rd_kafka_producev(p, RD_KAFKA_V_TOPIC(topic),
                                    RD_KAFKA_V_PARTITION(g % 4), RD_KAFKA_V_KEY(key, strlen(key)),
                                    RD_KAFKA_V_VALUE(buf.data, buf.len),
                                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END)
@@ -593,16 +605,27 @@ static int produce_groups(int g0, int g1)
     return rc;
 }
 
-/* Whether steps [0, n) are each complete at least once on a read_committed reader. */
-static int steps_done(int n, steps_seen *v)
+static int produce_groups(int g0, int g1)
+{
+    return produce_groups_to("arclight.transitions", g0, g1);
+}
+
+/* Whether steps [0, n) are each complete at least once on a read_committed reader of topic
+ * (2 partitions). */
+static int steps_done_in(const char *topic, int n, steps_seen *v)
 {
     recs m = {0};
-    read_all("arclight.batches", 2, "read_committed", &m);
+    read_all(topic, 2, "read_committed", &m);
     view_steps(&m, v);
     recs_free(&m);
     for (int s = 0; s < n; s++)
         if (v->complete[s] < 1) return 0;
     return 1;
+}
+
+static int steps_done(int n, steps_seen *v)
+{
+    return steps_done_in("arclight.batches", n, v);
 }
 
 TEST(batch_exactly_once_through_kills_mid_step_and_after_a_step)
@@ -679,6 +702,164 @@ TEST(batch_exactly_once_through_kills_mid_step_and_after_a_step)
     printf("  batch --exactly-once: %d steps, read_committed %d chunks (%d in steps: none "
            "twice), read_uncommitted %zu chunks, %d steps begun again\n",
            N_STEPS, committed_chunks, chunks, m.n, restarts);
+    recs_free(&m);
+}
+
+/* ---- a broker outage ------------------------------------------------------------------------ */
+
+/* 1 while pid has not exited (it is left for the caller to reap). */
+static int running(pid_t pid)
+{
+    siginfo_t si = {0};
+    return !(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid);
+}
+
+/* Credit and batch with --exactly-once, each with a transaction open (outputs sent, offsets
+ * not committed), when the broker is killed with SIGKILL; it stays down longer than their
+ * transaction.timeout.ms and message.timeout.ms (15 s here), so the open transactions cannot
+ * commit: the message deliveries time out and the coordinator aborts them when it is back.
+ * Restarted on the same ports and log directories, the same two workers (no restart of
+ * theirs) carry on: every transition and every step reaches a read_committed reader once, and
+ * that reader reads each partition to its end (no transaction left open). */
+TEST(credit_and_batch_exactly_once_through_a_broker_outage)
+{
+    const char *spans_t = "t1506.outage.spans", *tr_t = "t1506.outage.tr";
+    const char *in_t = "t1506.outage.in", *out_t = "t1506.outage.batches";
+    char cmd[128], reply[256], logc[256], logb[256], mc[32], mb[32];
+    snprintf(cmd, sizeof cmd, "create %s 4", spans_t);
+    REQUIRE(al_test_broker_control(&broker, cmd, reply, sizeof reply) == 0);
+    snprintf(cmd, sizeof cmd, "create %s 4", tr_t);
+    REQUIRE(al_test_broker_control(&broker, cmd, reply, sizeof reply) == 0);
+    snprintf(cmd, sizeof cmd, "create %s 4", in_t);
+    REQUIRE(al_test_broker_control(&broker, cmd, reply, sizeof reply) == 0);
+    snprintf(cmd, sizeof cmd, "create %s 2", out_t);
+    REQUIRE(al_test_broker_control(&broker, cmd, reply, sizeof reply) == 0);
+    snprintf(logc, sizeof logc, "%s/outage-credit.log", dir);
+    snprintf(logb, sizeof logb, "%s/outage-batch.log", dir);
+    int pc = al_test_free_port(), pb = al_test_free_port();
+    snprintf(mc, sizeof mc, "127.0.0.1:%d", pc);
+    snprintf(mb, sizeof mb, "127.0.0.1:%d", pb);
+    const char *cargs[] = {"credit", "--exactly-once", "--input", spans_t, "--output", tr_t,
+                           "--group", "t1506-outage-credit", "--log-level", "info", "--metrics",
+                           mc, NULL};
+    const char *bargs[] = {"batch", "--exactly-once", "--input-topic", in_t, "--output-topic",
+                           out_t, "--group", "t1506-outage-batch", "--step-sequences", "16",
+                           "--micro-batch-tokens", "4096", "--max-message-bytes", "150000",
+                           "--group-idle-ms", "300", "--log-level", "info", "--metrics", mb, NULL};
+    /* commits every 2 s: the kill lands inside a transaction */
+    const char *env[] = {"ARCLIGHT_KAFKA_TRANSACTION_TIMEOUT_MS", "15000",
+                         "ARCLIGHT_KAFKA_AUTO_COMMIT_INTERVAL_MS", "2000", NULL};
+    const char *committed = "arclight_stage_transactions_total{outcome=\"committed\"}";
+    pid_t c = worker_start_env(logc, NULL, NULL, cargs, env);
+    pid_t b = worker_start_env(logb, NULL, NULL, bargs, env);
+    size_t p1 = spans.n / 3, p2 = 2 * spans.n / 3;
+    REQUIRE(produce_range(spans_t, &spans, 0, p1) == 0);
+    REQUIRE(produce_groups_to(in_t, 0, N_GROUPS / 2) == 0);
+    steps_seen v;
+    int ok = wait_metric(c, pc, "arclight_credit_spans_total", (double)p1, 90) == 0 &&
+             wait_metric(c, pc, committed, 1, 60) == 0 && wait_metric(b, pb, committed, 1, 60) == 0;
+    double t0 = testlib_now();
+    while (ok && !steps_done_in(out_t, 3, &v) && testlib_now() - t0 < 60)
+        usleep(300000);
+    ok = ok && steps_done_in(out_t, 3, &v);
+    CHECKF(ok, "the first part was not consumed and committed by both workers");
+    if (!ok) {
+        keep_logs = 1;
+        dump_log(logc);
+        dump_log(logb);
+    }
+
+    /* the second part, and the kill once credit is into it (batch has step 3 whole and step
+     * 4 begun in its open transaction by then, or is sending them) */
+    REQUIRE(produce_groups_to(in_t, N_GROUPS / 2, 3 * N_GROUPS / 4) == 0);
+    REQUIRE(produce_range(spans_t, &spans, p1, p2) == 0);
+    wait_metric(c, pc, "arclight_credit_spans_total", (double)p1 + (p2 - p1) / 2, 30);
+    double c_before = metric_of(pc, committed), b_before = metric_of(pb, committed);
+    REQUIRE(al_test_broker_control(&broker, "down 1", reply, sizeof reply) == 0);
+    double down_at = testlib_now();
+    while (testlib_now() - down_at < 30 && running(c) && running(b))
+        usleep(200000);
+    int c_up = running(c), b_up = running(b);
+    CHECKF(c_up && b_up, "a worker exited during the outage (credit running: %d, batch: %d)",
+           c_up, b_up);
+    REQUIRE(al_test_broker_control(&broker, "up 1", reply, sizeof reply) == 0);
+    double outage_s = testlib_now() - down_at;
+
+    /* the third part, after the outage */
+    REQUIRE(produce_groups_to(in_t, 3 * N_GROUPS / 4, N_GROUPS) == 0);
+    REQUIRE(produce_range(spans_t, &spans, p2, spans.n) == 0);
+    int n = n_expected(), total = 0, *count = calloc((size_t)n, sizeof *count);
+    recs r = {0};
+    int have = 0, steps_all = 0;
+    t0 = testlib_now();
+    while (c_up && b_up) {
+        recs_free(&r);
+        read_all(tr_t, 4, "read_committed", &r);
+        count_transitions(&r, count, &total);
+        have = 0;
+        for (int i = 0; i < n; i++)
+            have += count[i] > 0;
+        steps_all = steps_done_in(out_t, N_STEPS, &v);
+        if ((have == n && steps_all) || testlib_now() - t0 > 150) break;
+        usleep(300000);
+    }
+    double c_after = metric_of(pc, committed), b_after = metric_of(pb, committed);
+    double c_aborts = metric_of(pc, "arclight_stage_transactions_total{outcome=\"aborted\"}");
+    double b_aborts = metric_of(pb, "arclight_stage_transactions_total{outcome=\"aborted\"}");
+    int rc_c = stop_worker(c), rc_b = stop_worker(b);
+    CHECKF(rc_c == 0 && rc_b == 0, "exit status: credit %d, batch %d", rc_c, rc_b);
+    CHECKF(c_after > c_before && b_after > b_before,
+           "no commit after the outage: credit %g -> %g, batch %g -> %g", c_before, c_after,
+           b_before, b_after);
+
+    /* every partition to its end on read_committed: no transaction was left open */
+    recs_free(&r);
+    CHECKF(read_all(tr_t, 4, "read_committed", &r) == 0,
+           "%s: a partition was not readable to its end on read_committed", tr_t);
+    int bad = count_transitions(&r, count, &total), missing = 0, dups = 0;
+    for (int i = 0; i < n; i++) {
+        missing += count[i] == 0;
+        dups += count[i] > 1 ? count[i] - 1 : 0;
+    }
+    CHECKF(missing == 0 && bad == 0, "credit: %d transitions missing, %d unexpected", missing,
+           bad);
+    CHECKF(dups == 0 && total == n,
+           "credit: a read_committed reader saw %d duplicates (%d transitions for %d expected)",
+           dups, total, n);
+    recs_free(&r);
+    free(count);
+    recs m = {0};
+    CHECKF(read_all(out_t, 2, "read_committed", &m) == 0,
+           "%s: a partition was not readable to its end on read_committed", out_t);
+    view_steps(&m, &v);
+    int twice = 0, lost = 0, once = 1;
+    for (int s = 0; s < N_STEPS; s++)
+        if (!(v.complete[s] == 1 && v.attempts[s] == 1)) {
+            CHECKF(0, "batch: step %d: %d attempts, %d complete", s, v.attempts[s],
+                   v.complete[s]);
+            once = 0;
+        }
+    CHECKF(v.chunks[N_STEPS] == 0 && v.others == 0, "batch: %d chunks past step %d, %d unusable",
+           v.chunks[N_STEPS], N_STEPS - 1, v.others);
+    for (int g = 0; g < N_GROUPS; g++)
+        for (int q = 0; q < 4; q++) {
+            lost += v.per_id[g][q] == 0;
+            twice += v.per_id[g][q] > 1;
+        }
+    CHECKF(lost == 0 && twice == 0, "batch: %d transitions missing, %d in two steps", lost, twice);
+    if (missing || dups || bad || lost || twice || !once || rc_c || rc_b) {
+        keep_logs = 1;
+        dump_log(logc);
+        dump_log(logb);
+    }
+    const char *renewed = "making a new producer";
+    printf("  broker down %.1f s: credit read_committed %d transitions for %d (%d missing, %d "
+           "duplicates), %g aborts%s; batch %d chunks in %d steps (%d transitions missing, %d "
+           "in two steps), %g aborts%s\n",
+           outage_s, total, n, missing, dups, isnan(c_aborts) ? 0 : c_aborts,
+           file_has(logc, renewed) ? " (one a timed-out transaction: a new producer)" : "",
+           (int)m.n, N_STEPS, lost, twice, isnan(b_aborts) ? 0 : b_aborts,
+           file_has(logb, renewed) ? " (one a timed-out transaction: a new producer)" : "");
     recs_free(&m);
 }
 
