@@ -225,11 +225,15 @@ static void txn_fatal(al_stage *s, rd_kafka_resp_err_t code, const char *what)
                  code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH ||
                  code == RD_KAFKA_RESP_ERR_PRODUCER_FENCED;
     int64_t open_us = s->txn_open ? al_mono_us() - s->txn_begun_us : 0;
-    if (fenced && s->txn_timeout_us > 0 && open_us > s->txn_timeout_us) {
-        /* The coordinator aborts a transaction open past its timeout (a broker outage kept
-         * it from committing) and bumps the producer epoch, which librdkafka 2.0.2 reports
-         * as a fencing, fatal to the producer. No other worker is involved: a new producer
-         * with the same transactional.id carries on from the committed offsets. */
+    /* The coordinator aborts a transaction open past its timeout (a broker outage kept it
+     * from committing) and bumps the producer epoch, which librdkafka 2.0.2 reports as a
+     * fencing, fatal to the producer (a commit that races that abort on a coordinator with
+     * Kafka's second transaction protocol gets INVALID_TXN_STATE, fatal too). No other worker
+     * is involved: a new producer with the same transactional.id carries on from the
+     * committed offsets. */
+    int timed_out_abort = (fenced || code == RD_KAFKA_RESP_ERR_INVALID_TXN_STATE) &&
+                          s->txn_timeout_us > 0 && open_us > s->txn_timeout_us;
+    if (timed_out_abort) {
         al_log_warn(s->comp,
                     "exactly-once: the transaction was open %.1f s, past transaction.timeout.ms "
                     "(%.0f ms), and the coordinator aborted it (%s); making a new producer and "
