@@ -1015,6 +1015,18 @@ rd_kafka_t *al_consumer_handle(al_consumer *c)
     return c->rk;
 }
 
+int64_t al_consumer_position(al_consumer *c, const char *topic, int32_t partition)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    if (!l) return -1;
+    rd_kafka_topic_partition_list_add(l, topic, partition);
+    int64_t pos = -1;
+    if (rd_kafka_position(c->rk, l) == RD_KAFKA_RESP_ERR_NO_ERROR && !l->elems[0].err)
+        pos = l->elems[0].offset; /* RD_KAFKA_OFFSET_INVALID (-1001) when none */
+    rd_kafka_topic_partition_list_destroy(l);
+    return pos < 0 ? -1 : pos;
+}
+
 /* ------------------------------------------------------------------------------------------
  * Owner-written commits (transactions)
  * ------------------------------------------------------------------------------------------ */

@@ -720,10 +720,14 @@ static int partition_quiet(credit_ctx *x, cpart *cp, int64_t now, int64_t quiet_
     *quiet_out = now - cp->last_msg_mono;
     if (quiet < q || cp->clock_at_last_msg <= 0) return 0;
     int64_t lo = -1, hi = -1;
-    rd_kafka_t *rk = consumer_handle(x);
-    if (rk && !rd_kafka_get_watermark_offsets(rk, cp->topic, cp->partition, &lo, &hi) &&
-        hi > cp->next_offset)
-        return 0;
+    al_consumer *c = al_stage_consumer(&x->st);
+    if (c && !rd_kafka_get_watermark_offsets(al_consumer_handle(c), cp->topic, cp->partition,
+                                             &lo, &hi)) {
+        /* the position, not the last span: a transaction marker ends input written in
+         * transactions and is never handed out */
+        int64_t pos = al_consumer_position(c, cp->topic, cp->partition);
+        if (hi > (pos > cp->next_offset ? pos : cp->next_offset)) return 0;
+    }
     return 1;
 }
 
