@@ -288,6 +288,20 @@ static void release_input(void *ctx, void *opaque, const char *reason)
     al_input_end(opaque);
 }
 
+/* Drops the steps in flight and every group the batcher holds, ending their inputs (a
+ * revoke, or an aborted transaction). */
+static void drop_all(batch_worker *w)
+{
+    while (w->flights) {
+        flight *f = w->flights;
+        w->flights = f->next;
+        end_inputs(f->step);
+        al_batch_step_free(f->step);
+        free(f);
+    }
+    al_batcher_release_all(w->batcher, release_input, NULL);
+}
+
 static void on_drop(void *ctx, void *opaque, const char *reason)
 {
     batch_worker *w = ctx;
@@ -307,14 +321,7 @@ static int policy_read_to_end(batch_worker *w, const al_kafka_conf *kc, char *er
 static void undo_since_commit(batch_worker *w)
 {
     char err[1024];
-    while (w->flights) {
-        flight *f = w->flights;
-        w->flights = f->next;
-        end_inputs(f->step);
-        al_batch_step_free(f->step);
-        free(f);
-    }
-    al_batcher_release_all(w->batcher, release_input, NULL);
+    drop_all(w);
     al_batcher *b = al_batcher_new(&w->o->cfg, err, sizeof err);
     if (!b) {
         al_stage_fail(&w->st, "exactly-once: after an abort: %s", err);
@@ -818,15 +825,7 @@ static void on_drained(al_stage *s, int flushed, void *ctx)
 static void on_release(al_stage *s, void *ctx)
 {
     (void)s;
-    batch_worker *w = ctx;
-    while (w->flights) {
-        flight *f = w->flights;
-        w->flights = f->next;
-        end_inputs(f->step);
-        al_batch_step_free(f->step);
-        free(f);
-    }
-    al_batcher_release_all(w->batcher, release_input, NULL);
+    drop_all(ctx);
 }
 
 static const al_stage_hooks batch_hooks = {

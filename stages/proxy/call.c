@@ -474,6 +474,22 @@ static void upc_on_done(void *ud, al_upc_err err, const char *msg)
     px_call_done(k, (unsigned)err < AL_ARRAY_LEN(map) ? map[err] : CURLE_RECV_ERROR);
 }
 
+/* Keeps the agent's request (the span's copy) and takes the upstream body up (up_len bytes,
+ * NULL: none could be made). -1 after answering 500 and freeing k (and up). */
+static int keep_bodies(call *k, conn *c, char *up, size_t up_len)
+{
+    k->req_json = slice_dup(c->body);
+    if (!up || !k->req_json) {
+        free(up);
+        call_free(k);
+        px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
+        return -1;
+    }
+    k->up_body = up;
+    k->up_len = up_len;
+    return 0;
+}
+
 void px_start_llm_call(conn *c, ident *id)
 {
     proxy *px = c->px;
@@ -553,15 +569,7 @@ void px_start_llm_call(conn *c, ident *id)
             return;
         }
         if (!k->capture) up_len = c->body.n;
-        k->req_json = slice_dup(c->body);
-        if (!k->req_json) {
-            free(up);
-            call_free(k);
-            px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
-            return;
-        }
-        k->up_body = up;
-        k->up_len = up_len;
+        if (keep_bodies(k, c, up, up_len)) return;
     } else if (c->route == R_COUNT_TOKENS) {
         size_t up_len = 0;
         char *up = NULL;
@@ -578,15 +586,7 @@ void px_start_llm_call(conn *c, ident *id)
             call_free(k);
             return;
         }
-        k->req_json = slice_dup(c->body);
-        if (!k->req_json) {
-            free(up);
-            call_free(k);
-            px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
-            return;
-        }
-        k->up_body = up;
-        k->up_len = up_len;
+        if (keep_bodies(k, c, up, up_len)) return;
     } else if (k->capture) {
         size_t up_len = 0;
         char *up = px_conn_is_json(c) ? px_rewrite_fast(k, c->body.p, c->body.n, &up_len) : NULL;
@@ -603,15 +603,7 @@ void px_start_llm_call(conn *c, ident *id)
             json_decref(req);
             up_len = up ? strlen(up) : 0;
         }
-        k->req_json = slice_dup(c->body);
-        if (!up || !k->req_json) {
-            free(up);
-            call_free(k);
-            px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
-            return;
-        }
-        k->up_body = up;
-        k->up_len = up_len;
+        if (keep_bodies(k, c, up, up_len)) return;
     }
     if (k->capture) {
         rollout_ent *r = px_rollout_of(px, &k->id);
