@@ -1015,16 +1015,23 @@ rd_kafka_t *al_consumer_handle(al_consumer *c)
     return c->rk;
 }
 
-int64_t al_consumer_position(al_consumer *c, const char *topic, int32_t partition)
+int al_consumer_read_to_end(al_consumer *c, const char *topic, int32_t partition,
+                            int64_t next_offset)
 {
+    int64_t lo = 0, hi = 0;
+    if (rd_kafka_get_watermark_offsets(c->rk, topic, partition, &lo, &hi) !=
+            RD_KAFKA_RESP_ERR_NO_ERROR ||
+        hi < 0)
+        return 1;
+    if (next_offset >= hi) return 1;
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    if (!l) return -1;
+    if (!l) return 0;
     rd_kafka_topic_partition_list_add(l, topic, partition);
-    int64_t pos = -1;
+    int64_t pos = -1; /* RD_KAFKA_OFFSET_INVALID (-1001) when it has none */
     if (rd_kafka_position(c->rk, l) == RD_KAFKA_RESP_ERR_NO_ERROR && !l->elems[0].err)
-        pos = l->elems[0].offset; /* RD_KAFKA_OFFSET_INVALID (-1001) when none */
+        pos = l->elems[0].offset;
     rd_kafka_topic_partition_list_destroy(l);
-    return pos < 0 ? -1 : pos;
+    return pos >= hi;
 }
 
 /* ------------------------------------------------------------------------------------------

@@ -367,10 +367,13 @@ int al_consumer_seek_committed(al_consumer *c, char *errstr, size_t errlen);
 /* Connects and fetches metadata within timeout_ms: 0, or -1 naming the bootstrap servers. */
 int al_consumer_check(al_consumer *c, int timeout_ms, char *errstr, size_t errlen);
 rd_kafka_t *al_consumer_handle(al_consumer *c);
-/* The consumer's position on topic [partition]: the offset it reads next, past transaction
- * markers and aborted records that read_committed never hands out (one past the last
- * message handed out, or further). -1 when it has none (not assigned, nothing read yet). */
-int64_t al_consumer_position(al_consumer *c, const char *topic, int32_t partition);
+/* Whether the consumer has read topic [partition] to the high watermark its last fetch saw
+ * (1, also when that watermark is unknown) or something is known to be waiting there (0).
+ * Read means its position, or next_offset (one past the last message handed out) if that is
+ * further: input written in transactions ends with a marker, an offset read_committed never
+ * hands out, so one past the last message is short of the end. */
+int al_consumer_read_to_end(al_consumer *c, const char *topic, int32_t partition,
+                            int64_t next_offset);
 /* How many commits made when partitions were given up (a rebalance, a close) the broker
  * refused; a broker may refuse them while the group rebalances. Each leaves the partitions'
  * messages after their last committed offset to be read again by the next owner (at least

@@ -358,21 +358,16 @@ static void on_rebalance(al_stage *s, al_rebalance_event ev,
 
 /* A lane (input partition) is quiet when everything the broker had on it at the last fetch
  * has been consumed; an unknown watermark counts as quiet (the idle time alone decides).
- * Consumed means the consumer's position, not one past the last transition: input written
- * in transactions (credit --exactly-once) ends each partition with a marker that takes an
- * offset and is never handed out, and the last group of such a lane never closed (t1504
- * with --exactly-once: 19 groups in no step). */
+ * Consumed is the consumer's position (al_consumer_read_to_end): input written in
+ * transactions (credit --exactly-once) ends each partition with a marker, and judged by the
+ * last transition the last group of such a lane never closed (t1504 with --exactly-once: 19
+ * groups in no step). */
 static int lane_quiet(void *ctx, int32_t lane)
 {
     batch_worker *w = ctx;
     al_consumer *cons = al_stage_consumer(&w->st);
     if (lane < 0 || (size_t)lane >= w->n_next_offset || !cons) return 1;
-    int64_t lo = 0, hi = 0;
-    if (rd_kafka_get_watermark_offsets(al_consumer_handle(cons), w->o->input_topic, lane, &lo,
-                                       &hi) != RD_KAFKA_RESP_ERR_NO_ERROR || hi < 0)
-        return 1;
-    int64_t at = w->next_offset[lane], pos = al_consumer_position(cons, w->o->input_topic, lane);
-    return (pos > at ? pos : at) >= hi;
+    return al_consumer_read_to_end(cons, w->o->input_topic, lane, w->next_offset[lane]);
 }
 
 static void note_consumed(batch_worker *w, int32_t partition, int64_t offset)

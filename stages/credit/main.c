@@ -703,32 +703,22 @@ static rd_kafka_t *consumer_handle(credit_ctx *x)
     return c ? al_consumer_handle(c) : NULL;
 }
 
-/* How long partition cp has been quiet, and whether that long is enough (quiet_us; for a
- * partition with an end waiting for its spans the end wait, if shorter: a span that never
- * comes must not hold the group until quiet_us). Quiet means nothing came and nothing is
- * known to be there: a partition behind its high watermark (as its last fetch saw it) is
- * not quiet, and time while the broker did not answer does not count. */
-static int partition_quiet(credit_ctx *x, cpart *cp, int64_t now, int64_t quiet_us,
-                           int64_t *quiet_out)
+/* Whether partition cp has been quiet long enough (quiet_us; for a partition with an end
+ * waiting for its spans the end wait, if shorter: a span that never comes must not hold the
+ * group until quiet_us). Quiet means nothing came and nothing is known to be there: a
+ * partition not read to its high watermark (as its last fetch saw it) is not quiet, and time
+ * while the broker did not answer does not count. */
+static int partition_quiet(credit_ctx *x, cpart *cp, int64_t now, int64_t quiet_us)
 {
     int64_t since = cp->last_msg_mono > x->unreachable_mono ? cp->last_msg_mono
                                                             : x->unreachable_mono;
-    int64_t quiet = now - since, q = quiet_us;
+    int64_t q = quiet_us;
     if (al_credit_part_stats(cp->part)->rollouts_waiting && x->cfg.end_wait_us > 0 &&
         x->cfg.end_wait_us < q)
         q = x->cfg.end_wait_us;
-    *quiet_out = now - cp->last_msg_mono;
-    if (quiet < q || cp->clock_at_last_msg <= 0) return 0;
-    int64_t lo = -1, hi = -1;
+    if (now - since < q || cp->clock_at_last_msg <= 0) return 0;
     al_consumer *c = al_stage_consumer(&x->st);
-    if (c && !rd_kafka_get_watermark_offsets(al_consumer_handle(c), cp->topic, cp->partition,
-                                             &lo, &hi)) {
-        /* the position, not the last span: a transaction marker ends input written in
-         * transactions and is never handed out */
-        int64_t pos = al_consumer_position(c, cp->topic, cp->partition);
-        if (hi > (pos > cp->next_offset ? pos : cp->next_offset)) return 0;
-    }
-    return 1;
+    return !c || al_consumer_read_to_end(c, cp->topic, cp->partition, cp->next_offset);
 }
 
 /* Moves the clock of quiet partitions (partition_quiet) by the wall time since their last
@@ -738,11 +728,11 @@ static int partition_quiet(credit_ctx *x, cpart *cp, int64_t now, int64_t quiet_
  * a second, 500 ms at most); no answer restarts every partition's quiet time. */
 static void quiet_flush(credit_ctx *x, int64_t quiet_us)
 {
-    int64_t now = al_mono_us(), quiet;
+    int64_t now = al_mono_us();
     char err[512];
     int due = 0;
     for (size_t i = 0; i < x->nparts && !due; i++)
-        due = partition_quiet(x, x->parts[i], now, quiet_us, &quiet);
+        due = partition_quiet(x, x->parts[i], now, quiet_us);
     if (!due) return;
     if (now - x->reachable_mono > 1000000) {
         rd_kafka_t *rk = consumer_handle(x);
@@ -756,9 +746,10 @@ static void quiet_flush(credit_ctx *x, int64_t quiet_us)
     }
     for (size_t i = 0; i < x->nparts; i++) {
         cpart *cp = x->parts[i];
-        if (!partition_quiet(x, cp, now, quiet_us, &quiet)) continue;
+        if (!partition_quiet(x, cp, now, quiet_us)) continue;
         x->cur = cp;
-        if (al_credit_part_advance(cp->part, cp->clock_at_last_msg + quiet, err, sizeof err))
+        if (al_credit_part_advance(cp->part, cp->clock_at_last_msg + (now - cp->last_msg_mono),
+                                   err, sizeof err))
             al_stage_fail(&x->st, "%s [%d]: %s", cp->topic, (int)cp->partition, err);
         x->cur = NULL;
         hold_release(cp, 0);
