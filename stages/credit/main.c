@@ -742,7 +742,12 @@ static void quiet_flush(credit_ctx *x, int64_t quiet_us)
             x->unreachable_mono = al_mono_us();
             return;
         }
+        int back = x->unreachable_mono > x->reachable_mono;
         x->reachable_mono = now = al_mono_us();
+        if (back) { /* the outage ends now: the consumer has yet to fetch what came meanwhile */
+            x->unreachable_mono = now;
+            return;
+        }
     }
     for (size_t i = 0; i < x->nparts; i++) {
         cpart *cp = x->parts[i];
