@@ -278,6 +278,14 @@ static void print_runs(const double *v, int n)
     printf(")\n");
 }
 
+/* Prints the end of a credit log (librdkafka's lines left out) to stderr. */
+static void log_tail(const char *log)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "grep -v ' rdkafka: ' '%s' | tail -n 15 >&2", log);
+    if (system(cmd) != 0) fprintf(stderr, "  (no log)\n");
+}
+
 /* The whole benchmark on one broker (kafka: Apache Kafka, else the embedded one); *r_produce
  * gets credit's rate over kcat -P's. 0, or 1 when a run failed. */
 static int bench_on(int kafka, double *r_produce)
@@ -335,8 +343,7 @@ static int bench_on(int kafka, double *r_produce)
         if (rst != 0) { /* say why before the next run overwrites the log */
             fprintf(stderr, "bench_credit: credit run %d exited with status %d; its log ends:\n",
                     run + 1, rst);
-            snprintf(cmd, sizeof cmd, "grep -v ' rdkafka: ' '%s' | tail -n 15 >&2", log);
-            if (system(cmd) != 0) fprintf(stderr, "  (no log)\n");
+            log_tail(log);
         }
         broker_cpu = al_test_proc_cpu_s(b.pid) - broker_cpu;
         FILE *lf = fopen(log, "r");
@@ -375,8 +382,7 @@ static int bench_on(int kafka, double *r_produce)
         if (rst != 0 || en != n) {
             fprintf(stderr, "bench_credit: credit --exactly-once run %d: status %d, %ld of %ld "
                             "spans; its log ends:\n", run + 1, rst, en, n);
-            snprintf(cmd, sizeof cmd, "grep -v ' rdkafka: ' '%s' | tail -n 15 >&2", log);
-            if (system(cmd) != 0) fprintf(stderr, "  (no log)\n");
+            log_tail(log);
             st |= 1;
         }
     }
