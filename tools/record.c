@@ -12,7 +12,7 @@
 #include "core/util.h"
 #include "http/server.h"
 #include "kafka/kafka.h"
-#include "topic_reader.h"
+#include "kafka/topic_reader.h"
 
 #include <avro.h>
 #include <errno.h>

@@ -16,7 +16,7 @@
 #include "core/util.h"
 #include "http/server.h"
 #include "kafka/kafka.h"
-#include "topic_reader.h"
+#include "kafka/topic_reader.h"
 
 #include <errno.h>
 #include <jansson.h>

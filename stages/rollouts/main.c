@@ -46,7 +46,7 @@
 #include "http/metrics.h"
 #include "http/server.h"
 #include "kafka/kafka.h"
-#include "topic_reader.h"
+#include "kafka/topic_reader.h"
 
 #include <curl/curl.h>
 #include <errno.h>

@@ -1,11 +1,11 @@
 /*
- * topic_reader.c: the assign-based reader behind tail and record (see topic_reader.h).
+ * topic_reader.c: the assign-based reader behind tail, record and the rollout controller (see topic_reader.h).
  * The end of a partition is detected from librdkafka's partition-EOF events rather than
  * from offsets alone: compacted topics (arclight.policy) and transaction markers leave
  * gaps, so the last message before the high watermark may not exist.
  */
 #define _GNU_SOURCE /* strptime, timegm */
-#include "topic_reader.h"
+#include "kafka/topic_reader.h"
 
 #include "core/log.h"
 #include "core/util.h"

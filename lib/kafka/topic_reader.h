@@ -1,6 +1,7 @@
 /*
- * topic_reader.h: reads topics for `arclight tail` and `arclight record` with an
- * assign-based consumer: no group.id, no commits, so it never disturbs a stage's group.
+ * topic_reader.h: reads topics with an assign-based consumer (`arclight tail`, `arclight
+ * record`, the rollout controller): no group.id, no commits, so it never disturbs a stage's
+ * group.
  *
  * At start it looks up every partition of the topics, and reads each partition's
  * watermarks. A partition's range is [start, end):
@@ -11,8 +12,8 @@
  * The reader is done when every partition has reached its end; with follow and no end
  * bound, never.
  */
-#ifndef ARCLIGHT_TOOLS_TOPIC_READER_H
-#define ARCLIGHT_TOOLS_TOPIC_READER_H
+#ifndef ARCLIGHT_KAFKA_TOPIC_READER_H
+#define ARCLIGHT_KAFKA_TOPIC_READER_H
 
 #include "kafka/kafka.h"
 
