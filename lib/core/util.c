@@ -139,3 +139,12 @@ char *al_str_trim(char *s)
     return s;
 }
 
+
+int al_secret_eq(const char *a, size_t n, const char *secret)
+{
+    size_t kl = strlen(secret);
+    unsigned char d = (unsigned char)(n != kl);
+    for (size_t i = 0; i < kl; i++)
+        d |= (unsigned char)(secret[i] ^ (i < n ? a[i] : 0));
+    return d == 0;
+}

@@ -34,5 +34,9 @@ int al_file_write_atomic(const char *path, const void *buf, size_t len, char *er
 /* Removes leading and trailing whitespace in place; returns s. */
 char *al_str_trim(char *s);
 
+/* Whether a[0..n) equals the NUL-terminated secret, in time that depends on the lengths
+ * only: a timing attack learns nothing of an API key from how long a wrong guess took. */
+int al_secret_eq(const char *a, size_t n, const char *secret);
+
 
 #endif
