@@ -27,7 +27,7 @@ arclight_test(t0104_avro_corpus SOURCES tests/t0104_avro_corpus.c
 # AL_AVRO_FUZZ_SOURCES: the codecs with their embedded schemas, for every fuzz target that
 # decodes or encodes messages (link with -ljansson -lcrypto).
 file(GLOB AL_AVRO_FUZZ_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/lib/avro/*.c)
-list(APPEND AL_AVRO_FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/lib/core/util.c ${PROJECT_SOURCE_DIR}/lib/core/sha256.c
+list(APPEND AL_AVRO_FUZZ_SOURCES ${PROJECT_SOURCE_DIR}/lib/core/buf.c ${PROJECT_SOURCE_DIR}/lib/core/util.c ${PROJECT_SOURCE_DIR}/lib/core/sha256.c
   ${AL_SCHEMAS_C})
 arclight_fuzz(fuzz_decode TEST t0105_avro_fuzz CORPUS corpus RUNS 50000 MAX_LEN 4096
   SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_decode.c ${AL_AVRO_FUZZ_SOURCES}

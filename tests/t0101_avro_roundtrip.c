@@ -66,9 +66,9 @@ TEST(span_llm_call_round_trips)
     fx_span_llm(&f, 200, 37, 1000);
     al_buf b = {0}, b2 = {0};
     REQUIREF(al_span_encode(&f.s, &b, err, sizeof err) == 0, "%s", err);
-    CHECK(b.data[0] == 0xC3 && b.data[1] == 0x01);
+    CHECK((uint8_t)b.data[0] == 0xC3 && (uint8_t)b.data[1] == 0x01);
     uint64_t fp = 0;
-    for (int i = 7; i >= 0; i--) fp = (fp << 8) | b.data[2 + i];
+    for (int i = 7; i >= 0; i--) fp = (fp << 8) | (uint8_t)b.data[2 + i];
     CHECK(fp == al_schema_by_name("Span")->fingerprint);
 
     al_span d = {0};

@@ -121,7 +121,7 @@ static void llm_call_head(al_buf *b)
 TEST(header_problems_are_named)
 {
     uint8_t msg[16] = {0xC3, 0x01, 1, 2, 3, 4, 5, 6, 7, 8, 0};
-    al_buf b = {.data = msg, .len = 11};
+    al_buf b = {.data = (char *)msg, .len = 11};
     CHECK(expect_error(span_decode(&b), "unknown schema fingerprint 0807060504030201"));
     msg[0] = 0x4F;
     CHECK(expect_error(span_decode(&b), "bad magic: 4f 01"));
@@ -299,9 +299,9 @@ TEST(trailing_bytes_and_bad_sequence_boundaries_are_refused)
     al_buf msgs[8] = {{0}};
     size_t n = make_messages(msgs, 8);
     for (size_t i = 0; i < n; i++) {
-        REQUIRE(decode_all(msgs[i].data, msgs[i].len) == 2); /* its typed decoder + to_json */
+        REQUIRE(decode_all((const uint8_t *)msgs[i].data, msgs[i].len) == 2); /* its typed decoder + to_json */
         al_buf_append(&msgs[i], "\0", 1);
-        CHECKF(decode_all(msgs[i].data, msgs[i].len) == 0, "message %zu with a trailing byte decoded", i);
+        CHECKF(decode_all((const uint8_t *)msgs[i].data, msgs[i].len) == 0, "message %zu with a trailing byte decoded", i);
         CHECKF(strstr(err, "trailing bytes: 1 bytes left"), "message %zu: %s", i, err);
     }
     for (size_t i = 0; i < n; i++) al_buf_free(&msgs[i]);

@@ -90,7 +90,7 @@ TEST(new_reader_resolves_an_old_writer_with_defaults)
     REQUIRE(al_span_encode(&f.s, &v1msg, err, sizeof err) == 0);
     REQUIREF(al_avro_resolve(v1msg.data, v1msg.len, v2, &v2msg, err, sizeof err) == 0, "%s", err);
     uint64_t fp = 0;
-    for (int i = 7; i >= 0; i--) fp = (fp << 8) | v2msg.data[2 + i];
+    for (int i = 7; i >= 0; i--) fp = (fp << 8) | (uint8_t)v2msg.data[2 + i];
     CHECK(fp == v2fp);
 
     c_read ar;

@@ -110,9 +110,9 @@ TEST(truncation_at_every_byte_never_crashes)
 
 TEST(buffer_quotes_and_escapes)
 {
-    al_json_buf b = {0};
-    al_json_buf_quote(&b, "a\"b\\\n\x01\xc3\xa9", 8);
-    al_json_buf_printf(&b, ",%d", 42);
+    al_buf b = {0};
+    al_json_quote(&b, "a\"b\\\n\x01\xc3\xa9", 8);
+    al_buf_printf(&b, ",%d", 42);
     CHECK_EQ_STR(b.data, "\"a\\\"b\\\\\\n\\u0001\xc3\xa9\",42");
     free(b.data);
 }
@@ -124,15 +124,15 @@ TEST(compact_writer_round_trips)
                       " \"days\": [1, 2.5, -3e-2, true, false, null], \"big\": 9007199254740993} }";
     al_json *j = al_json_parse(doc, strlen(doc), err, sizeof err);
     REQUIREF(j, "%s", err);
-    al_json_buf b = {0};
-    al_json_buf_write(&b, j);
+    al_buf b = {0};
+    al_json_write(&b, j);
     CHECK_EQ_STR(b.data, "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Par\xc3\xad"
                          "s\\n\",\"days\":[1,2.5,-0.029999999999999999,true,false,null],"
                          "\"big\":9007199254740993}}");
     al_json *again = al_json_parse(b.data, b.len, err, sizeof err);
     REQUIREF(again, "%s", err);
-    al_json_buf c = {0};
-    al_json_buf_write(&c, again);
+    al_buf c = {0};
+    al_json_write(&c, again);
     CHECK_EQ_STR(c.data, b.data);
     free(b.data);
     free(c.data);

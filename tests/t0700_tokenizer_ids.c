@@ -246,17 +246,17 @@ static void roundtrip(al_tokenizer *tok, int nfc, int rounds)
                r, tok_first_diff(dec, dlen, want, nlen), nlen);
         /* streaming the same ids gives the same text */
         al_tokenizer_stream st = {0};
-        al_json_buf acc = {0};
-        al_json_buf_append(&acc, "", 0);
+        al_buf acc = {0};
+        al_buf_append(&acc, "", 0);
         for (size_t k = 0; k < ids.len; k++) {
             size_t n = 0;
             const char *piece = al_tokenizer_stream_push(tok, &st, ids.ids[k], 0, &n);
             REQUIRE(piece);
-            al_json_buf_append(&acc, piece, n);
+            al_buf_append(&acc, piece, n);
         }
         size_t n = 0;
         const char *tail = al_tokenizer_stream_flush(&st, &n);
-        al_json_buf_append(&acc, tail, n);
+        al_buf_append(&acc, tail, n);
         CHECKF(acc.len == nlen && memcmp(acc.data, want, nlen) == 0,
                "round %d: streamed text differs", r);
         free(acc.data);
@@ -338,10 +338,10 @@ TEST(concurrent_encode_shares_the_cache)
     /* a few KB of mixed text, encoded by 4 threads at once against a single-thread result */
     al_json *fx = tok_load_fixture("tests/tokenizer/expected_qwen3.json");
     REQUIRE(fx);
-    al_json_buf text = {0};
+    al_buf text = {0};
     const al_json *cases = al_json_get(fx, "cases");
     for (size_t i = 0; i < cases->count; i++)
-        al_json_buf_append(&text, al_json_get(cases->items[i], "text")->string,
+        al_buf_append(&text, al_json_get(cases->items[i], "text")->string,
                            al_json_get(cases->items[i], "text")->string_len);
     al_json_free(fx);
     al_tokenizer *fresh = NULL;
@@ -374,7 +374,7 @@ TEST(cache_eviction)
      * the ids stay those of an uncached encode */
     al_tokenizer *tok = load_rel("tests/tokenizer/tiny");
     REQUIRE(tok);
-    al_json_buf text = {0};
+    al_buf text = {0};
     for (int w = 0; w < 70000; w++) {
         char word[8];
         int n = 0, x = w;
@@ -382,8 +382,8 @@ TEST(cache_eviction)
             word[n++] = (char)('a' + x % 26);
             x /= 26;
         } while (x);
-        al_json_buf_append(&text, " ", 1);
-        al_json_buf_append(&text, word, (size_t)n);
+        al_buf_append(&text, " ", 1);
+        al_buf_append(&text, word, (size_t)n);
     }
     al_token_ids all = {0};
     REQUIRE(al_tokenizer_encode(tok, text.data, text.len, 0, &all) == 0);

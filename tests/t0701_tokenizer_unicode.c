@@ -155,14 +155,14 @@ TEST(stream_holds_split_characters)
     const char *text = "\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80!";
     al_tokenizer_stream st = {0};
     size_t emitted_at[16] = {0};
-    al_json_buf acc = {0};
-    al_json_buf_append(&acc, "", 0);
+    al_buf acc = {0};
+    al_buf_append(&acc, "", 0);
     for (size_t i = 0; i < strlen(text); i++) {
         size_t n = 0;
         const char *p = al_tokenizer_stream_push(tok, &st, (uint8_t)text[i], 0, &n);
         REQUIRE(p);
         emitted_at[i] = n;
-        al_json_buf_append(&acc, p, n);
+        al_buf_append(&acc, p, n);
     }
     CHECK_EQ_STR(acc.data, text);
     /* text comes out only when a character completes */

@@ -33,7 +33,7 @@ TEST(render_matches_reference)
         const al_json *want = al_json_get(c, "text");
         al_chat_message *m = calloc(msgs->count, sizeof *m);
         al_chat_tool_call **calls = calloc(msgs->count, sizeof *calls);
-        al_json_buf *argbufs = calloc(msgs->count * 4 + 1, sizeof *argbufs);
+        al_buf *argbufs = calloc(msgs->count * 4 + 1, sizeof *argbufs);
         size_t nargs = 0;
         for (size_t k = 0; k < msgs->count; k++) {
             const al_json *mj = msgs->items[k];
@@ -51,8 +51,8 @@ TEST(render_matches_reference)
                         /* free text where JSON should be: handed over as it is */
                         calls[k][j].arguments = args->string;
                     } else {
-                        al_json_buf *ab = &argbufs[nargs++];
-                        al_json_buf_write(ab, args);
+                        al_buf *ab = &argbufs[nargs++];
+                        al_json_write(ab, args);
                         calls[k][j].arguments = ab->data;
                     }
                 }
@@ -63,8 +63,8 @@ TEST(render_matches_reference)
         size_t ntools = tools ? tools->count : 0;
         char **tool_text = calloc(ntools + 1, sizeof *tool_text);
         for (size_t k = 0; k < ntools; k++) {
-            al_json_buf tb = {0};
-            al_json_buf_write(&tb, tools->items[k]);
+            al_buf tb = {0};
+            al_json_write(&tb, tools->items[k]);
             tool_text[k] = tb.data;
         }
         al_chat_request req = {
@@ -131,14 +131,14 @@ TEST(render_errors)
 
 TEST(pyformat_json)
 {
-    al_json_buf b = {0};
+    al_buf b = {0};
     const char *in =
         "{\"a\":[1,2.5,-0.125,1e21,true,null],\"b\":{\"c\":\"x\\ny\\u0001\\\"\"},\"d\":\"é😀\"}";
     CHECK(al_chat_json_pyformat(in, strlen(in), &b) == 0);
     CHECK_EQ_STR(b.data, "{\"a\": [1, 2.5, -0.125, 1e+21, true, null], \"b\": {\"c\": "
                          "\"x\\ny\\u0001\\\"\"}, \"d\": \"é😀\"}");
     free(b.data);
-    al_json_buf c = {0};
+    al_buf c = {0};
     CHECK(al_chat_json_pyformat("{oops", 5, &c) == -1);
     free(c.data);
 }
@@ -304,9 +304,9 @@ static void check_stream(const char *text, unsigned flags, uint64_t seed)
     al_chat_parsed whole;
     REQUIRE(al_chat_parse(text, strlen(text), flags, &whole) == 0);
     al_chat_stream st = {.flags = flags};
-    al_json_buf content = {0}, reasoning = {0};
-    al_json_buf_append(&content, "", 0);
-    al_json_buf_append(&reasoning, "", 0);
+    al_buf content = {0}, reasoning = {0};
+    al_buf_append(&content, "", 0);
+    al_buf_append(&reasoning, "", 0);
     size_t n = strlen(text);
     for (size_t at = 0; at < n;) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -316,14 +316,14 @@ static void check_stream(const char *text, unsigned flags, uint64_t seed)
         REQUIRE(al_chat_stream_push(&st, text + at, k, &d) == 0);
         /* nothing released may be part of a tag */
         CHECK(!strstr(d.content, "<tool_call>"));
-        al_json_buf_append(&content, d.content, d.content_len);
-        al_json_buf_append(&reasoning, d.reasoning, d.reasoning_len);
+        al_buf_append(&content, d.content, d.content_len);
+        al_buf_append(&reasoning, d.reasoning, d.reasoning_len);
         at += k;
     }
     al_chat_parsed rest;
     REQUIRE(al_chat_stream_finish(&st, &rest) == 0);
-    al_json_buf_append(&content, rest.content, rest.content_len);
-    if (rest.reasoning) al_json_buf_append(&reasoning, rest.reasoning, strlen(rest.reasoning));
+    al_buf_append(&content, rest.content, rest.content_len);
+    if (rest.reasoning) al_buf_append(&reasoning, rest.reasoning, strlen(rest.reasoning));
     /* the whole-text parse trims the layout whitespace around tool calls */
     size_t a = 0, e = content.len;
     if (whole.n_calls) {

@@ -187,13 +187,13 @@ static inline int al_rd_block(al_rd *r, const char *field, size_t min_item_bytes
 static inline void al_wr_long_unchecked(al_buf *b, int64_t v)
 {
     uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-    uint8_t *p = b->data + b->len;
+    uint8_t *p = (uint8_t *)b->data + b->len;
     while (u >= 0x80) {
         *p++ = (uint8_t)(u | 0x80);
         u >>= 7;
     }
     *p++ = (uint8_t)u;
-    b->len = (size_t)(p - b->data);
+    b->len = (size_t)(p - (uint8_t *)b->data);
 }
 
 static inline int al_wr_long(al_buf *b, int64_t v)

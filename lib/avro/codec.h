@@ -37,6 +37,7 @@
 #define ARCLIGHT_AVRO_CODEC_H
 
 #include "avro/registry.h" /* not "schema.h": avro-c owns <avro/schema.h> */
+#include "core/buf.h"      /* al_buf: what encoders write into */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -44,20 +45,6 @@
 #define AL_AVRO_MAGIC0 0xC3
 #define AL_AVRO_MAGIC1 0x01
 #define AL_AVRO_HEADER_LEN 10 /* magic (2) + fingerprint (8) */
-
-/* A growable byte buffer. Zero-initialise or al_buf_init; free with al_buf_free. */
-typedef struct al_buf {
-    uint8_t *data;
-    size_t len;
-    size_t cap;
-} al_buf;
-
-void al_buf_init(al_buf *b);
-void al_buf_free(al_buf *b);
-/* Makes room for n more bytes; 0, or -1 when out of memory. */
-int al_buf_reserve(al_buf *b, size_t n);
-/* Appends n bytes; 0, or -1 when out of memory. */
-int al_buf_append(al_buf *b, const void *data, size_t n);
 
 /* Memory a decoded message owns: a list of blocks, reused from decode to decode. */
 typedef struct al_arena_block al_arena_block;

@@ -3,7 +3,8 @@
  * exposition, reports). Zero-initialise it (or al_buf_init) and free it with al_buf_free.
  *
  * data is malloc'd and, once anything was appended, NUL-terminated: one byte past len is
- * always reserved, so a buffer of text is a C string as it stands. An allocation that fails
+ * always reserved, so a buffer of text is a C string as it stands (a writer that stores into
+ * data directly after al_buf_reserve, as the Avro encoders do, leaves that byte alone). An allocation that fails
  * sets oom; every append after that does nothing and returns -1, so that a writer may check
  * once at the end (data then holds what fit, never a hole). al_buf_reset clears it.
  */

@@ -73,14 +73,14 @@ static void remove_ckpt_dir(const char *dir)
  * one allocation (m then v) and so one write. */
 static int save_optimizer(const al_adamw *opt, const char *path, char *errstr, size_t errlen)
 {
-    al_json_buf h = {0};
+    al_buf h = {0};
     size_t bytes = opt->n * sizeof(float);
-    al_json_buf_printf(&h,
+    al_buf_printf(&h,
                        "{\"__metadata__\":{\"format\":\"arclight-adamw\",\"step\":\"%" PRId64
                        "\"},\"exp_avg\":{\"dtype\":\"F32\",\"shape\":[%zu],\"data_offsets\":[0,%zu]},"
                        "\"exp_avg_sq\":{\"dtype\":\"F32\",\"shape\":[%zu],\"data_offsets\":[%zu,%zu]}}",
                        opt->step, opt->n, bytes, opt->n, bytes, 2 * bytes);
-    while (!h.oom && (h.len % 8) != 0) al_json_buf_append(&h, " ", 1);
+    while (!h.oom && (h.len % 8) != 0) al_buf_append(&h, " ", 1);
     if (h.oom) {
         free(h.data);
         return ck_err(errstr, errlen, "out of memory writing %s", path);
@@ -130,14 +130,14 @@ static int save_state(al_trainer *tr, const char *path, int64_t step, const char
 {
     const al_trainer_config *c = al_trainer_config_of(tr);
     const al_adamw *opt = al_trainer_optimizer_read(tr);
-    al_json_buf b = {0};
-    al_json_buf_printf(&b, "{\n  \"format\": \"%s\",\n  \"version\": %d,\n", STATE_FORMAT,
+    al_buf b = {0};
+    al_buf_printf(&b, "{\n  \"format\": \"%s\",\n  \"version\": %d,\n", STATE_FORMAT,
                        STATE_VERSION);
-    al_json_buf_printf(&b, "  \"step\": %" PRId64 ",\n  \"optimizer_step\": %" PRId64 ",\n", step,
+    al_buf_printf(&b, "  \"step\": %" PRId64 ",\n  \"optimizer_step\": %" PRId64 ",\n", step,
                        opt->step);
-    al_json_buf_printf(&b, "  \"num_params\": %zu,\n  \"weights_sha256\": \"%s\",\n", opt->n, sha);
-    al_json_buf_printf(&b, "  \"lr_next\": %.9g,\n", al_lr_at(&opt->cfg, opt->step));
-    al_json_buf_printf(&b,
+    al_buf_printf(&b, "  \"num_params\": %zu,\n  \"weights_sha256\": \"%s\",\n", opt->n, sha);
+    al_buf_printf(&b, "  \"lr_next\": %.9g,\n", al_lr_at(&opt->cfg, opt->step));
+    al_buf_printf(&b,
                        "  \"loss\": {\"kind\": \"%s\", \"agg\": \"%s\", \"eps_low\": %.9g, "
                        "\"eps_high\": %.9g, \"dual_clip\": %.9g, \"tis_cap\": %.9g, \"kl\": \"%s\", "
                        "\"kl_beta\": %.9g, \"entropy_coef\": %.9g},\n",
@@ -146,7 +146,7 @@ static int save_state(al_trainer *tr, const char *path, int64_t step, const char
                        (double)c->loss.tis_cap, al_kl_kind_name(c->loss.kl), (double)c->loss.kl_beta,
                        (double)c->loss.entropy_coef);
     const al_optim_config *o = &opt->cfg;
-    al_json_buf_printf(&b,
+    al_buf_printf(&b,
                        "  \"optimizer\": {\"name\": \"adamw\", \"lr\": %.9g, \"beta1\": %.9g, "
                        "\"beta2\": %.9g, \"eps\": %.9g, \"weight_decay\": %.9g, \"grad_clip\": %.9g, "
                        "\"schedule\": \"%s\", \"warmup_steps\": %" PRId64 ", \"total_steps\": %" PRId64
@@ -154,9 +154,9 @@ static int save_state(al_trainer *tr, const char *path, int64_t step, const char
                        (double)o->lr, (double)o->beta1, (double)o->beta2, (double)o->eps,
                        (double)o->weight_decay, (double)o->grad_clip, al_lr_schedule_name(o->schedule),
                        o->warmup_steps, o->total_steps, (double)o->min_lr_ratio);
-    al_json_buf_printf(&b, "  \"ppo_epochs\": %d,\n  \"mini_batches\": %d,\n  \"temperature\": %.9g,\n",
+    al_buf_printf(&b, "  \"ppo_epochs\": %d,\n  \"mini_batches\": %d,\n  \"temperature\": %.9g,\n",
                        c->ppo_epochs, c->mini_batches, (double)c->temperature);
-    al_json_buf_printf(&b, "  \"metrics\": %s\n}\n",
+    al_buf_printf(&b, "  \"metrics\": %s\n}\n",
                        metrics_json && *metrics_json ? metrics_json : "{}");
     if (b.oom) {
         free(b.data);

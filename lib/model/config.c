@@ -282,12 +282,12 @@ char *al_model_config_to_json(const al_model_config *c, const char *dtype)
     char eps[40], theta[40];
     fmt_double(eps, sizeof eps, c->rms_norm_eps);
     fmt_double(theta, sizeof theta, c->rope_theta);
-    al_json_buf b = {0};
-    al_json_buf_printf(&b, "{\n  \"architectures\": [");
-    al_json_buf_quote(&b, c->architecture, strlen(c->architecture));
-    al_json_buf_printf(&b, "],\n  \"model_type\": ");
-    al_json_buf_quote(&b, c->model_type, strlen(c->model_type));
-    al_json_buf_printf(&b,
+    al_buf b = {0};
+    al_buf_printf(&b, "{\n  \"architectures\": [");
+    al_json_quote(&b, c->architecture, strlen(c->architecture));
+    al_buf_printf(&b, "],\n  \"model_type\": ");
+    al_json_quote(&b, c->model_type, strlen(c->model_type));
+    al_buf_printf(&b,
                        ",\n  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n"
                        "  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
                        "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
@@ -299,19 +299,19 @@ char *al_model_config_to_json(const al_model_config *c, const char *dtype)
                        c->num_heads, c->num_kv_heads, c->head_dim, c->max_position_embeddings, eps,
                        theta, c->tie_word_embeddings ? "true" : "false");
     if (c->arch == AL_MODEL_ARCH_QWEN2)
-        al_json_buf_printf(&b, "  \"use_sliding_window\": false,\n");
+        al_buf_printf(&b, "  \"use_sliding_window\": false,\n");
     else
-        al_json_buf_printf(&b, "  \"attention_bias\": %s,\n  \"mlp_bias\": false,\n",
+        al_buf_printf(&b, "  \"attention_bias\": %s,\n  \"mlp_bias\": false,\n",
                            c->o_bias ? "true" : "false");
-    al_json_buf_printf(&b, "  \"attention_dropout\": 0.0,\n  \"initializer_range\": 0.02,\n");
+    al_buf_printf(&b, "  \"attention_dropout\": 0.0,\n  \"initializer_range\": 0.02,\n");
     if (c->bos_token_id >= 0)
-        al_json_buf_printf(&b, "  \"bos_token_id\": %lld,\n", (long long)c->bos_token_id);
+        al_buf_printf(&b, "  \"bos_token_id\": %lld,\n", (long long)c->bos_token_id);
     if (c->eos_token_id >= 0)
-        al_json_buf_printf(&b, "  \"eos_token_id\": %lld,\n", (long long)c->eos_token_id);
+        al_buf_printf(&b, "  \"eos_token_id\": %lld,\n", (long long)c->eos_token_id);
     const char *dt = dtype ? dtype : (c->torch_dtype[0] ? c->torch_dtype : "float32");
-    al_json_buf_printf(&b, "  \"torch_dtype\": ");
-    al_json_buf_quote(&b, dt, strlen(dt));
-    al_json_buf_printf(&b, ",\n  \"use_cache\": true\n}\n");
+    al_buf_printf(&b, "  \"torch_dtype\": ");
+    al_json_quote(&b, dt, strlen(dt));
+    al_buf_printf(&b, ",\n  \"use_cache\": true\n}\n");
     if (b.oom) {
         free(b.data);
         return NULL;

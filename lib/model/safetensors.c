@@ -585,20 +585,20 @@ int al_model_save_safetensors(const al_model *m, const char *path, al_st_dtype d
         return al_model_err(errstr, errlen, "%s: can only write F32 or BF16", path);
     size_t nt = al_model_num_tensors(m), es = dtype_size(dtype), off = 0;
     const al_model_tensor *tt = al_model_tensors(m);
-    al_json_buf h = {0};
-    al_json_buf_printf(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
+    al_buf h = {0};
+    al_buf_printf(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (size_t i = 0; i < nt; i++) {
-        al_json_buf_printf(&h, ",");
-        al_json_buf_quote(&h, tt[i].name, strlen(tt[i].name));
-        al_json_buf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld", dtype_name(dtype),
+        al_buf_printf(&h, ",");
+        al_json_quote(&h, tt[i].name, strlen(tt[i].name));
+        al_buf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[%lld", dtype_name(dtype),
                            (long long)tt[i].shape[0]);
-        if (tt[i].ndim == 2) al_json_buf_printf(&h, ",%lld", (long long)tt[i].shape[1]);
-        al_json_buf_printf(&h, "],\"data_offsets\":[%zu,%zu]}", off, off + tt[i].numel * es);
+        if (tt[i].ndim == 2) al_buf_printf(&h, ",%lld", (long long)tt[i].shape[1]);
+        al_buf_printf(&h, "],\"data_offsets\":[%zu,%zu]}", off, off + tt[i].numel * es);
         off += tt[i].numel * es;
     }
-    al_json_buf_printf(&h, "}");
+    al_buf_printf(&h, "}");
     while (!h.oom && h.len % 8)
-        al_json_buf_printf(&h, " ");
+        al_buf_printf(&h, " ");
     if (h.oom) {
         free(h.data);
         return al_model_err(errstr, errlen, "%s: out of memory", path);

@@ -481,104 +481,66 @@ const char *al_json_get_string(const al_json *obj, const char *key, const char *
     return (v && v->type == AL_JSON_STRING) ? v->string : dflt;
 }
 
-static int buf_reserve(al_json_buf *b, size_t extra)
+void al_json_quote(al_buf *b, const char *s, size_t len)
 {
-    if (b->oom) return -1;
-    if (b->len + extra + 1 <= b->cap) return 0;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
-    char *d = realloc(b->data, cap);
-    if (!d) {
-        b->oom = 1;
-        return -1;
-    }
-    b->data = d;
-    b->cap = cap;
-    return 0;
-}
-
-void al_json_buf_append(al_json_buf *b, const char *s, size_t len)
-{
-    if (buf_reserve(b, len) != 0) return;
-    memcpy(b->data + b->len, s, len);
-    b->len += len;
-    b->data[b->len] = '\0';
-}
-
-void al_json_buf_printf(al_json_buf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || buf_reserve(b, (size_t)n) != 0) return;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-void al_json_buf_quote(al_json_buf *b, const char *s, size_t len)
-{
-    al_json_buf_append(b, "\"", 1);
+    al_buf_append(b, "\"", 1);
     size_t run = 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\') continue;
-        al_json_buf_append(b, s + run, i - run);
+        al_buf_append(b, s + run, i - run);
         run = i + 1;
         switch (c) {
-        case '"': al_json_buf_append(b, "\\\"", 2); break;
-        case '\\': al_json_buf_append(b, "\\\\", 2); break;
-        case '\n': al_json_buf_append(b, "\\n", 2); break;
-        case '\r': al_json_buf_append(b, "\\r", 2); break;
-        case '\t': al_json_buf_append(b, "\\t", 2); break;
-        default: al_json_buf_printf(b, "\\u%04x", c); break;
+        case '"': al_buf_append(b, "\\\"", 2); break;
+        case '\\': al_buf_append(b, "\\\\", 2); break;
+        case '\n': al_buf_append(b, "\\n", 2); break;
+        case '\r': al_buf_append(b, "\\r", 2); break;
+        case '\t': al_buf_append(b, "\\t", 2); break;
+        default: al_buf_printf(b, "\\u%04x", c); break;
         }
     }
-    al_json_buf_append(b, s + run, len - run);
-    al_json_buf_append(b, "\"", 1);
+    al_buf_append(b, s + run, len - run);
+    al_buf_append(b, "\"", 1);
 }
 
-void al_json_buf_write(al_json_buf *b, const al_json *v)
+void al_json_write(al_buf *b, const al_json *v)
 {
     switch (v->type) {
     case AL_JSON_NULL:
-        al_json_buf_append(b, "null", 4);
+        al_buf_append(b, "null", 4);
         break;
     case AL_JSON_TRUE:
-        al_json_buf_append(b, "true", 4);
+        al_buf_append(b, "true", 4);
         break;
     case AL_JSON_FALSE:
-        al_json_buf_append(b, "false", 5);
+        al_buf_append(b, "false", 5);
         break;
     case AL_JSON_NUMBER:
         if (v->is_integer)
-            al_json_buf_printf(b, "%lld", (long long)v->integer);
+            al_buf_printf(b, "%lld", (long long)v->integer);
         else
-            al_json_buf_printf(b, "%.17g", v->number);
+            al_buf_printf(b, "%.17g", v->number);
         break;
     case AL_JSON_STRING:
-        al_json_buf_quote(b, v->string, v->string_len);
+        al_json_quote(b, v->string, v->string_len);
         break;
     case AL_JSON_ARRAY:
-        al_json_buf_append(b, "[", 1);
+        al_buf_append(b, "[", 1);
         for (size_t i = 0; i < v->count; i++) {
-            if (i) al_json_buf_append(b, ",", 1);
-            al_json_buf_write(b, v->items[i]);
+            if (i) al_buf_append(b, ",", 1);
+            al_json_write(b, v->items[i]);
         }
-        al_json_buf_append(b, "]", 1);
+        al_buf_append(b, "]", 1);
         break;
     case AL_JSON_OBJECT:
-        al_json_buf_append(b, "{", 1);
+        al_buf_append(b, "{", 1);
         for (size_t i = 0; i < v->count; i++) {
-            if (i) al_json_buf_append(b, ",", 1);
-            al_json_buf_quote(b, v->keys[i], v->key_lens[i]);
-            al_json_buf_append(b, ":", 1);
-            al_json_buf_write(b, v->items[i]);
+            if (i) al_buf_append(b, ",", 1);
+            al_json_quote(b, v->keys[i], v->key_lens[i]);
+            al_buf_append(b, ":", 1);
+            al_json_write(b, v->items[i]);
         }
-        al_json_buf_append(b, "}", 1);
+        al_buf_append(b, "}", 1);
         break;
     }
 }

@@ -11,6 +11,8 @@
 #ifndef ARCLIGHT_TEXT_JSON_H
 #define ARCLIGHT_TEXT_JSON_H
 
+#include "core/buf.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,17 +56,10 @@ int64_t al_json_get_int(const al_json *obj, const char *key, int64_t dflt);
 int al_json_get_bool(const al_json *obj, const char *key, int dflt);
 const char *al_json_get_string(const al_json *obj, const char *key, const char *dflt);
 
-/* Appends `s` (len bytes of UTF-8) as a quoted JSON string to a growing buffer. */
-typedef struct al_json_buf {
-    char *data; /* NUL-terminated; malloc'd; the caller frees it */
-    size_t len, cap;
-    int oom; /* set when an allocation failed; data then holds what fit */
-} al_json_buf;
-void al_json_buf_append(al_json_buf *b, const char *s, size_t len);
-void al_json_buf_printf(al_json_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void al_json_buf_quote(al_json_buf *b, const char *s, size_t len);
+/* Appends `s` (len bytes of UTF-8) as a quoted JSON string. */
+void al_json_quote(al_buf *b, const char *s, size_t len);
 /* Appends v as compact JSON (no spaces; what an OpenAI client sends). Integers keep their
  * exact value, other numbers are written with 17 significant digits. */
-void al_json_buf_write(al_json_buf *b, const al_json *v);
+void al_json_write(al_buf *b, const al_json *v);
 
 #endif

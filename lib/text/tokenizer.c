@@ -1542,7 +1542,7 @@ static size_t bad_sequence_len(const uint8_t *s, size_t len)
 }
 
 /* Appends s, replacing ill-formed sequences with U+FFFD. */
-static void append_lossy(al_json_buf *o, const uint8_t *s, size_t len)
+static void append_lossy(al_buf *o, const uint8_t *s, size_t len)
 {
     size_t run = 0;
     for (size_t i = 0; i < len;) {
@@ -1556,32 +1556,32 @@ static void append_lossy(al_json_buf *o, const uint8_t *s, size_t len)
             i += k;
             continue;
         }
-        al_json_buf_append(o, (const char *)s + run, i - run);
-        al_json_buf_append(o, "\xEF\xBF\xBD", 3);
+        al_buf_append(o, (const char *)s + run, i - run);
+        al_buf_append(o, "\xEF\xBF\xBD", 3);
         i += bad_sequence_len(s + i, len - i);
         run = i;
     }
-    al_json_buf_append(o, (const char *)s + run, len - run);
+    al_buf_append(o, (const char *)s + run, len - run);
 }
 
 int al_tokenizer_decode(const al_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
                         char **out, size_t *out_len)
 {
-    al_json_buf raw = {0};
-    al_json_buf_append(&raw, "", 0);
+    al_buf raw = {0};
+    al_buf_append(&raw, "", 0);
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= t->n_ids || !t->tok_bytes[id]) continue;
         if ((flags & AL_TOKENIZER_SKIP_SPECIAL) && (t->tok_flags[id] & TOKEN_SPECIAL)) continue;
-        al_json_buf_append(&raw, t->tok_bytes[id], t->bytes_len[id]);
+        al_buf_append(&raw, t->tok_bytes[id], t->bytes_len[id]);
     }
     if (raw.oom) {
         free(raw.data);
         return -1;
     }
     if (flags & AL_TOKENIZER_LOSSY) {
-        al_json_buf l = {0};
-        al_json_buf_append(&l, "", 0);
+        al_buf l = {0};
+        al_buf_append(&l, "", 0);
         append_lossy(&l, (const uint8_t *)raw.data, raw.len);
         free(raw.data);
         if (l.oom) {
@@ -1619,7 +1619,7 @@ static int stream_feed(al_tokenizer_stream *s, const uint8_t *bytes, size_t n)
     memcpy(data + s->npending, bytes, n);
     size_t keep = total - al_utf8_complete_prefix(data, total);
     size_t emit = total - keep;
-    al_json_buf tmp = {0};
+    al_buf tmp = {0};
     append_lossy(&tmp, data, emit);
     int rc = 0;
     if (tmp.oom || stream_reserve(s, tmp.len)) {

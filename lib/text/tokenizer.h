@@ -205,8 +205,8 @@ void al_chat_parsed_free(al_chat_parsed *p);
 typedef struct al_chat_stream {
     unsigned flags;             /* AL_CHAT_PARSE_REASONING or 0 */
     int phase;                  /* internal: 0 start, 1 reasoning, 2 content, 3 tool calls */
-    struct al_json_buf *held;   /* internal: text not yet released */
-    struct al_json_buf *out[2]; /* internal: the last push's content and reasoning */
+    struct al_buf *held;   /* internal: text not yet released */
+    struct al_buf *out[2]; /* internal: the last push's content and reasoning */
 } al_chat_stream;
 
 typedef struct al_chat_delta {
@@ -227,7 +227,7 @@ void al_chat_stream_free(al_chat_stream *s);
 /* Appends the JSON text `json` re-serialized the way Python's json.dumps (and the
  * templates' tojson) writes it: ", " and ": " separators, non-ASCII kept. Returns 0, or
  * -1 when json is not valid JSON. Exposed for the serve stage and the tests. */
-struct al_json_buf;
-int al_chat_json_pyformat(const char *json, size_t len, struct al_json_buf *out);
+struct al_buf;
+int al_chat_json_pyformat(const char *json, size_t len, struct al_buf *out);
 
 #endif

@@ -34,55 +34,55 @@
 /* ------------------------------------------------------------------------------------ */
 /* JSON in Python's json.dumps layout                                                   */
 
-static void py_quote(al_json_buf *b, const char *s, size_t len)
+static void py_quote(al_buf *b, const char *s, size_t len)
 {
-    al_json_buf_append(b, "\"", 1);
+    al_buf_append(b, "\"", 1);
     size_t run = 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\') continue;
-        al_json_buf_append(b, s + run, i - run);
+        al_buf_append(b, s + run, i - run);
         run = i + 1;
         switch (c) {
         case '"':
-            al_json_buf_append(b, "\\\"", 2);
+            al_buf_append(b, "\\\"", 2);
             break;
         case '\\':
-            al_json_buf_append(b, "\\\\", 2);
+            al_buf_append(b, "\\\\", 2);
             break;
         case '\n':
-            al_json_buf_append(b, "\\n", 2);
+            al_buf_append(b, "\\n", 2);
             break;
         case '\r':
-            al_json_buf_append(b, "\\r", 2);
+            al_buf_append(b, "\\r", 2);
             break;
         case '\t':
-            al_json_buf_append(b, "\\t", 2);
+            al_buf_append(b, "\\t", 2);
             break;
         case '\b':
-            al_json_buf_append(b, "\\b", 2);
+            al_buf_append(b, "\\b", 2);
             break;
         case '\f':
-            al_json_buf_append(b, "\\f", 2);
+            al_buf_append(b, "\\f", 2);
             break;
         default:
-            al_json_buf_printf(b, "\\u%04x", c);
+            al_buf_printf(b, "\\u%04x", c);
             break;
         }
     }
-    al_json_buf_append(b, s + run, len - run);
-    al_json_buf_append(b, "\"", 1);
+    al_buf_append(b, s + run, len - run);
+    al_buf_append(b, "\"", 1);
 }
 
 /* The shortest text that reads back as the same double, as Python's repr picks it. */
-static void py_number(al_json_buf *b, const al_json *v)
+static void py_number(al_buf *b, const al_json *v)
 {
     if (v->is_integer) {
-        al_json_buf_printf(b, "%lld", (long long)v->integer);
+        al_buf_printf(b, "%lld", (long long)v->integer);
         return;
     }
     if (!isfinite(v->number)) {
-        al_json_buf_append(b,
+        al_buf_append(b,
                            v->number != v->number ? "NaN"
                            : v->number > 0        ? "Infinity"
                                                   : "-Infinity",
@@ -96,21 +96,21 @@ static void py_number(al_json_buf *b, const al_json *v)
         snprintf(tmp, sizeof tmp, "%.*g", prec, v->number);
         if (strtod(tmp, NULL) == v->number) break;
     }
-    al_json_buf_append(b, tmp, strlen(tmp));
-    if (!strpbrk(tmp, ".e")) al_json_buf_append(b, ".0", 2);
+    al_buf_append(b, tmp, strlen(tmp));
+    if (!strpbrk(tmp, ".e")) al_buf_append(b, ".0", 2);
 }
 
-static void py_dump(al_json_buf *b, const al_json *v)
+static void py_dump(al_buf *b, const al_json *v)
 {
     switch (v->type) {
     case AL_JSON_NULL:
-        al_json_buf_append(b, "null", 4);
+        al_buf_append(b, "null", 4);
         break;
     case AL_JSON_TRUE:
-        al_json_buf_append(b, "true", 4);
+        al_buf_append(b, "true", 4);
         break;
     case AL_JSON_FALSE:
-        al_json_buf_append(b, "false", 5);
+        al_buf_append(b, "false", 5);
         break;
     case AL_JSON_NUMBER:
         py_number(b, v);
@@ -119,27 +119,27 @@ static void py_dump(al_json_buf *b, const al_json *v)
         py_quote(b, v->string, v->string_len);
         break;
     case AL_JSON_ARRAY:
-        al_json_buf_append(b, "[", 1);
+        al_buf_append(b, "[", 1);
         for (size_t i = 0; i < v->count; i++) {
-            if (i) al_json_buf_append(b, ", ", 2);
+            if (i) al_buf_append(b, ", ", 2);
             py_dump(b, v->items[i]);
         }
-        al_json_buf_append(b, "]", 1);
+        al_buf_append(b, "]", 1);
         break;
     case AL_JSON_OBJECT:
-        al_json_buf_append(b, "{", 1);
+        al_buf_append(b, "{", 1);
         for (size_t i = 0; i < v->count; i++) {
-            if (i) al_json_buf_append(b, ", ", 2);
+            if (i) al_buf_append(b, ", ", 2);
             py_quote(b, v->keys[i], v->key_lens[i]);
-            al_json_buf_append(b, ": ", 2);
+            al_buf_append(b, ": ", 2);
             py_dump(b, v->items[i]);
         }
-        al_json_buf_append(b, "}", 1);
+        al_buf_append(b, "}", 1);
         break;
     }
 }
 
-int al_chat_json_pyformat(const char *json, size_t len, al_json_buf *out)
+int al_chat_json_pyformat(const char *json, size_t len, al_buf *out)
 {
     al_json *v = al_json_parse(json, len, NULL, 0);
     if (!v) return -1;
@@ -177,13 +177,13 @@ static const char *role_name(al_chat_role r)
     return NULL;
 }
 
-static void put(al_json_buf *b, const char *s)
+static void put(al_buf *b, const char *s)
 {
-    al_json_buf_append(b, s ? s : "", s ? strlen(s) : 0);
+    al_buf_append(b, s ? s : "", s ? strlen(s) : 0);
 }
-static void putn(al_json_buf *b, const char *s, size_t n)
+static void putn(al_buf *b, const char *s, size_t n)
 {
-    al_json_buf_append(b, s, n);
+    al_buf_append(b, s, n);
 }
 
 /* A message's content and reasoning as (pointer, length): NUL bytes inside are text. */
@@ -194,14 +194,14 @@ static const char *msg_content(const al_chat_message *m, size_t *len)
     return c;
 }
 
-static void put_content(al_json_buf *b, const al_chat_message *m)
+static void put_content(al_buf *b, const al_chat_message *m)
 {
     size_t n;
     const char *c = msg_content(m, &n);
     putn(b, c, n);
 }
 
-static void render_tool_call(al_json_buf *b, const al_chat_tool_call *tc,
+static void render_tool_call(al_buf *b, const al_chat_tool_call *tc,
                              al_chat_template_kind kind)
 {
     put(b, "<tool_call>\n{\"name\": \"");
@@ -217,7 +217,7 @@ static void render_tool_call(al_json_buf *b, const al_chat_tool_call *tc,
     put(b, "}\n</tool_call>");
 }
 
-static int render_tools(al_json_buf *b, const al_chat_request *req, al_chat_template_kind kind,
+static int render_tools(al_buf *b, const al_chat_request *req, al_chat_template_kind kind,
                         char *errstr, size_t errlen)
 {
     const al_chat_message *first = &req->messages[0];
@@ -277,7 +277,7 @@ static const char *find_first(const char *s, size_t n, const char *needle)
 }
 
 /* Qwen3's assistant turn: the think split and the last_query_index rule. */
-static void render_qwen3_assistant(al_json_buf *b, const al_chat_message *m, int after_last_query,
+static void render_qwen3_assistant(al_buf *b, const al_chat_message *m, int after_last_query,
                                    int is_last)
 {
     size_t clen;
@@ -367,7 +367,7 @@ char *al_chat_render(al_chat_template_kind kind, const al_chat_request *req, siz
         }
     const al_chat_message *msgs = req->messages;
     size_t n = req->n_messages;
-    al_json_buf b = {0};
+    al_buf b = {0};
     put(&b, "");
     if (req->n_tools) {
         if (render_tools(&b, req, kind, errstr, errlen)) {
@@ -504,7 +504,7 @@ static int parse_call(const char *s, size_t n, al_chat_parsed_call *call)
         return 1;
     }
     const al_json *args = al_json_get(v, "arguments");
-    al_json_buf b = {0};
+    al_buf b = {0};
     put(&b, "");
     if (!args || args->type == AL_JSON_NULL) {
         put(&b, "{}");
@@ -552,7 +552,7 @@ int al_chat_parse(const char *text, size_t len, unsigned flags, al_chat_parsed *
             s = end + 8;
         }
     }
-    al_json_buf content = {0};
+    al_buf content = {0};
     put(&content, "");
     size_t cap = 0;
     size_t pos = 0;
@@ -636,18 +636,18 @@ static size_t partial_tag_suffix(const char *s, size_t n, const char *tag)
 }
 
 /* Moves the first n bytes of held to out (or drops them when out is NULL). */
-static void release(al_json_buf *held, size_t n, al_json_buf *out)
+static void release(al_buf *held, size_t n, al_buf *out)
 {
-    if (out) al_json_buf_append(out, held->data, n);
+    if (out) al_buf_append(out, held->data, n);
     memmove(held->data, held->data + n, held->len - n + 1);
     held->len -= n;
 }
 
 static int stream_ready(al_chat_stream *s)
 {
-    if (!s->held) s->held = calloc(1, sizeof(al_json_buf));
+    if (!s->held) s->held = calloc(1, sizeof(al_buf));
     for (int i = 0; i < 2; i++)
-        if (!s->out[i]) s->out[i] = calloc(1, sizeof(al_json_buf));
+        if (!s->out[i]) s->out[i] = calloc(1, sizeof(al_buf));
     if (!s->held || !s->out[0] || !s->out[1]) return -1;
     put(s->held, "");
     for (int i = 0; i < 2; i++) {
@@ -661,7 +661,7 @@ static int stream_ready(al_chat_stream *s)
 int al_chat_stream_push(al_chat_stream *s, const char *text, size_t len, al_chat_delta *delta)
 {
     if (stream_ready(s)) return -1;
-    al_json_buf *held = s->held, *content = s->out[0], *reasoning = s->out[1];
+    al_buf *held = s->held, *content = s->out[0], *reasoning = s->out[1];
     putn(held, text, len);
     for (;;) {
         if (s->phase == 0) {
@@ -712,7 +712,7 @@ int al_chat_stream_finish(al_chat_stream *s, al_chat_parsed *out)
 {
     memset(out, 0, sizeof *out);
     if (stream_ready(s)) return -1;
-    al_json_buf *held = s->held;
+    al_buf *held = s->held;
     if (s->phase == 3) return al_chat_parse(held->data, held->len, 0, out);
     out->content = dup_n(s->phase == 1 ? "" : held->data, s->phase == 1 ? 0 : held->len);
     out->content_len = s->phase == 1 ? 0 : held->len;

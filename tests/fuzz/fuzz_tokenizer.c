@@ -108,7 +108,7 @@ static void fuzz_parse(const char *s, size_t n)
     al_chat_parsed_free(&whole);
     al_chat_parsed_free(&rest);
     al_chat_stream_free(&st);
-    al_json_buf b = {0};
+    al_buf b = {0};
     al_chat_json_pyformat(s, n, &b);
     free(b.data);
 }

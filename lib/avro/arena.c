@@ -1,48 +1,11 @@
 /*
- * buf.c: the growable byte buffer that encoders write into, and the block arena that
- * decoded messages own their strings and arrays in.
+ * arena.c: the block arena that decoded messages own their strings and arrays in (encoders
+ * write into lib/core's al_buf).
  */
 #include "avro/codec.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-void al_buf_init(al_buf *b)
-{
-    b->data = NULL;
-    b->len = 0;
-    b->cap = 0;
-}
-
-void al_buf_free(al_buf *b)
-{
-    free(b->data);
-    al_buf_init(b);
-}
-
-/* Grows geometrically so that appending n bytes at a time stays amortised O(n).
- * Fails (-1) only when the size overflows or malloc fails; b is unchanged then. */
-int al_buf_reserve(al_buf *b, size_t n)
-{
-    if (b->cap - b->len >= n) return 0;
-    if (n > SIZE_MAX / 2 - b->len) return -1;
-    size_t want = b->len + n;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < want) cap *= 2;
-    uint8_t *d = realloc(b->data, cap);
-    if (!d) return -1;
-    b->data = d;
-    b->cap = cap;
-    return 0;
-}
-
-int al_buf_append(al_buf *b, const void *data, size_t n)
-{
-    if (al_buf_reserve(b, n)) return -1;
-    if (n) memcpy(b->data + b->len, data, n);
-    b->len += n;
-    return 0;
-}
 
 struct al_arena_block {
     al_arena_block *next;
