@@ -7,6 +7,7 @@
  */
 #include "testlib.h"
 
+#include "core/util.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 
@@ -176,7 +177,7 @@ static uint8_t *saved_bytes(al_model *m, const char *name, size_t *len)
     char path[400], err[256];
     snprintf(path, sizeof path, "%s/%s.safetensors", tmpdir, name);
     if (al_model_save_safetensors(m, path, AL_ST_DTYPE_F32, err, sizeof err)) abort();
-    return al_model_file_read(path, len, err, sizeof err);
+    return (uint8_t *)al_file_read(path, len, err, sizeof err);
 }
 
 TEST(truncation_at_any_point_is_an_error)

@@ -26,6 +26,7 @@
  * naming the line; nothing is skipped.
  */
 #include "core/cli.h"
+#include "core/hash.h"
 #include "core/util.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -60,14 +61,6 @@ static const char sft_usage[] =
     "  --lr-schedule S   cosine (default): from LR down to LR x --min-lr-ratio (default 0)\n"
     "                    at the last step; or constant\n"
     "  --seed S          order of the conversations (default 1)\n";
-
-static uint64_t sm64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
 
 static int parse_role(const char *s, al_chat_role *r)
 {
@@ -444,7 +437,7 @@ int model_sft(int argc, char **argv)
         for (long b = 0; b < batch; b++) {
             if (at == nex) { /* next pass: a new order */
                 for (size_t i = nex; i > 1; i--) {
-                    size_t j = (size_t)(sm64(&rs) % i), t = order[i - 1];
+                    size_t j = (size_t)(al_splitmix64(&rs) % i), t = order[i - 1];
                     order[i - 1] = order[j];
                     order[j] = t;
                 }

@@ -8,6 +8,7 @@
  */
 #include "avro/registry.h"
 #include "avro/tree.h"
+#include "core/buf.h"
 #include "core/util.h"
 
 #include <pthread.h>
@@ -406,119 +407,93 @@ al_aschema *al_aschema_parse(const char *json_text, char *errstr, size_t errlen)
 
 /* ---- Parsing Canonical Form --------------------------------------------------------- */
 
-typedef struct sbuf {
-    char *d;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (b->cap - b->len <= n) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap - b->len <= n) cap *= 2;
-        char *d = realloc(b->d, cap);
-        if (!d) {
-            b->oom = 1;
-            return;
-        }
-        b->d = d;
-        b->cap = cap;
-    }
-    memcpy(b->d + b->len, s, n);
-    b->len += n;
-    b->d[b->len] = '\0';
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 
 /* A JSON string literal; names and symbols are plain identifiers, but escape anyway. */
-static void sb_quoted(sbuf *b, const char *s)
+static void put_quoted(al_buf *b, const char *s)
 {
-    sb_put(b, "\"", 1);
+    al_buf_append(b, "\"", 1);
     for (const char *c = s; *c; c++) {
         if (*c == '"' || *c == '\\') {
             char e[2] = {'\\', *c};
-            sb_put(b, e, 2);
+            al_buf_append(b, e, 2);
         } else if ((unsigned char)*c < 0x20) {
             char e[8];
             snprintf(e, sizeof e, "\\u%04x", (unsigned char)*c);
-            sb_str(b, e);
+            al_buf_puts(b, e);
         } else {
-            sb_put(b, c, 1);
+            al_buf_append(b, c, 1);
         }
     }
-    sb_put(b, "\"", 1);
+    al_buf_append(b, "\"", 1);
 }
 
-static void canon(sbuf *b, al_anode *n)
+static void canon(al_buf *b, al_anode *n)
 {
     char num[32];
     switch (n->type) {
     case AL_AT_NULL: case AL_AT_BOOLEAN: case AL_AT_INT: case AL_AT_LONG: case AL_AT_FLOAT:
     case AL_AT_DOUBLE: case AL_AT_BYTES: case AL_AT_STRING:
-        sb_quoted(b, primitive_names[n->type]);
+        put_quoted(b, primitive_names[n->type]);
         return;
     case AL_AT_UNION:
-        sb_str(b, "[");
+        al_buf_puts(b, "[");
         for (size_t i = 0; i < n->n_branches; i++) {
-            if (i) sb_str(b, ",");
+            if (i) al_buf_puts(b, ",");
             canon(b, n->branches[i]);
         }
-        sb_str(b, "]");
+        al_buf_puts(b, "]");
         return;
     case AL_AT_ARRAY:
     case AL_AT_MAP:
-        sb_str(b, n->type == AL_AT_ARRAY ? "{\"type\":\"array\",\"items\":"
+        al_buf_puts(b, n->type == AL_AT_ARRAY ? "{\"type\":\"array\",\"items\":"
                                           : "{\"type\":\"map\",\"values\":");
         canon(b, n->items);
-        sb_str(b, "}");
+        al_buf_puts(b, "}");
         return;
     case AL_AT_RECORD: case AL_AT_ENUM: case AL_AT_FIXED:
         break;
     }
     if (n->emitted) { /* defined earlier in this form: refer to it by name */
-        sb_quoted(b, n->fullname);
+        put_quoted(b, n->fullname);
         return;
     }
     n->emitted = 1;
-    sb_str(b, "{\"name\":");
-    sb_quoted(b, n->fullname);
+    al_buf_puts(b, "{\"name\":");
+    put_quoted(b, n->fullname);
     if (n->type == AL_AT_FIXED) {
         snprintf(num, sizeof num, ",\"type\":\"fixed\",\"size\":%lld}", (long long)n->size);
-        sb_str(b, num);
+        al_buf_puts(b, num);
     } else if (n->type == AL_AT_ENUM) {
-        sb_str(b, ",\"type\":\"enum\",\"symbols\":[");
+        al_buf_puts(b, ",\"type\":\"enum\",\"symbols\":[");
         for (size_t i = 0; i < n->n_symbols; i++) {
-            if (i) sb_str(b, ",");
-            sb_quoted(b, n->symbols[i]);
+            if (i) al_buf_puts(b, ",");
+            put_quoted(b, n->symbols[i]);
         }
-        sb_str(b, "]}");
+        al_buf_puts(b, "]}");
     } else {
-        sb_str(b, ",\"type\":\"record\",\"fields\":[");
+        al_buf_puts(b, ",\"type\":\"record\",\"fields\":[");
         for (size_t i = 0; i < n->n_fields; i++) {
-            if (i) sb_str(b, ",");
-            sb_str(b, "{\"name\":");
-            sb_quoted(b, n->fields[i].name);
-            sb_str(b, ",\"type\":");
+            if (i) al_buf_puts(b, ",");
+            al_buf_puts(b, "{\"name\":");
+            put_quoted(b, n->fields[i].name);
+            al_buf_puts(b, ",\"type\":");
             canon(b, n->fields[i].type);
-            sb_str(b, "}");
+            al_buf_puts(b, "}");
         }
-        sb_str(b, "]}");
+        al_buf_puts(b, "]}");
     }
 }
 
 char *al_aschema_canonical(al_aschema *s)
 {
     for (al_anode *n = s->all; n; n = n->next_alloc) n->emitted = 0;
-    sbuf b = {0};
+    al_buf b = {0};
     canon(&b, s->root);
     if (b.oom) {
-        free(b.d);
+        free(b.data);
         return NULL;
     }
-    return b.d;
+    return b.data;
 }
 
 char *al_avro_canonical_form(const char *schema_json, char *errstr, size_t errlen)

@@ -58,7 +58,15 @@ char *al_file_read(const char *path, size_t *len_out, char *errstr, size_t errle
         al_err(errstr, errlen, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 1 << 16, len = 0;
+    /* A directory or a device (/dev/zero, named by a message on a topic) is refused before
+     * it is read; a pipe (a shell's <(...)) is read to its end. */
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !(S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode))) {
+        al_err(errstr, errlen, "%s: not a regular file", path);
+        fclose(f);
+        return NULL;
+    }
+    size_t cap = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size + 1 : 1 << 16, len = 0;
     char *buf = malloc(cap + 1);
     if (!buf) {
         fclose(f);
@@ -93,27 +101,35 @@ char *al_file_read(const char *path, size_t *len_out, char *errstr, size_t errle
     return buf;
 }
 
-int al_file_write_atomic(const char *path, const void *buf, size_t len, char *errstr,
-                         size_t errlen)
+/* Writes all n bytes to fd, through EINTR; 0, or -1 with errno. */
+static int write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int al_file_write_atomic2(const char *path, const void *a, size_t alen, const void *b,
+                          size_t blen, char *errstr, size_t errlen)
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
         return al_err(errstr, errlen, "path too long: %s", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return al_err(errstr, errlen, "cannot create %s: %s", tmp, strerror(errno));
-    const char *p = buf;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t n = write(fd, p, left);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return al_err(errstr, errlen, "cannot write %s: %s", tmp, strerror(e));
-        }
-        p += n;
-        left -= (size_t)n;
+    if (write_all(fd, a, alen) != 0 || write_all(fd, b, blen) != 0) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return al_err(errstr, errlen, "cannot write %s: %s", tmp, strerror(e));
     }
     if (fsync(fd) != 0 || close(fd) != 0) {
         int e = errno;
@@ -126,6 +142,12 @@ int al_file_write_atomic(const char *path, const void *buf, size_t len, char *er
         return al_err(errstr, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(e));
     }
     return 0;
+}
+
+int al_file_write_atomic(const char *path, const void *buf, size_t len, char *errstr,
+                         size_t errlen)
+{
+    return al_file_write_atomic2(path, buf, len, NULL, 0, errstr, errlen);
 }
 
 char *al_str_trim(char *s)

@@ -20,8 +20,8 @@ int64_t al_mono_us(void);
  * `return al_err(errstr, errlen, "...", ...)`. */
 int al_err(char *errstr, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Reads a whole file into a malloc'd, NUL-terminated buffer (the caller frees it).
- * Returns NULL with the reason in errstr (naming the path) on failure. */
+/* Reads a whole file (a regular file or a pipe) into a malloc'd, NUL-terminated buffer (the
+ * caller frees it). Returns NULL with the reason in errstr (naming the path) on failure. */
 char *al_file_read(const char *path, size_t *len_out, char *errstr, size_t errlen);
 
 /* The non-empty lines of a file (the records of a JSONL file), or -1 if it cannot be read. */
@@ -30,6 +30,9 @@ long al_file_count_lines(const char *path);
 /* Writes a whole file atomically (temp file + fsync + rename). 0 or -1 with errstr. */
 int al_file_write_atomic(const char *path, const void *buf, size_t len, char *errstr,
                          size_t errlen);
+/* The same with the file's bytes in two pieces (a header and a body), a then b. */
+int al_file_write_atomic2(const char *path, const void *a, size_t alen, const void *b,
+                          size_t blen, char *errstr, size_t errlen);
 
 /* Removes leading and trailing whitespace in place; returns s. */
 char *al_str_trim(char *s);

@@ -6,6 +6,7 @@
  */
 #include "http/metrics.h"
 
+#include "core/buf.h"
 #include "core/log.h"
 
 #include <dirent.h>
@@ -154,57 +155,19 @@ static int valid_name(const char *s, int is_label)
     return 1;
 }
 
-/* A growable string; on allocation failure `failed` is set and later appends do nothing,
- * so that callers check once at the end. */
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    int failed;
-} sbuf;
-
-static void sb_reserve(sbuf *b, size_t more)
-{
-    if (b->failed) return;
-    if (b->len + more + 1 <= b->cap) return;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + more + 1)
-        cap *= 2;
-    char *np = realloc(b->p, cap);
-    if (!np) {
-        b->failed = 1;
-        return;
-    }
-    b->p = np;
-    b->cap = cap;
-}
-
-static void sb_putn(sbuf *b, const char *s, size_t n)
-{
-    sb_reserve(b, n);
-    if (b->failed) return;
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_puts(sbuf *b, const char *s)
-{
-    sb_putn(b, s, strlen(s));
-}
-
 /* Appends s with the exposition format's escapes: backslash and newline always, double
  * quote inside label values. */
-static void sb_put_escaped(sbuf *b, const char *s, int quote)
+static void put_escaped(al_buf *b, const char *s, int quote)
 {
     for (const char *p = s; *p; p++) {
         if (*p == '\\')
-            sb_putn(b, "\\\\", 2);
+            al_buf_append(b, "\\\\", 2);
         else if (*p == '\n')
-            sb_putn(b, "\\n", 2);
+            al_buf_append(b, "\\n", 2);
         else if (quote && *p == '"')
-            sb_putn(b, "\\\"", 2);
+            al_buf_append(b, "\\\"", 2);
         else
-            sb_putn(b, p, 1);
+            al_buf_append(b, p, 1);
     }
 }
 
@@ -229,33 +192,33 @@ static void format_double(char *out, size_t outlen, double v)
  * "le" on a histogram, or out of memory. */
 static char *labels_render(const char *metric, enum metric_type type, va_list ap)
 {
-    sbuf b = {0};
-    sb_puts(&b, "");
+    al_buf b = {0};
+    al_buf_puts(&b, "");
     for (;;) {
         const char *k = va_arg(ap, const char *);
         if (!k) break;
         const char *v = va_arg(ap, const char *);
         if (!valid_name(k, 1) || (type == METRIC_HISTOGRAM && strcmp(k, "le") == 0)) {
             al_log_error("metrics", "metric %s: invalid label name '%s'", metric, k);
-            free(b.p);
+            free(b.data);
             return NULL;
         }
         if (!v) {
             al_log_error("metrics", "metric %s: label '%s' has no value (NULL)", metric, k);
-            free(b.p);
+            free(b.data);
             return NULL;
         }
-        if (b.len) sb_putn(&b, ",", 1);
-        sb_puts(&b, k);
-        sb_putn(&b, "=\"", 2);
-        sb_put_escaped(&b, v, 1);
-        sb_putn(&b, "\"", 1);
+        if (b.len) al_buf_append(&b, ",", 1);
+        al_buf_puts(&b, k);
+        al_buf_append(&b, "=\"", 2);
+        put_escaped(&b, v, 1);
+        al_buf_append(&b, "\"", 1);
     }
-    if (b.failed) {
-        free(b.p);
+    if (b.oom) {
+        free(b.data);
         return NULL;
     }
-    return b.p;
+    return b.data;
 }
 
 /* Finds or creates family `name` of `type` and, in it, the series for `labels` (which it
@@ -462,21 +425,21 @@ int al_metrics_on_collect(al_metrics *m, al_metrics_collect_fn fn, void *ud)
 }
 
 /* Opens a series line: name[suffix]{labels[,extra]} */
-static void put_series_head(sbuf *b, const family *f, const char *suffix, const series *s,
+static void put_series_head(al_buf *b, const family *f, const char *suffix, const series *s,
                             const char *extra)
 {
-    sb_puts(b, f->name);
-    sb_puts(b, suffix);
+    al_buf_puts(b, f->name);
+    al_buf_puts(b, suffix);
     if (s->labels[0] || extra) {
-        sb_putn(b, "{", 1);
-        sb_puts(b, s->labels);
+        al_buf_append(b, "{", 1);
+        al_buf_puts(b, s->labels);
         if (extra) {
-            if (s->labels[0]) sb_putn(b, ",", 1);
-            sb_puts(b, extra);
+            if (s->labels[0]) al_buf_append(b, ",", 1);
+            al_buf_puts(b, extra);
         }
-        sb_putn(b, "}", 1);
+        al_buf_append(b, "}", 1);
     }
-    sb_putn(b, " ", 1);
+    al_buf_append(b, " ", 1);
 }
 
 char *al_metrics_render(al_metrics *m, size_t *len_out)
@@ -486,7 +449,7 @@ char *al_metrics_render(al_metrics *m, size_t *len_out)
         void *ud;
     } hooks[MAX_COLLECT];
     int nhooks;
-    sbuf b = {0};
+    al_buf b = {0};
     char num[64], le[96];
 
     if (!m) return NULL;
@@ -497,27 +460,27 @@ char *al_metrics_render(al_metrics *m, size_t *len_out)
     for (int i = 0; i < nhooks; i++)
         hooks[i].fn(m, hooks[i].ud);
 
-    sb_puts(&b, "");
+    al_buf_puts(&b, "");
     pthread_mutex_lock(&m->lock);
     for (const family *f = m->first; f; f = f->next) {
         if (!f->first) continue; /* a family with no series says nothing */
-        sb_puts(&b, "# HELP ");
-        sb_puts(&b, f->name);
-        sb_putn(&b, " ", 1);
-        sb_put_escaped(&b, f->help, 0);
-        sb_puts(&b, "\n# TYPE ");
-        sb_puts(&b, f->name);
-        sb_putn(&b, " ", 1);
-        sb_puts(&b, type_names[f->type]);
-        sb_putn(&b, "\n", 1);
+        al_buf_puts(&b, "# HELP ");
+        al_buf_puts(&b, f->name);
+        al_buf_append(&b, " ", 1);
+        put_escaped(&b, f->help, 0);
+        al_buf_puts(&b, "\n# TYPE ");
+        al_buf_puts(&b, f->name);
+        al_buf_append(&b, " ", 1);
+        al_buf_puts(&b, type_names[f->type]);
+        al_buf_append(&b, "\n", 1);
         for (series *s = f->first; s; s = s->next) {
             if (f->type != METRIC_HISTOGRAM) {
                 put_series_head(&b, f, "", s, NULL);
                 format_double(
                     num, sizeof num,
                     bits_to_double(atomic_load_explicit(&s->value_bits, memory_order_relaxed)));
-                sb_puts(&b, num);
-                sb_putn(&b, "\n", 1);
+                al_buf_puts(&b, num);
+                al_buf_append(&b, "\n", 1);
                 continue;
             }
             /* Buckets are cumulative on the wire; a scrape racing with observations may
@@ -533,28 +496,28 @@ char *al_metrics_render(al_metrics *m, size_t *len_out)
                 }
                 put_series_head(&b, f, "_bucket", s, le);
                 snprintf(num, sizeof num, "%llu", (unsigned long long)cum);
-                sb_puts(&b, num);
-                sb_putn(&b, "\n", 1);
+                al_buf_puts(&b, num);
+                al_buf_append(&b, "\n", 1);
             }
             put_series_head(&b, f, "_sum", s, NULL);
             format_double(
                 num, sizeof num,
                 bits_to_double(atomic_load_explicit(&s->value_bits, memory_order_relaxed)));
-            sb_puts(&b, num);
-            sb_putn(&b, "\n", 1);
+            al_buf_puts(&b, num);
+            al_buf_append(&b, "\n", 1);
             put_series_head(&b, f, "_count", s, NULL);
             snprintf(num, sizeof num, "%llu", (unsigned long long)cum);
-            sb_puts(&b, num);
-            sb_putn(&b, "\n", 1);
+            al_buf_puts(&b, num);
+            al_buf_append(&b, "\n", 1);
         }
     }
     pthread_mutex_unlock(&m->lock);
-    if (b.failed) {
-        free(b.p);
+    if (b.oom) {
+        free(b.data);
         return NULL;
     }
     if (len_out) *len_out = b.len;
-    return b.p;
+    return b.data;
 }
 
 /* ---- process metrics, read from /proc on each scrape ---- */

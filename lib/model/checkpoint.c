@@ -3,6 +3,7 @@
  */
 #include "model/checkpoint.h"
 
+#include "core/util.h"
 #include "text/json.h"
 #include "model/safetensors.h"
 #include "core/sha256.h"
@@ -95,7 +96,7 @@ static int save_optimizer(const al_adamw *opt, const char *path, char *errstr, s
     for (int i = 0; i < 8; i++) head[i] = (uint8_t)(n >> (8 * i));
     memcpy(head + 8, h.data, h.len);
     free(h.data);
-    int rc = al_model_file_write_atomic(path, head, hlen, opt->state, 2 * bytes, errstr, errlen);
+    int rc = al_file_write_atomic2(path, head, hlen, opt->state, 2 * bytes, errstr, errlen);
     free(head);
     return rc;
 }
@@ -170,7 +171,7 @@ static int save_state(al_trainer *tr, const char *path, int64_t step, const char
         return ck_err(errstr, errlen, "metrics are not a JSON value (%s)", perr);
     }
     al_json_free(check);
-    int rc = al_model_file_write_atomic(path, b.data, b.len, NULL, 0, errstr, errlen);
+    int rc = al_file_write_atomic2(path, b.data, b.len, NULL, 0, errstr, errlen);
     free(b.data);
     return rc;
 }
@@ -229,7 +230,7 @@ int al_checkpoint_load(al_trainer *tr, const char *dir, al_checkpoint_info *info
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
     size_t len;
     char perr[256];
-    uint8_t *text = al_model_file_read(path, &len, errstr, errlen);
+    uint8_t *text = (uint8_t *)al_file_read(path, &len, errstr, errlen);
     if (!text) return -1;
     al_json *st = al_json_parse((const char *)text, len, perr, sizeof perr);
     free(text);

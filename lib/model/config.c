@@ -3,6 +3,7 @@
  */
 #include "model/config.h"
 
+#include "core/util.h"
 #include "text/json.h"
 #include "model/safetensors.h"
 
@@ -40,11 +41,11 @@ static int get_size(const al_json *root, const char *key, int *out, int64_t lo, 
 {
     const al_json *v = al_json_get(root, key);
     if (!v || v->type == AL_JSON_NULL)
-        return al_model_err(errstr, errlen, "config.json: missing \"%s\"", key);
+        return al_err(errstr, errlen, "config.json: missing \"%s\"", key);
     if (v->type != AL_JSON_NUMBER || !v->is_integer)
-        return al_model_err(errstr, errlen, "config.json: \"%s\" is not an integer", key);
+        return al_err(errstr, errlen, "config.json: \"%s\" is not an integer", key);
     if (v->integer < lo || v->integer > hi)
-        return al_model_err(errstr, errlen,
+        return al_err(errstr, errlen,
                             "config.json: \"%s\" = %lld is out of range [%lld, %lld]", key,
                             (long long)v->integer, (long long)lo, (long long)hi);
     *out = (int)v->integer;
@@ -61,7 +62,7 @@ static int get_token_id(const al_json *root, const char *key, int64_t *out, char
     if (v->type == AL_JSON_ARRAY && v->count > 0) v = v->items[0];
     if (v->type == AL_JSON_ARRAY) return 0;
     if (v->type != AL_JSON_NUMBER || !v->is_integer || v->integer < 0)
-        return al_model_err(errstr, errlen, "config.json: \"%s\" is not a token id", key);
+        return al_err(errstr, errlen, "config.json: \"%s\" is not a token id", key);
     *out = v->integer;
     return 0;
 }
@@ -70,38 +71,38 @@ int al_model_config_validate(const al_model_config *c, char *errstr, size_t errl
 {
     if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
         c->num_layers <= 0 || c->num_heads <= 0 || c->num_kv_heads <= 0 || c->head_dim <= 0)
-        return al_model_err(errstr, errlen, "config: every size must be positive");
+        return al_err(errstr, errlen, "config: every size must be positive");
     if (c->num_heads % c->num_kv_heads != 0)
-        return al_model_err(errstr, errlen,
+        return al_err(errstr, errlen,
                             "config: num_attention_heads (%d) is not a multiple of "
                             "num_key_value_heads (%d)",
                             c->num_heads, c->num_kv_heads);
     if (c->head_dim % 2 != 0)
-        return al_model_err(errstr, errlen,
+        return al_err(errstr, errlen,
                             "config: head_dim (%d) must be even for rotary embeddings",
                             c->head_dim);
     /* Qwen2 implementations of transformers before 4.48 derive head_dim from hidden_size. */
     if (c->arch == AL_MODEL_ARCH_QWEN2 && c->head_dim * c->num_heads != c->hidden_size)
-        return al_model_err(
+        return al_err(
             errstr, errlen,
             "config: hidden_size (%d) is not num_attention_heads (%d) x head_dim (%d)",
             c->hidden_size, c->num_heads, c->head_dim);
     /* finite too: a JSON number beyond the double range (1e506) reads as infinity */
     if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < HUGE_VAL) ||
         !(c->rope_theta > 0 && c->rope_theta < HUGE_VAL))
-        return al_model_err(errstr, errlen,
+        return al_err(errstr, errlen,
                             "config: rms_norm_eps and rope_theta must be positive finite numbers "
                             "(got %g and %g)",
                             c->rms_norm_eps, c->rope_theta);
     if ((int64_t)c->num_heads * c->head_dim > (1 << 20) ||
         (int64_t)c->num_kv_heads * c->head_dim > (1 << 20))
-        return al_model_err(errstr, errlen, "config: attention width is implausibly large");
+        return al_err(errstr, errlen, "config: attention width is implausibly large");
     /* Keep every tensor's element count and the total far from size_t overflow. */
     double total = (double)al_model_config_num_params(c);
     if (total > 1e12)
-        return al_model_err(errstr, errlen, "config: %.3g parameters is too many", total);
+        return al_err(errstr, errlen, "config: %.3g parameters is too many", total);
     if (c->bos_token_id >= c->vocab_size || c->eos_token_id >= c->vocab_size)
-        return al_model_err(errstr, errlen, "config: bos/eos token id is not below vocab_size (%d)",
+        return al_err(errstr, errlen, "config: bos/eos token id is not below vocab_size (%d)",
                             c->vocab_size);
     return 0;
 }
@@ -124,11 +125,11 @@ int al_model_config_parse(al_model_config *cfg, const char *text, size_t len, ch
 {
     char jerr[200];
     al_json *root = al_json_parse(text, len, jerr, sizeof jerr);
-    if (!root) return al_model_err(errstr, errlen, "config.json: %s", jerr);
+    if (!root) return al_err(errstr, errlen, "config.json: %s", jerr);
     int rc = -1;
     memset(cfg, 0, sizeof *cfg);
     if (root->type != AL_JSON_OBJECT) {
-        al_model_err(errstr, errlen, "config.json: not a JSON object");
+        al_err(errstr, errlen, "config.json: not a JSON object");
         goto out;
     }
 
@@ -146,7 +147,7 @@ int al_model_config_parse(al_model_config *cfg, const char *text, size_t len, ch
         else if (!strcmp(arch_name, "LlamaForCausalLM"))
             al_model_config_set_arch(cfg, AL_MODEL_ARCH_LLAMA);
         else {
-            al_model_err(
+            al_err(
                 errstr, errlen,
                 "config.json: unsupported architecture \"%s\" (supported: Qwen2ForCausalLM, "
                 "Qwen3ForCausalLM, LlamaForCausalLM)",
@@ -161,16 +162,16 @@ int al_model_config_parse(al_model_config *cfg, const char *text, size_t len, ch
         else if (!strcmp(model_type, "llama"))
             al_model_config_set_arch(cfg, AL_MODEL_ARCH_LLAMA);
         else {
-            al_model_err(errstr, errlen, "config.json: unsupported model_type \"%s\"", model_type);
+            al_err(errstr, errlen, "config.json: unsupported model_type \"%s\"", model_type);
             goto out;
         }
     } else {
-        al_model_err(errstr, errlen,
+        al_err(errstr, errlen,
                      "config.json: neither \"architectures\" nor \"model_type\" is given");
         goto out;
     }
     if (model_type && strcmp(model_type, cfg->model_type) != 0) {
-        al_model_err(errstr, errlen,
+        al_err(errstr, errlen,
                      "config.json: model_type \"%s\" does not match architecture %s", model_type,
                      cfg->architecture);
         goto out;
@@ -193,7 +194,7 @@ int al_model_config_parse(al_model_config *cfg, const char *text, size_t len, ch
         if (get_size(root, "head_dim", &cfg->head_dim, 1, 1 << 16, errstr, errlen)) goto out;
     } else {
         if (cfg->hidden_size % cfg->num_heads != 0) {
-            al_model_err(
+            al_err(
                 errstr, errlen,
                 "config.json: hidden_size (%d) is not a multiple of num_attention_heads (%d)"
                 " and no head_dim is given",
@@ -216,12 +217,12 @@ int al_model_config_parse(al_model_config *cfg, const char *text, size_t len, ch
         cfg->qkv_bias = ab, cfg->o_bias = ab;
     }
     if (al_json_get_bool(root, "mlp_bias", 0)) {
-        al_model_err(errstr, errlen, "config.json: mlp_bias is not supported");
+        al_err(errstr, errlen, "config.json: mlp_bias is not supported");
         goto out;
     }
     const char *act = al_json_get_string(root, "hidden_act", "silu");
     if (strcmp(act, "silu") != 0) {
-        al_model_err(errstr, errlen, "config.json: hidden_act \"%s\" is not supported (only silu)",
+        al_err(errstr, errlen, "config.json: hidden_act \"%s\" is not supported (only silu)",
                      act);
         goto out;
     }
@@ -229,12 +230,12 @@ int al_model_config_parse(al_model_config *cfg, const char *text, size_t len, ch
     if (rs && rs->type != AL_JSON_NULL) {
         const char *t = al_json_get_string(rs, "rope_type", al_json_get_string(rs, "type", ""));
         if (strcmp(t, "default") != 0) {
-            al_model_err(errstr, errlen, "config.json: rope_scaling \"%s\" is not supported", t);
+            al_err(errstr, errlen, "config.json: rope_scaling \"%s\" is not supported", t);
             goto out;
         }
     }
     if (al_json_get_bool(root, "use_sliding_window", 0)) {
-        al_model_err(errstr, errlen, "config.json: use_sliding_window is not supported");
+        al_err(errstr, errlen, "config.json: use_sliding_window is not supported");
         goto out;
     }
     if (get_token_id(root, "bos_token_id", &cfg->bos_token_id, errstr, errlen) ||
@@ -258,11 +259,11 @@ int al_model_config_load(al_model_config *cfg, const char *path, char *errstr, s
     }
     size_t len;
     char ferr[256];
-    uint8_t *text = al_model_file_read(path, &len, ferr, sizeof ferr);
-    if (!text) return al_model_err(errstr, errlen, "%s", ferr);
+    uint8_t *text = (uint8_t *)al_file_read(path, &len, ferr, sizeof ferr);
+    if (!text) return al_err(errstr, errlen, "%s", ferr);
     int rc = al_model_config_parse(cfg, (const char *)text, len, ferr, sizeof ferr);
     free(text);
-    if (rc) return al_model_err(errstr, errlen, "%s: %s", path, ferr);
+    if (rc) return al_err(errstr, errlen, "%s: %s", path, ferr);
     return 0;
 }
 
@@ -323,8 +324,8 @@ int al_model_config_save(const al_model_config *cfg, const char *dtype, const ch
                          char *errstr, size_t errlen)
 {
     char *text = al_model_config_to_json(cfg, dtype);
-    if (!text) return al_model_err(errstr, errlen, "%s: out of memory", path);
-    int rc = al_model_file_write_atomic(path, text, strlen(text), NULL, 0, errstr, errlen);
+    if (!text) return al_err(errstr, errlen, "%s: out of memory", path);
+    int rc = al_file_write_atomic2(path, text, strlen(text), NULL, 0, errstr, errlen);
     free(text);
     return rc;
 }

@@ -4,27 +4,20 @@
  */
 #include "model/infer.h"
 
+#include "core/hash.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 void al_infer_rng_seed(al_infer_rng *r, uint64_t seed, uint64_t stream)
 {
     uint64_t x = seed;
-    uint64_t mix = splitmix64(&x);
+    uint64_t mix = al_splitmix64(&x);
     x = mix ^ (stream * 0xd1b54a32d192ed03ull + 0x8cb92ba72f3d8dd7ull);
     for (int i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
+        r->s[i] = al_splitmix64(&x);
 }
 
 static inline uint64_t rotl(uint64_t x, int k)

@@ -3,6 +3,7 @@
  */
 #include "model/safetensors.h"
 
+#include "core/util.h"
 #include "text/json.h"
 
 #include <errno.h>
@@ -19,55 +20,12 @@
  * before it is parsed (the format's own reference implementation caps it at 100 MB). */
 #define ST_MAX_HEADER (100u << 20)
 
-int al_model_err(char *errstr, size_t errlen, const char *fmt, ...)
-{
-    if (errstr && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errstr, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
-uint8_t *al_model_file_read(const char *path, size_t *len, char *errstr, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        al_model_err(errstr, errlen, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        al_model_err(errstr, errlen, "%s: not a regular file", path);
-        fclose(f);
-        return NULL;
-    }
-    size_t n = (size_t)st.st_size;
-    uint8_t *buf = malloc(n + 1);
-    if (!buf) {
-        al_model_err(errstr, errlen, "%s: out of memory for %zu bytes", path, n);
-        fclose(f);
-        return NULL;
-    }
-    if (n && fread(buf, 1, n, f) != n) {
-        al_model_err(errstr, errlen, "%s: read failed", path);
-        free(buf);
-        fclose(f);
-        return NULL;
-    }
-    fclose(f);
-    buf[n] = 0;
-    *len = n;
-    return buf;
-}
-
 /* Opens PATH.tmp.PID for writing; the caller renames it with finish_atomic. */
 static FILE *open_tmp(const char *path, char *tmp, size_t tmplen, char *errstr, size_t errlen)
 {
     snprintf(tmp, tmplen, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
-    if (!f) al_model_err(errstr, errlen, "%s: %s", tmp, strerror(errno));
+    if (!f) al_err(errstr, errlen, "%s: %s", tmp, strerror(errno));
     return f;
 }
 
@@ -80,19 +38,9 @@ static int finish_atomic(FILE *f, const char *tmp, const char *path, int ok, cha
     if (!ok) {
         int e = errno;
         unlink(tmp);
-        return al_model_err(errstr, errlen, "%s: write failed: %s", path, strerror(e));
+        return al_err(errstr, errlen, "%s: write failed: %s", path, strerror(e));
     }
     return 0;
-}
-
-int al_model_file_write_atomic(const char *path, const void *a, size_t alen, const void *b,
-                               size_t blen, char *errstr, size_t errlen)
-{
-    char tmp[4200];
-    FILE *f = open_tmp(path, tmp, sizeof tmp, errstr, errlen);
-    if (!f) return -1;
-    int ok = (!alen || fwrite(a, 1, alen, f) == alen) && (!blen || fwrite(b, 1, blen, f) == blen);
-    return finish_atomic(f, tmp, path, ok, errstr, errlen);
 }
 
 uint16_t al_f32_to_bf16(float x)
@@ -191,10 +139,10 @@ static int parse_entry(al_st_tensor *t, const char *name, const al_json *e, cons
                        size_t data_len, const char *what, char *errstr, size_t errlen)
 {
     if (e->type != AL_JSON_OBJECT)
-        return al_model_err(errstr, errlen, "%s: tensor \"%s\": header entry is not an object",
+        return al_err(errstr, errlen, "%s: tensor \"%s\": header entry is not an object",
                             what, name);
     const char *dt = al_json_get_string(e, "dtype", NULL);
-    if (!dt) return al_model_err(errstr, errlen, "%s: tensor \"%s\": no dtype", what, name);
+    if (!dt) return al_err(errstr, errlen, "%s: tensor \"%s\": no dtype", what, name);
     if (!strcmp(dt, "F32"))
         t->dtype = AL_ST_DTYPE_F32;
     else if (!strcmp(dt, "BF16"))
@@ -202,12 +150,12 @@ static int parse_entry(al_st_tensor *t, const char *name, const al_json *e, cons
     else if (!strcmp(dt, "F16"))
         t->dtype = AL_ST_DTYPE_F16;
     else
-        return al_model_err(errstr, errlen,
+        return al_err(errstr, errlen,
                             "%s: tensor \"%s\": unsupported dtype \"%s\" (F32, BF16 or F16)", what,
                             name, dt);
     const al_json *shape = al_json_get(e, "shape");
     if (!shape || shape->type != AL_JSON_ARRAY || shape->count > 8)
-        return al_model_err(errstr, errlen,
+        return al_err(errstr, errlen,
                             "%s: tensor \"%s\": shape is not a list of at most 8 sizes", what,
                             name);
     t->ndim = (int)shape->count;
@@ -216,11 +164,11 @@ static int parse_entry(al_st_tensor *t, const char *name, const al_json *e, cons
         const al_json *d = shape->items[i];
         if (d->type != AL_JSON_NUMBER || !d->is_integer || d->integer < 0 ||
             d->integer > (int64_t)1 << 40)
-            return al_model_err(errstr, errlen, "%s: tensor \"%s\": bad dimension in shape", what,
+            return al_err(errstr, errlen, "%s: tensor \"%s\": bad dimension in shape", what,
                                 name);
         t->shape[i] = d->integer;
         if (d->integer && numel > SIZE_MAX / 8 / (size_t)d->integer)
-            return al_model_err(errstr, errlen, "%s: tensor \"%s\": shape overflows", what, name);
+            return al_err(errstr, errlen, "%s: tensor \"%s\": shape overflows", what, name);
         numel *= (size_t)d->integer;
     }
     t->numel = numel;
@@ -228,18 +176,18 @@ static int parse_entry(al_st_tensor *t, const char *name, const al_json *e, cons
     if (!off || off->type != AL_JSON_ARRAY || off->count != 2 ||
         off->items[0]->type != AL_JSON_NUMBER || !off->items[0]->is_integer ||
         off->items[1]->type != AL_JSON_NUMBER || !off->items[1]->is_integer)
-        return al_model_err(errstr, errlen, "%s: tensor \"%s\": data_offsets is not [begin, end]",
+        return al_err(errstr, errlen, "%s: tensor \"%s\": data_offsets is not [begin, end]",
                             what, name);
     int64_t b = off->items[0]->integer, en = off->items[1]->integer;
     if (b < 0 || en < b || (uint64_t)en > data_len)
-        return al_model_err(
+        return al_err(
             errstr, errlen,
             "%s: tensor \"%s\": data_offsets [%lld, %lld] out of range (data is %zu "
             "bytes; file truncated?)",
             what, name, (long long)b, (long long)en, data_len);
     t->nbytes = (size_t)(en - b);
     if (t->nbytes != numel * dtype_size(t->dtype))
-        return al_model_err(errstr, errlen,
+        return al_err(errstr, errlen,
                             "%s: tensor \"%s\": %zu bytes do not hold shape of %zu %s values", what,
                             name, t->nbytes, numel, dtype_name(t->dtype));
     t->data = data + b;
@@ -254,31 +202,31 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
     memset(f, 0, sizeof *f);
     f->bytes = bytes, f->len = len, f->mapped = mapped;
     if (len < 8) {
-        al_model_err(errstr, errlen, "%s: truncated: %zu bytes, no header length", what, len);
+        al_err(errstr, errlen, "%s: truncated: %zu bytes, no header length", what, len);
         goto fail;
     }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = (hlen << 8) | bytes[i];
     if (hlen > len - 8) {
-        al_model_err(errstr, errlen,
+        al_err(errstr, errlen,
                      "%s: header length %llu runs past the end of the file (%zu bytes)", what,
                      (unsigned long long)hlen, len);
         goto fail;
     }
     if (hlen > ST_MAX_HEADER || hlen < 2) {
-        al_model_err(errstr, errlen, "%s: implausible header length %llu", what,
+        al_err(errstr, errlen, "%s: implausible header length %llu", what,
                      (unsigned long long)hlen);
         goto fail;
     }
     char jerr[200];
     al_json *root = al_json_parse((const char *)bytes + 8, (size_t)hlen, jerr, sizeof jerr);
     if (!root) {
-        al_model_err(errstr, errlen, "%s: header is not valid JSON: %s", what, jerr);
+        al_err(errstr, errlen, "%s: header is not valid JSON: %s", what, jerr);
         goto fail;
     }
     if (root->type != AL_JSON_OBJECT) {
-        al_model_err(errstr, errlen, "%s: header is not a JSON object", what);
+        al_err(errstr, errlen, "%s: header is not a JSON object", what);
         al_json_free(root);
         goto fail;
     }
@@ -286,7 +234,7 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
     size_t data_len = len - 8 - (size_t)hlen;
     f->tensors = calloc(root->count ? root->count : 1, sizeof *f->tensors);
     if (!f->tensors) {
-        al_model_err(errstr, errlen, "%s: out of memory", what);
+        al_err(errstr, errlen, "%s: out of memory", what);
         al_json_free(root);
         goto fail;
     }
@@ -294,7 +242,7 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
         const char *name = root->keys[i];
         if (!strcmp(name, "__metadata__")) continue;
         if (root->key_lens[i] != strlen(name)) {
-            al_model_err(errstr, errlen, "%s: tensor name with a NUL byte", what);
+            al_err(errstr, errlen, "%s: tensor name with a NUL byte", what);
             al_json_free(root);
             goto fail;
         }
@@ -305,7 +253,7 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
         }
         t->name = strdup(name);
         if (!t->name) {
-            al_model_err(errstr, errlen, "%s: out of memory", what);
+            al_err(errstr, errlen, "%s: out of memory", what);
             al_json_free(root);
             goto fail;
         }
@@ -316,7 +264,7 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
     if (f->ntensors > 1) {
         al_st_tensor **v = malloc(sizeof *v * f->ntensors);
         if (!v) {
-            al_model_err(errstr, errlen, "%s: out of memory", what);
+            al_err(errstr, errlen, "%s: out of memory", what);
             goto fail;
         }
         for (size_t i = 0; i < f->ntensors; i++)
@@ -324,7 +272,7 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
         qsort(v, f->ntensors, sizeof *v, cmp_by_name);
         for (size_t i = 1; i < f->ntensors; i++)
             if (!strcmp(v[i - 1]->name, v[i]->name)) {
-                al_model_err(errstr, errlen, "%s: tensor \"%s\" appears twice", what, v[i]->name);
+                al_err(errstr, errlen, "%s: tensor \"%s\" appears twice", what, v[i]->name);
                 free(v);
                 goto fail;
             }
@@ -332,7 +280,7 @@ static int st_parse(al_st_file *f, uint8_t *bytes, size_t len, int mapped, const
         for (size_t i = 1; i < f->ntensors; i++)
             if (v[i]->data < v[i - 1]->data + v[i - 1]->nbytes && v[i]->nbytes &&
                 v[i - 1]->nbytes) {
-                al_model_err(errstr, errlen, "%s: tensors \"%s\" and \"%s\" overlap", what,
+                al_err(errstr, errlen, "%s: tensors \"%s\" and \"%s\" overlap", what,
                              v[i - 1]->name, v[i]->name);
                 free(v);
                 goto fail;
@@ -355,11 +303,11 @@ int al_st_open(al_st_file *f, const char *path, char *errstr, size_t errlen)
 {
     memset(f, 0, sizeof *f);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return al_model_err(errstr, errlen, "%s: %s", path, strerror(errno));
+    if (fd < 0) return al_err(errstr, errlen, "%s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return al_model_err(errstr, errlen, "%s: not a regular file", path);
+        return al_err(errstr, errlen, "%s: not a regular file", path);
     }
     size_t len = (size_t)st.st_size;
     uint8_t *bytes = NULL;
@@ -367,7 +315,7 @@ int al_st_open(al_st_file *f, const char *path, char *errstr, size_t errlen)
         void *p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
             close(fd);
-            return al_model_err(errstr, errlen, "%s: mmap: %s", path, strerror(errno));
+            return al_err(errstr, errlen, "%s: mmap: %s", path, strerror(errno));
         }
         bytes = p;
     }
@@ -411,12 +359,12 @@ static int load_from_files(al_model *m, const al_st_file *files, const char *con
             const al_st_tensor *t = al_st_find(&files[f], tt[i].name);
             if (!t) continue;
             if (found)
-                return al_model_err(errstr, errlen, "tensor \"%s\" is in both %s and %s",
+                return al_err(errstr, errlen, "tensor \"%s\" is in both %s and %s",
                                     tt[i].name, where, paths[f]);
             found = t, where = paths[f];
         }
         if (!found)
-            return al_model_err(errstr, errlen, "%s: missing tensor \"%s\"",
+            return al_err(errstr, errlen, "%s: missing tensor \"%s\"",
                                 nfiles == 1 ? paths[0] : "checkpoint", tt[i].name);
         int same = found->ndim == tt[i].ndim && found->shape[0] == tt[i].shape[0] &&
                    (tt[i].ndim < 2 || found->shape[1] == tt[i].shape[1]);
@@ -426,11 +374,11 @@ static int load_from_files(al_model *m, const al_st_file *files, const char *con
                 g += snprintf(g, (size_t)(got + sizeof got - g), "%s%lld", d ? ", " : "",
                               (long long)found->shape[d]);
             if (tt[i].ndim == 2)
-                return al_model_err(
+                return al_err(
                     errstr, errlen,
                     "%s: tensor \"%s\" has shape [%s], the config needs [%lld, %lld]", where,
                     tt[i].name, got, (long long)tt[i].shape[0], (long long)tt[i].shape[1]);
-            return al_model_err(errstr, errlen,
+            return al_err(errstr, errlen,
                                 "%s: tensor \"%s\" has shape [%s], the config needs [%lld]", where,
                                 tt[i].name, got, (long long)tt[i].shape[0]);
         }
@@ -441,7 +389,7 @@ static int load_from_files(al_model *m, const al_st_file *files, const char *con
             const char *n = files[f].tensors[i].name;
             if (al_model_tensor_find(m, n)) continue;
             if (cfg->tie_word_embeddings && !strcmp(n, "lm_head.weight")) continue;
-            return al_model_err(errstr, errlen,
+            return al_err(errstr, errlen,
                                 "%s: tensor \"%s\" is not part of a %s model of this config",
                                 paths[f], n, cfg->architecture);
         }
@@ -460,16 +408,16 @@ int al_model_load_st(al_model *m, const al_st_file *f, const char *what, char *e
 static int read_index(const char *index_path, char ***names, size_t *n, char *errstr, size_t errlen)
 {
     size_t len;
-    uint8_t *text = al_model_file_read(index_path, &len, errstr, errlen);
+    uint8_t *text = (uint8_t *)al_file_read(index_path, &len, errstr, errlen);
     if (!text) return -1;
     char jerr[200];
     al_json *root = al_json_parse((const char *)text, len, jerr, sizeof jerr);
     free(text);
-    if (!root) return al_model_err(errstr, errlen, "%s: %s", index_path, jerr);
+    if (!root) return al_err(errstr, errlen, "%s: %s", index_path, jerr);
     const al_json *map = al_json_get(root, "weight_map");
     if (!map || map->type != AL_JSON_OBJECT) {
         al_json_free(root);
-        return al_model_err(errstr, errlen, "%s: no weight_map object", index_path);
+        return al_err(errstr, errlen, "%s: no weight_map object", index_path);
     }
     *names = calloc(map->count ? map->count : 1, sizeof **names);
     *n = 0;
@@ -478,7 +426,7 @@ static int read_index(const char *index_path, char ***names, size_t *n, char *er
         const al_json *v = map->items[i];
         if (v->type != AL_JSON_STRING || !v->string_len || strchr(v->string, '/') ||
             !strcmp(v->string, "..") || v->string_len != strlen(v->string)) {
-            rc = al_model_err(errstr, errlen, "%s: weight_map entry \"%s\" is not a file name",
+            rc = al_err(errstr, errlen, "%s: weight_map entry \"%s\" is not a file name",
                               index_path, map->keys[i]);
             break;
         }
@@ -488,13 +436,13 @@ static int read_index(const char *index_path, char ***names, size_t *n, char *er
         if (j == *n) {
             (*names)[*n] = strdup(v->string);
             if (!(*names)[*n]) {
-                rc = al_model_err(errstr, errlen, "out of memory");
+                rc = al_err(errstr, errlen, "out of memory");
                 break;
             }
             (*n)++;
         }
     }
-    if (!*names) rc = al_model_err(errstr, errlen, "out of memory");
+    if (!*names) rc = al_err(errstr, errlen, "out of memory");
     al_json_free(root);
     return rc;
 }
@@ -511,7 +459,7 @@ int al_model_load_safetensors(al_model *m, const char *path, char *errstr, size_
         else {
             snprintf(buf, sizeof buf, "%s/model.safetensors.index.json", path);
             if (!file_exists(buf))
-                return al_model_err(
+                return al_err(
                     errstr, errlen,
                     "%s: neither model.safetensors nor model.safetensors.index.json", path);
             index = buf;
@@ -535,7 +483,7 @@ int al_model_load_safetensors(al_model *m, const char *path, char *errstr, size_
         names = calloc(1, sizeof *names);
         if (!names || !(names[0] = strdup(single))) {
             free(names);
-            return al_model_err(errstr, errlen, "out of memory");
+            return al_err(errstr, errlen, "out of memory");
         }
         nfiles = 1;
     } else {
@@ -544,7 +492,7 @@ int al_model_load_safetensors(al_model *m, const char *path, char *errstr, size_
             size_t need = strlen(dir) + strlen(names[i]) + 2;
             char *full = malloc(need);
             if (!full) {
-                al_model_err(errstr, errlen, "out of memory");
+                al_err(errstr, errlen, "out of memory");
                 goto free_names_fail;
             }
             snprintf(full, need, "%s/%s", dir, names[i]);
@@ -556,7 +504,7 @@ int al_model_load_safetensors(al_model *m, const char *path, char *errstr, size_
     int rc = -1;
     size_t opened = 0;
     if (!files)
-        al_model_err(errstr, errlen, "out of memory");
+        al_err(errstr, errlen, "out of memory");
     else {
         for (; opened < nfiles; opened++)
             if (al_st_open(&files[opened], names[opened], errstr, errlen)) break;
@@ -582,7 +530,7 @@ int al_model_save_safetensors(const al_model *m, const char *path, al_st_dtype d
                               size_t errlen)
 {
     if (dtype != AL_ST_DTYPE_F32 && dtype != AL_ST_DTYPE_BF16)
-        return al_model_err(errstr, errlen, "%s: can only write F32 or BF16", path);
+        return al_err(errstr, errlen, "%s: can only write F32 or BF16", path);
     size_t nt = al_model_num_tensors(m), es = dtype_size(dtype), off = 0;
     const al_model_tensor *tt = al_model_tensors(m);
     al_buf h = {0};
@@ -601,7 +549,7 @@ int al_model_save_safetensors(const al_model *m, const char *path, al_st_dtype d
         al_buf_printf(&h, " ");
     if (h.oom) {
         free(h.data);
-        return al_model_err(errstr, errlen, "%s: out of memory", path);
+        return al_err(errstr, errlen, "%s: out of memory", path);
     }
     char tmp[4200];
     FILE *f = open_tmp(path, tmp, sizeof tmp, errstr, errlen);
@@ -641,12 +589,12 @@ static int make_dirs(const char *dir, char *errstr, size_t errlen)
         if (*s != '/') continue;
         *s = 0;
         if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            return al_model_err(errstr, errlen, "%s: %s", p, strerror(errno));
+            return al_err(errstr, errlen, "%s: %s", p, strerror(errno));
         *s = '/';
     }
     if (mkdir(p, 0755) != 0 && errno != EEXIST)
-        return al_model_err(errstr, errlen, "%s: %s", p, strerror(errno));
-    if (!is_dir(p)) return al_model_err(errstr, errlen, "%s: not a directory", p);
+        return al_err(errstr, errlen, "%s: %s", p, strerror(errno));
+    if (!is_dir(p)) return al_err(errstr, errlen, "%s: not a directory", p);
     return 0;
 }
 

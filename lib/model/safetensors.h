@@ -88,14 +88,5 @@ int al_model_save_dir(const al_model *m, const char *dir, al_st_dtype dtype, cha
  * NULL with errstr on any failure. */
 al_model *al_model_load_dir(const char *dir, char *errstr, size_t errlen);
 
-/* Small helpers of the model library (which cannot use lib/core). */
-/* Formats into errstr (when given) and returns -1, for `return al_model_err(...)`. */
-int al_model_err(char *errstr, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Whole file, malloc'd, NUL-terminated (not counted in *len). NULL with errstr. */
-uint8_t *al_model_file_read(const char *path, size_t *len, char *errstr, size_t errlen);
-/* Writes through PATH.tmp.PID then rename(). 0 or -1 with errstr. */
-int al_model_file_write_atomic(const char *path, const void *a, size_t alen, const void *b,
-                               size_t blen, char *errstr, size_t errlen);
 
 #endif

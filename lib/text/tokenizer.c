@@ -11,6 +11,7 @@
  */
 #include "text/tokenizer.h"
 
+#include "core/hash.h"
 #include "text/json.h"
 #include "text/unicode.h"
 
@@ -125,12 +126,7 @@ static void set_err(char *errstr, size_t errlen, const char *fmt, ...)
 
 static uint64_t hash_bytes(const void *p, size_t n)
 {
-    const uint8_t *s = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= s[i];
-        h *= 1099511628211ull;
-    }
+    uint64_t h = al_hash_fnv1a(p, n);
     return h ^ (h >> 29);
 }
 
