@@ -4,15 +4,8 @@
  *
  * librdkafka 2.0.2's mock cluster binds each broker's listener to 127.0.0.1 port 0 (an
  * ephemeral port) and has no way to choose one. So that `--listen 127.0.0.1:9092` means what
- * it says, this file defines bind(2): while the cluster is being created (and only then), a
- * loopback bind to port 0 is turned into a bind to the next port of the requested range.
- * The executable's `bind` wins over libc's for librdkafka's calls; the real one is found with
- * dlsym(RTLD_NEXT). Everything else (and every other time) goes straight through.
- *
- * The same interposer turns Nagle's algorithm off on those listeners (TCP_NODELAY, which the
- * connections they accept inherit on Linux). The mock cluster leaves it on, so a short
- * answer sent while the client's acknowledgement of the previous one is delayed waited for
- * it: 40 ms at the end of a stream of produce requests (bench_credit's last transitions).
+ * it says, librdkafka's calls to bind(2) are hooked while the cluster is being created (and
+ * only then): tools/broker_bind.c, which says why that is the one place to act.
  *
  * stdout: line 1 is the bootstrap address ("127.0.0.1:9092" or "h:p1,h:p2,..."); with
  * --control, line 2 is "control HOST:PORT". Logs go to stderr. SIGINT/SIGTERM stop it (exit 0).
@@ -27,6 +20,7 @@
  *   ping                   "ok"
  */
 #define _GNU_SOURCE
+#include "broker_bind.h"
 #include "core/cli.h"
 #include "core/log.h"
 #include "core/util.h"
@@ -34,11 +28,9 @@
 #include "kafka/stage.h"
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -46,54 +38,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-/* ------------------------------------------------------------------------------------------
- * bind(2) interposer
- * ------------------------------------------------------------------------------------------ */
-
-static volatile int bind_mock_setup; /* the mock cluster is being created: its listeners */
-static int bind_nodelay_count;       /* listeners that got TCP_NODELAY */
-static volatile int bind_fixed_active;
-static struct in_addr bind_fixed_addr;
-static int bind_fixed_next_port; /* 0: keep the ephemeral port, change the address only */
-static int bind_fixed_count;
-
-int bind(int fd, const struct sockaddr *addr, socklen_t len)
-{
-    static int (*real_bind)(int, const struct sockaddr *, socklen_t);
-    if (!real_bind)
-        real_bind = (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT, "bind");
-    if (!real_bind) {
-        errno = ENOSYS;
-        return -1;
-    }
-    int type = 0;
-    socklen_t tlen = sizeof type;
-    if (bind_mock_setup && addr && addr->sa_family == AF_INET &&
-        getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 && type == SOCK_STREAM) {
-        int one = 1;
-        if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0)
-            bind_nodelay_count++;
-        else
-            al_log_warn("broker", "TCP_NODELAY on a listener: %s", strerror(errno));
-    }
-    if (bind_fixed_active && addr && addr->sa_family == AF_INET &&
-        len >= (socklen_t)sizeof(struct sockaddr_in)) {
-        struct sockaddr_in sin;
-        memcpy(&sin, addr, sizeof sin);
-        if (sin.sin_port == 0 && sin.sin_addr.s_addr == htonl(INADDR_LOOPBACK)) {
-            int one = 1;
-            sin.sin_addr = bind_fixed_addr;
-            if (bind_fixed_next_port) {
-                sin.sin_port = htons((uint16_t)bind_fixed_next_port++);
-                setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-            }
-            bind_fixed_count++;
-            return real_bind(fd, (const struct sockaddr *)&sin, sizeof sin);
-        }
-    }
-    return real_bind(fd, addr, len);
-}
 
 /* ------------------------------------------------------------------------------------------
  * The broker
@@ -434,15 +378,12 @@ int cmd_broker(int argc, char **argv)
     }
 
     int rewrite = port != 0 || addr.s_addr != htonl(INADDR_LOOPBACK);
-    bind_fixed_addr = addr;
-    bind_fixed_next_port = port;
-    bind_fixed_count = 0;
-    bind_fixed_active = rewrite;
-    bind_mock_setup = 1;
+    int hooked = broker_bind_hook_install(addr, port, rewrite, errstr, sizeof errstr) == 0;
+    if (!hooked) al_log_warn("broker", "%s", errstr); /* the check below refuses a rewrite */
     rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(rk, nbrokers);
-    bind_mock_setup = 0;
-    bind_fixed_active = 0;
-    al_log_debug("broker", "Nagle's algorithm off on %d of %d listeners", bind_nodelay_count,
+    int nodelay_count = 0, fixed_count = 0;
+    if (hooked) broker_bind_hook_remove(&nodelay_count, &fixed_count);
+    al_log_debug("broker", "Nagle's algorithm off on %d of %d listeners", nodelay_count,
                  nbrokers);
     if (!mc) {
         al_log_error("broker", "cannot start the embedded broker on %s (ports %d..%d): %s", host,
@@ -452,11 +393,11 @@ int cmd_broker(int argc, char **argv)
         return AL_EXIT_FAILURE;
     }
     const char *bootstrap = rd_kafka_mock_cluster_bootstraps(mc);
-    if (rewrite && bind_fixed_count != nbrokers) {
+    if (rewrite && fixed_count != nbrokers) {
         /* The mock cluster did not bind the way this file expects (another librdkafka?):
          * refuse rather than advertise an address nobody asked for. */
         al_log_error("broker", "expected %d fixed-port listeners, saw %d; bootstraps are %s",
-                     nbrokers, bind_fixed_count, bootstrap);
+                     nbrokers, fixed_count, bootstrap);
         rd_kafka_mock_cluster_destroy(mc);
         rd_kafka_destroy(rk);
         return AL_EXIT_FAILURE;

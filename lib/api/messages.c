@@ -180,8 +180,9 @@ static json_t *chat_tools(json_t *tools, al_xl_err *err)
     return out;
 }
 
-int xlm_request(al_xl *x, json_t **chat, al_xl_err *err)
+static int messages_request(al_xl *x, const al_xl_env *env, json_t **chat, al_xl_err *err)
 {
+    (void)env;
     json_t *r = x->req;
     const char *model = json_string_value(json_object_get(r, "model"));
     json_t *mt = json_object_get(r, "max_tokens"), *msgs_in = json_object_get(r, "messages");
@@ -329,7 +330,7 @@ static json_t *message_object(const al_xl *x, const char *stop, const char *seq,
     return o;
 }
 
-int xlm_open_stream(al_xl *x, al_xbuf *out)
+static int messages_open_stream(al_xl *x, al_xbuf *out)
 {
     json_t *m = message_object(x, NULL, NULL, x->prompt_ids);
     if (m) json_object_set_new(m, "content", json_array());
@@ -345,7 +346,7 @@ static xl_tool *open_tool(al_xl *x)
     return &x->tools[x->open_tool];
 }
 
-int xlm_item_open(al_xl *x, al_xbuf *out, int emit)
+static int messages_item_open(al_xl *x, al_xbuf *out, int emit)
 {
     if (!emit) return 0;
     json_t *b;
@@ -361,8 +362,10 @@ int xlm_item_open(al_xl *x, al_xbuf *out, int emit)
                             "content_block", b));
 }
 
-int xlm_piece(al_xl *x, const char *s, size_t n, al_xbuf *out, int emit)
+static int messages_piece(al_xl *x, const char *s, size_t n, json_t *lps, al_xbuf *out,
+                          int emit)
 {
+    (void)lps; /* the Messages API has no logprobs */
     if (!emit) return 0;
     json_t *d = json_stringn(s, n), *delta;
     if (x->open == XK_TEXT)
@@ -376,7 +379,7 @@ int xlm_piece(al_xl *x, const char *s, size_t n, al_xbuf *out, int emit)
                             "delta", delta));
 }
 
-int xlm_item_close(al_xl *x, al_xbuf *out, int emit)
+static int messages_item_close(al_xl *x, al_xbuf *out, int emit)
 {
     json_t *b;
     if (x->open == XK_TEXT) {
@@ -395,7 +398,7 @@ int xlm_item_close(al_xl *x, al_xbuf *out, int emit)
                   json_pack("{s:s,s:i}", "type", "content_block_stop", "index", x->open_index));
 }
 
-int xlm_end(al_xl *x, const char *error, al_xbuf *out, int emit)
+static int messages_end(al_xl *x, const char *error, al_xbuf *out, int emit)
 {
     const char *seq, *stop = stop_reason(x, &seq);
     int64_t in = x->have_usage ? x->in_tok : x->prompt_ids;
@@ -417,3 +420,67 @@ int xlm_end(al_xl *x, const char *error, al_xbuf *out, int emit)
                ? -1
                : 0;
 }
+
+/* ------------------------------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------------------------------ */
+
+/* Anthropic's error type for an HTTP status. */
+static const char *anthropic_type(int status)
+{
+    switch (status) {
+    case 400:
+    case 405:
+    case 411:
+    case 415:
+    case 422:
+        return "invalid_request_error";
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 404:
+        return "not_found_error";
+    case 408:
+    case 504:
+        return "timeout_error";
+    case 413:
+    case 431:
+        return "request_too_large";
+    case 429:
+        return "rate_limit_error";
+    case 503:
+    case 529:
+        return "overloaded_error";
+    default:
+        return status < 500 ? "invalid_request_error" : "api_error";
+    }
+}
+
+/* {"type": "error", "error": {"type", "message"}}, its type from status (type and code are
+ * the OpenAI APIs'). Malloc'd, or NULL when out of memory. */
+static char *messages_error_body(int status, const char *type, const char *code,
+                                 const char *message)
+{
+    (void)type;
+    (void)code;
+    json_t *o = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
+                          anthropic_type(status), "message", message ? message : "");
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    return s;
+}
+
+const xl_ops xl_messages_ops = {
+    .id_prefix = "msg",
+    .tool_prefix = "toolu",
+    .empty_message = 0,
+    .request = messages_request,
+    .open_stream = messages_open_stream,
+    .item_open = messages_item_open,
+    .piece = messages_piece,
+    .item_close = messages_item_close,
+    .end = messages_end,
+    .conversation = NULL,
+    .error_body = messages_error_body,
+};

@@ -390,7 +390,7 @@ static int is_object(const json_t *v)
     return json_is_object(v);
 }
 
-int xlr_request(al_xl *x, const al_xl_env *env, json_t **chat, al_xl_err *err)
+static int responses_request(al_xl *x, const al_xl_env *env, json_t **chat, al_xl_err *err)
 {
     json_t *r = x->req;
     if (check_type(r, "model", is_string, "a string", err) ||
@@ -596,7 +596,7 @@ static int event(al_xl *x, al_xbuf *out, const char *type, json_t *o)
     return xl_sse(out, type, e);
 }
 
-int xlr_open_stream(al_xl *x, al_xbuf *out)
+static int responses_open_stream(al_xl *x, al_xbuf *out)
 {
     json_t *r1 = response_object(x, "in_progress", NULL, NULL);
     json_t *r2 = response_object(x, "in_progress", NULL, NULL);
@@ -619,7 +619,7 @@ static xl_tool *open_tool(al_xl *x)
     return &x->tools[x->open_tool];
 }
 
-int xlr_item_open(al_xl *x, al_xbuf *out, int emit)
+static int responses_item_open(al_xl *x, al_xbuf *out, int emit)
 {
     if (x->open == XK_TEXT && x->lp_want) x->text_lps = json_array();
     if (!emit) return 0;
@@ -673,7 +673,8 @@ static json_t *lps_of(json_t *lps, int top)
     return out;
 }
 
-int xlr_piece(al_xl *x, const char *s, size_t n, json_t *lps, al_xbuf *out, int emit)
+static int responses_piece(al_xl *x, const char *s, size_t n, json_t *lps, al_xbuf *out,
+                           int emit)
 {
     json_t *mine = NULL;
     if (x->open == XK_TEXT && x->lp_want && lps) {
@@ -704,7 +705,7 @@ int xlr_piece(al_xl *x, const char *s, size_t n, json_t *lps, al_xbuf *out, int 
                            "delta", d));
 }
 
-int xlr_item_close(al_xl *x, al_xbuf *out, int emit)
+static int responses_item_close(al_xl *x, al_xbuf *out, int emit)
 {
     json_t *item;
     const char *text = x->open == XK_TEXT ? (x->text.p ? x->text.p : "")
@@ -788,7 +789,7 @@ int xlr_item_close(al_xl *x, al_xbuf *out, int emit)
     return rc;
 }
 
-int xlr_end(al_xl *x, const char *error, al_xbuf *out, int emit)
+static int responses_end(al_xl *x, const char *error, al_xbuf *out, int emit)
 {
     const char *status = "completed", *type = "response.completed";
     json_t *err = NULL, *inc = NULL;
@@ -810,9 +811,9 @@ int xlr_end(al_xl *x, const char *error, al_xbuf *out, int emit)
 
 /* The conversation a later call may continue: the one this call sent, then its answer as
  * one assistant message. */
-json_t *al_xl_conversation(const al_xl *x)
+static json_t *responses_conversation(const al_xl *x)
 {
-    if (x->api != AL_API_RESPONSES || !x->conv || !x->final) return NULL;
+    if (!x->conv || !x->final) return NULL;
     json_t *conv = json_copy(x->conv);
     json_t *asst = json_pack("{s:s,s:n}", "role", "assistant", "content");
     if (!conv || !asst) {
@@ -858,3 +859,31 @@ json_t *al_xl_conversation(const al_xl *x)
     json_array_append_new(conv, asst);
     return conv;
 }
+
+/* {"error": {"message", "type", "param", "code"}}: type NULL, derived from status. Malloc'd,
+ * or NULL when out of memory. Chat completions errors share the shape. */
+static char *responses_error_body(int status, const char *type, const char *code,
+                                  const char *message)
+{
+    json_t *o = json_pack("{s:{s:s,s:s,s:n,s:o}}", "error", "message", message ? message : "",
+                          "type",
+                          type ? type : (status < 500 ? "invalid_request_error" : "server_error"),
+                          "param", "code", code && *code ? json_string(code) : json_null());
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    return s;
+}
+
+const xl_ops xl_responses_ops = {
+    .id_prefix = "resp",
+    .tool_prefix = "fc",
+    .empty_message = 1,
+    .request = responses_request,
+    .open_stream = responses_open_stream,
+    .item_open = responses_item_open,
+    .piece = responses_piece,
+    .item_close = responses_item_close,
+    .end = responses_end,
+    .conversation = responses_conversation,
+    .error_body = responses_error_body,
+};

@@ -4,101 +4,36 @@
  * stream's deltas: reasoning, text, tool calls, finish reason, usage) and the building of
  * the agent's answer item by item: one item is open at a time (a text, a reasoning or a
  * tool call), a piece of another kind closes it and opens the next. What each item looks
- * like, and which events announce it, is each API's: responses.c, messages.c.
+ * like, and which events announce it, is each API's: the xl_ops of responses.c and
+ * messages.c, through which every call here dispatches.
  */
 #include "translate_int.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define XL_MAX_TOOLS 128 /* tool calls in one answer */
 
-int al_xbuf_add(al_xbuf *b, const char *s, size_t n)
+/* The translator of an API, or NULL (chat completions need none). */
+static const xl_ops *ops_of(al_api api)
 {
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->n + n + 1)
-            nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) return -1;
-        b->p = np;
-        b->cap = nc;
+    switch (api) {
+    case AL_API_RESPONSES:
+        return &xl_responses_ops;
+    case AL_API_MESSAGES:
+        return &xl_messages_ops;
+    default:
+        return NULL;
     }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return 0;
-}
-
-int xl_fail(al_xl_err *e, int status, const char *type, const char *code, const char *param,
-            const char *fmt, ...)
-{
-    if (!e) return -1;
-    e->status = status;
-    snprintf(e->type, sizeof e->type, "%s", type);
-    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
-    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-int xl_sse(al_xbuf *out, const char *type, json_t *o)
-{
-    if (!o) return -1;
-    char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(o);
-    if (!s) return -1;
-    int rc = al_xbuf_add(out, "event: ", 7) || al_xbuf_add(out, type, strlen(type)) ||
-             al_xbuf_add(out, "\ndata: ", 7) || al_xbuf_add(out, s, strlen(s)) ||
-             al_xbuf_add(out, "\n\n", 2);
-    free(s);
-    return rc ? -1 : 0;
-}
-
-char *xl_text_of(json_t *content, const char *const *types)
-{
-    if (json_is_string(content)) return strdup(json_string_value(content));
-    if (!json_is_array(content)) return NULL;
-    al_xbuf b = {0};
-    size_t i;
-    json_t *p;
-    json_array_foreach(content, i, p)
-    {
-        const char *t = json_string_value(json_object_get(p, "type"));
-        int ok = 0;
-        for (size_t k = 0; t && types[k] && !ok; k++)
-            ok = !strcmp(t, types[k]);
-        json_t *tx = json_object_get(p, "text");
-        if (!ok || !json_is_string(tx)) {
-            free(b.p);
-            return NULL;
-        }
-        if (al_xbuf_add(&b, json_string_value(tx), json_string_length(tx))) {
-            free(b.p);
-            return NULL;
-        }
-    }
-    return b.p ? b.p : strdup("");
-}
-
-json_t *xl_args_object(const char *args)
-{
-    json_t *o = args && *args ? json_loads(args, JSON_DECODE_ANY, NULL) : NULL;
-    if (json_is_object(o)) return o;
-    json_decref(o);
-    return json_object();
 }
 
 al_xl *al_xl_request(al_api api, const char *body, size_t n, const al_xl_env *env, json_t **chat,
                      al_xl_err *err)
 {
     *chat = NULL;
-    if (api != AL_API_RESPONSES && api != AL_API_MESSAGES) {
+    const xl_ops *ops = ops_of(api);
+    if (!ops) {
         xl_fail(err, 500, "server_error", "internal_error", NULL, "no translator for this API");
         return NULL;
     }
@@ -107,13 +42,13 @@ al_xl *al_xl_request(al_api api, const char *body, size_t n, const al_xl_env *en
         xl_fail(err, 500, "server_error", "out_of_memory", NULL, "out of memory");
         return NULL;
     }
-    x->api = api;
+    x->ops = ops;
     x->open_tool = (size_t)-1;
     x->store = 1;
     x->created = env ? env->created : 0;
     x->count_only = env && env->count_tokens;
     snprintf(x->seed, sizeof x->seed, "%s", env && env->seed ? env->seed : "0");
-    snprintf(x->id, sizeof x->id, "%s_%s", api == AL_API_RESPONSES ? "resp" : "msg", x->seed);
+    snprintf(x->id, sizeof x->id, "%s_%s", ops->id_prefix, x->seed);
     json_error_t je;
     x->req = json_loadb(body, n, 0, &je);
     x->output = json_array();
@@ -128,7 +63,7 @@ al_xl *al_xl_request(al_api api, const char *body, size_t n, const al_xl_env *en
     else if (!x->output)
         rc = xl_fail(err, 500, "server_error", "out_of_memory", NULL, "out of memory");
     else
-        rc = api == AL_API_RESPONSES ? xlr_request(x, env, chat, err) : xlm_request(x, chat, err);
+        rc = ops->request(x, env, chat, err);
     if (rc != 0) {
         json_decref(*chat);
         *chat = NULL;
@@ -196,7 +131,12 @@ json_t *al_xl_final(const al_xl *x)
 
 int al_xl_store(const al_xl *x)
 {
-    return x->api == AL_API_RESPONSES && x->store;
+    return x->ops->conversation && x->store;
+}
+
+json_t *al_xl_conversation(const al_xl *x)
+{
+    return x->ops->conversation ? x->ops->conversation(x) : NULL;
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -206,8 +146,7 @@ int al_xl_store(const al_xl *x)
 static int item_close(al_xl *x, al_xbuf *out, int emit)
 {
     if (!x->open) return 0;
-    int rc =
-        x->api == AL_API_RESPONSES ? xlr_item_close(x, out, emit) : xlm_item_close(x, out, emit);
+    int rc = x->ops->item_close(x, out, emit);
     if (x->open == XK_TOOL) x->tools[x->open_tool].closed = 1;
     x->open = XK_NONE;
     x->open_tool = (size_t)-1;
@@ -234,7 +173,7 @@ static int switch_to(al_xl *x, int kind, size_t tool, al_xbuf *out, int emit)
         snprintf(x->open_id, sizeof x->open_id, "%s_%s_%d", kind == XK_TEXT ? "msg" : "rs", x->seed,
                  x->open_index);
     }
-    return x->api == AL_API_RESPONSES ? xlr_item_open(x, out, emit) : xlm_item_open(x, out, emit);
+    return x->ops->item_open(x, out, emit);
 }
 
 static int piece(al_xl *x, const char *s, size_t n, json_t *lps, al_xbuf *out, int emit)
@@ -243,8 +182,7 @@ static int piece(al_xl *x, const char *s, size_t n, json_t *lps, al_xbuf *out, i
                  : x->open == XK_REASONING ? &x->reasoning
                                            : &x->tools[x->open_tool].args;
     if (al_xbuf_add(b, s, n)) return -1;
-    return x->api == AL_API_RESPONSES ? xlr_piece(x, s, n, lps, out, emit)
-                                      : xlm_piece(x, s, n, out, emit);
+    return x->ops->piece(x, s, n, lps, out, emit);
 }
 
 /* The answer's tool call at the upstream's index (made on first sight), or NULL past the
@@ -268,7 +206,7 @@ static xl_tool *tool_at(al_xl *x, int chat_index, size_t *pos)
     memset(t, 0, sizeof *t);
     t->chat_index = chat_index;
     snprintf(t->item_id, sizeof t->item_id, "%s_%s_%zu",
-             x->api == AL_API_RESPONSES ? "fc" : "toolu", x->seed, x->ntools);
+             x->ops->tool_prefix, x->seed, x->ntools);
     *pos = x->ntools++;
     return t;
 }
@@ -389,11 +327,11 @@ static int finish(al_xl *x, const char *error, al_xbuf *out, int emit)
     if (x->ended) return 0;
     /* a model that said nothing (an end token first) still answers with a message, empty,
      * as the Responses API's models do: agents look for one to end their turn */
-    if (x->api == AL_API_RESPONSES && !error && x->nout == 0 && switch_to(x, XK_TEXT, 0, out, emit))
+    if (x->ops->empty_message && !error && x->nout == 0 && switch_to(x, XK_TEXT, 0, out, emit))
         return -1;
     if (item_close(x, out, emit)) return -1;
     x->ended = 1;
-    return x->api == AL_API_RESPONSES ? xlr_end(x, error, out, emit) : xlm_end(x, error, out, emit);
+    return x->ops->end(x, error, out, emit);
 }
 
 json_t *al_xl_answer(al_xl *x, json_t *completion, al_xl_err *err)
@@ -426,8 +364,7 @@ int al_xl_chunk(al_xl *x, json_t *chunk, al_xbuf *out)
     if (set_up_model(x, chunk)) return -1;
     if (!x->started) {
         x->started = 1;
-        if ((x->api == AL_API_RESPONSES ? xlr_open_stream(x, out) : xlm_open_stream(x, out)))
-            return -1;
+        if (x->ops->open_stream(x, out)) return -1;
     }
     read_usage(x, json_object_get(chunk, "usage"));
     if (!json_is_object(c0)) return 0;
@@ -441,59 +378,15 @@ int al_xl_end(al_xl *x, const char *error, al_xbuf *out)
     if (x->ended) return 0;
     if (!x->started) {
         x->started = 1;
-        if ((x->api == AL_API_RESPONSES ? xlr_open_stream(x, out) : xlm_open_stream(x, out)))
-            return -1;
+        if (x->ops->open_stream(x, out)) return -1;
     }
     return finish(x, error, out, 1);
 }
 
-/* ------------------------------------------------------------------------------------------
- * Errors in each API's terms
- * ------------------------------------------------------------------------------------------ */
-
-static const char *anthropic_type(int status)
-{
-    switch (status) {
-    case 400:
-    case 405:
-    case 411:
-    case 415:
-    case 422:
-        return "invalid_request_error";
-    case 401:
-        return "authentication_error";
-    case 403:
-        return "permission_error";
-    case 404:
-        return "not_found_error";
-    case 408:
-    case 504:
-        return "timeout_error";
-    case 413:
-    case 431:
-        return "request_too_large";
-    case 429:
-        return "rate_limit_error";
-    case 503:
-    case 529:
-        return "overloaded_error";
-    default:
-        return status < 500 ? "invalid_request_error" : "api_error";
-    }
-}
-
+/* Chat completions errors have the OpenAI shape, the Responses API's. */
 char *al_xl_error_body(al_api api, int status, const char *type, const char *code,
                        const char *message)
 {
-    json_t *o;
-    if (api == AL_API_MESSAGES)
-        o = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", anthropic_type(status),
-                      "message", message ? message : "");
-    else
-        o = json_pack("{s:{s:s,s:s,s:n,s:o}}", "error", "message", message ? message : "", "type",
-                      type ? type : (status < 500 ? "invalid_request_error" : "server_error"),
-                      "param", "code", code && *code ? json_string(code) : json_null());
-    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(o);
-    return s;
+    const xl_ops *ops = ops_of(api);
+    return (ops ? ops : &xl_responses_ops)->error_body(status, type, code, message);
 }
