@@ -39,6 +39,7 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "http/metrics.h"
+#include "kafka/follower.h"
 #include "kafka/kafka.h"
 #include "kafka/stage.h"
 
@@ -123,12 +124,11 @@ typedef struct flight {
     struct flight *next;
 } flight;
 
-struct policy_follower;
-
 typedef struct batch_worker {
     batch_opts *o;
     al_batcher *batcher;
-    struct policy_follower *pf;
+    al_follower *policy;  /* arclight.policy, from its beginning */
+    al_policy_version pv; /* decoded policy version, reused per record */
     batch_metrics met;
     flight *flights; /* oldest first */
     int64_t steps_done, last_step_acked;
@@ -309,7 +309,6 @@ static void on_drop(void *ctx, void *opaque, const char *reason)
     al_input_end(opaque);
 }
 
-static void policy_free(struct policy_follower *pf);
 static int policy_read_to_end(batch_worker *w, const al_kafka_conf *kc, char *errstr,
                               size_t errlen);
 
@@ -333,7 +332,8 @@ static void undo_since_commit(batch_worker *w)
     for (size_t i = 0; i < w->n_known; i++) free(w->known_models[i]);
     w->n_known = 0;
     w->recover_truncated = 0;
-    policy_free(w->pf);
+    al_follower_free(w->policy);
+    w->policy = NULL;
     w->recover_pending = 1;
 }
 
@@ -585,64 +585,33 @@ out:
     return rc;
 }
 
-typedef struct policy_follower {
-    rd_kafka_t *rk;
-    int nparts, at_end;
-    char *eof_seen;
-    al_policy_version pv;
-} policy_follower;
+/* ---- the policy topic ---------------------------------------------------------------------- */
 
-static int policy_start(policy_follower *pf, const al_kafka_conf *kc, const char *topic,
-                        char *errstr, size_t errlen)
+/* One PolicyVersion record: the batcher's latest version of its model. */
+static void policy_apply(batch_worker *w, const rd_kafka_message_t *m)
 {
-    memset(pf, 0, sizeof *pf);
-    if (!(pf->rk = al_kafka_reader_new(kc, "arclight-batch-policy", errstr, errlen))) return -1;
-    pf->nparts = topic_partitions(pf->rk, topic, errstr, errlen);
-    if (pf->nparts < 0) return -1;
-    pf->eof_seen = calloc((size_t)pf->nparts, 1);
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(pf->nparts);
-    for (int p = 0; p < pf->nparts; p++)
-        rd_kafka_topic_partition_list_add(l, topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
-    rd_kafka_resp_err_t err = rd_kafka_assign(pf->rk, l);
-    rd_kafka_topic_partition_list_destroy(l);
-    if (err || !pf->eof_seen) return al_err(errstr, errlen, "cannot read %s: %s", topic, rd_kafka_err2str(err));
-    return 0;
-}
-
-static void policy_free(policy_follower *pf)
-{
-    /* assign-only: no group to leave, nothing to commit, so no close to wait on the broker */
-    if (pf->rk) rd_kafka_destroy_flags(pf->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
-    free(pf->eof_seen);
-    al_policy_version_clear(&pf->pv);
-    memset(pf, 0, sizeof *pf); /* freed twice after an abort's read-back failed: nothing */
+    char e[256];
+    if (al_policy_version_decode(m->payload, m->len, &w->pv, e, sizeof e) != 0) {
+        al_log_warn(COMP, "policy topic [%d] offset %" PRId64 ": not a PolicyVersion (%s); ignored",
+                    (int)m->partition, m->offset, e);
+        return;
+    }
+    al_batcher_set_policy_version(w->batcher, w->pv.model, w->pv.version);
+    al_gauge_set(w->met.policy_version, (double)w->pv.version);
+    al_log_debug(COMP, "policy %s version %" PRId64, w->pv.model, w->pv.version);
 }
 
 /* Applies every policy version available now (waiting up to timeout_ms for the first). */
-static void policy_poll(policy_follower *pf, batch_worker *w, int timeout_ms)
+static void policy_poll(batch_worker *w, int timeout_ms)
 {
-    for (;;) {
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(pf->rk, timeout_ms);
-        if (!m) return;
+    rd_kafka_message_t *m;
+    int k;
+    while (w->policy && (k = al_follower_next(w->policy, timeout_ms, &m)) != 0) {
         timeout_ms = 0;
-        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-            if (m->partition >= 0 && m->partition < pf->nparts && !pf->eof_seen[m->partition]) {
-                pf->eof_seen[m->partition] = 1;
-                pf->at_end++;
-            }
-        } else if (m->err) {
+        if (k < 0)
             al_log_warn(COMP, "policy topic: %s", rd_kafka_message_errstr(m));
-        } else if (m->payload) { /* a tombstone deletes nothing here: versions only go up */
-            char e[256];
-            if (al_policy_version_decode(m->payload, m->len, &pf->pv, e, sizeof e) != 0) {
-                al_log_warn(COMP, "policy topic [%d] offset %" PRId64 ": not a PolicyVersion (%s); ignored",
-                            (int)m->partition, m->offset, e);
-            } else {
-                al_batcher_set_policy_version(w->batcher, pf->pv.model, pf->pv.version);
-                al_gauge_set(w->met.policy_version, (double)pf->pv.version);
-                al_log_debug(COMP, "policy %s version %" PRId64, pf->pv.model, pf->pv.version);
-            }
-        }
+        else if (m->payload) /* a tombstone deletes nothing here: versions only go up */
+            policy_apply(w, m);
         rd_kafka_message_destroy(m);
     }
 }
@@ -666,14 +635,23 @@ static int on_prepare(al_stage *s, void *ctx, char *errstr, size_t errlen)
     return policy_read_to_end(w, al_stage_conf(s), errstr, errlen);
 }
 
-/* The policy topic from its beginning to its end (the latest version of every model). */
+/* The policy topic from its beginning to its end (the latest version of every model). 0, or -1
+ * with errstr. */
 static int policy_read_to_end(batch_worker *w, const al_kafka_conf *kc, char *errstr,
                               size_t errlen)
 {
-    if (policy_start(w->pf, kc, w->o->policy_topic, errstr, errlen) != 0) return -1;
+    al_follower_opts fo = {
+        .topic = w->o->policy_topic,
+        .client = "arclight-batch-policy",
+        .timeout_ms = 10000,
+        .missing_hint = " (create it: arclight topics create)",
+    };
+    al_follower_free(w->policy);
+    w->policy = al_follower_new(kc, &fo, errstr, errlen);
+    if (!w->policy || al_follower_assign(w->policy, errstr, errlen) != 0) return -1;
     int64_t deadline = al_mono_us() + 60 * 1000000LL;
-    while (w->pf->at_end < w->pf->nparts && !al_stage_stop_requested()) {
-        policy_poll(w->pf, w, 200);
+    while (!al_follower_caught_up(w->policy) && !al_stage_stop_requested()) {
+        policy_poll(w, 200);
         if (al_mono_us() > deadline)
             return al_err(errstr, errlen, "reading %s to its end took over 60 s",
                           w->o->policy_topic);
@@ -770,7 +748,7 @@ static int on_tick(al_stage *s, int got, int64_t now, void *ctx)
     int house = !got || now - w->last_house >= 10000;
     if (house) {
         w->last_house = now;
-        policy_poll(w->pf, w, 0);
+        policy_poll(w, 0);
         al_batcher_close_idle(w->batcher, now, o->group_idle_ms * 1000, lane_quiet, w);
     }
     al_batch_step *st;
@@ -1020,8 +998,6 @@ int cmd_batch(int argc, char **argv)
         return al_cli_usage_error("batch", "%s", err + (strncmp(err, "batch: ", 7) ? 0 : 7));
 
     int rc = AL_EXIT_FAILURE;
-    policy_follower pf = {0};
-    w.pf = &pf;
     w.met.reg = al_metrics_new();
     if (!w.met.reg) goto out;
     metrics_init(&w.met);
@@ -1042,7 +1018,8 @@ int cmd_batch(int argc, char **argv)
     rc = al_stage_run(&w.st, &spec);
 out:
     al_transition_clear(&w.t);
-    policy_free(&pf);
+    al_follower_free(w.policy);
+    al_policy_version_clear(&w.pv);
     al_batcher_free(w.batcher);
     free(w.next_offset);
     for (size_t i = 0; i < w.n_known; i++) free(w.known_models[i]);
