@@ -383,6 +383,58 @@ static int64_t default_max_message_bytes(const char *topic)
     return limit - 65536;
 }
 
+/* Runs the worker on the stage skeleton (kafka/stage.h) until --steps, a signal or a failure:
+ * the exit status. */
+static int batch_run(batch_opts *o, const al_cli_common *common, int64_t drain_s,
+                     int exactly_once)
+{
+    /* A step's sequences (tens of MB at large steps) are freed and the next step's allocated
+     * right after: without this, glibc trims the heap and maps it again each step, and page
+     * faults take most of the time (bench_batch: 3x at 1024-sequence steps). */
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+
+    char err[1024];
+    batch_worker w = {.o = o, .last_step_acked = -1};
+    al_stage_init(&w.st, COMP, "the batch worker stopped on an error", 1);
+    al_stage_keep_freed_memory();
+    o->cfg.on_drop = on_drop;
+    o->cfg.on_drop_ctx = &w;
+    w.batcher = al_batcher_new(&o->cfg, err, sizeof err);
+    if (!w.batcher)
+        return al_cli_usage_error("batch", "%s", err + (strncmp(err, "batch: ", 7) ? 0 : 7));
+
+    int rc = AL_EXIT_FAILURE;
+    w.met.reg = al_metrics_new();
+    if (!w.met.reg) goto out;
+    batch_metrics_init(&w.met);
+    al_metrics_add_process_metrics(w.met.reg);
+    const char *outs[] = {o->output_topic, NULL};
+    al_stage_spec spec = {
+        .common = common,
+        .group = o->group,
+        .input = o->input_topic,
+        .outputs = outs,
+        .metrics = w.met.reg,
+        .poll_ms = 50,
+        .drain_s = (double)drain_s,
+        .hooks = &batch_hooks,
+        .ud = &w,
+        .exactly_once = exactly_once,
+    };
+    rc = al_stage_run(&w.st, &spec);
+out:
+    al_transition_clear(&w.t);
+    batch_policy_stop(&w);
+    al_policy_version_clear(&w.pv);
+    al_batcher_free(w.batcher);
+    free(w.next_offset);
+    batch_recovery_forget(&w);
+    free(w.known_models);
+    al_metrics_free(w.met.reg);
+    return rc;
+}
+
 int cmd_batch(int argc, char **argv)
 {
     enum {
@@ -491,49 +543,5 @@ int cmd_batch(int argc, char **argv)
     if (kill_at && sscanf(kill_at, "%" SCNd64 ":%" SCNd64, &o.kill_step, &o.kill_chunk) != 2)
         o.kill_step = -1;
 
-    /* A step's sequences (tens of MB at large steps) are freed and the next step's allocated
-     * right after: without this, glibc trims the heap and maps it again each step, and page
-     * faults take most of the time (bench_batch: 3x at 1024-sequence steps). */
-    mallopt(M_TRIM_THRESHOLD, 512 << 20);
-    mallopt(M_MMAP_THRESHOLD, 64 << 20);
-
-    char err[1024];
-    batch_worker w = {.o = &o, .last_step_acked = -1};
-    al_stage_init(&w.st, COMP, "the batch worker stopped on an error", 1);
-    al_stage_keep_freed_memory();
-    o.cfg.on_drop = on_drop;
-    o.cfg.on_drop_ctx = &w;
-    w.batcher = al_batcher_new(&o.cfg, err, sizeof err);
-    if (!w.batcher)
-        return al_cli_usage_error("batch", "%s", err + (strncmp(err, "batch: ", 7) ? 0 : 7));
-
-    int rc = AL_EXIT_FAILURE;
-    w.met.reg = al_metrics_new();
-    if (!w.met.reg) goto out;
-    batch_metrics_init(&w.met);
-    al_metrics_add_process_metrics(w.met.reg);
-    const char *outs[] = {o.output_topic, NULL};
-    al_stage_spec spec = {
-        .common = &common,
-        .group = o.group,
-        .input = o.input_topic,
-        .outputs = outs,
-        .metrics = w.met.reg,
-        .poll_ms = 50,
-        .drain_s = (double)drain_s,
-        .hooks = &batch_hooks,
-        .ud = &w,
-        .exactly_once = exactly_once,
-    };
-    rc = al_stage_run(&w.st, &spec);
-out:
-    al_transition_clear(&w.t);
-    batch_policy_stop(&w);
-    al_policy_version_clear(&w.pv);
-    al_batcher_free(w.batcher);
-    free(w.next_offset);
-    batch_recovery_forget(&w);
-    free(w.known_models);
-    al_metrics_free(w.met.reg);
-    return rc;
+    return batch_run(&o, &common, drain_s, exactly_once);
 }
