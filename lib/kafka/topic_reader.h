@@ -10,7 +10,8 @@
  *   end     without follow: the high watermark seen at start; with follow: none; an
  *           explicit end offset (exclusive) or end time (inclusive) narrows it further
  * The reader is done when every partition has reached its end; with follow and no end
- * bound, never.
+ * bound, never. To read one topic from its beginning and keep following it after its end
+ * (arclight.policy), see follower.h.
  */
 #ifndef ARCLIGHT_KAFKA_TOPIC_READER_H
 #define ARCLIGHT_KAFKA_TOPIC_READER_H

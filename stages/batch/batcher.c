@@ -783,6 +783,144 @@ static int64_t seq_cost(const seq *s)
     return 17 * s->n_tokens + 4 + 4 + 10 + 5 + (int64_t)strlen(s->id);
 }
 
+/* Whitens the advantages of the loss tokens of a step's sequences: mean 0, deviation 1 over
+ * all of them (loss_tokens > 0 of them). */
+static void whiten_advantages(seq **seqs, size_t n, int64_t loss_tokens)
+{
+    double sum = 0, sq = 0;
+    for (size_t i = 0; i < n; i++)
+        for (int64_t t = 0; t < seqs[i]->n_tokens; t++)
+            if (seqs[i]->mask[t]) sum += seqs[i]->adv[t];
+    double mean = sum / (double)loss_tokens;
+    for (size_t i = 0; i < n; i++)
+        for (int64_t t = 0; t < seqs[i]->n_tokens; t++)
+            if (seqs[i]->mask[t]) sq += (seqs[i]->adv[t] - mean) * (seqs[i]->adv[t] - mean);
+    double sd = sqrt(sq / (double)loss_tokens);
+    for (size_t i = 0; i < n; i++)
+        for (int64_t t = 0; t < seqs[i]->n_tokens; t++)
+            if (seqs[i]->mask[t])
+                seqs[i]->adv[t] = (float)((seqs[i]->adv[t] - mean) / (sd + 1e-8));
+}
+
+/* Lays the step's sequences out in b's step_build, micro-batch by micro-batch (bin_of: each
+ * sequence's bin from the packing), each in packing order, longest first; T: their tokens.
+ * 0, or -1 when out of memory. */
+static int layout_bins(step_build *sb, seq **seqs, const int64_t *len, const int32_t *bin_of,
+                       size_t n, int nbins, size_t T)
+{
+    order_item *ord = malloc((n ? n : 1) * sizeof *ord);
+    if (!ord) return -1;
+    for (size_t i = 0; i < n; i++) {
+        ord[i].len = len[i];
+        ord[i].idx = i;
+    }
+    qsort(ord, n, sizeof *ord, order_cmp);
+    if (step_build_reserve(sb, T, n, (size_t)nbins) != 0) {
+        free(ord);
+        return -1;
+    }
+    size_t tok = 0, sq = 0, cu = 0;
+    for (int bin = 0; bin < nbins; bin++) {
+        al_micro_batch *mb = &sb->mbs[bin];
+        int64_t id_bytes = 0;
+        mb->index = bin;
+        mb->token_ids = sb->tokens + tok;
+        mb->position_ids = sb->positions + tok;
+        mb->loss_mask = sb->mask + tok;
+        mb->rollout_logprobs = sb->logp + tok;
+        mb->advantages = sb->adv + tok;
+        mb->cu_seqlens = sb->cu + cu;
+        mb->transition_ids = sb->ids + sq;
+        mb->policy_versions = sb->versions + sq;
+        mb->rewards = sb->rewards + sq;
+        size_t tok0 = tok;
+        sb->cu[cu++] = 0;
+        for (size_t o = 0; o < n; o++) {
+            size_t i = ord[o].idx;
+            if (bin_of[i] != bin) continue;
+            const seq *s = seqs[i];
+            size_t L = (size_t)s->n_tokens;
+            memcpy(sb->tokens + tok, s->tokens, L * sizeof *sb->tokens);
+            memcpy(sb->mask + tok, s->mask, L);
+            memcpy(sb->logp + tok, s->logp, L * sizeof *sb->logp);
+            memcpy(sb->adv + tok, s->adv, L * sizeof *sb->adv);
+            for (size_t p = 0; p < L; p++) sb->positions[tok + p] = (int32_t)p;
+            tok += L;
+            sb->cu[cu++] = (int32_t)(tok - tok0);
+            sb->ids[sq] = s->id;
+            sb->versions[sq] = s->policy_version;
+            sb->rewards[sq] = s->reward;
+            id_bytes += (int64_t)strlen(s->id);
+            sq++;
+            mb->n_sequences++;
+        }
+        mb->n_tokens = tok - tok0;
+        mb->n_rewards = mb->n_sequences;
+        sb->mb_bytes[bin] = al_batch_micro_batch_bytes((int64_t)mb->n_tokens,
+                                                       (int64_t)mb->n_sequences, id_bytes);
+    }
+    free(ord);
+    return 0;
+}
+
+/* Cuts the step's micro-batches (in b's step_build) into BatchChunk messages under the size
+ * limit and encodes them into st->chunks. 0; -1 with errstr (an encoding failed, a chunk over
+ * the limit); -2 when out of memory. */
+static int encode_chunks(al_batcher *b, const model *m, al_batch_step *st, int nbins,
+                         char *errstr, size_t errlen)
+{
+    step_build *sb = &b->sb;
+    size_t n = (size_t)st->n_sequences;
+    int64_t total_tokens = st->n_tokens, loss_tokens = st->n_loss_tokens;
+    int64_t fixed = CHUNK_FIXED_BYTES(strlen(m->name));
+    size_t *first = malloc(((size_t)nbins + 1) * sizeof *first);
+    if (!first) return -2;
+    size_t nchunks = 0;
+    int64_t acc = 0;
+    for (int bin = 0; bin < nbins; bin++) {
+        if (nchunks == 0 || acc + sb->mb_bytes[bin] > b->cfg.max_message_bytes) {
+            first[nchunks++] = (size_t)bin;
+            acc = fixed;
+        }
+        acc += sb->mb_bytes[bin];
+    }
+    if (nchunks == 0) first[nchunks++] = 0; /* an empty step still says it exists */
+    first[nchunks] = (size_t)nbins;
+    st->chunks = calloc(nchunks, sizeof *st->chunks);
+    if (!st->chunks) {
+        free(first);
+        return -2;
+    }
+    st->n_chunks = nchunks;
+    for (size_t c = 0; c < nchunks; c++) {
+        al_batch_chunk ch = {
+            .model = m->name,
+            .step = st->step,
+            .policy_version = m->policy_version,
+            .chunk_index = (int32_t)c,
+            .chunk_count = (int32_t)nchunks,
+            .step_micro_batches = nbins,
+            .step_sequences = (int32_t)n,
+            .step_tokens = total_tokens,
+            .step_loss_tokens = loss_tokens,
+            .micro_batches = sb->mbs + first[c],
+            .n_micro_batches = first[c + 1] - first[c],
+        };
+        if (al_batch_chunk_encode(&ch, &st->chunks[c], errstr, errlen) != 0) {
+            free(first);
+            return -1;
+        }
+        if ((int64_t)st->chunks[c].len > b->cfg.max_message_bytes) {
+            al_err(errstr, errlen, "batch: chunk %zu of step %lld is %zu bytes, over the limit of %lld (estimate bug)",
+                   c, (long long)st->step, st->chunks[c].len, (long long)b->cfg.max_message_bytes);
+            free(first);
+            return -1;
+        }
+    }
+    free(first);
+    return 0;
+}
+
 /* Turns the first ngroups queued groups of model mi into a step. */
 static int build_step(al_batcher *b, int mi, size_t ngroups, al_batch_step **out, char *errstr,
                       size_t errlen)
@@ -796,8 +934,6 @@ static int build_step(al_batcher *b, int mi, size_t ngroups, al_batch_step **out
     int64_t *cost = malloc((n ? n : 1) * sizeof *cost);
     int32_t *bin_of = malloc((n ? n : 1) * sizeof *bin_of);
     al_batch_step *st = calloc(1, sizeof *st);
-    step_build *sbp = &b->sb;
-#define sb (*sbp)
     int rc = -1, nbins = 0;
     if (!seqs || !len || !cost || !bin_of || !st) goto oom;
     size_t k = 0;
@@ -821,21 +957,7 @@ static int build_step(al_batcher *b, int mi, size_t ngroups, al_batch_step **out
     }
     st->n_opaques = n;
 
-    if (b->cfg.whiten && loss_tokens > 0) {
-        double sum = 0, sq = 0;
-        for (size_t i = 0; i < n; i++)
-            for (int64_t t = 0; t < seqs[i]->n_tokens; t++)
-                if (seqs[i]->mask[t]) sum += seqs[i]->adv[t];
-        double mean = sum / (double)loss_tokens;
-        for (size_t i = 0; i < n; i++)
-            for (int64_t t = 0; t < seqs[i]->n_tokens; t++)
-                if (seqs[i]->mask[t]) sq += (seqs[i]->adv[t] - mean) * (seqs[i]->adv[t] - mean);
-        double sd = sqrt(sq / (double)loss_tokens);
-        for (size_t i = 0; i < n; i++)
-            for (int64_t t = 0; t < seqs[i]->n_tokens; t++)
-                if (seqs[i]->mask[t])
-                    seqs[i]->adv[t] = (float)((seqs[i]->adv[t] - mean) / (sd + 1e-8));
-    }
+    if (b->cfg.whiten && loss_tokens > 0) whiten_advantages(seqs, n, loss_tokens);
 
     /* Packing: token budget and message bytes both bound a micro-batch. */
     int64_t mb_cost_cap = b->cfg.max_message_bytes - CHUNK_FIXED_BYTES(strlen(m->name)) -
@@ -851,59 +973,7 @@ static int build_step(al_batcher *b, int mi, size_t ngroups, al_batch_step **out
     }
 
     /* Lay the sequences out bin by bin, each bin in packing order (longest first). */
-    order_item *ord = malloc((n ? n : 1) * sizeof *ord);
-    if (!ord) goto oom;
-    for (size_t i = 0; i < n; i++) {
-        ord[i].len = len[i];
-        ord[i].idx = i;
-    }
-    qsort(ord, n, sizeof *ord, order_cmp);
-    size_t T = (size_t)total_tokens;
-    if (step_build_reserve(sbp, T, n, (size_t)nbins) != 0) {
-        free(ord);
-        goto oom;
-    }
-    size_t tok = 0, sq = 0, cu = 0;
-    for (int bin = 0; bin < nbins; bin++) {
-        al_micro_batch *mb = &sb.mbs[bin];
-        int64_t id_bytes = 0;
-        mb->index = bin;
-        mb->token_ids = sb.tokens + tok;
-        mb->position_ids = sb.positions + tok;
-        mb->loss_mask = sb.mask + tok;
-        mb->rollout_logprobs = sb.logp + tok;
-        mb->advantages = sb.adv + tok;
-        mb->cu_seqlens = sb.cu + cu;
-        mb->transition_ids = sb.ids + sq;
-        mb->policy_versions = sb.versions + sq;
-        mb->rewards = sb.rewards + sq;
-        size_t tok0 = tok;
-        sb.cu[cu++] = 0;
-        for (size_t o = 0; o < n; o++) {
-            size_t i = ord[o].idx;
-            if (bin_of[i] != bin) continue;
-            const seq *s = seqs[i];
-            size_t L = (size_t)s->n_tokens;
-            memcpy(sb.tokens + tok, s->tokens, L * sizeof *sb.tokens);
-            memcpy(sb.mask + tok, s->mask, L);
-            memcpy(sb.logp + tok, s->logp, L * sizeof *sb.logp);
-            memcpy(sb.adv + tok, s->adv, L * sizeof *sb.adv);
-            for (size_t p = 0; p < L; p++) sb.positions[tok + p] = (int32_t)p;
-            tok += L;
-            sb.cu[cu++] = (int32_t)(tok - tok0);
-            sb.ids[sq] = s->id;
-            sb.versions[sq] = s->policy_version;
-            sb.rewards[sq] = s->reward;
-            id_bytes += (int64_t)strlen(s->id);
-            sq++;
-            mb->n_sequences++;
-        }
-        mb->n_tokens = tok - tok0;
-        mb->n_rewards = mb->n_sequences;
-        sb.mb_bytes[bin] = al_batch_micro_batch_bytes((int64_t)mb->n_tokens,
-                                                      (int64_t)mb->n_sequences, id_bytes);
-    }
-    free(ord);
+    if (layout_bins(&b->sb, seqs, len, bin_of, n, nbins, (size_t)total_tokens) != 0) goto oom;
     st->n_micro_batches = nbins;
     st->n_tokens = total_tokens;
     st->n_loss_tokens = loss_tokens;
@@ -911,52 +981,9 @@ static int build_step(al_batcher *b, int mi, size_t ngroups, al_batch_step **out
     st->efficiency = st->capacity_tokens ? (double)total_tokens / (double)st->capacity_tokens : 0;
 
     /* Chunks: consecutive micro-batches while the estimate stays under the limit. */
-    int64_t fixed = CHUNK_FIXED_BYTES(strlen(m->name));
-    size_t *first = malloc(((size_t)nbins + 1) * sizeof *first);
-    if (!first) goto oom;
-    size_t nchunks = 0;
-    int64_t acc = 0;
-    for (int bin = 0; bin < nbins; bin++) {
-        if (nchunks == 0 || acc + sb.mb_bytes[bin] > b->cfg.max_message_bytes) {
-            first[nchunks++] = (size_t)bin;
-            acc = fixed;
-        }
-        acc += sb.mb_bytes[bin];
-    }
-    if (nchunks == 0) first[nchunks++] = 0; /* an empty step still says it exists */
-    first[nchunks] = (size_t)nbins;
-    st->chunks = calloc(nchunks, sizeof *st->chunks);
-    if (!st->chunks) {
-        free(first);
-        goto oom;
-    }
-    st->n_chunks = nchunks;
-    for (size_t c = 0; c < nchunks; c++) {
-        al_batch_chunk ch = {
-            .model = m->name,
-            .step = st->step,
-            .policy_version = m->policy_version,
-            .chunk_index = (int32_t)c,
-            .chunk_count = (int32_t)nchunks,
-            .step_micro_batches = nbins,
-            .step_sequences = (int32_t)n,
-            .step_tokens = total_tokens,
-            .step_loss_tokens = loss_tokens,
-            .micro_batches = sb.mbs + first[c],
-            .n_micro_batches = first[c + 1] - first[c],
-        };
-        if (al_batch_chunk_encode(&ch, &st->chunks[c], errstr, errlen) != 0) {
-            free(first);
-            goto fail;
-        }
-        if ((int64_t)st->chunks[c].len > b->cfg.max_message_bytes) {
-            al_err(errstr, errlen, "batch: chunk %zu of step %lld is %zu bytes, over the limit of %lld (estimate bug)",
-                   c, (long long)st->step, st->chunks[c].len, (long long)b->cfg.max_message_bytes);
-            free(first);
-            goto fail;
-        }
-    }
-    free(first);
+    int cr = encode_chunks(b, m, st, nbins, errstr, errlen);
+    if (cr == -2) goto oom;
+    if (cr != 0) goto fail;
 
     /* The step owns its transitions now: take the groups off the queue. */
     for (size_t i = 0; i < ngroups; i++) {
@@ -974,7 +1001,6 @@ static int build_step(al_batcher *b, int mi, size_t ngroups, al_batch_step **out
 oom:
     al_err(errstr, errlen, "batch: out of memory building a step of %zu sequences", n);
 fail:
-#undef sb
     al_batch_step_free(st);
     free(seqs);
     free(len);

@@ -31,186 +31,23 @@
  * takes partitions away from this worker (a second worker joined), it stops with an error
  * rather than number steps concurrently; the other worker carries on from the stored offsets.
  */
-#include "batcher.h"
+#include "batch.h"
 
-#include "avro/codec.h"
 #include "core/cli.h"
 #include "core/fault.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "http/metrics.h"
-#include "kafka/kafka.h"
-#include "kafka/stage.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define COMP "batch"
 
-typedef struct batch_opts {
-    const char *input_topic, *output_topic, *policy_topic, *group;
-    al_batch_config cfg;
-    int64_t group_idle_ms;
-    int64_t recover_chunks;
-    int64_t stop_after_step; /* -1: run until a signal */
-    int64_t kill_step, kill_chunk; /* fault point: SIGKILL self after this chunk is acked */
-} batch_opts;
-
-/* ---- metrics ----------------------------------------------------------------------------- */
-
-typedef struct batch_metrics {
-    al_metrics *reg;
-    al_counter *added, *duplicate, *invalid, *undecodable, *stale_dropped, *stale_kept;
-    al_counter *steps, *chunks, *tokens, *capacity;
-    al_histogram *step_tokens, *step_seqs, *lag, *efficiency_h;
-    al_gauge *efficiency, *open_groups, *queued_groups, *queued_seqs, *policy_version,
-        *lag_unknown;
-} batch_metrics;
-
-static const double lag_buckets[] = {0, 1, 2, 3, 4, 6, 8, 12, 16, 32, 64};
-static const double token_buckets[] = {1e3, 4e3, 16e3, 64e3, 256e3, 1e6, 4e6, 16e6};
-static const double seq_buckets[] = {1, 4, 16, 64, 256, 1024, 4096};
-static const double eff_buckets[] = {0.5, 0.7, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99, 1.0};
-
-static void metrics_init(batch_metrics *m)
-{
-    al_metrics *r = m->reg;
-    const char *tn = "arclight_batch_transitions_total", *th = "Transitions consumed, by outcome";
-    m->added = al_metrics_counter(r, tn, th, "result", "added", NULL);
-    m->duplicate = al_metrics_counter(r, tn, th, "result", "duplicate", NULL);
-    m->invalid = al_metrics_counter(r, tn, th, "result", "invalid", NULL);
-    m->undecodable = al_metrics_counter(r, tn, th, "result", "undecodable", NULL);
-    m->stale_dropped = al_metrics_counter(r, tn, th, "result", "stale_dropped", NULL);
-    m->stale_kept = al_metrics_counter(r, "arclight_batch_stale_kept_total",
-                                       "Sequences kept in a step although older than --max-staleness", NULL);
-    m->steps = al_metrics_counter(r, "arclight_batch_steps_total", "Trainer steps acknowledged", NULL);
-    m->chunks = al_metrics_counter(r, "arclight_batch_chunks_total", "BatchChunk messages acknowledged", NULL);
-    m->tokens = al_metrics_counter(r, "arclight_batch_tokens_total", "Tokens in acknowledged steps", NULL);
-    m->capacity = al_metrics_counter(r, "arclight_batch_capacity_tokens_total",
-                                     "Micro-batch capacity of acknowledged steps (tokens)", NULL);
-    m->step_tokens = al_metrics_histogram(r, "arclight_batch_step_tokens", "Tokens per step",
-                                          token_buckets, AL_ARRAY_LEN(token_buckets), NULL);
-    m->step_seqs = al_metrics_histogram(r, "arclight_batch_step_sequences", "Sequences per step",
-                                        seq_buckets, AL_ARRAY_LEN(seq_buckets), NULL);
-    m->lag = al_metrics_histogram(r, "arclight_batch_policy_lag",
-                                  "Policy versions between a sequence's sampler and the latest, per sequence stepped",
-                                  lag_buckets, AL_ARRAY_LEN(lag_buckets), NULL);
-    m->lag_unknown = al_metrics_gauge(r, "arclight_batch_policy_lag_unknown",
-                                      "Sequences of the last step with no known lag (no version)", NULL);
-    m->efficiency_h = al_metrics_histogram(r, "arclight_batch_packing_efficiency_ratio",
-                                           "Packing efficiency per step (tokens / capacity)",
-                                           eff_buckets, AL_ARRAY_LEN(eff_buckets), NULL);
-    m->efficiency = al_metrics_gauge(r, "arclight_batch_packing_efficiency",
-                                     "Packing efficiency of the last step (tokens / capacity)", NULL);
-    m->open_groups = al_metrics_gauge(r, "arclight_batch_open_groups", "Groups still receiving transitions", NULL);
-    m->queued_groups = al_metrics_gauge(r, "arclight_batch_queued_groups", "Complete groups waiting for a step", NULL);
-    m->queued_seqs = al_metrics_gauge(r, "arclight_batch_queued_sequences", "Sequences waiting for a step", NULL);
-    m->policy_version = al_metrics_gauge(r, "arclight_batch_policy_version",
-                                         "Latest policy version seen (any model)", NULL);
-}
-
-/* ---- steps in flight ----------------------------------------------------------------------- */
-
-typedef struct flight {
-    al_batch_step *step;
-    size_t acked, failed;
-    struct flight *next;
-} flight;
-
-struct policy_follower;
-
-typedef struct batch_worker {
-    batch_opts *o;
-    al_batcher *batcher;
-    struct policy_follower *pf;
-    batch_metrics met;
-    flight *flights; /* oldest first */
-    int64_t steps_done, last_step_acked;
-    int64_t n_consumed, bytes_consumed, first_msg_us, last_step_us;
-    int64_t *next_offset; /* per input partition: one past the last offset consumed */
-    size_t n_next_offset;
-    /* models whose step number came from the read-back (or were warned about), and whether
-     * the read-back window left older chunks unread on some partition */
-    char **known_models;
-    size_t n_known;
-    int recover_truncated;
-    al_stage st; /* the worker (kafka/stage.h): failure latch, /healthz, producer, consumer */
-    al_transition t; /* decoded input, reused per message */
-    int64_t last_house;
-    int recover_pending; /* exactly-once: a transaction was aborted; read back before going on */
-} batch_worker;
-
-static void end_inputs(al_batch_step *st)
-{
-    for (size_t i = 0; i < st->n_opaques; i++) al_input_end(st->opaques[i]);
-}
-
-/* A finished step: account for it, release its inputs (their offsets may now be stored). */
-static void step_acked(batch_worker *w, flight *f)
-{
-    al_batch_step *st = f->step;
-    end_inputs(st);
-    batch_metrics *m = &w->met;
-    al_counter_inc(m->steps);
-    al_counter_add(m->chunks, (double)st->n_chunks);
-    al_counter_add(m->tokens, (double)st->n_tokens);
-    al_counter_add(m->capacity, (double)st->capacity_tokens);
-    al_histogram_observe(m->step_tokens, (double)st->n_tokens);
-    al_histogram_observe(m->step_seqs, (double)st->n_sequences);
-    al_histogram_observe(m->efficiency_h, st->efficiency);
-    al_gauge_set(m->efficiency, st->efficiency);
-    al_counter_add(m->stale_kept, st->n_stale);
-    int64_t unknown = 0, lag_max = -1;
-    for (int32_t i = 0; i < st->n_sequences; i++) {
-        if (st->lags[i] < 0) {
-            unknown++;
-            continue;
-        }
-        al_histogram_observe(m->lag, (double)st->lags[i]);
-        if (st->lags[i] > lag_max) lag_max = st->lags[i];
-    }
-    al_gauge_set(m->lag_unknown, (double)unknown);
-    char policy[32] = "policy not seen yet"; /* no PolicyVersion read yet: version -1 */
-    if (st->policy_version >= 0)
-        snprintf(policy, sizeof policy, "policy v%" PRId64, st->policy_version);
-    al_log_info(COMP,
-                "%s step %" PRId64 ": %d groups, %d sequences, %" PRId64 " tokens (%" PRId64
-                " trained) in %d micro-batches, %.1f%% packed, %zu chunk%s, %s, lag max %" PRId64
-                "%s",
-                st->model, st->step, st->n_groups, st->n_sequences, st->n_tokens,
-                st->n_loss_tokens, st->n_micro_batches, 100.0 * st->efficiency, st->n_chunks,
-                st->n_chunks == 1 ? "" : "s", policy, lag_max,
-                unknown ? " (some versions unknown)" : "");
-    w->steps_done++;
-    w->last_step_acked = st->step;
-    w->last_step_us = al_mono_us();
-}
-
-/* Retires acknowledged steps in order (steps finish in order: one partition per model). */
-static void retire_flights(batch_worker *w)
-{
-    int retired = 0;
-    while (w->flights && w->flights->acked == w->flights->step->n_chunks) {
-        flight *f = w->flights;
-        w->flights = f->next;
-        step_acked(w, f);
-        al_batch_step_free(f->step);
-        free(f);
-        retired = 1;
-    }
-    /* Their inputs' offsets go to the broker now, not at the next periodic commit: a
-     * restart knows the steps on the topic that are past the committed offset only from the
-     * last --recover-chunks chunks it reads back, and a burst (a backlog after a broker
-     * outage: 66 steps in 0.8 s in t1504) made more steps within one commit interval than
-     * that, so a restart put transitions of the oldest of them into a second step. */
-    if (retired && w->st.consumer) al_consumer_commit_async(w->st.consumer);
-}
+/* ---- the worker's hooks (kafka/stage.h) ------------------------------------------------------- */
 
 /* A chunk acknowledged: a step whose chunks all are is retired at once (logged, its inputs
  * released), not at the next turn of the loop, which may be a whole poll later. */
@@ -218,7 +55,7 @@ static void on_delivery(al_stage *s, const al_delivery *d, void *ctx)
 {
     (void)s;
     batch_worker *w = ctx;
-    flight *f = d->opaque;
+    batch_flight *f = d->opaque;
     if (!f) return; /* a dead letter: the consumer's tracker handles it */
     if (d->err) {
         f->failed++;
@@ -234,84 +71,16 @@ static void on_delivery(al_stage *s, const al_delivery *d, void *ctx)
                               : (int64_t)f->acked == w->o->kill_chunk + 1))
         al_fault_kill(COMP, "after chunk %" PRId64 " of step %" PRId64 " was acknowledged",
                       w->o->kill_chunk, w->o->kill_step);
-    retire_flights(w);
+    batch_flights_retire(w);
 }
 
-static int send_step(batch_worker *w, al_batch_step *st)
-{
-    flight *f = calloc(1, sizeof *f);
-    if (!f) {
-        al_stage_fail(&w->st, "out of memory");
-        al_batch_step_free(st);
-        return -1;
-    }
-    f->step = st;
-    al_log_debug(COMP, "%s step %" PRId64 " built: %zu chunk%s, %" PRId64 " tokens; sending", st->model,
-                 st->step, st->n_chunks, st->n_chunks == 1 ? "" : "s", st->n_tokens);
-    flight **tail = &w->flights;
-    while (*tail) tail = &(*tail)->next;
-    *tail = f;
-    /* a delivery report served while sending (a full queue, the test hook's flush) may retire
-     * this step once its last chunk is acknowledged: nothing of it is used after that one */
-    size_t n_chunks = st->n_chunks;
-    int64_t step_no = st->step;
-    for (size_t c = 0; c < n_chunks; c++) {
-        al_kafka_out out = {
-            .topic = w->o->output_topic,
-            .partition = AL_KAFKA_PARTITION_ANY,
-            .key = st->model,
-            .keylen = strlen(st->model),
-            .value = st->chunks[c].data,
-            .len = st->chunks[c].len,
-            .opaque = f,
-        };
-        rd_kafka_resp_err_t err = al_producer_produce(al_stage_producer(&w->st), &out);
-        if (err) {
-            al_stage_fail(
-                &w->st, "cannot send chunk %zu of %s step %" PRId64 " (%zu bytes) to %s: %s", c,
-                st->model, st->step, st->chunks[c].len, w->o->output_topic, rd_kafka_err2str(err));
-            return -1;
-        }
-        if (AL_FAULT_POINTS && w->o->kill_step >= 0 && step_no == w->o->kill_step) {
-            /* the fault point wants the kill at an exact chunk: one at a time */
-            char e[256];
-            al_producer_flush(al_stage_producer(&w->st), 10000, e, sizeof e);
-        }
-    }
-    return 0;
-}
-
-static void release_input(void *ctx, void *opaque, const char *reason)
-{
-    (void)ctx;
-    (void)reason;
-    al_input_end(opaque);
-}
-
-/* Drops the steps in flight and every group the batcher holds, ending their inputs (a
- * revoke, or an aborted transaction). */
-static void drop_all(batch_worker *w)
-{
-    while (w->flights) {
-        flight *f = w->flights;
-        w->flights = f->next;
-        end_inputs(f->step);
-        al_batch_step_free(f->step);
-        free(f);
-    }
-    al_batcher_release_all(w->batcher, release_input, NULL);
-}
-
+/* The batcher dropped a transition it had taken (a stale group): counted, its input ended. */
 static void on_drop(void *ctx, void *opaque, const char *reason)
 {
     batch_worker *w = ctx;
     if (strcmp(reason, "stale") == 0) al_counter_inc(w->met.stale_dropped);
     al_input_end(opaque);
 }
-
-static void policy_free(struct policy_follower *pf);
-static int policy_read_to_end(batch_worker *w, const al_kafka_conf *kc, char *errstr,
-                              size_t errlen);
 
 /* Exactly once, inside the abort (kafka/stage.h's rewind: every partition dropped as lost):
  * what was made since the last commit is gone from the output, so the steps in flight and
@@ -321,7 +90,7 @@ static int policy_read_to_end(batch_worker *w, const al_kafka_conf *kc, char *er
 static void undo_since_commit(batch_worker *w)
 {
     char err[1024];
-    drop_all(w);
+    batch_flights_drop(w);
     al_batcher *b = al_batcher_new(&w->o->cfg, err, sizeof err);
     if (!b) {
         al_stage_fail(&w->st, "exactly-once: after an abort: %s", err);
@@ -330,10 +99,8 @@ static void undo_since_commit(batch_worker *w)
     al_batcher_free(w->batcher);
     w->batcher = b;
     if (w->next_offset) memset(w->next_offset, 0, w->n_next_offset * sizeof *w->next_offset);
-    for (size_t i = 0; i < w->n_known; i++) free(w->known_models[i]);
-    w->n_known = 0;
-    w->recover_truncated = 0;
-    policy_free(w->pf);
+    batch_recovery_forget(w);
+    batch_policy_stop(w);
     w->recover_pending = 1;
 }
 
@@ -370,6 +137,7 @@ static int lane_quiet(void *ctx, int32_t lane)
     return al_consumer_read_to_end(cons, w->o->input_topic, lane, w->next_offset[lane]);
 }
 
+/* Where each input lane stands, for lane_quiet. */
 static void note_consumed(batch_worker *w, int32_t partition, int64_t offset)
 {
     if (partition < 0 || partition > 65535) return;
@@ -384,278 +152,13 @@ static void note_consumed(batch_worker *w, int32_t partition, int64_t offset)
     w->next_offset[partition] = offset + 1;
 }
 
-/* ---- assign-based readers (recovery, policy) ------------------------------------------------ */
-
-/* Number of partitions of topic (which must exist). -1 with errstr. */
-static int topic_partitions(rd_kafka_t *rk, const char *topic, char *errstr, size_t errlen)
-{
-    const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 1, NULL, &md, 10000);
-    if (err) return al_err(errstr, errlen, "cannot read the cluster's metadata: %s", rd_kafka_err2str(err));
-    int n = -1;
-    for (int i = 0; i < md->topic_cnt; i++)
-        if (strcmp(md->topics[i].topic, topic) == 0 && !md->topics[i].err) n = md->topics[i].partition_cnt;
-    rd_kafka_metadata_destroy(md);
-    if (n <= 0) return al_err(errstr, errlen, "topic %s does not exist (create it: arclight topics create)", topic);
-    return n;
-}
-
-typedef struct recover_model {
-    char *name;
-    int64_t step, count, next_index; /* the attempt being read */
-    int complete_seen;               /* its last chunk was seen, in sequence */
-    int64_t last_complete;           /* -1: none */
-    char **ids;
-    size_t n_ids, cap_ids;
-} recover_model;
-
-static void recover_finish_attempt(al_batcher *b, recover_model *r)
-{
-    if (r->step >= 0 && r->complete_seen) {
-        for (size_t i = 0; i < r->n_ids; i++) al_batcher_mark_seen(b, r->ids[i]);
-        if (r->step > r->last_complete) r->last_complete = r->step;
-    }
-    for (size_t i = 0; i < r->n_ids; i++) free(r->ids[i]);
-    r->n_ids = 0;
-    r->step = -1;
-    r->complete_seen = 0;
-}
-
-/* Reads back the last `depth` messages of each partition of the output topic: next step
- * numbers and the ids of complete steps. 0, or -1 with errstr. */
-static int remember_model(batch_worker *w, const char *name)
-{
-    char **k = realloc(w->known_models, (w->n_known + 1) * sizeof *k);
-    if (!k) return -1;
-    w->known_models = k;
-    if (!(k[w->n_known] = strdup(name))) return -1;
-    w->n_known++;
-    return 0;
-}
-
-/* A model met for the first time in the input: its steps start at 0, which is right unless
- * its earlier chunks lie beyond the read-back window. Says so once. */
-static void check_new_model(batch_worker *w, const char *name)
-{
-    for (size_t i = 0; i < w->n_known; i++)
-        if (!strcmp(w->known_models[i], name)) return;
-    if (w->recover_truncated)
-        al_log_warn(COMP, "model %s has no step in the last %" PRId64 " chunks of %s, so its steps "
-                          "start at 0; if it had steps before those, restart with a larger "
-                          "--recover-chunks",
-                    name, w->o->recover_chunks, w->o->output_topic);
-    remember_model(w, name);
-}
-
-static int recover_from_output(const al_kafka_conf *kc, const batch_opts *o, batch_worker *w,
-                               char *errstr, size_t errlen)
-{
-    al_batcher *b = w->batcher;
-    rd_kafka_t *rk = al_kafka_reader_new(kc, "arclight-batch-recover", errstr, errlen);
-    if (!rk) return -1;
-    int rc = -1, nparts = topic_partitions(rk, o->output_topic, errstr, errlen);
-    recover_model *models = NULL;
-    size_t n_models = 0;
-    int64_t *high = NULL;
-    int64_t chunks_read = 0;
-    al_batch_chunk ch = {0};
-    if (nparts < 0) goto out;
-    high = calloc((size_t)nparts, sizeof *high);
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(nparts);
-    int active = 0;
-    for (int p = 0; p < nparts; p++) {
-        int64_t lo = 0, hi = 0;
-        rd_kafka_resp_err_t err = al_kafka_watermarks(rk, o->output_topic, p, &lo, &hi, 10000);
-        if (err) {
-            al_err(errstr, errlen, "cannot read the offsets of %s [%d]: %s", o->output_topic, p, rd_kafka_err2str(err));
-            rd_kafka_topic_partition_list_destroy(l);
-            goto out;
-        }
-        high[p] = hi;
-        if (hi <= lo) continue;
-        int64_t from = hi - o->recover_chunks > lo ? hi - o->recover_chunks : lo;
-        if (from > lo) w->recover_truncated = 1;
-        rd_kafka_topic_partition_list_add(l, o->output_topic, p)->offset = from;
-        active++;
-    }
-    if (active) rd_kafka_assign(rk, l);
-    rd_kafka_topic_partition_list_destroy(l);
-    int64_t deadline = al_mono_us() + 60 * 1000000LL;
-    while (active > 0) {
-        if (al_mono_us() > deadline) {
-            al_err(errstr, errlen, "reading back %s took over 60 s", o->output_topic);
-            goto out;
-        }
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
-        if (!m) continue;
-        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-            /* each partition once; high[] < 0 marks it done */
-            if (m->partition >= 0 && m->partition < nparts && high[m->partition] >= 0 &&
-                m->offset >= high[m->partition]) {
-                high[m->partition] = -1;
-                active--;
-            }
-            rd_kafka_message_destroy(m);
-            continue;
-        }
-        if (m->err) {
-            al_err(errstr, errlen, "reading back %s: %s", o->output_topic, rd_kafka_message_errstr(m));
-            rd_kafka_message_destroy(m);
-            goto out;
-        }
-        char e[256];
-        int ok = al_batch_chunk_decode(m->payload, m->len, &ch, e, sizeof e) == 0;
-        if (ok && (ch.step < 0 || ch.step >= AL_STEP_MAX)) {
-            snprintf(e, sizeof e, "its step number %" PRId64 " is out of range", ch.step);
-            ok = 0;
-        }
-        if (ok) {
-            chunks_read++;
-            recover_model *r = NULL;
-            for (size_t i = 0; i < n_models && !r; i++)
-                if (strcmp(models[i].name, ch.model) == 0) r = &models[i];
-            if (!r) {
-                recover_model *nm = realloc(models, (n_models + 1) * sizeof *models);
-                if (!nm) goto oom;
-                models = nm;
-                r = &models[n_models++];
-                memset(r, 0, sizeof *r);
-                r->step = -1;
-                r->last_complete = -1;
-                if (!(r->name = strdup(ch.model))) goto oom;
-            }
-            if (ch.chunk_index == 0 || ch.step != r->step) {
-                recover_finish_attempt(b, r);
-                r->step = ch.step;
-                r->count = ch.chunk_count;
-                r->next_index = ch.chunk_index; /* the window may start inside a step */
-            }
-            if (ch.chunk_index == r->next_index) {
-                r->next_index++;
-                if (r->next_index == r->count) r->complete_seen = 1;
-            }
-            for (size_t i = 0; i < ch.n_micro_batches; i++)
-                for (size_t s = 0; s < ch.micro_batches[i].n_sequences; s++) {
-                    if (r->n_ids == r->cap_ids) {
-                        size_t nc = r->cap_ids ? 2 * r->cap_ids : 64;
-                        char **ni = realloc(r->ids, nc * sizeof *ni);
-                        if (!ni) goto oom;
-                        r->ids = ni;
-                        r->cap_ids = nc;
-                    }
-                    if (!(r->ids[r->n_ids] = strdup(ch.micro_batches[i].transition_ids[s]))) goto oom;
-                    r->n_ids++;
-                }
-        } else {
-            al_log_warn(COMP, "%s [%d] offset %" PRId64 " is not a usable BatchChunk (%s); ignored while recovering",
-                        o->output_topic, (int)m->partition, m->offset, e);
-        }
-        rd_kafka_message_destroy(m);
-    }
-    for (size_t i = 0; i < n_models; i++) {
-        recover_model *r = &models[i];
-        int64_t partial = r->step >= 0 && !r->complete_seen ? r->step : -1;
-        recover_finish_attempt(b, r);
-        int64_t next = partial >= 0 ? partial : r->last_complete + 1;
-        if (al_batcher_set_next_step(b, r->name, next) != 0 || remember_model(w, r->name) != 0)
-            goto oom;
-        if (partial >= 0)
-            al_log_warn(COMP, "%s: step %" PRId64 " on %s is incomplete (a crash while sending); "
-                              "rebuilding it under the same number", r->name, partial, o->output_topic);
-        else
-            al_log_info(COMP, "%s: continuing at step %" PRId64, r->name, next);
-    }
-    al_log_info(COMP, "read back %" PRId64 " chunks of %s for %zu model%s", chunks_read,
-                o->output_topic, n_models, n_models == 1 ? "" : "s");
-    rc = 0;
-    goto out;
-oom:
-    al_err(errstr, errlen, "out of memory while reading back %s", o->output_topic);
-out:
-    al_batch_chunk_clear(&ch);
-    for (size_t i = 0; i < n_models; i++) {
-        for (size_t k = 0; k < models[i].n_ids; k++) free(models[i].ids[k]);
-        free(models[i].ids);
-        free(models[i].name);
-    }
-    free(models);
-    free(high);
-    rd_kafka_consumer_close(rk);
-    rd_kafka_destroy(rk);
-    return rc;
-}
-
-typedef struct policy_follower {
-    rd_kafka_t *rk;
-    int nparts, at_end;
-    char *eof_seen;
-    al_policy_version pv;
-} policy_follower;
-
-static int policy_start(policy_follower *pf, const al_kafka_conf *kc, const char *topic,
-                        char *errstr, size_t errlen)
-{
-    memset(pf, 0, sizeof *pf);
-    if (!(pf->rk = al_kafka_reader_new(kc, "arclight-batch-policy", errstr, errlen))) return -1;
-    pf->nparts = topic_partitions(pf->rk, topic, errstr, errlen);
-    if (pf->nparts < 0) return -1;
-    pf->eof_seen = calloc((size_t)pf->nparts, 1);
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(pf->nparts);
-    for (int p = 0; p < pf->nparts; p++)
-        rd_kafka_topic_partition_list_add(l, topic, p)->offset = RD_KAFKA_OFFSET_BEGINNING;
-    rd_kafka_resp_err_t err = rd_kafka_assign(pf->rk, l);
-    rd_kafka_topic_partition_list_destroy(l);
-    if (err || !pf->eof_seen) return al_err(errstr, errlen, "cannot read %s: %s", topic, rd_kafka_err2str(err));
-    return 0;
-}
-
-static void policy_free(policy_follower *pf)
-{
-    /* assign-only: no group to leave, nothing to commit, so no close to wait on the broker */
-    if (pf->rk) rd_kafka_destroy_flags(pf->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
-    free(pf->eof_seen);
-    al_policy_version_clear(&pf->pv);
-    memset(pf, 0, sizeof *pf); /* freed twice after an abort's read-back failed: nothing */
-}
-
-/* Applies every policy version available now (waiting up to timeout_ms for the first). */
-static void policy_poll(policy_follower *pf, batch_worker *w, int timeout_ms)
-{
-    for (;;) {
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(pf->rk, timeout_ms);
-        if (!m) return;
-        timeout_ms = 0;
-        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-            if (m->partition >= 0 && m->partition < pf->nparts && !pf->eof_seen[m->partition]) {
-                pf->eof_seen[m->partition] = 1;
-                pf->at_end++;
-            }
-        } else if (m->err) {
-            al_log_warn(COMP, "policy topic: %s", rd_kafka_message_errstr(m));
-        } else if (m->payload) { /* a tombstone deletes nothing here: versions only go up */
-            char e[256];
-            if (al_policy_version_decode(m->payload, m->len, &pf->pv, e, sizeof e) != 0) {
-                al_log_warn(COMP, "policy topic [%d] offset %" PRId64 ": not a PolicyVersion (%s); ignored",
-                            (int)m->partition, m->offset, e);
-            } else {
-                al_batcher_set_policy_version(w->batcher, pf->pv.model, pf->pv.version);
-                al_gauge_set(w->met.policy_version, (double)pf->pv.version);
-                al_log_debug(COMP, "policy %s version %" PRId64, pf->pv.model, pf->pv.version);
-            }
-        }
-        rd_kafka_message_destroy(m);
-    }
-}
-
-/* ---- the worker's hooks (kafka/stage.h) ------------------------------------------------------- */
-
 /* Before consuming: where the output stands (step numbers and ids already emitted), then the
  * latest policy version of every model, before any step is built. */
 static int on_prepare(al_stage *s, void *ctx, char *errstr, size_t errlen)
 {
     batch_worker *w = ctx;
     batch_opts *o = w->o;
-    if (recover_from_output(al_stage_conf(s), o, w, errstr, errlen) != 0) return -1;
+    if (batch_recover(w, al_stage_conf(s), errstr, errlen) != 0) return -1;
     for (size_t i = 0; o->stop_after_step >= 0 && i < w->n_known; i++)
         if (al_batcher_next_step_number(w->batcher, w->known_models[i]) >= o->stop_after_step) {
             al_log_info(COMP, "%s is at step %" PRId64 " already: nothing to do (--steps %" PRId64 ")",
@@ -663,22 +166,7 @@ static int on_prepare(al_stage *s, void *ctx, char *errstr, size_t errlen)
                         o->stop_after_step);
             return 1;
         }
-    return policy_read_to_end(w, al_stage_conf(s), errstr, errlen);
-}
-
-/* The policy topic from its beginning to its end (the latest version of every model). */
-static int policy_read_to_end(batch_worker *w, const al_kafka_conf *kc, char *errstr,
-                              size_t errlen)
-{
-    if (policy_start(w->pf, kc, w->o->policy_topic, errstr, errlen) != 0) return -1;
-    int64_t deadline = al_mono_us() + 60 * 1000000LL;
-    while (w->pf->at_end < w->pf->nparts && !al_stage_stop_requested()) {
-        policy_poll(w->pf, w, 200);
-        if (al_mono_us() > deadline)
-            return al_err(errstr, errlen, "reading %s to its end took over 60 s",
-                          w->o->policy_topic);
-    }
-    return 0;
+    return batch_policy_read_to_end(w, al_stage_conf(s), errstr, errlen);
 }
 
 /* After an aborted transaction (undo_since_commit): where the committed output stands, and
@@ -689,8 +177,8 @@ static int recover_again(al_stage *s, batch_worker *w)
     w->recover_pending = 0;
     al_log_info(COMP, "exactly-once: reading back the committed chunks of %s after the abort",
                 w->o->output_topic);
-    if (recover_from_output(al_stage_conf(s), w->o, w, err, sizeof err) != 0 ||
-        policy_read_to_end(w, al_stage_conf(s), err, sizeof err) != 0) {
+    if (batch_recover(w, al_stage_conf(s), err, sizeof err) != 0 ||
+        batch_policy_read_to_end(w, al_stage_conf(s), err, sizeof err) != 0) {
         al_stage_fail(&w->st, "exactly-once: after an abort: %s", err);
         return -1;
     }
@@ -740,7 +228,7 @@ static void on_message(al_stage *s, rd_kafka_message_t *m, int64_t now, void *ct
         switch (al_batcher_add(w->batcher, &w->t, m->partition, now, in, why, sizeof why)) {
         case AL_BATCH_ADDED:
             al_counter_inc(w->met.added);
-            check_new_model(w, w->t.model);
+            batch_recovery_check_model(w, w->t.model);
             break;
         case AL_BATCH_DUPLICATE:
             al_counter_inc(w->met.duplicate);
@@ -770,7 +258,7 @@ static int on_tick(al_stage *s, int got, int64_t now, void *ctx)
     int house = !got || now - w->last_house >= 10000;
     if (house) {
         w->last_house = now;
-        policy_poll(w->pf, w, 0);
+        batch_policy_poll(w, 0);
         al_batcher_close_idle(w->batcher, now, o->group_idle_ms * 1000, lane_quiet, w);
     }
     al_batch_step *st;
@@ -781,7 +269,7 @@ static int on_tick(al_stage *s, int got, int64_t now, void *ctx)
             al_stage_fail(&w->st, "%s", err);
             break;
         }
-        send_step(w, st);
+        batch_step_send(w, st);
     }
     al_producer_poll(al_stage_producer(s), 0); /* delivery reports retire acknowledged steps */
     if (house) {
@@ -820,7 +308,7 @@ static void on_drained(al_stage *s, int flushed, void *ctx)
 static void on_release(al_stage *s, void *ctx)
 {
     (void)s;
-    drop_all(ctx);
+    batch_flights_drop(ctx);
 }
 
 static const al_stage_hooks batch_hooks = {
@@ -893,6 +381,58 @@ static int64_t default_max_message_bytes(const char *topic)
         al_topics_free(t, n);
     }
     return limit - 65536;
+}
+
+/* Runs the worker on the stage skeleton (kafka/stage.h) until --steps, a signal or a failure:
+ * the exit status. */
+static int batch_run(batch_opts *o, const al_cli_common *common, int64_t drain_s,
+                     int exactly_once)
+{
+    /* A step's sequences (tens of MB at large steps) are freed and the next step's allocated
+     * right after: without this, glibc trims the heap and maps it again each step, and page
+     * faults take most of the time (bench_batch: 3x at 1024-sequence steps). */
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+
+    char err[1024];
+    batch_worker w = {.o = o, .last_step_acked = -1};
+    al_stage_init(&w.st, COMP, "the batch worker stopped on an error", 1);
+    al_stage_keep_freed_memory();
+    o->cfg.on_drop = on_drop;
+    o->cfg.on_drop_ctx = &w;
+    w.batcher = al_batcher_new(&o->cfg, err, sizeof err);
+    if (!w.batcher)
+        return al_cli_usage_error("batch", "%s", err + (strncmp(err, "batch: ", 7) ? 0 : 7));
+
+    int rc = AL_EXIT_FAILURE;
+    w.met.reg = al_metrics_new();
+    if (!w.met.reg) goto out;
+    batch_metrics_init(&w.met);
+    al_metrics_add_process_metrics(w.met.reg);
+    const char *outs[] = {o->output_topic, NULL};
+    al_stage_spec spec = {
+        .common = common,
+        .group = o->group,
+        .input = o->input_topic,
+        .outputs = outs,
+        .metrics = w.met.reg,
+        .poll_ms = 50,
+        .drain_s = (double)drain_s,
+        .hooks = &batch_hooks,
+        .ud = &w,
+        .exactly_once = exactly_once,
+    };
+    rc = al_stage_run(&w.st, &spec);
+out:
+    al_transition_clear(&w.t);
+    batch_policy_stop(&w);
+    al_policy_version_clear(&w.pv);
+    al_batcher_free(w.batcher);
+    free(w.next_offset);
+    batch_recovery_forget(&w);
+    free(w.known_models);
+    al_metrics_free(w.met.reg);
+    return rc;
 }
 
 int cmd_batch(int argc, char **argv)
@@ -1003,50 +543,5 @@ int cmd_batch(int argc, char **argv)
     if (kill_at && sscanf(kill_at, "%" SCNd64 ":%" SCNd64, &o.kill_step, &o.kill_chunk) != 2)
         o.kill_step = -1;
 
-    /* A step's sequences (tens of MB at large steps) are freed and the next step's allocated
-     * right after: without this, glibc trims the heap and maps it again each step, and page
-     * faults take most of the time (bench_batch: 3x at 1024-sequence steps). */
-    mallopt(M_TRIM_THRESHOLD, 512 << 20);
-    mallopt(M_MMAP_THRESHOLD, 64 << 20);
-
-    char err[1024];
-    batch_worker w = {.o = &o, .last_step_acked = -1};
-    al_stage_init(&w.st, COMP, "the batch worker stopped on an error", 1);
-    al_stage_keep_freed_memory();
-    o.cfg.on_drop = on_drop;
-    o.cfg.on_drop_ctx = &w;
-    w.batcher = al_batcher_new(&o.cfg, err, sizeof err);
-    if (!w.batcher)
-        return al_cli_usage_error("batch", "%s", err + (strncmp(err, "batch: ", 7) ? 0 : 7));
-
-    int rc = AL_EXIT_FAILURE;
-    policy_follower pf = {0};
-    w.pf = &pf;
-    w.met.reg = al_metrics_new();
-    if (!w.met.reg) goto out;
-    metrics_init(&w.met);
-    al_metrics_add_process_metrics(w.met.reg);
-    const char *outs[] = {o.output_topic, NULL};
-    al_stage_spec spec = {
-        .common = &common,
-        .group = o.group,
-        .input = o.input_topic,
-        .outputs = outs,
-        .metrics = w.met.reg,
-        .poll_ms = 50,
-        .drain_s = (double)drain_s,
-        .hooks = &batch_hooks,
-        .ud = &w,
-        .exactly_once = exactly_once,
-    };
-    rc = al_stage_run(&w.st, &spec);
-out:
-    al_transition_clear(&w.t);
-    policy_free(&pf);
-    al_batcher_free(w.batcher);
-    free(w.next_offset);
-    for (size_t i = 0; i < w.n_known; i++) free(w.known_models[i]);
-    free(w.known_models);
-    al_metrics_free(w.met.reg);
-    return rc;
+    return batch_run(&o, &common, drain_s, exactly_once);
 }

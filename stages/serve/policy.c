@@ -1,9 +1,9 @@
 /*
  * policy.c: following arclight.policy and swapping weights (policy.h).
  *
- * Two threads: the reader polls the topic and records the newest version of the model (under
- * the lock); the loader fetches and loads that version whenever it is newer than the last one
- * it tried. The fetch polls abort_fetch, which sees a newer version recorded by the reader, so
+ * Two threads: the reader follows the topic (kafka/follower.h) and records the newest version
+ * of the model (under the lock); the loader fetches and loads that version whenever it is
+ * newer than the last one it tried. The fetch polls abort_fetch, which sees a newer version recorded by the reader, so
  * a download never holds the next version up.
  */
 #include "policy.h"
@@ -11,6 +11,7 @@
 #include "avro/codec.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "kafka/follower.h"
 #include "kafka/kafka.h"
 #include "model/safetensors.h"
 
@@ -83,7 +84,7 @@ struct al_serve_policy {
     char **roots;
     al_serve_engine *eng;
     al_kafka_conf *kc;
-    rd_kafka_t *rk;
+    al_follower *follower;
     pthread_t reader, loader;
     int reader_started, loader_started;
     atomic_int stop;
@@ -236,102 +237,49 @@ static void nap(al_serve_policy *p, int ms)
         usleep(50000);
 }
 
-typedef struct reader_state {
-    int nparts;
-    int64_t *high; /* end offsets when assigned */
-    char *done;
-    int ndone;
-} reader_state;
-
-/* Learns the topic's partitions and their ends, and assigns them all from the beginning. 0,
- * or -1 with errstr (the broker away, the topic missing). Short timeouts: a stop waits on them. */
-static int reader_assign(al_serve_policy *p, reader_state *rs, char *errstr, size_t errlen)
+/* Records that the follower has caught up (the loader may start, wait_ready may return). */
+static void reader_caught_up(al_serve_policy *p)
 {
-    const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t err = rd_kafka_metadata(p->rk, 1, NULL, &md, 1000);
-    if (err) return al_err(errstr, errlen, "cannot read the cluster's metadata: %s", rd_kafka_err2str(err));
-    int n = -1;
-    for (int i = 0; i < md->topic_cnt; i++)
-        if (!strcmp(md->topics[i].topic, p->topic) && !md->topics[i].err)
-            n = md->topics[i].partition_cnt;
-    rd_kafka_metadata_destroy(md);
-    if (n <= 0) return al_err(errstr, errlen, "topic %s does not exist", p->topic);
-    int64_t *high = calloc((size_t)n, sizeof *high);
-    char *done = calloc((size_t)n, 1);
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(n);
-    if (!high || !done || !l) {
-        free(high), free(done);
-        if (l) rd_kafka_topic_partition_list_destroy(l);
-        return al_err(errstr, errlen, "out of memory");
-    }
-    int ndone = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t lo = 0, hi = 0;
-        err = rd_kafka_query_watermark_offsets(p->rk, p->topic, i, &lo, &hi, 1000);
-        if (err) {
-            free(high), free(done);
-            rd_kafka_topic_partition_list_destroy(l);
-            return al_err(errstr, errlen, "cannot read the end offsets of %s [%d]: %s", p->topic,
-                          i, rd_kafka_err2str(err));
-        }
-        high[i] = hi;
-        if (hi <= lo) done[i] = 1, ndone++;
-        rd_kafka_topic_partition_list_add(l, p->topic, i)->offset = RD_KAFKA_OFFSET_BEGINNING;
-    }
-    err = rd_kafka_assign(p->rk, l);
-    rd_kafka_topic_partition_list_destroy(l);
-    if (err) {
-        free(high), free(done);
-        return al_err(errstr, errlen, "cannot assign %s: %s", p->topic, rd_kafka_err2str(err));
-    }
-    rs->nparts = n, rs->high = high, rs->done = done, rs->ndone = ndone;
-    return 0;
+    pthread_mutex_lock(&p->lock);
+    p->caught_up = 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
 }
 
-static void reader_mark_done(al_serve_policy *p, reader_state *rs, int32_t part)
+/* Assigns the topic until that works, saying why it does not (once in 30 s). 0 once assigned,
+ * -1 on a stop. */
+static int reader_assign(al_serve_policy *p)
 {
-    if (part < 0 || part >= rs->nparts || rs->done[part]) return;
-    rs->done[part] = 1;
-    rs->ndone++;
-    if (rs->ndone == rs->nparts) {
-        pthread_mutex_lock(&p->lock);
-        p->caught_up = 1;
-        pthread_cond_broadcast(&p->cond);
-        pthread_mutex_unlock(&p->lock);
-    }
-}
-
-static void *reader_main(void *arg)
-{
-    al_serve_policy *p = arg;
-    reader_state rs = {0};
     int64_t next_complaint = 0;
     char err[600];
     while (!atomic_load(&p->stop)) {
-        if (!rs.nparts) {
-            if (reader_assign(p, &rs, err, sizeof err) != 0) {
-                pthread_mutex_lock(&p->lock);
-                snprintf(p->waiting_for, sizeof p->waiting_for, "%.250s", err);
-                pthread_mutex_unlock(&p->lock);
-                if (al_mono_us() >= next_complaint && !atomic_load(&p->stop)) {
-                    al_log_warn(COMP, "policy follower: %s; retrying", err);
-                    next_complaint = al_mono_us() + 30 * 1000000LL;
-                }
-                nap(p, 1000);
-                continue;
-            }
-            if (rs.ndone == rs.nparts) {
-                pthread_mutex_lock(&p->lock);
-                p->caught_up = 1;
-                pthread_cond_broadcast(&p->cond);
-                pthread_mutex_unlock(&p->lock);
-            }
+        if (al_follower_assign(p->follower, err, sizeof err) == 0) {
+            if (al_follower_caught_up(p->follower)) reader_caught_up(p);
+            return 0;
         }
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(p->rk, 200);
-        if (!m) continue;
-        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-            reader_mark_done(p, &rs, m->partition);
-        } else if (m->err) {
+        pthread_mutex_lock(&p->lock);
+        snprintf(p->waiting_for, sizeof p->waiting_for, "%.250s", err);
+        pthread_mutex_unlock(&p->lock);
+        if (al_mono_us() >= next_complaint && !atomic_load(&p->stop)) {
+            al_log_warn(COMP, "policy follower: %s; retrying", err);
+            next_complaint = al_mono_us() + 30 * 1000000LL;
+        }
+        nap(p, 1000);
+    }
+    return -1;
+}
+
+/* The reader thread: assigns, then hands every record to reader_handle until a stop or a
+ * fatal client error (which it records for al_serve_policy_failed). */
+static void *reader_main(void *arg)
+{
+    al_serve_policy *p = arg;
+    if (reader_assign(p) != 0) return NULL;
+    int caught_up = al_follower_caught_up(p->follower);
+    while (!atomic_load(&p->stop)) {
+        rd_kafka_message_t *m;
+        int k = al_follower_next(p->follower, 200, &m);
+        if (k < 0) {
             if (al_kafka_error_classify(m->err) == AL_KAFKA_ERRCLASS_FATAL) {
                 snprintf(p->reason, sizeof p->reason, "not following %.100s: %.380s", p->topic,
                          rd_kafka_message_errstr(m));
@@ -341,24 +289,21 @@ static void *reader_main(void *arg)
                 break;
             }
             al_log_debug(COMP, "policy topic: %s", rd_kafka_message_errstr(m));
-        } else {
+        } else if (k > 0) {
             reader_handle(p, m);
-            if (m->partition >= 0 && m->partition < rs.nparts &&
-                m->offset + 1 >= rs.high[m->partition])
-                reader_mark_done(p, &rs, m->partition);
         }
-        rd_kafka_message_destroy(m);
+        if (m) rd_kafka_message_destroy(m);
+        if (!caught_up && al_follower_caught_up(p->follower)) {
+            caught_up = 1;
+            reader_caught_up(p);
+        }
     }
-    free(rs.high);
-    free(rs.done);
     return NULL;
 }
 
 static void policy_free(al_serve_policy *p)
 {
-    /* no consumer close: it would wait on a broker that may be gone, and an assign-only
-     * reader has no group to leave nor offsets to commit */
-    if (p->rk) rd_kafka_destroy_flags(p->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    al_follower_free(p->follower); /* without a consumer close: never waits on the broker */
     al_kafka_conf_free(p->kc);
     for (size_t i = 0; i < p->fetch.nroots; i++)
         free(p->roots[i]);
@@ -404,8 +349,9 @@ al_serve_policy *al_serve_policy_start(const al_cli_common *common,
     p->fetch.roots = (const char *const *)p->roots;
     p->kc = al_kafka_conf_from_cli(common, errstr, errlen);
     if (!p->kc) goto fail;
-    p->rk = al_kafka_reader_new(p->kc, "arclight-serve-policy", errstr, errlen);
-    if (!p->rk) goto fail;
+    al_follower_opts fo = {.topic = p->topic, .client = "arclight-serve-policy", .timeout_ms = 1000};
+    p->follower = al_follower_new(p->kc, &fo, errstr, errlen);
+    if (!p->follower) goto fail;
     snprintf(p->waiting_for, sizeof p->waiting_for, "the first answer from the broker");
     if (pthread_create(&p->reader, NULL, reader_main, p) != 0) {
         al_err(errstr, errlen, "cannot start the policy follower thread");
