@@ -35,9 +35,8 @@
  *   and a rollout's outcome is logged when it is not a success.
  */
 #define _GNU_SOURCE
+#include "rollouts/rollouts.h"
 #include "rollouts/controller.h"
-#include "rollouts/report.h"
-#include "rollouts/tasks.h"
 
 #include "avro/codec.h"
 #include "core/cli.h"
@@ -67,23 +66,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define COMP "rollouts"
 
 extern char **environ;
-
-/* ------------------------------------------------------------------------------------------
- * Options
- * ------------------------------------------------------------------------------------------ */
-
-typedef struct opts {
-    const char *tasks, *agent, *proxy, *model, *workdir, *reward_name;
-    const char *policy_topic, *spans_topic;
-    int64_t group_size, step_groups, max_staleness, concurrency, max_attempts;
-    int64_t eval_every, eval_tasks, steps, epochs, seed;
-    double rollout_timeout_s, eval_temperature, split_ratio, pace_timeout_s;
-    int shard_index, shard_count;
-    int quiet_agents; /* 0: the children's stderr lines are logged at info */
-} opts;
 
 static void usage(FILE *f)
 {
@@ -134,119 +118,13 @@ static void usage(FILE *f)
         f);
 }
 
-/* ------------------------------------------------------------------------------------------
- * State
- * ------------------------------------------------------------------------------------------ */
-
-typedef struct group group;
-
-typedef struct rollout {
-    group *g;
-    size_t task;
-    int eval;
-    char id[64];
-    int attempt;
-    /* the child */
-    pid_t pid; /* also its process group; 0: not running */
-    int fd_out, fd_err;
-    char obuf[8192], ebuf[2048];
-    size_t on, en;
-    char last_line[8192];
-    char err_tail[600];
-    int64_t start_us, deadline_us, kill_us;
-    int timed_out, killed_for_stop;
-    /* what the spans say (the final attempt's) */
-    int64_t min_version;
-    double reward;
-    int n_rewards, n_calls, end_seen;
-    /* outcome */
-    al_rollout_status status;
-    int done;           /* no attempt follows; its end is posted */
-    int64_t posted_us;  /* when its final end was queued */
-    int64_t launch_version;
-    struct rollout *hnext;
-} rollout;
-
-struct group {
-    size_t task;
-    int eval;
-    int n, n_final, n_failed;
-    int64_t serial;
-    rollout **r;
-};
-
-typedef struct post {
-    char url[1024];
-    char *body;
-    int64_t next_us;
-    int tries;
-    struct post *next;
-} post;
-
-typedef struct ctl {
-    opts o;
-    rl_tasks tasks;
-    size_t *train_idx, n_train, *val_idx, n_val;
-    size_t *order, order_pos;
-    int64_t epoch;
-    unsigned char *busy; /* per task: a group in flight */
-    const char **keyset; /* the tasks' keys, open addressing: spans of other tasks are not
-                            decoded (a span's Kafka key is its task key) */
-    size_t keycap;
-    char run[32];
-    int64_t next_rollout;
-    /* rollouts by id (open ones: until their outcome is in the report) */
-    rollout **rtab;
-    size_t rcap;
-    rollout **live; /* every rollout not yet reported */
-    size_t nlive, caplive;
-    group **groups; /* unfinished groups */
-    size_t ngroups, capgroups;
-    int running;
-    /* pacing */
-    int64_t v, v0, v_seen_us;
-    int have_v;
-    int64_t started_groups, lost_groups, group_serial;
-    /* evaluation */
-    int eval_running; /* rollouts of the current evaluation not yet final */
-    int64_t eval_version, next_eval_at, evals_done;
-    int eval_pending;    /* an evaluation is due and waits for its version */
-    int final_eval_done, final_eval_started;
-    /* stopping */
-    int training_done; /* no more training groups will start */
-    /* posts to the proxy, in order */
-    post *phead, *ptail;
-    CURL *curl;
-    /* Kafka */
-    al_kafka_conf *kc;
-    al_topic_reader *policy_rd, *spans_rd;
-    al_span span;
-    al_policy_version pv;
-    char model[256];
-    /* the report */
-    rl_report rep;
-    FILE *eval_log; /* WORKDIR/eval.jsonl */
-    int64_t t0_us;
-    int64_t last_progress_us, report_version;
-    int tty;
-    /* counts */
-    int64_t n_started, n_succeeded, n_failed, n_timeout, n_retried, n_aborted, n_eval;
-    int64_t n_no_reward, n_reported;
-    int sigpipe[2];
-    /* --metrics: the counts above as Prometheus series, set from the loop (atomics) */
-    al_metrics *metrics;
-    al_gauge *g_version, *g_running, *g_ends[5];
-    al_counter *c_started;
-    int64_t started_published;
-} ctl;
-
 /* retried: an attempt that failed or timed out and runs again as the next attempt */
 static const char *const metric_ends[5] = {"succeeded", "failed", "timeout", "aborted",
                                            "retried"};
 
 /* Creates the series --metrics serves (the registry is the controller's own). 0, or -1
  * when out of memory. */
-static int metrics_init(ctl *c)
+static int metrics_init(rl_ctl *c)
 {
     if (!(c->metrics = al_metrics_new())) return -1;
     al_metrics_add_process_metrics(c->metrics);
@@ -265,7 +143,7 @@ static int metrics_init(ctl *c)
 }
 
 /* Copies the counts into the series; called from the controller's loop. */
-static void metrics_publish(ctl *c, size_t running)
+static void metrics_publish(rl_ctl *c, size_t running)
 {
     if (!c->metrics) return;
     const int64_t ends[5] = {c->n_succeeded, c->n_failed, c->n_timeout, c->n_aborted,
@@ -293,141 +171,6 @@ static void on_signal(int sig)
     errno = e;
 }
 
-static double now_s(const ctl *c)
-{
-    return (double)(al_mono_us() - c->t0_us) / 1e6;
-}
-
-/* ------------------------------------------------------------------------------------------
- * Rollouts by id
- * ------------------------------------------------------------------------------------------ */
-
-static uint64_t id_hash(const char *s)
-{
-    return rl_hash(s);
-}
-
-static int rtab_insert(ctl *c, rollout *r)
-{
-    if (c->nlive + 1 > c->rcap / 2) {
-        size_t nc = c->rcap ? c->rcap * 2 : 256;
-        rollout **nt = calloc(nc, sizeof *nt);
-        if (!nt) return -1;
-        for (size_t i = 0; i < c->rcap; i++)
-            for (rollout *x = c->rtab[i], *nx; x; x = nx) {
-                nx = x->hnext;
-                size_t b = id_hash(x->id) & (nc - 1);
-                x->hnext = nt[b];
-                nt[b] = x;
-            }
-        free(c->rtab);
-        c->rtab = nt;
-        c->rcap = nc;
-    }
-    size_t b = id_hash(r->id) & (c->rcap - 1);
-    r->hnext = c->rtab[b];
-    c->rtab[b] = r;
-    if (c->nlive == c->caplive) {
-        size_t nc = c->caplive ? c->caplive * 2 : 64;
-        rollout **nl = realloc(c->live, nc * sizeof *nl);
-        if (!nl) return -1;
-        c->live = nl;
-        c->caplive = nc;
-    }
-    c->live[c->nlive++] = r;
-    return 0;
-}
-
-static rollout *rtab_find(const ctl *c, const char *id)
-{
-    if (!c->rcap) return NULL;
-    for (rollout *x = c->rtab[id_hash(id) & (c->rcap - 1)]; x; x = x->hnext)
-        if (!strcmp(x->id, id)) return x;
-    return NULL;
-}
-
-static void rtab_remove(ctl *c, rollout *r)
-{
-    rollout **pp = &c->rtab[id_hash(r->id) & (c->rcap - 1)];
-    while (*pp && *pp != r)
-        pp = &(*pp)->hnext;
-    if (*pp) *pp = r->hnext;
-    for (size_t i = 0; i < c->nlive; i++)
-        if (c->live[i] == r) {
-            c->live[i] = c->live[--c->nlive];
-            break;
-        }
-}
-
-/* ------------------------------------------------------------------------------------------
- * Posts to the proxy (rewards, ends): in order, retried until the proxy takes them
- * ------------------------------------------------------------------------------------------ */
-
-static size_t discard_cb(char *p, size_t s, size_t n, void *ud)
-{
-    (void)p, (void)ud;
-    return s * n;
-}
-
-static void post_queue(ctl *c, const char *url, const char *body)
-{
-    post *p = calloc(1, sizeof *p);
-    if (!p || !(p->body = strdup(body))) {
-        free(p);
-        al_log_error(COMP, "out of memory queueing a post to %s", url);
-        return;
-    }
-    snprintf(p->url, sizeof p->url, "%s", url);
-    if (c->ptail)
-        c->ptail->next = p;
-    else
-        c->phead = p;
-    c->ptail = p;
-}
-
-/* Sends what is due, in order; stops at the first post that fails (retried later, with
- * backoff: a proxy that is away holds every later post too, so that a rollout's end never
- * overtakes its reward). A 4xx answer is the proxy refusing the post for good: logged,
- * dropped. */
-static void posts_run(ctl *c, int64_t budget_us)
-{
-    int64_t until = al_mono_us() + budget_us;
-    while (c->phead && al_mono_us() < until) {
-        post *p = c->phead;
-        if (p->next_us > al_mono_us()) return;
-        struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
-        curl_easy_reset(c->curl);
-        curl_easy_setopt(c->curl, CURLOPT_URL, p->url);
-        curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, p->body);
-        curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, h);
-        curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, 10000L);
-        curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT_MS, 3000L);
-        curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, discard_cb);
-        CURLcode rc = curl_easy_perform(c->curl);
-        long status = 0;
-        curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
-        curl_slist_free_all(h);
-        if (rc == CURLE_OK && status >= 200 && status < 500) {
-            if (status >= 300)
-                al_log_error(COMP, "the proxy refused POST %s (%s): HTTP %ld", p->url, p->body,
-                             status);
-            c->phead = p->next;
-            if (!c->phead) c->ptail = NULL;
-            free(p->body);
-            free(p);
-            continue;
-        }
-        p->tries++;
-        int64_t back = 200000LL << (p->tries < 5 ? p->tries : 5);
-        p->next_us = al_mono_us() + back;
-        if (p->tries == 1 || p->tries % 20 == 0)
-            al_log_warn(COMP, "POST %s: %s; retrying (attempt %d)", p->url,
-                        rc != CURLE_OK ? curl_easy_strerror(rc) : "HTTP 5xx", p->tries + 1);
-        return;
-    }
-}
-
 /* ------------------------------------------------------------------------------------------
  * Children
  * ------------------------------------------------------------------------------------------ */
@@ -440,7 +183,7 @@ static void set_nonblock(int fd)
 
 /* The environment of a child: ours with the rollout's variables set over it. The strings
  * live in `store`; the array is malloc'd (NULL when out of memory). */
-static char **child_env(const ctl *c, const rollout *r, char *store, size_t storelen)
+static char **child_env(const rl_ctl *c, const rl_rollout *r, char *store, size_t storelen)
 {
     const rl_task *t = &c->tasks.t[r->task];
     char base[900];
@@ -497,7 +240,7 @@ static char **child_env(const ctl *c, const rollout *r, char *store, size_t stor
 }
 
 /* Starts rollout r's child. 0, or -1 (logged; the rollout then fails like a crash). */
-static int child_start(ctl *c, rollout *r)
+static int child_start(rl_ctl *c, rl_rollout *r)
 {
     static char store[1 << 20];
     const rl_task *t = &c->tasks.t[r->task];
@@ -569,7 +312,7 @@ static int child_start(ctl *c, rollout *r)
 }
 
 /* A complete line of the child's stdout (is_err 0) or stderr (1). */
-static void child_line(ctl *c, rollout *r, char *line, int is_err)
+static void child_line(rl_ctl *c, rl_rollout *r, char *line, int is_err)
 {
     size_t n = strlen(line);
     while (n && (line[n - 1] == '\r' || line[n - 1] == ' ')) line[--n] = '\0';
@@ -587,7 +330,7 @@ static void child_line(ctl *c, rollout *r, char *line, int is_err)
 }
 
 /* Reads what the child wrote; at EOF the fd is closed. */
-static void child_read(ctl *c, rollout *r, int is_err)
+static void child_read(rl_ctl *c, rl_rollout *r, int is_err)
 {
     int *fd = is_err ? &r->fd_err : &r->fd_out;
     char *buf = is_err ? r->ebuf : r->obuf;
@@ -628,9 +371,9 @@ static void child_read(ctl *c, rollout *r, int is_err)
  * Scheduling
  * ------------------------------------------------------------------------------------------ */
 
-static rollout *rollout_new(ctl *c, group *g, size_t task, int eval)
+static rl_rollout *rollout_new(rl_ctl *c, rl_group *g, size_t task, int eval)
 {
-    rollout *r = calloc(1, sizeof *r);
+    rl_rollout *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->g = g;
     r->task = task;
@@ -639,16 +382,16 @@ static rollout *rollout_new(ctl *c, group *g, size_t task, int eval)
     r->min_version = -1;
     r->launch_version = c->v;
     snprintf(r->id, sizeof r->id, "%s-%" PRId64, c->run, c->next_rollout++);
-    if (rtab_insert(c, r)) {
+    if (rl_rtab_insert(c, r)) {
         free(r);
         return NULL;
     }
     return r;
 }
 
-static group *group_new(ctl *c, size_t task, int n, int eval)
+static rl_group *group_new(rl_ctl *c, size_t task, int n, int eval)
 {
-    group *g = calloc(1, sizeof *g);
+    rl_group *g = calloc(1, sizeof *g);
     if (!g || !(g->r = calloc((size_t)n, sizeof *g->r))) {
         free(g);
         return NULL;
@@ -660,7 +403,7 @@ static group *group_new(ctl *c, size_t task, int n, int eval)
     for (int i = 0; i < n; i++)
         if (!(g->r[i] = rollout_new(c, g, task, eval))) {
             for (int k = 0; k < i; k++) {
-                rtab_remove(c, g->r[k]);
+                rl_rtab_remove(c, g->r[k]);
                 free(g->r[k]);
             }
             free(g->r);
@@ -669,7 +412,7 @@ static group *group_new(ctl *c, size_t task, int n, int eval)
         }
     if (c->ngroups == c->capgroups) {
         size_t nc = c->capgroups ? c->capgroups * 2 : 32;
-        group **ng = realloc(c->groups, nc * sizeof *ng);
+        rl_group **ng = realloc(c->groups, nc * sizeof *ng);
         if (!ng) return NULL; /* leaked on out of memory only */
         c->groups = ng;
         c->capgroups = nc;
@@ -680,7 +423,7 @@ static group *group_new(ctl *c, size_t task, int n, int eval)
 
 /* The next training task of the epoch order that has no group in flight; SIZE_MAX when
  * every remaining one is busy or the epochs are over. Moves to the next epoch at the end. */
-static size_t next_train_task(ctl *c)
+static size_t next_train_task(rl_ctl *c)
 {
     if (!c->n_train) return SIZE_MAX;
     for (int pass = 0; pass < 2; pass++) {
@@ -704,13 +447,13 @@ static size_t next_train_task(ctl *c)
     return SIZE_MAX;
 }
 
-static int running_pending(const ctl *c)
+static int running_pending(const rl_ctl *c)
 {
     /* rollouts of unfinished groups not yet started */
     int n = 0;
     for (size_t i = 0; i < c->ngroups; i++)
         for (int k = 0; k < c->groups[i]->n; k++) {
-            const rollout *r = c->groups[i]->r[k];
+            const rl_rollout *r = c->groups[i]->r[k];
             if (!r->pid && !r->done && !r->start_us) n++;
         }
     return n;
@@ -718,14 +461,14 @@ static int running_pending(const ctl *c)
 
 /* Starts the not-yet-started rollouts of unfinished groups, eval groups first, within the
  * concurrency limit. */
-static void start_pending(ctl *c)
+static void start_pending(rl_ctl *c)
 {
     for (int pass = 0; pass < 2; pass++)
         for (size_t i = 0; i < c->ngroups && c->running < c->o.concurrency; i++) {
-            group *g = c->groups[i];
+            rl_group *g = c->groups[i];
             if (g->eval != (pass == 0)) continue;
             for (int k = 0; k < g->n && c->running < c->o.concurrency; k++) {
-                rollout *r = g->r[k];
+                rl_rollout *r = g->r[k];
                 if (r->pid || r->done || r->start_us) continue;
                 if (child_start(c, r) != 0) {
                     r->start_us = al_mono_us(); /* counts as started and failed at once */
@@ -737,17 +480,17 @@ static void start_pending(ctl *c)
         }
 }
 
-static void post_end(ctl *c, rollout *r, const char *status, const char *reason, int retried);
+static void post_end(rl_ctl *c, rl_rollout *r, const char *status, const char *reason, int retried);
 
 /* Starts an evaluation of the val split at the current version. */
-static void eval_start(ctl *c)
+static void eval_start(rl_ctl *c)
 {
     size_t n = c->n_val;
     if (c->o.eval_tasks > 0 && (size_t)c->o.eval_tasks < n) n = (size_t)c->o.eval_tasks;
     c->eval_version = c->v;
     c->eval_running = 0;
     for (size_t i = 0; i < n; i++) {
-        group *g = group_new(c, c->val_idx[i], 1, 1);
+        rl_group *g = group_new(c, c->val_idx[i], 1, 1);
         if (!g) {
             al_log_error(COMP, "out of memory starting an evaluation");
             break;
@@ -759,7 +502,7 @@ static void eval_start(ctl *c)
 }
 
 /* What to start now: a due evaluation, else training groups as pacing allows. */
-static void schedule(ctl *c)
+static void schedule(rl_ctl *c)
 {
     if (!c->have_v) return;
     int stopping = stop_signal != 0;
@@ -787,7 +530,7 @@ static void schedule(ctl *c)
                 }
                 break;
             }
-            group *g = group_new(c, t, (int)c->o.group_size, 0);
+            rl_group *g = group_new(c, t, (int)c->o.group_size, 0);
             if (!g) {
                 al_log_error(COMP, "out of memory starting a group");
                 break;
@@ -803,7 +546,7 @@ static void schedule(ctl *c)
  * Outcomes
  * ------------------------------------------------------------------------------------------ */
 
-static void post_end(ctl *c, rollout *r, const char *status, const char *reason, int retried)
+static void post_end(rl_ctl *c, rl_rollout *r, const char *status, const char *reason, int retried)
 {
     char base[900], url[1000];
     rl_rollout_base(base, sizeof base, c->o.proxy, r->eval, c->o.eval_temperature,
@@ -813,14 +556,14 @@ static void post_end(ctl *c, rollout *r, const char *status, const char *reason,
     if (reason && *reason) json_object_set_new(o, "reason", json_string(reason));
     if (retried) json_object_set_new(o, "retried", json_true());
     char *b = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    if (b) post_queue(c, url, b);
+    if (b) rl_posts_queue(c, url, b);
     free(b);
     json_decref(o);
 }
 
 /* The child of r is gone (reaped) and its pipes are drained: post its reward line, its end,
  * and either start the next attempt or settle the rollout. */
-static void rollout_finished(ctl *c, rollout *r, int wstatus)
+static void rollout_finished(rl_ctl *c, rl_rollout *r, int wstatus)
 {
     char reason[800] = "";
     const char *status = "succeeded";
@@ -863,7 +606,7 @@ static void rollout_finished(ctl *c, rollout *r, int wstatus)
             rl_rollout_base(base, sizeof base, c->o.proxy, r->eval, c->o.eval_temperature,
                             c->tasks.t[r->task].key, r->id, r->attempt);
             snprintf(url, sizeof url, "%s/reward", base);
-            post_queue(c, url, body);
+            rl_posts_queue(c, url, body);
         }
     }
     int ok = !strcmp(status, "succeeded");
@@ -895,18 +638,18 @@ static void rollout_finished(ctl *c, rollout *r, int wstatus)
         c->n_aborted++;
     else
         c->n_failed++;
-    group *g = r->g;
+    rl_group *g = r->g;
     g->n_final++;
     if (!ok) g->n_failed++;
 }
 
 /* Reaps exited children; a child counts as finished once its pipes are closed too. */
-static void reap(ctl *c)
+static void reap(rl_ctl *c)
 {
     for (size_t i = 0; i < c->ngroups; i++) {
-        group *g = c->groups[i];
+        rl_group *g = c->groups[i];
         for (int k = 0; k < g->n; k++) {
-            rollout *r = g->r[k];
+            rl_rollout *r = g->r[k];
             if (!r->pid) continue;
             int st;
             pid_t w = waitpid(r->pid, &st, WNOHANG);
@@ -924,13 +667,13 @@ static void reap(ctl *c)
     }
 }
 
-static void check_timeouts(ctl *c)
+static void check_timeouts(rl_ctl *c)
 {
     int64_t now = al_mono_us();
     for (size_t i = 0; i < c->ngroups; i++) {
-        group *g = c->groups[i];
+        rl_group *g = c->groups[i];
         for (int k = 0; k < g->n; k++) {
-            rollout *r = g->r[k];
+            rl_rollout *r = g->r[k];
             if (r->pid && !r->timed_out && now >= r->deadline_us) {
                 r->timed_out = 1;
                 kill(-r->pid, SIGKILL);
@@ -943,11 +686,11 @@ static void check_timeouts(ctl *c)
  * (their reward is then whole), or 30 s after their end was posted (the spans are late or
  * the broker away: reported with what is known). Groups whose rollouts are all settled
  * free their task. */
-static void settle(ctl *c)
+static void settle(rl_ctl *c)
 {
     int64_t now = al_mono_us();
     for (size_t i = 0; i < c->nlive;) {
-        rollout *r = c->live[i];
+        rl_rollout *r = c->live[i];
         int ready = r->done && !c->phead && (r->end_seen || now - r->posted_us > 30000000LL);
         if (!ready) {
             i++;
@@ -973,13 +716,13 @@ static void settle(ctl *c)
             json_decref(o);
         }
         c->n_reported++;
-        rtab_remove(c, r); /* moves the last live one into slot i; the group frees r */
+        rl_rtab_remove(c, r); /* moves the last live one into slot i; the group frees r */
     }
     for (size_t i = 0; i < c->ngroups;) {
-        group *g = c->groups[i];
+        rl_group *g = c->groups[i];
         int all = g->n_final == g->n;
         for (int k = 0; all && k < g->n; k++)
-            if (rtab_find(c, g->r[k]->id)) all = 0;
+            if (rl_rtab_find(c, g->r[k]->id)) all = 0;
         if (!all) {
             i++;
             continue;
@@ -1002,7 +745,7 @@ static void settle(ctl *c)
  * Kafka: policy versions and spans
  * ------------------------------------------------------------------------------------------ */
 
-static void on_version(ctl *c, const al_policy_version *pv)
+static void on_version(rl_ctl *c, const al_policy_version *pv)
 {
     if (!c->model[0]) snprintf(c->model, sizeof c->model, "%s", pv->model);
     if (strcmp(pv->model, c->model)) return;
@@ -1014,7 +757,7 @@ static void on_version(ctl *c, const al_policy_version *pv)
         row->kl = pv->metrics.kl;
         row->entropy = pv->metrics.entropy;
         row->clip_frac = pv->metrics.clip_fraction;
-        if (c->have_v && row->time_s < 0) row->time_s = now_s(c);
+        if (c->have_v && row->time_s < 0) row->time_s = rl_now_s(c);
     }
     if (!c->have_v || pv->version > c->v) {
         c->v = pv->version;
@@ -1022,9 +765,9 @@ static void on_version(ctl *c, const al_policy_version *pv)
     }
 }
 
-static void on_span(ctl *c, const al_span *s)
+static void on_span(rl_ctl *c, const al_span *s)
 {
-    rollout *r = rtab_find(c, s->rollout_id);
+    rl_rollout *r = rl_rtab_find(c, s->rollout_id);
     if (!r || s->attempt != r->attempt) return;
     if (s->kind == AL_SPAN_KIND_LLM_CALL) {
         r->n_calls++;
@@ -1040,7 +783,7 @@ static void on_span(ctl *c, const al_span *s)
     }
 }
 
-static int keyset_build(ctl *c)
+static int keyset_build(rl_ctl *c)
 {
     c->keycap = 16;
     while (c->keycap < 2 * c->tasks.n)
@@ -1055,7 +798,7 @@ static int keyset_build(ctl *c)
     return 0;
 }
 
-static int keyset_has(const ctl *c, const void *key, size_t len)
+static int keyset_has(const rl_ctl *c, const void *key, size_t len)
 {
     char k[160];
     if (!key || len == 0 || len >= sizeof k) return 0;
@@ -1067,7 +810,7 @@ static int keyset_has(const ctl *c, const void *key, size_t len)
 }
 
 /* Drains what the readers have now. -1 when a reader failed for good. */
-static int kafka_poll(ctl *c, int wait_ms)
+static int kafka_poll(rl_ctl *c, int wait_ms)
 {
     char err[512];
     rd_kafka_message_t *m;
@@ -1115,22 +858,22 @@ static void fmt_elapsed(char *b, size_t n, double s)
 }
 
 /* The newest version with training rollouts reported, and the newest with a val reward. */
-static const rl_version_row *last_row(const ctl *c, int val)
+static const rl_version_row *last_row(const rl_ctl *c, int val)
 {
     for (size_t i = c->rep.n; i-- > 0;)
         if (val ? c->rep.rows[i].n_val : c->rep.rows[i].n_train) return &c->rep.rows[i];
     return NULL;
 }
 
-static void progress(ctl *c, int force)
+static void progress(rl_ctl *c, int force)
 {
     int64_t now = al_mono_us();
     char el[32], val[64] = "-", tr[64] = "-";
-    fmt_elapsed(el, sizeof el, now_s(c));
+    fmt_elapsed(el, sizeof el, rl_now_s(c));
     const rl_version_row *t = last_row(c, 0), *v = last_row(c, 1);
     if (t) snprintf(tr, sizeof tr, "%.3f (v%" PRId64 ")", rl_row_train_mean(t), t->version);
     if (v) snprintf(val, sizeof val, "%.3f (v%" PRId64 ")", rl_row_val_mean(v), v->version);
-    double rate = c->n_reported / (now_s(c) > 0 ? now_s(c) : 1);
+    double rate = c->n_reported / (rl_now_s(c) > 0 ? rl_now_s(c) : 1);
     int64_t ahead = c->o.step_groups
                         ? (c->started_groups - c->lost_groups) / c->o.step_groups - (c->v - c->v0)
                         : 0;
@@ -1152,7 +895,7 @@ static void progress(ctl *c, int force)
                 c->v, tr, val, c->n_reported, rate, c->running, el);
 }
 
-static void write_report(ctl *c)
+static void write_report(rl_ctl *c)
 {
     char err[512], title[512];
     snprintf(title, sizeof title, "arclight: %s on %s", c->model, c->o.tasks);
@@ -1217,12 +960,12 @@ static int parse_dbl(const char *flag, const char *s, double lo, double hi, doub
 
 /* Stops every running child: SIGTERM to its group, SIGKILL after 3 s; their rollouts end as
  * aborted (posted, best effort: the proxy may be gone too). */
-static void stop_children(ctl *c)
+static void stop_children(rl_ctl *c)
 {
     int any = 0;
     for (size_t i = 0; i < c->ngroups; i++)
         for (int k = 0; k < c->groups[i]->n; k++) {
-            rollout *r = c->groups[i]->r[k];
+            rl_rollout *r = c->groups[i]->r[k];
             if (!r->pid) continue;
             r->killed_for_stop = 1;
             kill(-r->pid, SIGTERM);
@@ -1276,9 +1019,9 @@ int cmd_rollouts(int argc, char **argv)
     al_cli_common common;
     al_cli_common_init(&common);
     al_http_server *srv = NULL;
-    ctl *c = calloc(1, sizeof *c);
+    rl_ctl *c = calloc(1, sizeof *c);
     if (!c) return AL_EXIT_FAILURE;
-    opts *o = &c->o;
+    rl_opts *o = &c->o;
     o->proxy = "http://127.0.0.1:8080";
     o->workdir = ".";
     o->policy_topic = "arclight.policy";
@@ -1494,7 +1237,7 @@ int cmd_rollouts(int argc, char **argv)
 
     int64_t last_v = c->v, failed = 0;
     struct pollfd *pfd = NULL;
-    rollout **pr = NULL;
+    rl_rollout **pr = NULL;
     size_t pcap = 0;
     for (;;) {
         metrics_publish(c, c->nlive);
@@ -1505,7 +1248,7 @@ int cmd_rollouts(int argc, char **argv)
         if (c->v != last_v) {
             /* rows of versions seen while running get their time when first seen */
             rl_version_row *row = rl_report_row(&c->rep, c->v);
-            if (row && row->time_s < 0) row->time_s = now_s(c);
+            if (row && row->time_s < 0) row->time_s = rl_now_s(c);
             last_v = c->v;
             if (c->n_val && c->v >= c->next_eval_at) {
                 c->eval_pending = 1;
@@ -1541,7 +1284,7 @@ int cmd_rollouts(int argc, char **argv)
             c->v_seen_us = al_mono_us();
         }
         schedule(c);
-        posts_run(c, 200000);
+        rl_posts_run(c, 200000);
         settle(c);
         progress(c, 0);
 
@@ -1550,7 +1293,7 @@ int cmd_rollouts(int argc, char **argv)
         if (need > pcap) {
             pcap = need * 2;
             struct pollfd *np = realloc(pfd, pcap * sizeof *np);
-            rollout **nr = realloc(pr, pcap * sizeof *nr);
+            rl_rollout **nr = realloc(pr, pcap * sizeof *nr);
             if (np) pfd = np;
             if (nr) pr = nr;
             if (!np || !nr) {
@@ -1565,7 +1308,7 @@ int cmd_rollouts(int argc, char **argv)
         pr[nf++] = NULL;
         for (size_t i = 0; i < c->ngroups; i++)
             for (int k = 0; k < c->groups[i]->n; k++) {
-                rollout *r = c->groups[i]->r[k];
+                rl_rollout *r = c->groups[i]->r[k];
                 if (!r->pid) continue;
                 for (int e = 0; e < 2; e++) {
                     int fd = e ? r->fd_err : r->fd_out;
@@ -1592,7 +1335,7 @@ int cmd_rollouts(int argc, char **argv)
     free(pr);
     if (stop_signal) al_log_info(COMP, "%s: stopping the running rollouts", strsignal(stop_signal));
     stop_children(c);
-    posts_run(c, 5000000);
+    rl_posts_run(c, 5000000);
     kafka_poll(c, 0);
     for (size_t i = 0; i < c->nlive; i++)
         c->live[i]->end_seen = 1;
@@ -1607,14 +1350,14 @@ int cmd_rollouts(int argc, char **argv)
                 last = &c->rep.rows[i];
             }
         char el[32];
-        fmt_elapsed(el, sizeof el, now_s(c));
+        fmt_elapsed(el, sizeof el, rl_now_s(c));
         if (first && last && first != last)
             al_log_info(COMP,
                         "done: val reward %.3f at v%" PRId64 " -> %.3f at v%" PRId64
                         " (%+.3f) in %.1f minutes; %" PRId64 " rollouts (%" PRId64 " failed, %" PRId64
                         " timed out, %" PRId64 " retried); %s/metrics.csv, %s/reward.svg",
                         rl_row_val_mean(first), first->version, rl_row_val_mean(last), last->version,
-                        rl_row_val_mean(last) - rl_row_val_mean(first), now_s(c) / 60,
+                        rl_row_val_mean(last) - rl_row_val_mean(first), rl_now_s(c) / 60,
                         c->n_succeeded + c->n_failed + c->n_timeout, c->n_failed, c->n_timeout,
                         c->n_retried, o->workdir, o->workdir);
         else
@@ -1638,13 +1381,7 @@ out_kafka:
     al_span_clear(&c->span);
     al_policy_version_clear(&c->pv);
     al_kafka_conf_free(c->kc);
-    while (c->phead) {
-        post *p = c->phead;
-        c->phead = p->next;
-        al_log_error(COMP, "not delivered to the proxy: POST %s %s", p->url, p->body);
-        free(p->body);
-        free(p);
-    }
+    rl_posts_drop(c);
     for (size_t i = 0; i < c->ngroups; i++) {
         for (int k = 0; k < c->groups[i]->n; k++)
             free(c->groups[i]->r[k]);
