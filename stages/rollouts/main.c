@@ -67,8 +67,6 @@
 #include <unistd.h>
 
 
-extern char **environ;
-
 static void usage(FILE *f)
 {
     fputs(
@@ -156,589 +154,19 @@ static void metrics_publish(rl_ctl *c, size_t running)
     c->started_published = c->n_started;
 }
 
-static volatile sig_atomic_t stop_signal;
+volatile sig_atomic_t rl_stop_signal;
 static int sig_fd = -1;
 
 static void on_signal(int sig)
 {
     int e = errno;
-    if (sig == SIGINT || sig == SIGTERM) stop_signal = sig;
+    if (sig == SIGINT || sig == SIGTERM) rl_stop_signal = sig;
     if (sig_fd >= 0) {
         char c = 1;
         if (write(sig_fd, &c, 1) < 0) { /* the loop wakes up anyway */
         }
     }
     errno = e;
-}
-
-/* ------------------------------------------------------------------------------------------
- * Children
- * ------------------------------------------------------------------------------------------ */
-
-static void set_nonblock(int fd)
-{
-    int fl = fcntl(fd, F_GETFL);
-    if (fl >= 0) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-}
-
-/* The environment of a child: ours with the rollout's variables set over it. The strings
- * live in `store`; the array is malloc'd (NULL when out of memory). */
-static char **child_env(const rl_ctl *c, const rl_rollout *r, char *store, size_t storelen)
-{
-    const rl_task *t = &c->tasks.t[r->task];
-    char base[900];
-    rl_rollout_base(base, sizeof base, c->o.proxy, r->eval, c->o.eval_temperature, t->key, r->id,
-                    r->attempt);
-    const char *keys[] = {"OPENAI_BASE_URL",   "ANTHROPIC_BASE_URL", "ARCLIGHT_TASK",
-                          "ARCLIGHT_TASK_ID",  "ARCLIGHT_ROLLOUT_ID", "ARCLIGHT_ATTEMPT",
-                          "ARCLIGHT_SPLIT",    "ARCLIGHT_REWARD_URL", "ARCLIGHT_PROXY_URL",
-                          "ARCLIGHT_MODEL",    "ARCLIGHT_EVAL",       "ARCLIGHT_GROUP_SIZE",
-                          "OPENAI_API_KEY",    "ANTHROPIC_API_KEY"};
-    size_t nk = AL_ARRAY_LEN(keys), n = 0;
-    for (char **e = environ; *e; e++)
-        n++;
-    char **env = malloc((n + nk + 1) * sizeof *env);
-    if (!env) return NULL;
-    size_t k = 0, used = 0;
-#define PUT(...)                                                                                   \
-    do {                                                                                           \
-        int w_ = snprintf(store + used, storelen - used, __VA_ARGS__);                             \
-        if (w_ < 0 || (size_t)w_ >= storelen - used) {                                             \
-            free(env);                                                                             \
-            return NULL;                                                                           \
-        }                                                                                          \
-        env[k++] = store + used;                                                                   \
-        used += (size_t)w_ + 1;                                                                    \
-    } while (0)
-    PUT("OPENAI_BASE_URL=%s/v1", base);
-    PUT("ANTHROPIC_BASE_URL=%s", base);
-    PUT("ARCLIGHT_TASK=%s", t->record);
-    PUT("ARCLIGHT_TASK_ID=%s", t->id);
-    PUT("ARCLIGHT_ROLLOUT_ID=%s", r->id);
-    PUT("ARCLIGHT_ATTEMPT=%d", r->attempt);
-    PUT("ARCLIGHT_SPLIT=%s", t->split == RL_SPLIT_VAL ? "val" : "train");
-    PUT("ARCLIGHT_REWARD_URL=%s/reward", base);
-    PUT("ARCLIGHT_PROXY_URL=%s", c->o.proxy);
-    PUT("ARCLIGHT_MODEL=%s", c->model);
-    PUT("ARCLIGHT_EVAL=%d", r->eval);
-    PUT("ARCLIGHT_GROUP_SIZE=%d", r->g ? r->g->n : 1);
-    /* SDKs refuse to start without a key; the proxy does not need one unless --agent-key */
-    const char *ok = getenv("OPENAI_API_KEY"), *ak = getenv("ANTHROPIC_API_KEY");
-    PUT("OPENAI_API_KEY=%s", ok && *ok ? ok : "arclight");
-    PUT("ANTHROPIC_API_KEY=%s", ak && *ak ? ak : "arclight");
-#undef PUT
-    for (char **e = environ; *e; e++) {
-        int ours = 0;
-        for (size_t i = 0; i < nk && !ours; i++) {
-            size_t l = strlen(keys[i]);
-            ours = !strncmp(*e, keys[i], l) && (*e)[l] == '=';
-        }
-        if (!ours) env[k++] = *e;
-    }
-    env[k] = NULL;
-    return env;
-}
-
-/* Starts rollout r's child. 0, or -1 (logged; the rollout then fails like a crash). */
-static int child_start(rl_ctl *c, rl_rollout *r)
-{
-    static char store[1 << 20];
-    const rl_task *t = &c->tasks.t[r->task];
-    char **env = child_env(c, r, store, sizeof store);
-    if (!env) {
-        al_log_error(COMP, "rollout %s: the task record is too large for the environment", r->id);
-        return -1;
-    }
-    /* stdin: the task record, from a memory file (a pipe could fill and block us) */
-    int in = memfd_create("arclight-task", MFD_CLOEXEC);
-    int po[2] = {-1, -1}, pe[2] = {-1, -1};
-    size_t len = strlen(t->record);
-    if (in < 0 || write(in, t->record, len) != (ssize_t)len || write(in, "\n", 1) != 1 ||
-        lseek(in, 0, SEEK_SET) != 0 || pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
-        al_log_error(COMP, "rollout %s: cannot set up the child's stdio: %s", r->id,
-                     strerror(errno));
-        if (in >= 0) close(in);
-        for (int i = 0; i < 2; i++) {
-            if (po[i] >= 0) close(po[i]);
-            if (pe[i] >= 0) close(pe[i]);
-        }
-        free(env);
-        return -1;
-    }
-    char *argv[] = {"/bin/sh", "-c", (char *)c->o.agent, NULL};
-    pid_t pid = fork();
-    if (pid < 0) {
-        al_log_error(COMP, "rollout %s: fork: %s", r->id, strerror(errno));
-        close(in), close(po[0]), close(po[1]), close(pe[0]), close(pe[1]);
-        free(env);
-        return -1;
-    }
-    if (pid == 0) { /* only async-signal-safe calls from here to exec */
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        dup2(in, 0);
-        dup2(po[1], 1);
-        dup2(pe[1], 2);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        execve("/bin/sh", argv, env);
-        _exit(127);
-    }
-    setpgid(pid, pid); /* also here: no race with a kill of the group before the child ran */
-    free(env);
-    close(in);
-    close(po[1]);
-    close(pe[1]);
-    r->fd_out = po[0];
-    r->fd_err = pe[0];
-    set_nonblock(r->fd_out);
-    set_nonblock(r->fd_err);
-    r->pid = pid;
-    r->on = r->en = 0;
-    r->last_line[0] = r->err_tail[0] = '\0';
-    r->start_us = al_mono_us();
-    r->deadline_us = r->start_us + (int64_t)(c->o.rollout_timeout_s * 1e6);
-    r->timed_out = 0;
-    r->kill_us = 0;
-    c->running++;
-    c->n_started++;
-    al_log_debug(COMP, "rollout %s (task %s%s, attempt %d) started: pid %d", r->id, t->id,
-                 r->eval ? ", eval" : "", r->attempt, (int)pid);
-    return 0;
-}
-
-/* A complete line of the child's stdout (is_err 0) or stderr (1). */
-static void child_line(rl_ctl *c, rl_rollout *r, char *line, int is_err)
-{
-    size_t n = strlen(line);
-    while (n && (line[n - 1] == '\r' || line[n - 1] == ' ')) line[--n] = '\0';
-    if (!n) return;
-    if (is_err) {
-        snprintf(r->err_tail, sizeof r->err_tail, "%s", line);
-        if (c->o.quiet_agents)
-            al_log_debug(COMP, "%s: %s", r->id, line);
-        else
-            al_log_info(COMP, "%s: %s", r->id, line);
-    } else {
-        snprintf(r->last_line, sizeof r->last_line, "%s", line);
-        al_log_debug(COMP, "%s> %s", r->id, line);
-    }
-}
-
-/* Reads what the child wrote; at EOF the fd is closed. */
-static void child_read(rl_ctl *c, rl_rollout *r, int is_err)
-{
-    int *fd = is_err ? &r->fd_err : &r->fd_out;
-    char *buf = is_err ? r->ebuf : r->obuf;
-    size_t cap = is_err ? sizeof r->ebuf : sizeof r->obuf;
-    size_t *n = is_err ? &r->en : &r->on;
-    for (;;) {
-        if (*n == cap - 1) { /* a line longer than the buffer: keep its end */
-            buf[*n] = '\0';
-            child_line(c, r, buf, is_err);
-            *n = 0;
-        }
-        ssize_t k = read(*fd, buf + *n, cap - 1 - *n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-        if (k <= 0) { /* EOF or error: a last unterminated line counts */
-            if (*n) {
-                buf[*n] = '\0';
-                child_line(c, r, buf, is_err);
-                *n = 0;
-            }
-            close(*fd);
-            *fd = -1;
-            return;
-        }
-        *n += (size_t)k;
-        char *s = buf, *nl;
-        while ((nl = memchr(s, '\n', (size_t)(buf + *n - s)))) {
-            *nl = '\0';
-            child_line(c, r, s, is_err);
-            s = nl + 1;
-        }
-        *n = (size_t)(buf + *n - s);
-        memmove(buf, s, *n);
-    }
-}
-
-/* ------------------------------------------------------------------------------------------
- * Scheduling
- * ------------------------------------------------------------------------------------------ */
-
-static rl_rollout *rollout_new(rl_ctl *c, rl_group *g, size_t task, int eval)
-{
-    rl_rollout *r = calloc(1, sizeof *r);
-    if (!r) return NULL;
-    r->g = g;
-    r->task = task;
-    r->eval = eval;
-    r->fd_out = r->fd_err = -1;
-    r->min_version = -1;
-    r->launch_version = c->v;
-    snprintf(r->id, sizeof r->id, "%s-%" PRId64, c->run, c->next_rollout++);
-    if (rl_rtab_insert(c, r)) {
-        free(r);
-        return NULL;
-    }
-    return r;
-}
-
-static rl_group *group_new(rl_ctl *c, size_t task, int n, int eval)
-{
-    rl_group *g = calloc(1, sizeof *g);
-    if (!g || !(g->r = calloc((size_t)n, sizeof *g->r))) {
-        free(g);
-        return NULL;
-    }
-    g->task = task;
-    g->eval = eval;
-    g->n = n;
-    g->serial = c->group_serial++;
-    for (int i = 0; i < n; i++)
-        if (!(g->r[i] = rollout_new(c, g, task, eval))) {
-            for (int k = 0; k < i; k++) {
-                rl_rtab_remove(c, g->r[k]);
-                free(g->r[k]);
-            }
-            free(g->r);
-            free(g);
-            return NULL;
-        }
-    if (c->ngroups == c->capgroups) {
-        size_t nc = c->capgroups ? c->capgroups * 2 : 32;
-        rl_group **ng = realloc(c->groups, nc * sizeof *ng);
-        if (!ng) return NULL; /* leaked on out of memory only */
-        c->groups = ng;
-        c->capgroups = nc;
-    }
-    c->groups[c->ngroups++] = g;
-    return g;
-}
-
-/* The next training task of the epoch order that has no group in flight; SIZE_MAX when
- * every remaining one is busy or the epochs are over. Moves to the next epoch at the end. */
-static size_t next_train_task(rl_ctl *c)
-{
-    if (!c->n_train) return SIZE_MAX;
-    for (int pass = 0; pass < 2; pass++) {
-        for (size_t i = c->order_pos; i < c->n_train; i++) {
-            size_t t = c->train_idx[c->order[i]];
-            if (c->busy[t]) continue;
-            /* take it: swap it to the front of what is left */
-            size_t tmp = c->order[i];
-            c->order[i] = c->order[c->order_pos];
-            c->order[c->order_pos] = tmp;
-            c->order_pos++;
-            return t;
-        }
-        if (c->order_pos < c->n_train) return SIZE_MAX; /* the rest are busy */
-        if (c->o.epochs && c->epoch + 1 >= c->o.epochs) return SIZE_MAX;
-        c->epoch++;
-        c->order_pos = 0;
-        rl_shuffle(c->order, c->n_train, (uint64_t)c->o.seed, (uint64_t)c->epoch);
-        al_log_info(COMP, "epoch %" PRId64 " over the %zu training tasks", c->epoch, c->n_train);
-    }
-    return SIZE_MAX;
-}
-
-static int running_pending(const rl_ctl *c)
-{
-    /* rollouts of unfinished groups not yet started */
-    int n = 0;
-    for (size_t i = 0; i < c->ngroups; i++)
-        for (int k = 0; k < c->groups[i]->n; k++) {
-            const rl_rollout *r = c->groups[i]->r[k];
-            if (!r->pid && !r->done && !r->start_us) n++;
-        }
-    return n;
-}
-
-/* Starts the not-yet-started rollouts of unfinished groups, eval groups first, within the
- * concurrency limit. */
-static void start_pending(rl_ctl *c)
-{
-    for (int pass = 0; pass < 2; pass++)
-        for (size_t i = 0; i < c->ngroups && c->running < c->o.concurrency; i++) {
-            rl_group *g = c->groups[i];
-            if (g->eval != (pass == 0)) continue;
-            for (int k = 0; k < g->n && c->running < c->o.concurrency; k++) {
-                rl_rollout *r = g->r[k];
-                if (r->pid || r->done || r->start_us) continue;
-                if (child_start(c, r) != 0) {
-                    r->start_us = al_mono_us(); /* counts as started and failed at once */
-                    r->status = AL_ROLLOUT_STATUS_FAILED;
-                    snprintf(r->err_tail, sizeof r->err_tail, "the controller could not start it");
-                    r->done = 1;
-                }
-            }
-        }
-}
-
-static void post_end(rl_ctl *c, rl_rollout *r, const char *status, const char *reason, int retried);
-
-/* Starts an evaluation of the val split at the current version. */
-static void eval_start(rl_ctl *c)
-{
-    size_t n = c->n_val;
-    if (c->o.eval_tasks > 0 && (size_t)c->o.eval_tasks < n) n = (size_t)c->o.eval_tasks;
-    c->eval_version = c->v;
-    c->eval_running = 0;
-    for (size_t i = 0; i < n; i++) {
-        rl_group *g = group_new(c, c->val_idx[i], 1, 1);
-        if (!g) {
-            al_log_error(COMP, "out of memory starting an evaluation");
-            break;
-        }
-        c->eval_running++;
-    }
-    c->evals_done++;
-    al_log_info(COMP, "evaluating %zu val tasks at policy version %" PRId64, n, c->v);
-}
-
-/* What to start now: a due evaluation, else training groups as pacing allows. */
-static void schedule(rl_ctl *c)
-{
-    if (!c->have_v) return;
-    int stopping = stop_signal != 0;
-    if (stopping) return;
-    /* an evaluation due at this version: once the current one is over */
-    if (c->n_val && !c->eval_running && c->eval_pending) {
-        c->eval_pending = 0;
-        eval_start(c);
-    }
-    if (!c->eval_running && !c->training_done) {
-        for (;;) {
-            if (c->o.steps > 0 &&
-                c->started_groups - c->lost_groups >= (c->o.steps - c->v0) * c->o.step_groups)
-                break; /* enough for the last step */
-            if (!rl_pace_may_start(c->v, c->v0, c->o.max_staleness, c->o.step_groups,
-                                   c->started_groups, c->lost_groups))
-                break;
-            if (running_pending(c) >= c->o.concurrency) break;
-            size_t t = next_train_task(c);
-            if (t == SIZE_MAX) {
-                if (c->o.epochs && c->epoch + 1 >= c->o.epochs && c->order_pos >= c->n_train) {
-                    c->training_done = 1;
-                    al_log_info(COMP, "the %" PRId64 " epochs are started: no more training groups",
-                                c->o.epochs);
-                }
-                break;
-            }
-            rl_group *g = group_new(c, t, (int)c->o.group_size, 0);
-            if (!g) {
-                al_log_error(COMP, "out of memory starting a group");
-                break;
-            }
-            c->busy[t] = 1;
-            c->started_groups++;
-        }
-    }
-    start_pending(c);
-}
-
-/* ------------------------------------------------------------------------------------------
- * Outcomes
- * ------------------------------------------------------------------------------------------ */
-
-static void post_end(rl_ctl *c, rl_rollout *r, const char *status, const char *reason, int retried)
-{
-    char base[900], url[1000];
-    rl_rollout_base(base, sizeof base, c->o.proxy, r->eval, c->o.eval_temperature,
-                    c->tasks.t[r->task].key, r->id, r->attempt);
-    snprintf(url, sizeof url, "%s/end", base);
-    json_t *o = json_pack("{s:s,s:i}", "status", status, "group_size", r->g ? r->g->n : 1);
-    if (reason && *reason) json_object_set_new(o, "reason", json_string(reason));
-    if (retried) json_object_set_new(o, "retried", json_true());
-    char *b = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    if (b) rl_posts_queue(c, url, b);
-    free(b);
-    json_decref(o);
-}
-
-/* The child of r is gone (reaped) and its pipes are drained: post its reward line, its end,
- * and either start the next attempt or settle the rollout. */
-static void rollout_finished(rl_ctl *c, rl_rollout *r, int wstatus)
-{
-    char reason[800] = "";
-    const char *status = "succeeded";
-    double reward;
-    char body[8192], err[300];
-    int bad_line = 0;
-    int64_t secs = (al_mono_us() - r->start_us) / 1000000;
-    if (r->killed_for_stop) {
-        status = "aborted";
-        snprintf(reason, sizeof reason, "the controller stopped");
-    } else if (r->timed_out) {
-        status = "timeout";
-        snprintf(reason, sizeof reason, "no exit after %g s; its process group was killed",
-                 c->o.rollout_timeout_s);
-    } else if (WIFSIGNALED(wstatus)) {
-        status = "failed";
-        snprintf(reason, sizeof reason, "killed by signal %d (%s)%s%s", WTERMSIG(wstatus),
-                 strsignal(WTERMSIG(wstatus)), r->err_tail[0] ? "; last error: " : "",
-                 r->err_tail);
-    } else if (WEXITSTATUS(wstatus) > 128 && WEXITSTATUS(wstatus) < 128 + 65) {
-        /* the shell's way of saying that the agent it ran died of a signal */
-        status = "failed";
-        int sig = WEXITSTATUS(wstatus) - 128;
-        snprintf(reason, sizeof reason, "exit status %d: killed by signal %d (%s)%s%.300s",
-                 WEXITSTATUS(wstatus), sig, strsignal(sig), r->err_tail[0] ? "; last error: " : "",
-                 r->err_tail);
-    } else if (WEXITSTATUS(wstatus) != 0) {
-        status = "failed";
-        snprintf(reason, sizeof reason, "exit status %d%s%.300s", WEXITSTATUS(wstatus),
-                 r->err_tail[0] ? "; last error: " : "", r->err_tail);
-    }
-    if (!strcmp(status, "succeeded") && r->last_line[0]) {
-        int k = rl_parse_reward_line(r->last_line, &reward, body, sizeof body, err, sizeof err);
-        if (k < 0) {
-            status = "failed";
-            bad_line = 1;
-            snprintf(reason, sizeof reason, "%s: %.200s", err, r->last_line);
-        } else if (k > 0) {
-            char base[900], url[1000];
-            rl_rollout_base(base, sizeof base, c->o.proxy, r->eval, c->o.eval_temperature,
-                            c->tasks.t[r->task].key, r->id, r->attempt);
-            snprintf(url, sizeof url, "%s/reward", base);
-            rl_posts_queue(c, url, body);
-        }
-    }
-    int ok = !strcmp(status, "succeeded");
-    int retry = !ok && !r->killed_for_stop && r->attempt + 1 < c->o.max_attempts;
-    if (!ok)
-        al_log_warn(COMP, "rollout %s (task %s%s, attempt %d) %s after %" PRId64 " s: %s%s", r->id,
-                    c->tasks.t[r->task].id, r->eval ? ", eval" : "", r->attempt, status, secs,
-                    reason, retry ? "; running it again" : "");
-    (void)bad_line;
-    post_end(c, r, status, reason, retry);
-    if (retry) {
-        c->n_retried++;
-        r->attempt++;
-        r->n_rewards = r->n_calls = 0;
-        r->reward = 0;
-        r->min_version = -1;
-        r->end_seen = 0;
-        r->start_us = 0; /* start_pending starts it again */
-        return;
-    }
-    r->done = 1;
-    r->posted_us = al_mono_us();
-    r->status = (al_rollout_status)al_rollout_status_parse(status);
-    if (ok)
-        c->n_succeeded++;
-    else if (!strcmp(status, "timeout"))
-        c->n_timeout++;
-    else if (!strcmp(status, "aborted"))
-        c->n_aborted++;
-    else
-        c->n_failed++;
-    rl_group *g = r->g;
-    g->n_final++;
-    if (!ok) g->n_failed++;
-}
-
-/* Reaps exited children; a child counts as finished once its pipes are closed too. */
-static void reap(rl_ctl *c)
-{
-    for (size_t i = 0; i < c->ngroups; i++) {
-        rl_group *g = c->groups[i];
-        for (int k = 0; k < g->n; k++) {
-            rl_rollout *r = g->r[k];
-            if (!r->pid) continue;
-            int st;
-            pid_t w = waitpid(r->pid, &st, WNOHANG);
-            if (w != r->pid) continue;
-            /* the shell is gone; anything its group left behind goes with it */
-            kill(-r->pid, SIGKILL);
-            if (r->fd_out >= 0) child_read(c, r, 0);
-            if (r->fd_err >= 0) child_read(c, r, 1);
-            if (r->fd_out >= 0) close(r->fd_out), r->fd_out = -1;
-            if (r->fd_err >= 0) close(r->fd_err), r->fd_err = -1;
-            r->pid = 0;
-            c->running--;
-            rollout_finished(c, r, st);
-        }
-    }
-}
-
-static void check_timeouts(rl_ctl *c)
-{
-    int64_t now = al_mono_us();
-    for (size_t i = 0; i < c->ngroups; i++) {
-        rl_group *g = c->groups[i];
-        for (int k = 0; k < g->n; k++) {
-            rl_rollout *r = g->r[k];
-            if (r->pid && !r->timed_out && now >= r->deadline_us) {
-                r->timed_out = 1;
-                kill(-r->pid, SIGKILL);
-            }
-        }
-    }
-}
-
-/* Rollouts whose outcome is settled go into the report: once their end span was read back
- * (their reward is then whole), or 30 s after their end was posted (the spans are late or
- * the broker away: reported with what is known). Groups whose rollouts are all settled
- * free their task. */
-static void settle(rl_ctl *c)
-{
-    int64_t now = al_mono_us();
-    for (size_t i = 0; i < c->nlive;) {
-        rl_rollout *r = c->live[i];
-        int ready = r->done && !c->phead && (r->end_seen || now - r->posted_us > 30000000LL);
-        if (!ready) {
-            i++;
-            continue;
-        }
-        int64_t ver = r->min_version >= 0 ? r->min_version : r->launch_version;
-        if (r->status == AL_ROLLOUT_STATUS_SUCCEEDED) {
-            if (!r->n_rewards) c->n_no_reward++;
-            if (r->eval)
-                rl_report_add_val(&c->rep, ver, r->reward);
-            else
-                rl_report_add_train(&c->rep, ver, r->reward);
-        }
-        if (r->eval && c->eval_log) { /* every evaluation rollout, for a user's own statistics */
-            json_t *o = json_pack("{s:I,s:s,s:s,s:i,s:s,s:f,s:i}", "version", (json_int_t)ver,
-                                  "task", c->tasks.t[r->task].id, "rollout", r->id, "attempt",
-                                  r->attempt, "status", al_rollout_status_name(r->status),
-                                  "reward", r->reward, "rewards", r->n_rewards);
-            char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
-            if (line) fprintf(c->eval_log, "%s\n", line);
-            fflush(c->eval_log);
-            free(line);
-            json_decref(o);
-        }
-        c->n_reported++;
-        rl_rtab_remove(c, r); /* moves the last live one into slot i; the group frees r */
-    }
-    for (size_t i = 0; i < c->ngroups;) {
-        rl_group *g = c->groups[i];
-        int all = g->n_final == g->n;
-        for (int k = 0; all && k < g->n; k++)
-            if (rl_rtab_find(c, g->r[k]->id)) all = 0;
-        if (!all) {
-            i++;
-            continue;
-        }
-        if (g->eval) {
-            c->eval_running--;
-        } else {
-            c->busy[g->task] = 0;
-            if (g->n_failed == g->n) c->lost_groups++;
-        }
-        for (int k = 0; k < g->n; k++)
-            free(g->r[k]);
-        free(g->r);
-        free(g);
-        c->groups[i] = c->groups[--c->ngroups];
-    }
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -956,33 +384,6 @@ static int parse_dbl(const char *flag, const char *s, double lo, double hi, doub
                                   lo, hi, s);
     *out = v;
     return 0;
-}
-
-/* Stops every running child: SIGTERM to its group, SIGKILL after 3 s; their rollouts end as
- * aborted (posted, best effort: the proxy may be gone too). */
-static void stop_children(rl_ctl *c)
-{
-    int any = 0;
-    for (size_t i = 0; i < c->ngroups; i++)
-        for (int k = 0; k < c->groups[i]->n; k++) {
-            rl_rollout *r = c->groups[i]->r[k];
-            if (!r->pid) continue;
-            r->killed_for_stop = 1;
-            kill(-r->pid, SIGTERM);
-            any = 1;
-        }
-    int64_t until = al_mono_us() + 3000000;
-    while (any && c->running > 0 && al_mono_us() < until) {
-        reap(c);
-        usleep(20000);
-    }
-    for (size_t i = 0; i < c->ngroups; i++)
-        for (int k = 0; k < c->groups[i]->n; k++)
-            if (c->groups[i]->r[k]->pid) kill(-c->groups[i]->r[k]->pid, SIGKILL);
-    while (c->running > 0) {
-        reap(c);
-        if (c->running > 0) usleep(10000);
-    }
 }
 
 int cmd_rollouts(int argc, char **argv)
@@ -1236,9 +637,6 @@ int cmd_rollouts(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     int64_t last_v = c->v, failed = 0;
-    struct pollfd *pfd = NULL;
-    rl_rollout **pr = NULL;
-    size_t pcap = 0;
     for (;;) {
         metrics_publish(c, c->nlive);
         if (kafka_poll(c, 0)) {
@@ -1257,7 +655,7 @@ int cmd_rollouts(int argc, char **argv)
             }
             write_report(c);
         }
-        if (stop_signal) break;
+        if (rl_stop_signal) break;
         /* done? */
         int trained_enough = o->steps > 0 && c->v >= o->steps;
         int epochs_over = c->training_done && !c->ngroups;
@@ -1271,75 +669,26 @@ int cmd_rollouts(int argc, char **argv)
             }
         }
         if (trained_enough) c->training_done = 1;
-        /* a trainer that does not move while nothing runs: one more group, said aloud */
-        if (!c->training_done && !c->running && !c->eval_running &&
-            al_mono_us() - c->v_seen_us > (int64_t)(o->pace_timeout_s * 1e6) &&
-            !rl_pace_may_start(c->v, c->v0, o->max_staleness, o->step_groups, c->started_groups,
-                               c->lost_groups)) {
-            al_log_warn(COMP,
-                        "policy v%" PRId64 " has not moved for %g s with nothing running: "
-                        "starting one more group (does batch's --step-groups match %" PRId64 "?)",
-                        c->v, o->pace_timeout_s, o->step_groups);
-            c->lost_groups++;
-            c->v_seen_us = al_mono_us();
-        }
-        schedule(c);
+        rl_sched_pace_timeout(c);
+        rl_schedule(c);
         rl_posts_run(c, 200000);
-        settle(c);
+        rl_settle(c);
         progress(c, 0);
 
-        /* wait for the children's output, a signal or 20 ms */
-        size_t need = 1 + 2 * (size_t)c->running;
-        if (need > pcap) {
-            pcap = need * 2;
-            struct pollfd *np = realloc(pfd, pcap * sizeof *np);
-            rl_rollout **nr = realloc(pr, pcap * sizeof *nr);
-            if (np) pfd = np;
-            if (nr) pr = nr;
-            if (!np || !nr) {
-                al_log_error(COMP, "out of memory");
-                failed = 1;
-                break;
-            }
+        if (rl_children_wait(c)) {
+            failed = 1;
+            break;
         }
-        size_t nf = 0;
-        pfd[nf].fd = c->sigpipe[0];
-        pfd[nf].events = POLLIN;
-        pr[nf++] = NULL;
-        for (size_t i = 0; i < c->ngroups; i++)
-            for (int k = 0; k < c->groups[i]->n; k++) {
-                rl_rollout *r = c->groups[i]->r[k];
-                if (!r->pid) continue;
-                for (int e = 0; e < 2; e++) {
-                    int fd = e ? r->fd_err : r->fd_out;
-                    if (fd < 0 || nf >= pcap) continue;
-                    pfd[nf].fd = fd;
-                    pfd[nf].events = POLLIN;
-                    pr[nf++] = r;
-                }
-            }
-        int n = poll(pfd, nf, 20);
-        if (n > 0) {
-            for (size_t i = 1; i < nf; i++)
-                if (pfd[i].revents) child_read(c, pr[i], pfd[i].fd == pr[i]->fd_err);
-            if (pfd[0].revents) {
-                char buf[64];
-                while (read(c->sigpipe[0], buf, sizeof buf) > 0) {
-                }
-            }
-        }
-        reap(c);
-        check_timeouts(c);
+        rl_children_reap(c);
+        rl_children_check_timeouts(c);
     }
-    free(pfd);
-    free(pr);
-    if (stop_signal) al_log_info(COMP, "%s: stopping the running rollouts", strsignal(stop_signal));
-    stop_children(c);
+    if (rl_stop_signal) al_log_info(COMP, "%s: stopping the running rollouts", strsignal(rl_stop_signal));
+    rl_children_stop(c);
     rl_posts_run(c, 5000000);
     kafka_poll(c, 0);
     for (size_t i = 0; i < c->nlive; i++)
         c->live[i]->end_seen = 1;
-    settle(c);
+    rl_settle(c);
     write_report(c);
     if (c->tty) fputc('\n', stderr);
     {
@@ -1391,6 +740,8 @@ out_kafka:
     free(c->groups);
     free(c->rtab);
     free(c->live);
+    free(c->pfd);
+    free(c->pr);
     rl_report_free(&c->rep);
 out_tasks:
     free(c->train_idx);

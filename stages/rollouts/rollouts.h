@@ -8,6 +8,11 @@
  *   main.c      the delivery contract, the flags, the command and its run (start, loop, stop)
  *   rtab.c      rollouts by id (the open ones, until their outcome is in the report)
  *   posts.c     posts to the proxy (rewards, ends), in order, retried with backoff
+ *   children.c  an agent's child process: environment, start, its output, reaping,
+ *               timeouts, stopping them all
+ *   sched.c     what to start: training groups as pacing allows, evaluations
+ *   settle.c    a rollout's outcome (its end posted, the next attempt) and settling it
+ *               into the report
  */
 #ifndef ARCLIGHT_ROLLOUTS_ROLLOUTS_H
 #define ARCLIGHT_ROLLOUTS_ROLLOUTS_H
@@ -155,6 +160,9 @@ typedef struct rl_ctl {
     int64_t started_published;
 } rl_ctl;
 
+/* SIGINT or SIGTERM once received (main.c's handler sets it): stop at once. */
+extern volatile sig_atomic_t rl_stop_signal;
+
 /* Seconds since the controller started. */
 static inline double rl_now_s(const rl_ctl *c)
 {
@@ -171,5 +179,20 @@ void rl_rtab_remove(rl_ctl *c, rl_rollout *r);
 void rl_posts_queue(rl_ctl *c, const char *url, const char *body);
 void rl_posts_run(rl_ctl *c, int64_t budget_us);
 void rl_posts_drop(rl_ctl *c);
+
+/* children.c */
+int rl_child_start(rl_ctl *c, rl_rollout *r);
+void rl_children_reap(rl_ctl *c);
+void rl_children_check_timeouts(rl_ctl *c);
+int rl_children_wait(rl_ctl *c);
+void rl_children_stop(rl_ctl *c);
+
+/* sched.c */
+void rl_schedule(rl_ctl *c);
+void rl_sched_pace_timeout(rl_ctl *c);
+
+/* settle.c */
+void rl_rollout_finished(rl_ctl *c, rl_rollout *r, int wstatus);
+void rl_settle(rl_ctl *c);
 
 #endif
