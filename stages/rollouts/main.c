@@ -116,44 +116,6 @@ static void usage(FILE *f)
         f);
 }
 
-/* retried: an attempt that failed or timed out and runs again as the next attempt */
-static const char *const metric_ends[5] = {"succeeded", "failed", "timeout", "aborted",
-                                           "retried"};
-
-/* Creates the series --metrics serves (the registry is the controller's own). 0, or -1
- * when out of memory. */
-static int metrics_init(rl_ctl *c)
-{
-    if (!(c->metrics = al_metrics_new())) return -1;
-    al_metrics_add_process_metrics(c->metrics);
-    c->c_started = al_metrics_counter(c->metrics, "arclight_rollouts_started_total",
-                                      "Rollouts started (attempts, evaluation ones included)", NULL);
-    for (int i = 0; i < 5; i++)
-        c->g_ends[i] = al_metrics_gauge(c->metrics, "arclight_rollouts_ended",
-                                        "Rollout attempts ended so far (evaluation ones included), "
-                                        "by outcome",
-                                        "outcome", metric_ends[i], NULL);
-    c->g_running = al_metrics_gauge(c->metrics, "arclight_rollouts_running",
-                                    "Rollouts whose agent is running", NULL);
-    c->g_version = al_metrics_gauge(c->metrics, "arclight_rollouts_policy_version",
-                                    "The newest policy version the controller has seen", NULL);
-    return 0;
-}
-
-/* Copies the counts into the series; called from the controller's loop. */
-static void metrics_publish(rl_ctl *c, size_t running)
-{
-    if (!c->metrics) return;
-    const int64_t ends[5] = {c->n_succeeded, c->n_failed, c->n_timeout, c->n_aborted,
-                             c->n_retried};
-    for (int i = 0; i < 5; i++)
-        al_gauge_set(c->g_ends[i], (double)ends[i]);
-    al_gauge_set(c->g_running, (double)running);
-    al_gauge_set(c->g_version, (double)c->v);
-    al_counter_add(c->c_started, (double)(c->n_started - c->started_published));
-    c->started_published = c->n_started;
-}
-
 volatile sig_atomic_t rl_stop_signal;
 static int sig_fd = -1;
 
@@ -167,168 +129,6 @@ static void on_signal(int sig)
         }
     }
     errno = e;
-}
-
-/* ------------------------------------------------------------------------------------------
- * Kafka: policy versions and spans
- * ------------------------------------------------------------------------------------------ */
-
-static void on_version(rl_ctl *c, const al_policy_version *pv)
-{
-    if (!c->model[0]) snprintf(c->model, sizeof c->model, "%s", pv->model);
-    if (strcmp(pv->model, c->model)) return;
-    rl_version_row *row = rl_report_row(&c->rep, pv->version);
-    if (row) {
-        row->have_train_metrics = 1;
-        row->tokens_per_s = pv->metrics.tokens_per_s;
-        row->loss = pv->metrics.loss;
-        row->kl = pv->metrics.kl;
-        row->entropy = pv->metrics.entropy;
-        row->clip_frac = pv->metrics.clip_fraction;
-        if (c->have_v && row->time_s < 0) row->time_s = rl_now_s(c);
-    }
-    if (!c->have_v || pv->version > c->v) {
-        c->v = pv->version;
-        c->v_seen_us = al_mono_us();
-    }
-}
-
-static void on_span(rl_ctl *c, const al_span *s)
-{
-    rl_rollout *r = rl_rtab_find(c, s->rollout_id);
-    if (!r || s->attempt != r->attempt) return;
-    if (s->kind == AL_SPAN_KIND_LLM_CALL) {
-        r->n_calls++;
-        int64_t v = s->llm_call.policy_version;
-        if (v >= 0 && (r->min_version < 0 || v < r->min_version)) r->min_version = v;
-    } else if (s->kind == AL_SPAN_KIND_REWARD) {
-        if (c->o.reward_name && strcmp(c->o.reward_name, s->reward.name ? s->reward.name : ""))
-            return;
-        r->reward += s->reward.value;
-        r->n_rewards++;
-    } else if (s->kind == AL_SPAN_KIND_ROLLOUT_END) {
-        if (r->done) r->end_seen = 1;
-    }
-}
-
-static int keyset_build(rl_ctl *c)
-{
-    c->keycap = 16;
-    while (c->keycap < 2 * c->tasks.n)
-        c->keycap *= 2;
-    if (!(c->keyset = calloc(c->keycap, sizeof *c->keyset))) return -1;
-    for (size_t i = 0; i < c->tasks.n; i++) {
-        size_t b = rl_hash(c->tasks.t[i].key) & (c->keycap - 1);
-        while (c->keyset[b])
-            b = (b + 1) & (c->keycap - 1);
-        c->keyset[b] = c->tasks.t[i].key;
-    }
-    return 0;
-}
-
-static int keyset_has(const rl_ctl *c, const void *key, size_t len)
-{
-    char k[160];
-    if (!key || len == 0 || len >= sizeof k) return 0;
-    memcpy(k, key, len);
-    k[len] = '\0';
-    for (size_t b = rl_hash(k) & (c->keycap - 1); c->keyset[b]; b = (b + 1) & (c->keycap - 1))
-        if (!strcmp(c->keyset[b], k)) return 1;
-    return 0;
-}
-
-/* Drains what the readers have now. -1 when a reader failed for good. */
-static int kafka_poll(rl_ctl *c, int wait_ms)
-{
-    char err[512];
-    rd_kafka_message_t *m;
-    for (int i = 0; i < 2000; i++) {
-        int k = al_topic_reader_next(c->policy_rd, i ? 0 : wait_ms, &m, err, sizeof err);
-        if (k < 0) {
-            al_log_error(COMP, "reading %s: %s", c->o.policy_topic, err);
-            return -1;
-        }
-        if (k != 1) break;
-        if (al_policy_version_decode(m->payload, m->len, &c->pv, err, sizeof err) == 0)
-            on_version(c, &c->pv);
-        else
-            al_log_warn(COMP, "%s [%d] offset %" PRId64 ": %s (skipped)", c->o.policy_topic,
-                        (int)m->partition, m->offset, err);
-        rd_kafka_message_destroy(m);
-    }
-    for (int i = 0; i < 5000; i++) {
-        int k = al_topic_reader_next(c->spans_rd, 0, &m, err, sizeof err);
-        if (k < 0) {
-            al_log_error(COMP, "reading %s: %s", c->o.spans_topic, err);
-            return -1;
-        }
-        if (k != 1) break;
-        if (keyset_has(c, m->key, m->key_len) &&
-            al_span_decode(m->payload, m->len, &c->span, err, sizeof err) == 0 &&
-            c->span.rollout_id && !strncmp(c->span.rollout_id, c->run, strlen(c->run)))
-            on_span(c, &c->span);
-        rd_kafka_message_destroy(m);
-    }
-    return 0;
-}
-
-/* ------------------------------------------------------------------------------------------
- * What the user sees
- * ------------------------------------------------------------------------------------------ */
-
-static void fmt_elapsed(char *b, size_t n, double s)
-{
-    int t = (int)s;
-    if (t >= 3600)
-        snprintf(b, n, "%dh%02dm%02ds", t / 3600, t / 60 % 60, t % 60);
-    else
-        snprintf(b, n, "%dm%02ds", t / 60, t % 60);
-}
-
-/* The newest version with training rollouts reported, and the newest with a val reward. */
-static const rl_version_row *last_row(const rl_ctl *c, int val)
-{
-    for (size_t i = c->rep.n; i-- > 0;)
-        if (val ? c->rep.rows[i].n_val : c->rep.rows[i].n_train) return &c->rep.rows[i];
-    return NULL;
-}
-
-static void progress(rl_ctl *c, int force)
-{
-    int64_t now = al_mono_us();
-    char el[32], val[64] = "-", tr[64] = "-";
-    fmt_elapsed(el, sizeof el, rl_now_s(c));
-    const rl_version_row *t = last_row(c, 0), *v = last_row(c, 1);
-    if (t) snprintf(tr, sizeof tr, "%.3f (v%" PRId64 ")", rl_row_train_mean(t), t->version);
-    if (v) snprintf(val, sizeof val, "%.3f (v%" PRId64 ")", rl_row_val_mean(v), v->version);
-    double rate = c->n_reported / (rl_now_s(c) > 0 ? rl_now_s(c) : 1);
-    int64_t ahead = c->o.step_groups
-                        ? (c->started_groups - c->lost_groups) / c->o.step_groups - (c->v - c->v0)
-                        : 0;
-    if (c->tty) {
-        if (!force && now - c->last_progress_us < 500000) return;
-        c->last_progress_us = now;
-        fprintf(stderr,
-                "\r\033[Krollouts: %.1f/s, %d running | policy v%" PRId64 " (rollouts %+" PRId64
-                " ahead) | train %s | val %s | %s",
-                rate, c->running, c->v, ahead, tr, val, el);
-        fflush(stderr);
-        return;
-    }
-    if (!force && c->report_version == c->v) return;
-    c->report_version = c->v;
-    al_log_info(COMP,
-                "policy v%" PRId64 ": train reward %s, val reward %s; %" PRId64
-                " rollouts done (%.1f/s), %d running; %s",
-                c->v, tr, val, c->n_reported, rate, c->running, el);
-}
-
-static void write_report(rl_ctl *c)
-{
-    char err[512], title[512];
-    snprintf(title, sizeof title, "arclight: %s on %s", c->model, c->o.tasks);
-    if (rl_report_write(&c->rep, c->o.workdir, title, err, sizeof err))
-        al_log_warn(COMP, "cannot write the report: %s", err);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -520,7 +320,7 @@ int cmd_rollouts(int argc, char **argv)
     c->val_idx = calloc(c->tasks.n + 1, sizeof *c->val_idx);
     c->order = calloc(c->tasks.n + 1, sizeof *c->order);
     c->busy = calloc(c->tasks.n + 1, 1);
-    if (!c->train_idx || !c->val_idx || !c->order || !c->busy || keyset_build(c)) goto out_tasks;
+    if (!c->train_idx || !c->val_idx || !c->order || !c->busy || rl_feeds_keyset_build(c)) goto out_tasks;
     for (size_t i = 0; i < c->tasks.n; i++) {
         if (c->tasks.t[i].split == RL_SPLIT_VAL)
             c->val_idx[c->n_val++] = i;
@@ -549,49 +349,13 @@ int cmd_rollouts(int argc, char **argv)
     }
     /* --metrics: /metrics and /healthz (healthy while the controller runs) */
     if (common.metrics) {
-        if (metrics_init(c) < 0) goto out_kafka;
+        if (rl_metrics_init(c) < 0) goto out_kafka;
         if (!(srv = al_http_server_start(common.metrics, c->metrics, NULL, NULL, err, sizeof err))) {
             al_log_error(COMP, "%s", err);
             goto out_kafka;
         }
     }
-    /* Versions so far: read the policy topic to its end first (v0 paces from there). */
-    {
-        const char *topics[] = {o->policy_topic};
-        al_topic_reader_opts ro = {topics, 1, -1, AL_TOPIC_START_BEGINNING, 0, 0, -1, -1, 0};
-        al_topic_reader *rd = al_topic_reader_new(c->kc, &ro, err, sizeof err);
-        if (!rd) {
-            al_log_error(COMP, "%s", err);
-            goto out_kafka;
-        }
-        rd_kafka_message_t *m;
-        int k;
-        while ((k = al_topic_reader_next(rd, 200, &m, err, sizeof err)) != 2) {
-            if (k < 0) {
-                al_log_error(COMP, "reading %s: %s", o->policy_topic, err);
-                al_topic_reader_free(rd);
-                goto out_kafka;
-            }
-            if (k == 1) {
-                if (al_policy_version_decode(m->payload, m->len, &c->pv, err, sizeof err) == 0)
-                    on_version(c, &c->pv);
-                rd_kafka_message_destroy(m);
-            }
-        }
-        al_topic_reader_free(rd);
-        c->have_v = c->model[0] != 0;
-    }
-    {
-        const char *topics[] = {o->policy_topic};
-        al_topic_reader_opts ro = {topics, 1, -1, AL_TOPIC_START_END, 0, 0, -1, -1, 1};
-        const char *stopics[] = {o->spans_topic};
-        al_topic_reader_opts so = {stopics, 1, -1, AL_TOPIC_START_END, 0, 0, -1, -1, 1};
-        if (!(c->policy_rd = al_topic_reader_new(c->kc, &ro, err, sizeof err)) ||
-            !(c->spans_rd = al_topic_reader_new(c->kc, &so, err, sizeof err))) {
-            al_log_error(COMP, "%s", err);
-            goto out_kafka;
-        }
-    }
+    if (rl_feeds_open(c)) goto out_kafka;
     if (!(c->curl = curl_easy_init())) {
         al_log_error(COMP, "cannot initialise libcurl");
         goto out_kafka;
@@ -638,8 +402,8 @@ int cmd_rollouts(int argc, char **argv)
 
     int64_t last_v = c->v, failed = 0;
     for (;;) {
-        metrics_publish(c, c->nlive);
-        if (kafka_poll(c, 0)) {
+        rl_metrics_publish(c, c->nlive);
+        if (rl_feeds_poll(c, 0)) {
             failed = 1;
             break;
         }
@@ -653,7 +417,7 @@ int cmd_rollouts(int argc, char **argv)
                 while (c->next_eval_at <= c->v)
                     c->next_eval_at += o->eval_every ? o->eval_every : INT64_MAX / 4;
             }
-            write_report(c);
+            rl_progress_write_report(c);
         }
         if (rl_stop_signal) break;
         /* done? */
@@ -673,7 +437,7 @@ int cmd_rollouts(int argc, char **argv)
         rl_schedule(c);
         rl_posts_run(c, 200000);
         rl_settle(c);
-        progress(c, 0);
+        rl_progress(c, 0);
 
         if (rl_children_wait(c)) {
             failed = 1;
@@ -685,37 +449,13 @@ int cmd_rollouts(int argc, char **argv)
     if (rl_stop_signal) al_log_info(COMP, "%s: stopping the running rollouts", strsignal(rl_stop_signal));
     rl_children_stop(c);
     rl_posts_run(c, 5000000);
-    kafka_poll(c, 0);
+    rl_feeds_poll(c, 0);
     for (size_t i = 0; i < c->nlive; i++)
         c->live[i]->end_seen = 1;
     rl_settle(c);
-    write_report(c);
+    rl_progress_write_report(c);
     if (c->tty) fputc('\n', stderr);
-    {
-        const rl_version_row *first = NULL, *last = NULL;
-        for (size_t i = 0; i < c->rep.n; i++)
-            if (c->rep.rows[i].n_val) {
-                if (!first) first = &c->rep.rows[i];
-                last = &c->rep.rows[i];
-            }
-        char el[32];
-        fmt_elapsed(el, sizeof el, rl_now_s(c));
-        if (first && last && first != last)
-            al_log_info(COMP,
-                        "done: val reward %.3f at v%" PRId64 " -> %.3f at v%" PRId64
-                        " (%+.3f) in %.1f minutes; %" PRId64 " rollouts (%" PRId64 " failed, %" PRId64
-                        " timed out, %" PRId64 " retried); %s/metrics.csv, %s/reward.svg",
-                        rl_row_val_mean(first), first->version, rl_row_val_mean(last), last->version,
-                        rl_row_val_mean(last) - rl_row_val_mean(first), rl_now_s(c) / 60,
-                        c->n_succeeded + c->n_failed + c->n_timeout, c->n_failed, c->n_timeout,
-                        c->n_retried, o->workdir, o->workdir);
-        else
-            al_log_info(COMP,
-                        "done at policy v%" PRId64 " in %s; %" PRId64 " rollouts (%" PRId64
-                        " failed, %" PRId64 " timed out, %" PRId64 " retried); %s/metrics.csv",
-                        c->v, el, c->n_succeeded + c->n_failed + c->n_timeout, c->n_failed,
-                        c->n_timeout, c->n_retried, o->workdir);
-    }
+    rl_progress_summary(c);
     rc = failed ? AL_EXIT_FAILURE : AL_EXIT_OK;
     sig_fd = -1;
     close(c->sigpipe[0]);

@@ -13,6 +13,9 @@
  *   sched.c     what to start: training groups as pacing allows, evaluations
  *   settle.c    a rollout's outcome (its end posted, the next attempt) and settling it
  *               into the report
+ *   feeds.c     the Kafka readers: policy versions and spans
+ *   progress.c  what the user sees: the progress line, metrics.csv and reward.svg, the
+ *               --metrics series, the closing summary
  */
 #ifndef ARCLIGHT_ROLLOUTS_ROLLOUTS_H
 #define ARCLIGHT_ROLLOUTS_ROLLOUTS_H
@@ -194,5 +197,17 @@ void rl_sched_pace_timeout(rl_ctl *c);
 /* settle.c */
 void rl_rollout_finished(rl_ctl *c, rl_rollout *r, int wstatus);
 void rl_settle(rl_ctl *c);
+
+/* feeds.c */
+int rl_feeds_keyset_build(rl_ctl *c);
+int rl_feeds_open(rl_ctl *c);
+int rl_feeds_poll(rl_ctl *c, int wait_ms);
+
+/* progress.c */
+int rl_metrics_init(rl_ctl *c);
+void rl_metrics_publish(rl_ctl *c, size_t running);
+void rl_progress(rl_ctl *c, int force);
+void rl_progress_write_report(rl_ctl *c);
+void rl_progress_summary(const rl_ctl *c);
 
 #endif
