@@ -34,38 +34,15 @@
  *   Nothing is retried silently: every failed post to the proxy is retried with backoff,
  *   and a rollout's outcome is logged when it is not a success.
  */
-#define _GNU_SOURCE
 #include "rollouts/rollouts.h"
-#include "rollouts/controller.h"
 
-#include "avro/codec.h"
 #include "core/cli.h"
-#include "core/log.h"
-#include "core/util.h"
-#include "http/metrics.h"
-#include "http/server.h"
-#include "kafka/kafka.h"
-#include "kafka/topic_reader.h"
 
-#include <curl/curl.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
-#include <inttypes.h>
-#include <jansson.h>
-#include <math.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
 
 static void usage(FILE *f)
 {
@@ -115,25 +92,6 @@ static void usage(FILE *f)
         "  --help\n" AL_CLI_COMMON_HELP,
         f);
 }
-
-volatile sig_atomic_t rl_stop_signal;
-static int sig_fd = -1;
-
-static void on_signal(int sig)
-{
-    int e = errno;
-    if (sig == SIGINT || sig == SIGTERM) rl_stop_signal = sig;
-    if (sig_fd >= 0) {
-        char c = 1;
-        if (write(sig_fd, &c, 1) < 0) { /* the loop wakes up anyway */
-        }
-    }
-    errno = e;
-}
-
-/* ------------------------------------------------------------------------------------------
- * The command
- * ------------------------------------------------------------------------------------------ */
 
 enum {
     O_TASKS = AL_CLI_OPT_USER,
@@ -186,43 +144,41 @@ static int parse_dbl(const char *flag, const char *s, double lo, double hi, doub
     return 0;
 }
 
-int cmd_rollouts(int argc, char **argv)
+static const struct option rollouts_options[] = {
+    {"tasks", required_argument, 0, O_TASKS},
+    {"agent", required_argument, 0, O_AGENT},
+    {"proxy", required_argument, 0, O_PROXY},
+    {"model", required_argument, 0, O_MODEL},
+    {"group-size", required_argument, 0, O_GROUP_SIZE},
+    {"step-groups", required_argument, 0, O_STEP_GROUPS},
+    {"max-staleness", required_argument, 0, O_MAX_STALENESS},
+    {"concurrency", required_argument, 0, O_CONCURRENCY},
+    {"rollout-timeout", required_argument, 0, O_TIMEOUT},
+    {"max-attempts", required_argument, 0, O_MAX_ATTEMPTS},
+    {"eval-every", required_argument, 0, O_EVAL_EVERY},
+    {"eval-tasks", required_argument, 0, O_EVAL_TASKS},
+    {"eval-temperature", required_argument, 0, O_EVAL_TEMP},
+    {"split-ratio", required_argument, 0, O_SPLIT_RATIO},
+    {"shard", required_argument, 0, O_SHARD},
+    {"seed", required_argument, 0, O_SEED},
+    {"steps", required_argument, 0, O_STEPS},
+    {"epochs", required_argument, 0, O_EPOCHS},
+    {"workdir", required_argument, 0, O_WORKDIR},
+    {"reward-name", required_argument, 0, O_REWARD_NAME},
+    {"pace-timeout", required_argument, 0, O_PACE_TIMEOUT},
+    {"quiet-agents", no_argument, 0, O_QUIET_AGENTS},
+    {"policy-topic", required_argument, 0, O_POLICY_TOPIC},
+    {"spans-topic", required_argument, 0, O_SPANS_TOPIC},
+    {"help", no_argument, 0, O_HELP},
+    AL_CLI_COMMON_OPTIONS,
+    {0, 0, 0, 0},
+};
+
+/* Parses the flags into o (the common ones into common), the defaults first. -1 when the
+ * command is to run; else the exit code to leave with: AL_EXIT_OK after --help, the usage
+ * error's (said on stderr) otherwise. o keeps pointers into argv. */
+static int opts_parse(rl_opts *o, al_cli_common *common, int argc, char **argv)
 {
-    static const struct option lopts[] = {
-        {"tasks", required_argument, 0, O_TASKS},
-        {"agent", required_argument, 0, O_AGENT},
-        {"proxy", required_argument, 0, O_PROXY},
-        {"model", required_argument, 0, O_MODEL},
-        {"group-size", required_argument, 0, O_GROUP_SIZE},
-        {"step-groups", required_argument, 0, O_STEP_GROUPS},
-        {"max-staleness", required_argument, 0, O_MAX_STALENESS},
-        {"concurrency", required_argument, 0, O_CONCURRENCY},
-        {"rollout-timeout", required_argument, 0, O_TIMEOUT},
-        {"max-attempts", required_argument, 0, O_MAX_ATTEMPTS},
-        {"eval-every", required_argument, 0, O_EVAL_EVERY},
-        {"eval-tasks", required_argument, 0, O_EVAL_TASKS},
-        {"eval-temperature", required_argument, 0, O_EVAL_TEMP},
-        {"split-ratio", required_argument, 0, O_SPLIT_RATIO},
-        {"shard", required_argument, 0, O_SHARD},
-        {"seed", required_argument, 0, O_SEED},
-        {"steps", required_argument, 0, O_STEPS},
-        {"epochs", required_argument, 0, O_EPOCHS},
-        {"workdir", required_argument, 0, O_WORKDIR},
-        {"reward-name", required_argument, 0, O_REWARD_NAME},
-        {"pace-timeout", required_argument, 0, O_PACE_TIMEOUT},
-        {"quiet-agents", no_argument, 0, O_QUIET_AGENTS},
-        {"policy-topic", required_argument, 0, O_POLICY_TOPIC},
-        {"spans-topic", required_argument, 0, O_SPANS_TOPIC},
-        {"help", no_argument, 0, O_HELP},
-        AL_CLI_COMMON_OPTIONS,
-        {0, 0, 0, 0},
-    };
-    al_cli_common common;
-    al_cli_common_init(&common);
-    al_http_server *srv = NULL;
-    rl_ctl *c = calloc(1, sizeof *c);
-    if (!c) return AL_EXIT_FAILURE;
-    rl_opts *o = &c->o;
     o->proxy = "http://127.0.0.1:8080";
     o->workdir = ".";
     o->policy_topic = "arclight.policy";
@@ -238,9 +194,9 @@ int cmd_rollouts(int argc, char **argv)
     o->pace_timeout_s = 300;
     o->seed = 1;
     o->shard_count = 1;
-    int rc = AL_EXIT_USAGE, ch;
+    int ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "", rollouts_options, NULL)) != -1) {
         int bad = 0;
         switch (ch) {
         case O_TASKS: o->tasks = optarg; break;
@@ -272,31 +228,22 @@ int cmd_rollouts(int argc, char **argv)
         case O_SPANS_TOPIC: o->spans_topic = optarg; break;
         case O_HELP:
             usage(stdout);
-            free(c);
             return AL_EXIT_OK;
         default: {
-            int r = al_cli_common_option(&common, ch, optarg);
+            int r = al_cli_common_option(common, ch, optarg);
             if (r < 0) bad = 1;
             if (r == 0) bad = al_cli_usage_error("rollouts", "unknown flag (see --help)");
         }
         }
-        if (bad) {
-            free(c);
-            return AL_EXIT_USAGE;
-        }
+        if (bad) return AL_EXIT_USAGE;
     }
-    if (optind < argc) {
-        free(c);
+    if (optind < argc)
         return al_cli_usage_error("rollouts", "unexpected argument '%s'", argv[optind]);
-    }
-    if (!o->tasks || !o->agent) {
-        free(c);
+    if (!o->tasks || !o->agent)
         return al_cli_usage_error("rollouts", "--tasks and --agent are required");
-    }
     if (strncmp(o->proxy, "http://", 7) && strncmp(o->proxy, "https://", 8)) {
         al_cli_usage_error("rollouts", "--proxy wants an http:// or https:// URL, got '%s'",
                            o->proxy);
-        free(c);
         return AL_EXIT_USAGE;
     }
     static char proxy_buf[600];
@@ -306,190 +253,28 @@ int cmd_rollouts(int argc, char **argv)
         proxy_buf[--pl] = '\0';
     o->proxy = proxy_buf;
     if (!o->concurrency) o->concurrency = o->group_size * o->step_groups;
-    if (o->model) snprintf(c->model, sizeof c->model, "%s", o->model);
+    return -1;
+}
 
-    char err[1024];
-    rl_tasks_opts to = {o->split_ratio, o->shard_index, o->shard_count};
-    if (rl_tasks_load(o->tasks, &to, &c->tasks, err, sizeof err)) {
-        al_log_error(COMP, "%s", err);
+/* `arclight rollouts`: the flags, then a run (run.c) from start to stop. */
+int cmd_rollouts(int argc, char **argv)
+{
+    al_cli_common common;
+    al_cli_common_init(&common);
+    rl_ctl *c = calloc(1, sizeof *c);
+    if (!c) return AL_EXIT_FAILURE;
+    int rc = opts_parse(&c->o, &common, argc, argv);
+    if (rc >= 0) {
         free(c);
-        return AL_EXIT_USAGE;
+        return rc;
     }
-    rc = AL_EXIT_FAILURE;
-    c->train_idx = calloc(c->tasks.n + 1, sizeof *c->train_idx);
-    c->val_idx = calloc(c->tasks.n + 1, sizeof *c->val_idx);
-    c->order = calloc(c->tasks.n + 1, sizeof *c->order);
-    c->busy = calloc(c->tasks.n + 1, 1);
-    if (!c->train_idx || !c->val_idx || !c->order || !c->busy || rl_feeds_keyset_build(c)) goto out_tasks;
-    for (size_t i = 0; i < c->tasks.n; i++) {
-        if (c->tasks.t[i].split == RL_SPLIT_VAL)
-            c->val_idx[c->n_val++] = i;
-        else
-            c->train_idx[c->n_train++] = i;
+    if (c->o.model) snprintf(c->model, sizeof c->model, "%s", c->o.model);
+    rc = rl_run_start(c, &common);
+    if (!rc) {
+        int failed = rl_run_loop(c);
+        rl_run_stop(c);
+        rc = failed ? AL_EXIT_FAILURE : AL_EXIT_OK;
     }
-    if (!c->n_train) {
-        al_log_error(COMP, "%s%s: no training tasks%s", o->tasks,
-                     o->shard_count > 1 ? " (this shard)" : "",
-                     c->n_val ? " (every task is in the val split)" : "");
-        rc = AL_EXIT_USAGE;
-        goto out_tasks;
-    }
-    rl_shuffle(c->order, c->n_train, (uint64_t)o->seed, 0);
-    if (mkdir(o->workdir, 0755) < 0 && errno != EEXIST) {
-        al_log_error(COMP, "--workdir %s: %s", o->workdir, strerror(errno));
-        goto out_tasks;
-    }
-    snprintf(c->run, sizeof c->run, "ro%" PRIx64 "s%d", (uint64_t)((al_now_us() / 1000) & 0xffffffffffLL),
-             o->shard_index);
-
-    c->kc = al_kafka_conf_from_cli(&common, err, sizeof err);
-    if (!c->kc) {
-        al_log_error(COMP, "%s", err);
-        goto out_tasks;
-    }
-    /* --metrics: /metrics and /healthz (healthy while the controller runs) */
-    if (common.metrics) {
-        if (rl_metrics_init(c) < 0) goto out_kafka;
-        if (!(srv = al_http_server_start(common.metrics, c->metrics, NULL, NULL, err, sizeof err))) {
-            al_log_error(COMP, "%s", err);
-            goto out_kafka;
-        }
-    }
-    if (rl_feeds_open(c)) goto out_kafka;
-    if (!(c->curl = curl_easy_init())) {
-        al_log_error(COMP, "cannot initialise libcurl");
-        goto out_kafka;
-    }
-    {
-        char p[4200];
-        snprintf(p, sizeof p, "%s/eval.jsonl", o->workdir);
-        if (!(c->eval_log = fopen(p, "a")))
-            al_log_warn(COMP, "cannot write %s: %s (evaluations stay in metrics.csv only)", p,
-                        strerror(errno));
-    }
-    c->tty = isatty(2);
-    c->t0_us = al_mono_us();
-    c->v_seen_us = c->t0_us;
-    if (!c->have_v) {
-        /* no version yet: the policy server answers with its initial weights, version 0 */
-        c->v = 0;
-        c->have_v = 1;
-    }
-    c->v0 = c->v;
-    c->eval_pending = c->n_val > 0;
-    c->next_eval_at = c->v0 + (o->eval_every ? o->eval_every : INT64_MAX / 4);
-    c->report_version = -1;
-    rl_report_row(&c->rep, c->v)->time_s = 0;
-    al_log_info(COMP,
-                "%zu training and %zu val tasks from %s%s; groups of %" PRId64 ", %" PRId64
-                " per step, staleness %" PRId64 ", %" PRId64 " at once; starting at policy v%" PRId64
-                "%s%s; agent: %s",
-                c->n_train, c->n_val, o->tasks, o->shard_count > 1 ? " (this shard)" : "",
-                o->group_size, o->step_groups, o->max_staleness, o->concurrency, c->v,
-                c->model[0] ? " of " : "", c->model, o->agent);
-
-    if (pipe2(c->sigpipe, O_CLOEXEC | O_NONBLOCK) < 0) goto out_kafka;
-    sig_fd = c->sigpipe[1];
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGCHLD, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    int64_t last_v = c->v, failed = 0;
-    for (;;) {
-        rl_metrics_publish(c, c->nlive);
-        if (rl_feeds_poll(c, 0)) {
-            failed = 1;
-            break;
-        }
-        if (c->v != last_v) {
-            /* rows of versions seen while running get their time when first seen */
-            rl_version_row *row = rl_report_row(&c->rep, c->v);
-            if (row && row->time_s < 0) row->time_s = rl_now_s(c);
-            last_v = c->v;
-            if (c->n_val && c->v >= c->next_eval_at) {
-                c->eval_pending = 1;
-                while (c->next_eval_at <= c->v)
-                    c->next_eval_at += o->eval_every ? o->eval_every : INT64_MAX / 4;
-            }
-            rl_progress_write_report(c);
-        }
-        if (rl_stop_signal) break;
-        /* done? */
-        int trained_enough = o->steps > 0 && c->v >= o->steps;
-        int epochs_over = c->training_done && !c->ngroups;
-        if ((trained_enough || epochs_over) && !c->eval_running && !c->eval_pending) {
-            if (!c->final_eval_started && c->n_val &&
-                !(c->evals_done && c->eval_version == c->v)) {
-                c->final_eval_started = 1;
-                c->eval_pending = 1;
-            } else if (!c->ngroups && !c->phead) {
-                break;
-            }
-        }
-        if (trained_enough) c->training_done = 1;
-        rl_sched_pace_timeout(c);
-        rl_schedule(c);
-        rl_posts_run(c, 200000);
-        rl_settle(c);
-        rl_progress(c, 0);
-
-        if (rl_children_wait(c)) {
-            failed = 1;
-            break;
-        }
-        rl_children_reap(c);
-        rl_children_check_timeouts(c);
-    }
-    if (rl_stop_signal) al_log_info(COMP, "%s: stopping the running rollouts", strsignal(rl_stop_signal));
-    rl_children_stop(c);
-    rl_posts_run(c, 5000000);
-    rl_feeds_poll(c, 0);
-    for (size_t i = 0; i < c->nlive; i++)
-        c->live[i]->end_seen = 1;
-    rl_settle(c);
-    rl_progress_write_report(c);
-    if (c->tty) fputc('\n', stderr);
-    rl_progress_summary(c);
-    rc = failed ? AL_EXIT_FAILURE : AL_EXIT_OK;
-    sig_fd = -1;
-    close(c->sigpipe[0]);
-    close(c->sigpipe[1]);
-out_kafka:
-    al_http_server_stop(srv);
-    al_metrics_free(c->metrics);
-    if (c->eval_log) fclose(c->eval_log);
-    if (c->curl) curl_easy_cleanup(c->curl);
-    al_topic_reader_free(c->policy_rd);
-    al_topic_reader_free(c->spans_rd);
-    al_span_clear(&c->span);
-    al_policy_version_clear(&c->pv);
-    al_kafka_conf_free(c->kc);
-    rl_posts_drop(c);
-    for (size_t i = 0; i < c->ngroups; i++) {
-        for (int k = 0; k < c->groups[i]->n; k++)
-            free(c->groups[i]->r[k]);
-        free(c->groups[i]->r);
-        free(c->groups[i]);
-    }
-    free(c->groups);
-    free(c->rtab);
-    free(c->live);
-    free(c->pfd);
-    free(c->pr);
-    rl_report_free(&c->rep);
-out_tasks:
-    free(c->train_idx);
-    free(c->val_idx);
-    free(c->order);
-    free(c->busy);
-    free(c->keyset);
-    rl_tasks_free(&c->tasks);
-    free(c);
+    rl_run_free(c);
     return rc;
 }

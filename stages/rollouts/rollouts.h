@@ -5,7 +5,8 @@
  * report.h.
  *
  * One thread runs the controller's loop over one rl_ctl. Who does what:
- *   main.c      the delivery contract, the flags, the command and its run (start, loop, stop)
+ *   main.c      the delivery contract, the flags (usage, parsing into rl_opts), the command
+ *   run.c       a run: start (tasks, Kafka, --metrics, signals), the loop, stop, free
  *   rtab.c      rollouts by id (the open ones, until their outcome is in the report)
  *   posts.c     posts to the proxy (rewards, ends), in order, retried with backoff
  *   children.c  an agent's child process: environment, start, its output, reaping,
@@ -163,7 +164,7 @@ typedef struct rl_ctl {
     int64_t started_published;
 } rl_ctl;
 
-/* SIGINT or SIGTERM once received (main.c's handler sets it): stop at once. */
+/* SIGINT or SIGTERM once received (run.c's handler sets it): stop at once. */
 extern volatile sig_atomic_t rl_stop_signal;
 
 /* Seconds since the controller started. */
@@ -171,6 +172,15 @@ static inline double rl_now_s(const rl_ctl *c)
 {
     return (double)(al_mono_us() - c->t0_us) / 1e6;
 }
+
+/* run.c: a run of the controller. rl_run_start returns 0, or the exit code to leave with
+ * (logged); rl_run_loop returns 1 when it stopped because something failed for good;
+ * rl_run_stop stops the children, delivers what it can and says how the run went;
+ * rl_run_free frees whatever start got to, c included. */
+int rl_run_start(rl_ctl *c, const al_cli_common *common);
+int rl_run_loop(rl_ctl *c);
+void rl_run_stop(rl_ctl *c);
+void rl_run_free(rl_ctl *c);
 
 /* rtab.c: rollouts by id. insert also lists r as live; 0, or -1 when out of memory. */
 int rl_rtab_insert(rl_ctl *c, rl_rollout *r);
