@@ -37,6 +37,7 @@
 #include "engine.h"
 #include "policy.h"
 #include "request.h"
+#include "serve.h"
 
 #include <event2/event.h>
 #include <event2/thread.h>
@@ -54,102 +55,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define COMP "serve"
-#define MAX_N AL_SERVE_MAX_N
 #define MAX_BODY (64u << 20)
-
-typedef struct serve_ctx serve_ctx;
-
-typedef struct http_call {
-    serve_ctx *sc;
-    al_httpd_req *req;
-    al_serve_req *r;
-    struct event *ev;
-    struct http_call *prev, *next; /* live calls, for shutdown */
-    int chat, stream, include_usage, logprobs, top_logprobs, return_token_ids;
-    int parse_tools, parse_reasoning;
-    char id[48];
-    int64_t created;
-    int64_t t0_us;  /* al_mono_us() when the request came in */
-    int first_seen; /* time to first token observed */
-    /* streaming */
-    int started;
-    int *sent_tok;
-    size_t *sent_text;
-    int *finished_sent;
-    al_chat_stream *cs;
-    /* POST /v1/responses: the translator between the agent's API and the chat path, and
-     * whether the agent asked for vLLM's input_messages / output_messages */
-    al_xl *xl;
-    int response_messages;
-} http_call;
-
-struct serve_ctx {
-    struct event_base *base;
-    al_httpd *http;
-    al_serve_engine *eng;
-    al_tokenizer *tok;
-    al_model_config cfg;
-    const char *name;
-    int max_model_len;
-    http_call *calls;
-    al_metrics *metrics;
-    struct al_serve_policy *policy; /* NULL when not following */
-    int draining;           /* a first SIGTERM/SIGINT came: finish what is in flight */
-    double drain_timeout_s; /* then stop anyway */
-    struct event *drain_timer;
-    int open_replies; /* generation requests whose reply is not fully written yet */
-    char *api_key;    /* --api-key & co.: /v1/, /tokenize and /detokenize need it; NULL: open */
-    al_counter *req_ok, *req_4xx, *req_429, *req_5xx, *gen_tokens, *prompt_tokens;
-    al_gauge *g_running, *g_version, *g_kv;
-    al_histogram *h_request, *h_ttft;
-};
-
-/* ------------------------------------------------------------------------------------ */
-/* JSON helpers                                                                           */
-
-/* A JSON string of arbitrary bytes: malformed UTF-8 becomes U+FFFD (as vLLM's detokenizer
- * shows a partial character). */
-static json_t *json_bytes_str(const char *s, size_t n)
-{
-    json_t *j = json_stringn(s, n); /* NULL when not valid UTF-8 */
-    if (j) return j;
-    char *o = malloc(n * 3 + 1);
-    if (!o) return json_string("");
-    size_t k = 0;
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t L = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        int ok = L && i + L <= n;
-        for (size_t q = 1; ok && q < L; q++)
-            ok = ((unsigned char)s[i + q] >> 6) == 2;
-        if (ok && L > 1) {
-            char tmp[5] = {0};
-            memcpy(tmp, s + i, L);
-            json_t *t = json_string(tmp); /* rejects overlongs and surrogates */
-            ok = t != NULL;
-            json_decref(t);
-        }
-        if (ok) {
-            memcpy(o + k, s + i, L);
-            k += L, i += L;
-        } else {
-            memcpy(o + k, "\xEF\xBF\xBD", 3);
-            k += 3, i += 1;
-        }
-    }
-    json_t *r = json_stringn(o, k);
-    free(o);
-    return r ? r : json_string("");
-}
-
-static json_t *json_ids(const int32_t *ids, int n)
-{
-    json_t *a = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(a, json_integer(ids[i]));
-    return a;
-}
 
 static json_t *token_bytes_array(const char *b, size_t n)
 {
@@ -157,82 +63,6 @@ static json_t *token_bytes_array(const char *b, size_t n)
     for (size_t i = 0; i < n; i++)
         json_array_append_new(a, json_integer((unsigned char)b[i]));
     return a;
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* Replies                                                                                */
-
-static void add_version_header(al_httpd_req *req, int64_t version)
-{
-    if (version >= 0) {
-        char v[32];
-        snprintf(v, sizeof v, "%" PRId64, version);
-        al_httpd_add_header(req, "x-arclight-policy-version", v);
-    }
-}
-
-static void count_status(serve_ctx *sc, int code)
-{
-    if (code < 300)
-        al_counter_inc(sc->req_ok);
-    else if (code == 429)
-        al_counter_inc(sc->req_429);
-    else if (code < 500)
-        al_counter_inc(sc->req_4xx);
-    else
-        al_counter_inc(sc->req_5xx);
-}
-
-static void send_json(serve_ctx *sc, al_httpd_req *req, int code, json_t *body, int64_t version)
-{
-    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    add_version_header(req, version);
-    al_httpd_send(req, code, "application/json", s ? s : "{}", s ? strlen(s) : 2);
-    free(s);
-    count_status(sc, code);
-}
-
-/* OpenAI-style error body, as vLLM sends it. The message may quote the request: cut at a
- * character boundary when it is long, and bytes that are not UTF-8 become U+FFFD, so that the
- * body is always the JSON it says it is. */
-static void send_error(serve_ctx *sc, al_httpd_req *req, int code, const char *param,
-                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static void send_error(serve_ctx *sc, al_httpd_req *req, int code, const char *param,
-                       const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    size_t len = n < 0 ? 0 : (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1;
-    if ((size_t)n >= sizeof msg) len = al_utf8_cut(msg, (size_t)n, len);
-    const char *type = code == 404   ? "NotFoundError"
-                       : code == 429 ? "RateLimitError"
-                       : code >= 500 ? "InternalServerError"
-                                     : "BadRequestError";
-    json_t *e = json_pack("{s:{s:o,s:s,s:o,s:i}}", "error", "message", json_bytes_str(msg, len),
-                          "type", type, "param", param ? json_string(param) : json_null(), "code",
-                          code);
-    if (code == 429) al_httpd_add_header(req, "Retry-After", "1");
-    send_json(sc, req, code, e, -1);
-}
-
-/* Errors the HTTP layer answers itself (malformed or oversized requests), in the same shape. */
-static size_t http_error_body(int status, const char *message, char *out, size_t cap)
-{
-    json_t *e = json_pack("{s:{s:s,s:s,s:n,s:i}}", "error", "message", message, "type",
-                          status >= 500 ? "InternalServerError" : "BadRequestError", "param",
-                          "code", status);
-    char *t = e ? json_dumps(e, JSON_COMPACT) : NULL;
-    json_decref(e);
-    size_t n = t ? strlen(t) : 0;
-    if (n >= cap) n = 0;
-    memcpy(out, t ? t : "", n);
-    out[n] = '\0';
-    free(t);
-    return n;
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -256,7 +86,7 @@ static json_t *token_text_json(serve_ctx *sc, int32_t id)
 {
     size_t n = 0;
     const char *b = al_tokenizer_id_bytes(sc->tok, id, &n);
-    return json_bytes_str(b ? b : "", b ? n : 0);
+    return serve_json_bytes(b ? b : "", b ? n : 0);
 }
 
 /* Chat logprobs entries for tokens [from, to) of s. */
@@ -361,22 +191,22 @@ static json_t *full_response(http_call *c)
                 if (!c->parse_tools &&
                     pp.n_calls) { /* no tools asked for: the text stays as it is */
                     json_object_set_new(msg, "content",
-                                        json_bytes_str(s->text ? s->text : "", s->text_len));
+                                        serve_json_bytes(s->text ? s->text : "", s->text_len));
                 } else {
                     ncalls = pp.n_calls;
                     json_object_set_new(msg, "content",
                                         ncalls && pp.content_len == 0
                                             ? json_null()
-                                            : json_bytes_str(pp.content, pp.content_len));
+                                            : serve_json_bytes(pp.content, pp.content_len));
                     if (ncalls) json_object_set_new(msg, "tool_calls", tool_calls_json(&pp, 0));
                 }
                 if (pp.reasoning)
                     json_object_set_new(msg, "reasoning_content",
-                                        json_bytes_str(pp.reasoning, strlen(pp.reasoning)));
+                                        serve_json_bytes(pp.reasoning, strlen(pp.reasoning)));
                 al_chat_parsed_free(&pp);
             } else {
                 json_object_set_new(msg, "content",
-                                    json_bytes_str(s->text ? s->text : "", s->text_len));
+                                    serve_json_bytes(s->text ? s->text : "", s->text_len));
             }
             if (!json_object_get(msg, "tool_calls"))
                 json_object_set_new(msg, "tool_calls", json_array());
@@ -386,14 +216,14 @@ static json_t *full_response(http_call *c)
                            stop_reason_json(s));
         } else {
             ch = json_pack("{s:i,s:o,s:o,s:s,s:o}", "index", i, "text",
-                           json_bytes_str(s->text ? s->text : "", s->text_len), "logprobs",
+                           serve_json_bytes(s->text ? s->text : "", s->text_len), "logprobs",
                            c->logprobs ? completion_logprobs(sc, c, s, 0, s->n, 0) : json_null(),
                            "finish_reason", finish_name(s, c, 0), "stop_reason",
                            stop_reason_json(s));
             if (c->return_token_ids)
-                json_object_set_new(ch, "prompt_token_ids", json_ids(r->prompt, r->nprompt));
+                json_object_set_new(ch, "prompt_token_ids", serve_json_ids(r->prompt, r->nprompt));
         }
-        if (c->return_token_ids) json_object_set_new(ch, "token_ids", json_ids(s->ids, s->n));
+        if (c->return_token_ids) json_object_set_new(ch, "token_ids", serve_json_ids(s->ids, s->n));
         json_array_append_new(choices, ch);
     }
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:I}", "id", c->id, "object",
@@ -401,7 +231,7 @@ static json_t *full_response(http_call *c)
                           (json_int_t)c->created, "model", sc->name, "choices", choices, "usage",
                           usage_json(r), "policy_version", (json_int_t)r->policy_version);
     if (c->chat && c->return_token_ids)
-        json_object_set_new(o, "prompt_token_ids", json_ids(r->prompt, r->nprompt));
+        json_object_set_new(o, "prompt_token_ids", serve_json_ids(r->prompt, r->nprompt));
     return o;
 }
 
@@ -434,9 +264,9 @@ static json_t *response_messages(http_call *c)
         return NULL;
     json_t *o = json_pack(
         "{s:[{s:s,s:o,s:o}],s:[{s:s,s:o,s:o}]}", "input_messages", "type", "raw_message_tokens",
-        "message", json_bytes_str(pt, pl), "tokens", json_ids(r->prompt, r->nprompt),
+        "message", serve_json_bytes(pt, pl), "tokens", serve_json_ids(r->prompt, r->nprompt),
         "output_messages", "type", "raw_message_tokens", "message",
-        json_bytes_str(s->text ? s->text : "", s->text_len), "tokens", json_ids(s->ids, s->n));
+        serve_json_bytes(s->text ? s->text : "", s->text_len), "tokens", serve_json_ids(s->ids, s->n));
     free(pt);
     return o;
 }
@@ -493,13 +323,13 @@ static void stream_chunk(http_call *c, int i, int from, int to, size_t tto, int 
             al_chat_delta d = {0};
             if (al_chat_stream_push(&c->cs[i], txt, tl, &d) == 0) {
                 if (d.content_len)
-                    json_object_set_new(delta, "content", json_bytes_str(d.content, d.content_len));
+                    json_object_set_new(delta, "content", serve_json_bytes(d.content, d.content_len));
                 if (d.reasoning_len)
                     json_object_set_new(delta, "reasoning_content",
-                                        json_bytes_str(d.reasoning, d.reasoning_len));
+                                        serve_json_bytes(d.reasoning, d.reasoning_len));
             }
         } else if (tl) {
-            json_object_set_new(delta, "content", json_bytes_str(txt, tl));
+            json_object_set_new(delta, "content", serve_json_bytes(txt, tl));
         }
         int ncalls = 0;
         if (ending && (c->parse_tools || c->parse_reasoning)) {
@@ -512,12 +342,12 @@ static void stream_chunk(http_call *c, int i, int from, int to, size_t tto, int 
                     cat = malloc(pl + pp.content_len + 1);
                     if (prev) memcpy(cat, json_string_value(prev), pl);
                     memcpy(cat + pl, pp.content, pp.content_len);
-                    json_object_set_new(delta, "content", json_bytes_str(cat, pl + pp.content_len));
+                    json_object_set_new(delta, "content", serve_json_bytes(cat, pl + pp.content_len));
                     free(cat);
                 }
                 if (pp.reasoning && *pp.reasoning)
                     json_object_set_new(delta, "reasoning_content",
-                                        json_bytes_str(pp.reasoning, strlen(pp.reasoning)));
+                                        serve_json_bytes(pp.reasoning, strlen(pp.reasoning)));
                 if (pp.n_calls && c->parse_tools) {
                     json_object_set_new(delta, "tool_calls", tool_calls_json(&pp, 1));
                     ncalls = (int)pp.n_calls;
@@ -532,17 +362,17 @@ static void stream_chunk(http_call *c, int i, int from, int to, size_t tto, int 
         if (ending) json_object_set_new(ch, "stop_reason", stop_reason_json(s));
     } else {
         ch = json_pack("{s:i,s:o,s:o}", "index", i, "text",
-                       json_bytes_str(s->text ? s->text + tfrom : "", tto - tfrom), "logprobs",
+                       serve_json_bytes(s->text ? s->text + tfrom : "", tto - tfrom), "logprobs",
                        c->logprobs && to > from ? completion_logprobs(sc, c, s, from, to, tfrom)
                                                 : json_null());
         json_object_set_new(ch, "finish_reason",
                             ending ? json_string(finish_name(s, c, 0)) : json_null());
         json_object_set_new(ch, "stop_reason", ending ? stop_reason_json(s) : json_null());
         if (c->return_token_ids && from == 0)
-            json_object_set_new(ch, "prompt_token_ids", json_ids(r->prompt, r->nprompt));
+            json_object_set_new(ch, "prompt_token_ids", serve_json_ids(r->prompt, r->nprompt));
     }
     if (c->return_token_ids)
-        json_object_set_new(ch, "token_ids", json_ids(s->ids + from, to - from));
+        json_object_set_new(ch, "token_ids", serve_json_ids(s->ids + from, to - from));
     call_emit(c, chunk_base(c, json_pack("[o]", ch)));
     c->sent_tok[i] = to, c->sent_text[i] = tto;
 }
@@ -554,18 +384,18 @@ static int stream_progress(http_call *c)
     serve_ctx *sc = c->sc;
     al_serve_req *r = c->r;
     if (!c->started) {
-        add_version_header(c->req, r->policy_version);
+        serve_reply_version_header(c->req, r->policy_version);
         al_httpd_add_header(c->req, "Cache-Control", "no-cache");
         al_httpd_send_start(c->req, 200, "text/event-stream");
         c->started = 1;
-        count_status(sc, 200);
+        serve_reply_count(sc, 200);
         if (c->chat) {
             for (int i = 0; i < r->nseq; i++) {
                 json_t *ch = json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", i, "delta", "role",
                                        "assistant", "content", "", "logprobs", "finish_reason");
                 json_t *o = chunk_base(c, json_pack("[o]", ch));
                 if (c->return_token_ids && i == 0)
-                    json_object_set_new(o, "prompt_token_ids", json_ids(r->prompt, r->nprompt));
+                    json_object_set_new(o, "prompt_token_ids", serve_json_ids(r->prompt, r->nprompt));
                 call_emit(c, o);
             }
         }
@@ -660,7 +490,7 @@ static void call_progress(evutil_socket_t fd, short what, void *ud)
             char msg[300];
             snprintf(msg, sizeof msg, "%s", r->error);
             pthread_mutex_unlock(&r->lock);
-            send_error(sc, c->req, 500, NULL, "generation failed: %s", msg);
+            serve_reply_error(sc, c->req, 500, NULL, "generation failed: %s", msg);
             call_free(c);
             return;
         }
@@ -695,7 +525,7 @@ static void call_progress(evutil_socket_t fd, short what, void *ud)
         char msg[300];
         snprintf(msg, sizeof msg, "%s", r->error);
         pthread_mutex_unlock(&r->lock);
-        send_error(sc, c->req, 500, NULL, "generation failed: %s", msg);
+        serve_reply_error(sc, c->req, 500, NULL, "generation failed: %s", msg);
         call_free(c);
         return;
     }
@@ -708,15 +538,15 @@ static void call_progress(evutil_socket_t fd, short what, void *ud)
         json_decref(o);
         pthread_mutex_unlock(&r->lock);
         if (!ans) {
-            send_error(sc, c->req, 500, NULL, "cannot build the answer: out of memory");
+            serve_reply_error(sc, c->req, 500, NULL, "cannot build the answer: out of memory");
         } else {
-            send_json(sc, c->req, 200, ans, v);
+            serve_reply_json(sc, c->req, 200, ans, v);
         }
         call_free(c);
         return;
     }
     pthread_mutex_unlock(&r->lock);
-    send_json(sc, c->req, 200, o, v);
+    serve_reply_json(sc, c->req, 200, o, v);
     call_free(c);
 }
 
@@ -754,7 +584,7 @@ static int responses_request(serve_ctx *sc, al_httpd_req *req, const char *body,
         free(b);
         if (xe.param[0]) /* the field at fault, as OpenAI names it */
             json_object_set_new(json_object_get(eo, "error"), "param", json_string(xe.param));
-        send_json(sc, req, xe.status, eo, -1);
+        serve_reply_json(sc, req, xe.status, eo, -1);
         return -1;
     }
     *response_messages =
@@ -767,7 +597,7 @@ static int responses_request(serve_ctx *sc, al_httpd_req *req, const char *body,
     if (!*chat_body) {
         al_xl_free(*xl);
         *xl = NULL;
-        send_error(sc, req, 500, NULL, "out of memory");
+        serve_reply_error(sc, req, 500, NULL, "out of memory");
         return -1;
     }
     return 0;
@@ -779,7 +609,7 @@ static void handle_generate(serve_ctx *sc, al_httpd_req *req, int chat, al_api a
     sc->open_replies++;
     al_httpd_req_on_done(req, reply_done, sc);
     if (sc->draining) {
-        send_error(sc, req, 503, NULL, "the server is shutting down");
+        serve_reply_error(sc, req, 503, NULL, "the server is shutting down");
         return;
     }
     size_t len = 0;
@@ -798,7 +628,7 @@ static void handle_generate(serve_ctx *sc, al_httpd_req *req, int chat, al_api a
     free(chat_body);
     if (prc != 0) {
         al_xl_free(xl);
-        send_error(sc, req, pe.status, pe.param, "%s", pe.message);
+        serve_reply_error(sc, req, pe.status, pe.param, "%s", pe.message);
         return;
     }
     int np = (int)p.prompt.len, stream = p.stream, include_usage = p.include_usage;
@@ -810,7 +640,7 @@ static void handle_generate(serve_ctx *sc, al_httpd_req *req, int chat, al_api a
         free(c);
         al_xl_free(xl);
         al_serve_request_free(&p);
-        send_error(sc, req, 500, NULL, "out of memory");
+        serve_reply_error(sc, req, 500, NULL, "out of memory");
         return;
     }
     r->max_tokens = p.max_tokens, r->ignore_eos = p.ignore_eos;
@@ -853,7 +683,7 @@ static void handle_generate(serve_ctx *sc, al_httpd_req *req, int chat, al_api a
     al_counter_add(sc->prompt_tokens, np);
     int sr = al_serve_engine_submit(sc->eng, r, err, sizeof err);
     if (sr != AL_SERVE_OK) {
-        send_error(sc, req, sr == AL_SERVE_BUSY ? 429 : 400, NULL, "%s", err);
+        serve_reply_error(sc, req, sr == AL_SERVE_BUSY ? 429 : 400, NULL, "%s", err);
         call_free(c);
     }
 }
@@ -872,11 +702,11 @@ static void handle_tokenize(serve_ctx *sc, al_httpd_req *req)
     al_serve_request p;
     al_serve_error pe;
     if (al_serve_request_parse(&pc, chat, body, len, &p, &pe) != 0) {
-        send_error(sc, req, pe.status, pe.param, "%s", pe.message);
+        serve_reply_error(sc, req, pe.status, pe.param, "%s", pe.message);
         return;
     }
-    send_json(sc, req, 200,
-              json_pack("{s:o,s:i,s:i}", "tokens", json_ids(p.prompt.ids, (int)p.prompt.len),
+    serve_reply_json(sc, req, 200,
+              json_pack("{s:o,s:i,s:i}", "tokens", serve_json_ids(p.prompt.ids, (int)p.prompt.len),
                         "count", (int)p.prompt.len, "max_model_len", sc->max_model_len),
               -1);
     al_serve_request_free(&p);
@@ -891,7 +721,7 @@ static void handle_detokenize(serve_ctx *sc, al_httpd_req *req)
     json_t *t = json_object_get(j, "tokens");
     if (!json_is_array(t)) {
         json_decref(j);
-        send_error(sc, req, 400, "tokens", "send {\"tokens\": [ids...]}");
+        serve_reply_error(sc, req, 400, "tokens", "send {\"tokens\": [ids...]}");
         return;
     }
     size_t n = json_array_size(t);
@@ -902,7 +732,7 @@ static void handle_detokenize(serve_ctx *sc, al_httpd_req *req)
             json_integer_value(e) >= sc->cfg.vocab_size) {
             free(ids);
             json_decref(j);
-            send_error(sc, req, 400, "tokens", "tokens[%zu] is not a token id of this model", i);
+            serve_reply_error(sc, req, 400, "tokens", "tokens[%zu] is not a token id of this model", i);
             return;
         }
         ids[i] = (int32_t)json_integer_value(e);
@@ -912,11 +742,11 @@ static void handle_detokenize(serve_ctx *sc, al_httpd_req *req)
     size_t tl = 0;
     if (al_tokenizer_decode(sc->tok, ids, n, AL_TOKENIZER_LOSSY, &text, &tl) != 0) {
         free(ids);
-        send_error(sc, req, 500, NULL, "out of memory");
+        serve_reply_error(sc, req, 500, NULL, "out of memory");
         return;
     }
     free(ids);
-    send_json(sc, req, 200, json_pack("{s:o}", "prompt", json_bytes_str(text, tl)), -1);
+    serve_reply_json(sc, req, 200, json_pack("{s:o}", "prompt", serve_json_bytes(text, tl)), -1);
     free(text);
 }
 
@@ -926,7 +756,7 @@ static void handle_models(serve_ctx *sc, al_httpd_req *req)
                           "created", (json_int_t)(al_now_us() / 1000000), "owned_by", "arclight",
                           "root", sc->name, "max_model_len", sc->max_model_len, "policy_version",
                           (json_int_t)al_serve_engine_version(sc->eng));
-    send_json(sc, req, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m),
+    serve_reply_json(sc, req, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m),
               al_serve_engine_version(sc->eng));
 }
 
@@ -959,20 +789,20 @@ static void on_request(al_httpd_req *req, void *ud)
     const char *path = al_httpd_req_path(req);
     if (!authorized(sc, req, path)) {
         al_httpd_add_header(req, "WWW-Authenticate", "Bearer");
-        send_error(sc, req, 401, NULL, "a valid API key is required (Authorization: Bearer)");
+        serve_reply_error(sc, req, 401, NULL, "a valid API key is required (Authorization: Bearer)");
         return;
     }
     int is_post = al_httpd_req_method_is(req, "POST");
     int is_get = al_httpd_req_method_is(req, "GET") || al_httpd_req_method_is(req, "HEAD");
     if (!strcmp(path, "/v1/chat/completions") || !strcmp(path, "/v1/completions")) {
         if (!is_post) {
-            send_error(sc, req, 405, NULL, "use POST for %s", path);
+            serve_reply_error(sc, req, 405, NULL, "use POST for %s", path);
             return;
         }
         handle_generate(sc, req, path[4] == 'c' && path[5] == 'h', AL_API_CHAT);
     } else if (!strcmp(path, "/v1/responses")) {
         if (!is_post) {
-            send_error(sc, req, 405, NULL, "use POST for %s", path);
+            serve_reply_error(sc, req, 405, NULL, "use POST for %s", path);
             return;
         }
         handle_generate(sc, req, 1, AL_API_RESPONSES);
@@ -991,13 +821,13 @@ static void on_request(al_httpd_req *req, void *ud)
     } else if ((!strcmp(path, "/health") || !strcmp(path, "/healthz")) && is_get) {
         char why[600];
         if (al_serve_policy_failed(sc->policy, why, sizeof why)) {
-            send_json(sc, req, 503, json_pack("{s:s,s:s}", "status", "unhealthy", "reason", why),
+            serve_reply_json(sc, req, 503, json_pack("{s:s,s:s}", "status", "unhealthy", "reason", why),
                       -1);
             return;
         }
         al_serve_engine_stats st;
         al_serve_engine_stats_get(sc->eng, &st);
-        send_json(sc, req, 200,
+        serve_reply_json(sc, req, 200,
                   json_pack("{s:s,s:I,s:i,s:i,s:I,s:I,s:I,s:i}", "status", "ok", "policy_version",
                             (json_int_t)al_serve_engine_version(sc->eng), "running", st.running,
                             "queued", st.queued, "decode_steps", (json_int_t)st.steps,
@@ -1006,7 +836,7 @@ static void on_request(al_httpd_req *req, void *ud)
                   -1);
     } else {
         const al_http_head *h = al_httpd_req_head(req);
-        send_error(sc, req, 404, NULL, "no route %.*s %s", (int)h->method.n, h->method.p, path);
+        serve_reply_error(sc, req, 404, NULL, "no route %.*s %s", (int)h->method.n, h->method.p, path);
     }
 }
 
@@ -1457,7 +1287,7 @@ int cmd_serve(int argc, char **argv)
                         .body_timeout_ms = (int)client_timeout * 1000,
                         .idle_timeout_ms = 75000,
                         .write_timeout_ms = 600000,
-                        .error_body = http_error_body};
+                        .error_body = serve_reply_http_error_body};
     sc.http = sc.base ? al_httpd_new(sc.base, &ho, on_request, &sc) : NULL;
     if (!sc.http) {
         al_log_error(COMP, "libevent: cannot create the HTTP server");
@@ -1492,7 +1322,7 @@ out:
     al_http_server_stop(msrv);
     while (sc.calls) {
         http_call *c = sc.calls;
-        send_error(&sc, c->req, 503, NULL, "the server stopped before the reply was done");
+        serve_reply_error(&sc, c->req, 503, NULL, "the server stopped before the reply was done");
         call_free(c);
     }
     if (sc.drain_timer) event_free(sc.drain_timer);
