@@ -89,4 +89,23 @@ void serve_reply_error(serve_ctx *sc, al_httpd_req *req, int code, const char *p
 /* httpd's error_body hook: the errors the HTTP layer answers itself, in the same shape. */
 size_t serve_reply_http_error_body(int status, const char *message, char *out, size_t cap);
 
+/* ---- responses.c: the OpenAI answers (all under r->lock; json_t results are new references) ---- */
+
+/* The usage object of r. */
+json_t *serve_response_usage(const al_serve_req *r);
+/* The whole (non-streaming) chat.completion or text_completion. */
+json_t *serve_response_full(http_call *c);
+/* vLLM's "input_messages" / "output_messages" for a Response; NULL when the prompt cannot
+ * be decoded. */
+json_t *serve_response_messages(http_call *c);
+/* A chunk object around choices (takes the reference to choices). */
+json_t *serve_response_chunk(http_call *c, json_t *choices);
+/* Sends one chunk, or on /v1/responses the events it becomes (takes the reference to o). */
+void serve_response_emit(http_call *c, json_t *o);
+/* The closing events of a /v1/responses stream (error: response.failed). */
+void serve_response_emit_end(http_call *c, const char *error);
+/* Starts the stream when not yet started and sends what is new; 1 when every choice has
+ * sent its end. */
+int serve_response_stream_progress(http_call *c);
+
 #endif
