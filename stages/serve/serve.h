@@ -108,4 +108,11 @@ void serve_response_emit_end(http_call *c, const char *error);
  * sent its end. */
 int serve_response_stream_progress(http_call *c);
 
+/* ---- lifecycle.c: a generation call from arrival to its last byte ---- */
+
+/* POST /v1/chat/completions (chat 1), /v1/completions (chat 0), /v1/responses (api). */
+void serve_call_generate(serve_ctx *sc, al_httpd_req *req, int chat, al_api api);
+/* Unlinks and frees a call (its engine request detached); the reply is the caller's. */
+void serve_call_free(http_call *c);
+
 #endif
