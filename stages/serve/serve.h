@@ -115,4 +115,9 @@ void serve_call_generate(serve_ctx *sc, al_httpd_req *req, int chat, al_api api)
 /* Unlinks and frees a call (its engine request detached); the reply is the caller's. */
 void serve_call_free(http_call *c);
 
+/* ---- auth.c: the API key ---- */
+
+/* 1 when req may use path: no key set, a route that needs none, or the right Bearer token. */
+int serve_auth_check(const serve_ctx *sc, al_httpd_req *req, const char *path);
+
 #endif
