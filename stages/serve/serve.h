@@ -120,4 +120,9 @@ void serve_call_free(http_call *c);
 /* 1 when req may use path: no key set, a route that needs none, or the right Bearer token. */
 int serve_auth_check(const serve_ctx *sc, al_httpd_req *req, const char *path);
 
+/* ---- routes.c: the HTTP routes ---- */
+
+/* httpd's request callback (ud: the serve_ctx). */
+void serve_route_request(al_httpd_req *req, void *ud);
+
 #endif
