@@ -25,40 +25,31 @@
  * Threads: the event loop never waits on the engine. The engine calls call_notify
  * (lifecycle.c) after each step, which only activates the call's event; the loop's callback
  * then reads the progress under the request's lock and writes the reply.
+ *
+ * Files: this page (the flags; start, run, stop), routes.c (the routes), auth.c (the API key),
+ * lifecycle.c (a generation call from arrival to its last byte), responses.c (the OpenAI
+ * answers), reply.c (JSON helpers and replies); serve.h is what they share. The engine
+ * (engine.h), the request parser (request.h) and the weight follower (policy.h) stand apart.
  */
 #include "core/cli.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "http/httpd.h"
-#include "http/metrics.h"
 #include "http/server.h"
-#include "api/translate.h"
 #include "model/safetensors.h"
-#include "engine.h"
-#include "policy.h"
-#include "request.h"
 #include "serve.h"
 
 #include <event2/event.h>
 #include <event2/thread.h>
+#include <getopt.h>
 #include <inttypes.h>
-#include <jansson.h>
-#include <stdarg.h>
-#include <sys/socket.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #define MAX_BODY (64u << 20)
-
-/* ------------------------------------------------------------------------------------ */
-/* Command                                                                                */
 
 static void collect(al_metrics *m, void *ud)
 {
@@ -180,6 +171,57 @@ enum {
     OPT_HELP,
 };
 
+static const struct option serve_options[] = {
+    {"model", required_argument, 0, OPT_MODEL},
+    {"tokenizer", required_argument, 0, OPT_TOKENIZER},
+    {"listen", required_argument, 0, OPT_LISTEN},
+    {"served-model-name", required_argument, 0, OPT_NAME},
+    {"policy-version", required_argument, 0, OPT_VERSION},
+    {"follow-policy", no_argument, 0, OPT_FOLLOW},
+    {"policy-topic", required_argument, 0, OPT_TOPIC},
+    {"max-num-seqs", required_argument, 0, OPT_MAX_SEQS},
+    {"max-kv-mib", required_argument, 0, OPT_MAX_KV},
+    {"max-model-len", required_argument, 0, OPT_MAX_LEN},
+    {"threads", required_argument, 0, OPT_THREADS},
+    {"drain-timeout", required_argument, 0, OPT_DRAIN},
+    {"logprobs-mode", required_argument, 0, OPT_LOGPROBS_MODE},
+    {"device", required_argument, 0, OPT_DEVICE},
+    {"checkpoint-root", required_argument, 0, OPT_CKPT_ROOT},
+    {"policy-redirects", required_argument, 0, OPT_REDIRECTS},
+    {"policy-low-speed-limit", required_argument, 0, OPT_LOW_SPEED},
+    {"policy-low-speed-time", required_argument, 0, OPT_LOW_SPEED_TIME},
+    {"policy-wait", required_argument, 0, OPT_POLICY_WAIT},
+    {"client-timeout", required_argument, 0, OPT_CLIENT_TIMEOUT},
+    {"max-connections", required_argument, 0, OPT_MAX_CONNS},
+    {"api-key", required_argument, 0, OPT_API_KEY},
+    {"api-key-file", required_argument, 0, OPT_API_KEY_FILE},
+    {"help", no_argument, 0, OPT_HELP},
+    AL_CLI_COMMON_OPTIONS,
+    {0, 0, 0, 0},
+};
+
+enum { SERVE_MAX_ROOTS = 16 };
+
+/* The command line: the flags as given (serve_config_parse), then what they resolve to
+ * (serve_config_resolve). */
+typedef struct serve_config {
+    al_cli_common common;
+    const char *model_dir, *tok_dir, *listen, *name, *topic, *device;
+    long long version, max_seqs, max_kv, max_len, threads, drain;
+    long long low_speed, low_speed_time, policy_wait, client_timeout, max_conns;
+    const char *api_key_arg, *api_key_file;
+    int follow, lp_temperature, redirects;
+    const char *roots_given[SERVE_MAX_ROOTS];
+    size_t nroots;
+    /* resolved */
+    char key[1024]; /* the API key; "" when the API is open */
+    char host[256];
+    int port;
+    char roots_buf[SERVE_MAX_ROOTS][PATH_MAX]; /* the roots as the follower compares them */
+    const char *roots[SERVE_MAX_ROOTS];
+    char namebuf[256]; /* the default --served-model-name */
+} serve_config;
+
 static int parse_pos(const char *cmd, const char *flag, const char *arg, long long lo, long long hi,
                      long long *out)
 {
@@ -193,153 +235,126 @@ static int parse_pos(const char *cmd, const char *flag, const char *arg, long lo
     return 0;
 }
 
-int cmd_serve(int argc, char **argv)
+/* Parses argv into cf (which it initializes). -1: go on; otherwise the exit code (--help,
+ * or a usage error already printed). */
+static int serve_config_parse(serve_config *cf, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, OPT_MODEL},
-        {"tokenizer", required_argument, 0, OPT_TOKENIZER},
-        {"listen", required_argument, 0, OPT_LISTEN},
-        {"served-model-name", required_argument, 0, OPT_NAME},
-        {"policy-version", required_argument, 0, OPT_VERSION},
-        {"follow-policy", no_argument, 0, OPT_FOLLOW},
-        {"policy-topic", required_argument, 0, OPT_TOPIC},
-        {"max-num-seqs", required_argument, 0, OPT_MAX_SEQS},
-        {"max-kv-mib", required_argument, 0, OPT_MAX_KV},
-        {"max-model-len", required_argument, 0, OPT_MAX_LEN},
-        {"threads", required_argument, 0, OPT_THREADS},
-        {"drain-timeout", required_argument, 0, OPT_DRAIN},
-        {"logprobs-mode", required_argument, 0, OPT_LOGPROBS_MODE},
-        {"device", required_argument, 0, OPT_DEVICE},
-        {"checkpoint-root", required_argument, 0, OPT_CKPT_ROOT},
-        {"policy-redirects", required_argument, 0, OPT_REDIRECTS},
-        {"policy-low-speed-limit", required_argument, 0, OPT_LOW_SPEED},
-        {"policy-low-speed-time", required_argument, 0, OPT_LOW_SPEED_TIME},
-        {"policy-wait", required_argument, 0, OPT_POLICY_WAIT},
-        {"client-timeout", required_argument, 0, OPT_CLIENT_TIMEOUT},
-        {"max-connections", required_argument, 0, OPT_MAX_CONNS},
-        {"api-key", required_argument, 0, OPT_API_KEY},
-        {"api-key-file", required_argument, 0, OPT_API_KEY_FILE},
-        {"help", no_argument, 0, OPT_HELP},
-        AL_CLI_COMMON_OPTIONS,
-        {0, 0, 0, 0},
-    };
-    al_cli_common common;
-    al_cli_common_init(&common);
-    const char *model_dir = NULL, *tok_dir = NULL, *listen = "127.0.0.1:8000", *name = NULL;
-    const char *topic = "arclight.policy", *device = "auto";
-    long long version = 0, max_seqs = 64, max_kv = 2048, max_len = 0, threads = 0, drain = 30;
-    long long low_speed = 10240, low_speed_time = 30, policy_wait = 30, client_timeout = 60;
-    long long max_conns = 1024;
-    const char *api_key_arg = NULL, *api_key_file = NULL;
-    int follow = 0, o, lp_temperature = 0, redirects = AL_SERVE_REDIRECTS_SAME_ORIGIN;
-    enum { MAX_ROOTS = 16 };
-    const char *roots_given[MAX_ROOTS];
-    size_t nroots = 0;
+    memset(cf, 0, sizeof *cf);
+    al_cli_common_init(&cf->common);
+    cf->listen = "127.0.0.1:8000", cf->topic = "arclight.policy", cf->device = "auto";
+    cf->max_seqs = 64, cf->max_kv = 2048, cf->drain = 30;
+    cf->low_speed = 10240, cf->low_speed_time = 30, cf->policy_wait = 30, cf->client_timeout = 60;
+    cf->max_conns = 1024;
+    cf->redirects = AL_SERVE_REDIRECTS_SAME_ORIGIN;
+    int o;
     optind = 1;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "", serve_options, NULL)) != -1) {
         switch (o) {
         case OPT_MODEL:
-            model_dir = optarg;
+            cf->model_dir = optarg;
             break;
         case OPT_TOKENIZER:
-            tok_dir = optarg;
+            cf->tok_dir = optarg;
             break;
         case OPT_DEVICE:
             if (strcmp(optarg, "cuda") && strcmp(optarg, "cpu") && strcmp(optarg, "auto"))
                 return al_cli_usage_error("serve", "--device must be cuda, cpu or auto, not '%s'",
                                           optarg);
-            device = optarg;
+            cf->device = optarg;
             break;
         case OPT_LISTEN:
-            listen = optarg;
+            cf->listen = optarg;
             break;
         case OPT_NAME:
-            name = optarg;
+            cf->name = optarg;
             break;
         case OPT_VERSION:
-            if (parse_pos("serve", "--policy-version", optarg, 0, INT64_MAX, &version))
+            if (parse_pos("serve", "--policy-version", optarg, 0, INT64_MAX, &cf->version))
                 return AL_EXIT_USAGE;
             break;
         case OPT_FOLLOW:
-            follow = 1;
+            cf->follow = 1;
             break;
         case OPT_TOPIC:
-            topic = optarg;
+            cf->topic = optarg;
             break;
         case OPT_MAX_SEQS:
-            if (parse_pos("serve", "--max-num-seqs", optarg, 1, 4096, &max_seqs))
+            if (parse_pos("serve", "--max-num-seqs", optarg, 1, 4096, &cf->max_seqs))
                 return AL_EXIT_USAGE;
             break;
         case OPT_MAX_KV:
-            if (parse_pos("serve", "--max-kv-mib", optarg, 1, 1 << 24, &max_kv))
+            if (parse_pos("serve", "--max-kv-mib", optarg, 1, 1 << 24, &cf->max_kv))
                 return AL_EXIT_USAGE;
             break;
         case OPT_MAX_LEN:
-            if (parse_pos("serve", "--max-model-len", optarg, 2, 1 << 24, &max_len))
+            if (parse_pos("serve", "--max-model-len", optarg, 2, 1 << 24, &cf->max_len))
                 return AL_EXIT_USAGE;
             break;
         case OPT_THREADS:
-            if (parse_pos("serve", "--threads", optarg, 1, 1024, &threads)) return AL_EXIT_USAGE;
+            if (parse_pos("serve", "--threads", optarg, 1, 1024, &cf->threads))
+                return AL_EXIT_USAGE;
             break;
         case OPT_DRAIN:
-            if (parse_pos("serve", "--drain-timeout", optarg, 0, 86400, &drain))
+            if (parse_pos("serve", "--drain-timeout", optarg, 0, 86400, &cf->drain))
                 return AL_EXIT_USAGE;
             break;
         case OPT_LOGPROBS_MODE:
             if (!strcmp(optarg, "raw"))
-                lp_temperature = 0;
+                cf->lp_temperature = 0;
             else if (!strcmp(optarg, "temperature"))
-                lp_temperature = 1;
+                cf->lp_temperature = 1;
             else
                 return al_cli_usage_error(
                     "serve", "--logprobs-mode wants raw or temperature, got '%s'", optarg);
             break;
         case OPT_CKPT_ROOT:
-            if (nroots == MAX_ROOTS)
+            if (cf->nroots == SERVE_MAX_ROOTS)
                 return al_cli_usage_error("serve", "at most %d --checkpoint-root flags",
-                                          (int)MAX_ROOTS);
-            roots_given[nroots++] = optarg;
+                                          (int)SERVE_MAX_ROOTS);
+            cf->roots_given[cf->nroots++] = optarg;
             break;
         case OPT_REDIRECTS:
             if (!strcmp(optarg, "same-origin"))
-                redirects = AL_SERVE_REDIRECTS_SAME_ORIGIN;
+                cf->redirects = AL_SERVE_REDIRECTS_SAME_ORIGIN;
             else if (!strcmp(optarg, "off"))
-                redirects = AL_SERVE_REDIRECTS_OFF;
+                cf->redirects = AL_SERVE_REDIRECTS_OFF;
             else
                 return al_cli_usage_error(
                     "serve", "--policy-redirects wants same-origin or off, got '%s'", optarg);
             break;
         case OPT_LOW_SPEED:
-            if (parse_pos("serve", "--policy-low-speed-limit", optarg, 0, 1LL << 40, &low_speed))
+            if (parse_pos("serve", "--policy-low-speed-limit", optarg, 0, 1LL << 40,
+                          &cf->low_speed))
                 return AL_EXIT_USAGE;
             break;
         case OPT_LOW_SPEED_TIME:
-            if (parse_pos("serve", "--policy-low-speed-time", optarg, 1, 86400, &low_speed_time))
+            if (parse_pos("serve", "--policy-low-speed-time", optarg, 1, 86400,
+                          &cf->low_speed_time))
                 return AL_EXIT_USAGE;
             break;
         case OPT_POLICY_WAIT:
-            if (parse_pos("serve", "--policy-wait", optarg, 0, 86400, &policy_wait))
+            if (parse_pos("serve", "--policy-wait", optarg, 0, 86400, &cf->policy_wait))
                 return AL_EXIT_USAGE;
             break;
         case OPT_CLIENT_TIMEOUT:
-            if (parse_pos("serve", "--client-timeout", optarg, 1, 3600, &client_timeout))
+            if (parse_pos("serve", "--client-timeout", optarg, 1, 3600, &cf->client_timeout))
                 return AL_EXIT_USAGE;
             break;
         case OPT_API_KEY:
-            api_key_arg = optarg;
+            cf->api_key_arg = optarg;
             break;
         case OPT_API_KEY_FILE:
-            api_key_file = optarg;
+            cf->api_key_file = optarg;
             break;
         case OPT_MAX_CONNS:
-            if (parse_pos("serve", "--max-connections", optarg, 1, 1 << 20, &max_conns))
+            if (parse_pos("serve", "--max-connections", optarg, 1, 1 << 20, &cf->max_conns))
                 return AL_EXIT_USAGE;
             break;
         case OPT_HELP:
             fputs(usage_text, stdout);
             return AL_EXIT_OK;
         default: {
-            int r = al_cli_common_option(&common, o, optarg);
+            int r = al_cli_common_option(&cf->common, o, optarg);
             if (r == 1) break;
             if (r < 0) return AL_EXIT_USAGE;
             return al_cli_usage_error("serve", "unknown option");
@@ -347,209 +362,270 @@ int cmd_serve(int argc, char **argv)
         }
     }
     if (optind < argc) return al_cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
-    if (!model_dir) return al_cli_usage_error("serve", "--model DIR is required");
-    /* the API key: a file or the environment keep it out of ps */
-    static char key_buf[1024];
+    if (!cf->model_dir) return al_cli_usage_error("serve", "--model DIR is required");
+    return -1;
+}
+
+/* What the flags name: the API key (a file or the environment keep it out of ps), the listen
+ * address, the checkpoint roots (absolute, links resolved) and the engine's threads. -1: go
+ * on; otherwise the exit code of a usage error. */
+static int serve_config_resolve(serve_config *cf)
+{
     const char *key_env = getenv("ARCLIGHT_SERVE_API_KEY");
-    if (api_key_file) {
+    if (cf->api_key_file) {
         char kerr[512];
         size_t kl = 0;
-        char *kf = al_file_read(api_key_file, &kl, kerr, sizeof kerr);
+        char *kf = al_file_read(cf->api_key_file, &kl, kerr, sizeof kerr);
         if (!kf) return al_cli_usage_error("serve", "--api-key-file: %s", kerr);
         kf[strcspn(kf, "\r\n")] = '\0';
-        snprintf(key_buf, sizeof key_buf, "%s", al_str_trim(kf));
+        snprintf(cf->key, sizeof cf->key, "%s", al_str_trim(kf));
         free(kf);
-        if (!key_buf[0]) return al_cli_usage_error("serve", "--api-key-file %s is empty", api_key_file);
-    } else if (api_key_arg || (key_env && *key_env)) {
-        snprintf(key_buf, sizeof key_buf, "%s", api_key_arg ? api_key_arg : key_env);
-        if (!key_buf[0]) return al_cli_usage_error("serve", "--api-key is empty");
+        if (!cf->key[0])
+            return al_cli_usage_error("serve", "--api-key-file %s is empty", cf->api_key_file);
+    } else if (cf->api_key_arg || (key_env && *key_env)) {
+        snprintf(cf->key, sizeof cf->key, "%s", cf->api_key_arg ? cf->api_key_arg : key_env);
+        if (!cf->key[0]) return al_cli_usage_error("serve", "--api-key is empty");
     }
-    char host[256];
-    int port;
-    if (al_cli_parse_hostport(listen, host, sizeof host, &port) != 0 || port < 0 || port > 65535)
-        return al_cli_usage_error("serve", "--listen wants HOST:PORT, got '%s'", listen);
-    /* the roots as the follower compares them: absolute, links resolved */
-    static char roots_buf[MAX_ROOTS][PATH_MAX];
-    const char *roots[MAX_ROOTS];
-    for (size_t i = 0; i < nroots; i++) {
+    if (al_cli_parse_hostport(cf->listen, cf->host, sizeof cf->host, &cf->port) != 0 ||
+        cf->port < 0 || cf->port > 65535)
+        return al_cli_usage_error("serve", "--listen wants HOST:PORT, got '%s'", cf->listen);
+    for (size_t i = 0; i < cf->nroots; i++) {
         struct stat sb;
-        if (!realpath(roots_given[i], roots_buf[i]) || stat(roots_buf[i], &sb) != 0 ||
+        if (!realpath(cf->roots_given[i], cf->roots_buf[i]) || stat(cf->roots_buf[i], &sb) != 0 ||
             !S_ISDIR(sb.st_mode))
             return al_cli_usage_error("serve", "--checkpoint-root '%s' is not a directory",
-                                      roots_given[i]);
-        roots[i] = roots_buf[i];
+                                      cf->roots_given[i]);
+        cf->roots[i] = cf->roots_buf[i];
     }
-    if (threads > 0) {
+    if (cf->threads > 0) {
         char t[16];
-        snprintf(t, sizeof t, "%lld", threads);
+        snprintf(t, sizeof t, "%lld", cf->threads);
         setenv("OMP_NUM_THREADS", t, 1);
     }
+    return -1;
+}
 
+/* The running server: its context and what the command started around it. */
+typedef struct serve_server {
+    serve_ctx sc;
+    al_backend *be;
+    al_serve_policy *pol;
+    al_http_server *msrv; /* --metrics */
+    struct event *sigint, *sigterm;
+    size_t max_weight_bytes; /* the largest weights file the follower may fetch */
+} serve_server;
+
+/* Loads the model, the tokenizer and the backend, and starts the engine on them. 0, or -1
+ * with the error logged and what was loaded freed. */
+static int serve_load(serve_server *sv, serve_config *cf)
+{
+    serve_ctx *sc = &sv->sc;
     char err[1024];
-    int rc = AL_EXIT_FAILURE;
-    al_model *m = al_model_load_dir(model_dir, err, sizeof err);
+    al_model *m = al_model_load_dir(cf->model_dir, err, sizeof err);
     if (!m) {
         al_log_error(COMP, "cannot load the model: %s", err);
-        return AL_EXIT_FAILURE;
+        return -1;
     }
-    serve_ctx sc = {0};
-    sc.cfg = *al_model_config_of(m);
-    sc.tok = al_tokenizer_load_dir(tok_dir ? tok_dir : model_dir, err, sizeof err);
-    if (!sc.tok) {
+    sc->cfg = *al_model_config_of(m);
+    sc->tok = al_tokenizer_load_dir(cf->tok_dir ? cf->tok_dir : cf->model_dir, err, sizeof err);
+    if (!sc->tok) {
         al_log_error(COMP, "cannot load the tokenizer: %s (give --tokenizer DIR)", err);
         al_model_free(m);
-        return AL_EXIT_FAILURE;
+        return -1;
     }
-    if (al_tokenizer_vocab_size(sc.tok) > sc.cfg.vocab_size) {
+    if (al_tokenizer_vocab_size(sc->tok) > sc->cfg.vocab_size) {
         al_log_error(COMP, "the tokenizer has %d ids but the model only %d",
-                     al_tokenizer_vocab_size(sc.tok), sc.cfg.vocab_size);
+                     al_tokenizer_vocab_size(sc->tok), sc->cfg.vocab_size);
         al_model_free(m);
-        al_tokenizer_free(sc.tok);
-        return AL_EXIT_FAILURE;
+        al_tokenizer_free(sc->tok);
+        return -1;
     }
-    char namebuf[256];
-    if (!name) {
-        size_t L = strlen(model_dir);
-        while (L > 1 && model_dir[L - 1] == '/')
+    if (!cf->name) {
+        const char *dir = cf->model_dir;
+        size_t L = strlen(dir);
+        while (L > 1 && dir[L - 1] == '/')
             L--;
-        const char *b = model_dir + L;
-        while (b > model_dir && b[-1] != '/')
+        const char *b = dir + L;
+        while (b > dir && b[-1] != '/')
             b--;
-        snprintf(namebuf, sizeof namebuf, "%.*s", (int)(model_dir + L - b), b);
-        name = namebuf;
+        snprintf(cf->namebuf, sizeof cf->namebuf, "%.*s", (int)(dir + L - b), b);
+        cf->name = cf->namebuf;
     }
-    sc.name = name;
-    sc.api_key = key_buf[0] ? key_buf : NULL;
-    sc.drain_timeout_s = (double)drain;
-    sc.max_model_len = max_len ? (int)max_len : sc.cfg.max_position_embeddings;
-    al_backend *be = al_backend_open(device, err, sizeof err);
-    if (!be) {
-        al_log_error(COMP, "--device %s: %s", device, err);
+    sc->name = cf->name;
+    sc->api_key = cf->key[0] ? cf->key : NULL;
+    sc->drain_timeout_s = (double)cf->drain;
+    sc->max_model_len = cf->max_len ? (int)cf->max_len : sc->cfg.max_position_embeddings;
+    sv->be = al_backend_open(cf->device, err, sizeof err);
+    if (!sv->be) {
+        al_log_error(COMP, "--device %s: %s", cf->device, err);
         al_model_free(m);
-        al_tokenizer_free(sc.tok);
-        return AL_EXIT_FAILURE;
+        al_tokenizer_free(sc->tok);
+        return -1;
     }
-    al_serve_engine_opts eo = {(int)max_seqs, (size_t)max_kv << 20, sc.max_model_len,
-                               lp_temperature, be};
-    size_t max_weight_bytes = al_serve_weights_max_bytes(m);
-    al_serve_weights *w = al_serve_weights_new(m, version);
-    sc.eng = w ? al_serve_engine_start(w, sc.tok, &eo, err, sizeof err) : NULL;
-    if (!sc.eng) {
+    al_serve_engine_opts eo = {(int)cf->max_seqs, (size_t)cf->max_kv << 20, sc->max_model_len,
+                               cf->lp_temperature, sv->be};
+    sv->max_weight_bytes = al_serve_weights_max_bytes(m);
+    al_serve_weights *w = al_serve_weights_new(m, cf->version);
+    sc->eng = w ? al_serve_engine_start(w, sc->tok, &eo, err, sizeof err) : NULL;
+    if (!sc->eng) {
         al_log_error(COMP, "%s", w ? err : "out of memory");
-        al_tokenizer_free(sc.tok);
-        return AL_EXIT_FAILURE;
+        al_tokenizer_free(sc->tok);
+        return -1;
     }
-    sc.metrics = al_metrics_new();
-    sc.req_ok = al_metrics_counter(sc.metrics, "arclight_serve_requests_total",
-                                   "HTTP requests by status", "status", "2xx", NULL);
-    sc.req_4xx = al_metrics_counter(sc.metrics, "arclight_serve_requests_total",
-                                    "HTTP requests by status", "status", "4xx", NULL);
-    sc.req_429 = al_metrics_counter(sc.metrics, "arclight_serve_requests_total",
-                                    "HTTP requests by status", "status", "429", NULL);
-    sc.req_5xx = al_metrics_counter(sc.metrics, "arclight_serve_requests_total",
-                                    "HTTP requests by status", "status", "5xx", NULL);
-    sc.gen_tokens = al_metrics_counter(sc.metrics, "arclight_serve_generated_tokens_total",
-                                       "Tokens generated", NULL);
-    sc.prompt_tokens = al_metrics_counter(sc.metrics, "arclight_serve_prompt_tokens_total",
-                                          "Prompt tokens received", NULL);
-    sc.g_running = al_metrics_gauge(sc.metrics, "arclight_serve_sequences",
-                                    "Sequences running or queued", NULL);
-    sc.g_kv =
-        al_metrics_gauge(sc.metrics, "arclight_serve_kv_bytes", "KV cache bytes reserved", NULL);
-    sc.g_version = al_metrics_gauge(sc.metrics, "arclight_serve_policy_version",
-                                    "Policy version new requests get", NULL);
-    sc.h_request = al_metrics_histogram(
-        sc.metrics, "arclight_serve_request_seconds", "Generation requests, arrival to last token",
+    return 0;
+}
+
+/* serve's metrics: requests by status, tokens, sequences, KV bytes, the policy version and
+ * the latencies (the gauges and the generated tokens are read from the engine at render). */
+static void serve_metrics_init(serve_ctx *sc)
+{
+    sc->metrics = al_metrics_new();
+    sc->req_ok = al_metrics_counter(sc->metrics, "arclight_serve_requests_total",
+                                    "HTTP requests by status", "status", "2xx", NULL);
+    sc->req_4xx = al_metrics_counter(sc->metrics, "arclight_serve_requests_total",
+                                     "HTTP requests by status", "status", "4xx", NULL);
+    sc->req_429 = al_metrics_counter(sc->metrics, "arclight_serve_requests_total",
+                                     "HTTP requests by status", "status", "429", NULL);
+    sc->req_5xx = al_metrics_counter(sc->metrics, "arclight_serve_requests_total",
+                                     "HTTP requests by status", "status", "5xx", NULL);
+    sc->gen_tokens = al_metrics_counter(sc->metrics, "arclight_serve_generated_tokens_total",
+                                        "Tokens generated", NULL);
+    sc->prompt_tokens = al_metrics_counter(sc->metrics, "arclight_serve_prompt_tokens_total",
+                                           "Prompt tokens received", NULL);
+    sc->g_running = al_metrics_gauge(sc->metrics, "arclight_serve_sequences",
+                                     "Sequences running or queued", NULL);
+    sc->g_kv =
+        al_metrics_gauge(sc->metrics, "arclight_serve_kv_bytes", "KV cache bytes reserved", NULL);
+    sc->g_version = al_metrics_gauge(sc->metrics, "arclight_serve_policy_version",
+                                     "Policy version new requests get", NULL);
+    sc->h_request = al_metrics_histogram(
+        sc->metrics, "arclight_serve_request_seconds", "Generation requests, arrival to last token",
         al_metrics_latency_buckets, al_metrics_latency_buckets_len, NULL);
-    sc.h_ttft =
-        al_metrics_histogram(sc.metrics, "arclight_serve_time_to_first_token_seconds",
+    sc->h_ttft =
+        al_metrics_histogram(sc->metrics, "arclight_serve_time_to_first_token_seconds",
                              "Generation requests, arrival to first token",
                              al_metrics_latency_buckets, al_metrics_latency_buckets_len, NULL);
-    al_metrics_on_collect(sc.metrics, collect, &sc);
-    al_http_server *msrv = NULL;
-    al_serve_policy *pol = NULL;
-    struct event *sigint = NULL, *sigterm = NULL;
-    if (follow) {
-        al_serve_policy_opts po = {
-            .topic = topic,
-            .model = name,
-            .cfg = &sc.cfg,
-            .fetch = {.max_bytes = max_weight_bytes,
-                      .roots = roots,
-                      .nroots = nroots,
-                      .redirects = (al_serve_redirects)redirects,
-                      .low_speed_limit = (long)low_speed,
-                      .low_speed_time = (long)low_speed_time,
-                      .connect_timeout = 10},
-        };
-        if (!(pol = al_serve_policy_start(&common, &po, sc.eng, err, sizeof err))) {
-            al_log_error(COMP, "cannot follow %s: %s", topic, err);
-            goto out;
-        }
-        /* a restarted server answers with the newest version, not its initial weights */
-        if (al_serve_policy_wait_ready(pol, (double)policy_wait, err, sizeof err) != 0)
-            al_log_warn(COMP,
-                        "listening before the policy is known (--policy-wait %lld s passed): "
-                        "%s; serving version %" PRId64 " meanwhile",
-                        policy_wait, err, al_serve_engine_version(sc.eng));
+    al_metrics_on_collect(sc->metrics, collect, sc);
+}
+
+/* With --follow-policy: starts the follower and waits (--policy-wait) for the newest version,
+ * so that a restarted server answers with it rather than its initial weights. 0, or -1 with
+ * the error logged. */
+static int serve_follow(serve_server *sv, const serve_config *cf)
+{
+    char err[1024];
+    al_serve_policy_opts po = {
+        .topic = cf->topic,
+        .model = cf->name,
+        .cfg = &sv->sc.cfg,
+        .fetch = {.max_bytes = sv->max_weight_bytes,
+                  .roots = cf->roots,
+                  .nroots = cf->nroots,
+                  .redirects = (al_serve_redirects)cf->redirects,
+                  .low_speed_limit = (long)cf->low_speed,
+                  .low_speed_time = (long)cf->low_speed_time,
+                  .connect_timeout = 10},
+    };
+    if (!(sv->pol = al_serve_policy_start(&cf->common, &po, sv->sc.eng, err, sizeof err))) {
+        al_log_error(COMP, "cannot follow %s: %s", cf->topic, err);
+        return -1;
     }
-    sc.policy = pol;
+    if (al_serve_policy_wait_ready(sv->pol, (double)cf->policy_wait, err, sizeof err) != 0)
+        al_log_warn(COMP,
+                    "listening before the policy is known (--policy-wait %lld s passed): "
+                    "%s; serving version %" PRId64 " meanwhile",
+                    cf->policy_wait, err, al_serve_engine_version(sv->sc.eng));
+    return 0;
+}
+
+/* Starts the follower (--follow-policy), the event loop, the API server on --listen, the
+ * --metrics server and the signal handlers, then prints the bound address as stdout's first
+ * line. 0, or -1 with the error logged (serve_stop frees what was started). */
+static int serve_start(serve_server *sv, serve_config *cf)
+{
+    serve_ctx *sc = &sv->sc;
+    char err[1024];
+    if (cf->follow && serve_follow(sv, cf) != 0) return -1;
+    sc->policy = sv->pol;
     evthread_use_pthreads();
-    sc.base = event_base_new();
+    sc->base = event_base_new();
     /* No deadline while a generation runs (the reply may take minutes); the head, the body
      * and a reply that makes no progress each have one. */
     al_httpd_opts ho = {.max_body = MAX_BODY,
-                        .max_connections = (int)max_conns,
-                        .head_timeout_ms = (int)client_timeout * 1000,
-                        .body_timeout_ms = (int)client_timeout * 1000,
+                        .max_connections = (int)cf->max_conns,
+                        .head_timeout_ms = (int)cf->client_timeout * 1000,
+                        .body_timeout_ms = (int)cf->client_timeout * 1000,
                         .idle_timeout_ms = 75000,
                         .write_timeout_ms = 600000,
                         .error_body = serve_reply_http_error_body};
-    sc.http = sc.base ? al_httpd_new(sc.base, &ho, serve_route_request, &sc) : NULL;
-    if (!sc.http) {
+    sc->http = sc->base ? al_httpd_new(sc->base, &ho, serve_route_request, sc) : NULL;
+    if (!sc->http) {
         al_log_error(COMP, "libevent: cannot create the HTTP server");
-        goto out;
+        return -1;
     }
-    const char *bind_host = host[0] ? host : "127.0.0.1";
-    if (al_httpd_bind(sc.http, bind_host, port, err, sizeof err) != 0) {
+    const char *bind_host = cf->host[0] ? cf->host : "127.0.0.1";
+    if (al_httpd_bind(sc->http, bind_host, cf->port, err, sizeof err) != 0) {
         al_log_error(COMP, "%s", err);
-        goto out;
+        return -1;
     }
-    port = al_httpd_port(sc.http);
-    if (common.metrics &&
-        !(msrv = al_http_server_start(common.metrics, sc.metrics, NULL, NULL, err, sizeof err))) {
+    int port = al_httpd_port(sc->http);
+    if (cf->common.metrics &&
+        !(sv->msrv = al_http_server_start(cf->common.metrics, sc->metrics, NULL, NULL, err,
+                                          sizeof err))) {
         al_log_error(COMP, "%s", err);
-        goto out;
+        return -1;
     }
     signal(SIGPIPE, SIG_IGN);
-    sigint = evsignal_new(sc.base, SIGINT, on_signal, &sc);
-    sigterm = evsignal_new(sc.base, SIGTERM, on_signal, &sc);
-    event_add(sigint, NULL);
-    event_add(sigterm, NULL);
+    sv->sigint = evsignal_new(sc->base, SIGINT, on_signal, sc);
+    sv->sigterm = evsignal_new(sc->base, SIGTERM, on_signal, sc);
+    event_add(sv->sigint, NULL);
+    event_add(sv->sigterm, NULL);
     printf("%s:%d\n", strchr(bind_host, ':') ? "[::1]" : bind_host, port);
     fflush(stdout);
-    al_log_info(COMP, "serving '%s' (policy version %lld, %s) on http://%s:%d%s%s", name, version,
-                model_dir, bind_host, port, follow ? ", following " : "", follow ? topic : "");
-    event_base_dispatch(sc.base);
-    al_log_info(COMP, "stopping");
-    rc = AL_EXIT_OK;
-out:
-    sc.policy = NULL;
-    al_serve_policy_stop(pol);
-    al_http_server_stop(msrv);
-    while (sc.calls) {
-        http_call *c = sc.calls;
-        serve_reply_error(&sc, c->req, 503, NULL, "the server stopped before the reply was done");
+    al_log_info(COMP, "serving '%s' (policy version %lld, %s) on http://%s:%d%s%s", cf->name,
+                cf->version, cf->model_dir, bind_host, port, cf->follow ? ", following " : "",
+                cf->follow ? cf->topic : "");
+    return 0;
+}
+
+/* Stops and frees everything serve_load and serve_start made; calls still open get 503. */
+static void serve_stop(serve_server *sv)
+{
+    serve_ctx *sc = &sv->sc;
+    sc->policy = NULL;
+    al_serve_policy_stop(sv->pol);
+    al_http_server_stop(sv->msrv);
+    while (sc->calls) {
+        http_call *c = sc->calls;
+        serve_reply_error(sc, c->req, 503, NULL, "the server stopped before the reply was done");
         serve_call_free(c);
     }
-    if (sc.drain_timer) event_free(sc.drain_timer);
-    if (sigint) event_free(sigint);
-    if (sigterm) event_free(sigterm);
-    al_httpd_free(sc.http);
-    al_serve_engine_stop(sc.eng);
-    al_backend_free(be);
-    if (sc.base) event_base_free(sc.base);
-    al_metrics_free(sc.metrics);
-    al_tokenizer_free(sc.tok);
+    if (sc->drain_timer) event_free(sc->drain_timer);
+    if (sv->sigint) event_free(sv->sigint);
+    if (sv->sigterm) event_free(sv->sigterm);
+    al_httpd_free(sc->http);
+    al_serve_engine_stop(sc->eng);
+    al_backend_free(sv->be);
+    if (sc->base) event_base_free(sc->base);
+    al_metrics_free(sc->metrics);
+    al_tokenizer_free(sc->tok);
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    serve_config cf;
+    int rc = serve_config_parse(&cf, argc, argv);
+    if (rc < 0) rc = serve_config_resolve(&cf);
+    if (rc >= 0) return rc;
+    serve_server sv = {0};
+    if (serve_load(&sv, &cf) != 0) return AL_EXIT_FAILURE;
+    serve_metrics_init(&sv.sc);
+    rc = AL_EXIT_FAILURE;
+    if (serve_start(&sv, &cf) == 0) {
+        event_base_dispatch(sv.sc.base);
+        al_log_info(COMP, "stopping");
+        rc = AL_EXIT_OK;
+    }
+    serve_stop(&sv);
     return rc;
 }
