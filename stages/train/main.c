@@ -31,6 +31,7 @@
  */
 #include "assembler.h"
 #include "ckpt_http.h"
+#include "train.h"
 
 #include "avro/codec.h"
 #include "core/cli.h"
@@ -61,8 +62,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define COMP "train"
-
 /* Trainer settings as flags: --NAME with '_' written '-', handed to al_trainer_config_set. */
 static const char *const setting_keys[] = {
     "loss", "loss_agg", "eps_low", "eps_high", "dual_clip", "tis_cap", "kl", "kl_beta",
@@ -70,21 +69,6 @@ static const char *const setting_keys[] = {
     "beta2", "adam_eps", "weight_decay", "grad_clip", "lr_schedule", "warmup_steps",
     "total_steps", "min_lr_ratio"};
 #define N_SETTINGS (sizeof setting_keys / sizeof setting_keys[0])
-
-typedef struct train_opts {
-    const char *model_dir, *out_dir, *model_name, *listen, *train_config;
-    const char *input_topic, *policy_topic, *group;
-    const char *device; /* cuda, cpu or auto (NULL: auto) */
-    int resume;
-    int64_t checkpoint_every, keep, stop_after;
-    int64_t kill_version;
-    int kill_after_ack; /* fault point: 0 after the checkpoint, 1 after the PolicyVersion's ack */
-} train_opts;
-
-typedef struct held_msg {
-    rd_kafka_message_t *m;
-    al_input *in;
-} held_msg;
 
 static void held_release(void *ctx, void *opaque)
 {
@@ -95,42 +79,6 @@ static void held_release(void *ctx, void *opaque)
     if (h->m) rd_kafka_message_destroy(h->m);
     free(h);
 }
-
-/* An applied step waiting for its PolicyVersion's ack and a full checkpoint: only the
- * input handles of its chunks are kept (the messages and decoded chunks are freed once the
- * update is done, so that --checkpoint-every N holds N steps' handles, not their bytes). */
-typedef struct applied {
-    int64_t version;
-    held_msg **hs;
-    size_t n;
-    int acked;
-    struct applied *next;
-} applied;
-
-typedef struct train_metrics {
-    al_metrics *reg;
-    al_counter *held, *other, *skipped, *dup, *bad, *steps, *bad_steps, *tokens;
-    al_gauge *version, *loss, *kl, *entropy, *clip, *gnorm, *tps, *lr, *pending;
-} train_metrics;
-
-typedef struct train_worker {
-    train_opts *o;
-    char out_abs[PATH_MAX];
-    al_model *policy, *reference;
-    al_backend *be; /* the models' backend (cpu or cuda) */
-    al_dist *dist;  /* data-parallel group; NULL: alone */
-    int follower;   /* a rank > 0 of the group: trains, never writes or publishes */
-    al_trainer *tr;
-    al_train_asm *asmb;
-    al_ckpt_http *http;
-    al_dist_opts dopt; /* from the environment, before the run */
-    train_metrics met;
-    int64_t version, last_full, batch_step;
-    char last_metrics[2048]; /* metrics JSON of the last update (for the SIGTERM checkpoint) */
-    applied *applied_head;
-    al_stage st; /* the worker (kafka/stage.h): failure latch, /healthz, producer, consumer */
-    char follower_group[PATH_MAX + 96];
-} train_worker;
 
 static void metrics_init(train_metrics *m)
 {
@@ -156,7 +104,7 @@ static void metrics_init(train_metrics *m)
     m->pending = al_metrics_gauge(r, "arclight_train_steps_held", "Steps waiting for chunks", NULL);
 }
 
-/* ---- checkpoints and versions --------------------------------------------------------------- */
+/* ---- steps ------------------------------------------------------------------------------------- */
 
 static int mkdir_p(const char *path, char *errstr, size_t errlen)
 {
@@ -171,148 +119,6 @@ static int mkdir_p(const char *path, char *errstr, size_t errlen)
     }
     if (mkdir(p, 0755) != 0 && errno != EEXIST)
         return al_err(errstr, errlen, "cannot create %s: %s", p, strerror(errno)), -1;
-    return 0;
-}
-
-/* Removes weights-only snapshots (step-N without trainer_state.json) older than the newest
- * `keep` versions; full checkpoints are pruned by al_checkpoint_prune. */
-static void prune_snapshots(train_worker *w)
-{
-    if (w->o->keep <= 0) return;
-    for (int64_t v = w->version - w->o->keep; v >= 1 && v > w->version - w->o->keep - 64; v--) {
-        char d[PATH_MAX + 64], f[PATH_MAX + 96];
-        struct stat sb;
-        snprintf(d, sizeof d, "%s/step-%" PRId64, w->out_abs, v);
-        snprintf(f, sizeof f, "%s/trainer_state.json", d);
-        if (stat(f, &sb) == 0 || stat(d, &sb) != 0) continue;
-        snprintf(f, sizeof f, "%s/model.safetensors", d);
-        unlink(f);
-        snprintf(f, sizeof f, "%s/config.json", d);
-        unlink(f);
-        rmdir(d);
-    }
-}
-
-static void checkpoint_uri(train_worker *w, int64_t version, char *out, size_t outlen)
-{
-    if (w->http) {
-        char host[256];
-        int port;
-        al_cli_parse_hostport(w->o->listen, host, sizeof host, &port);
-        if (!strcmp(host, "0.0.0.0") || !strcmp(host, "::") || !*host) {
-            if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "127.0.0.1");
-        }
-        int v6 = strchr(host, ':') != NULL;
-        snprintf(out, outlen, "http://%s%s%s:%d/checkpoints/step-%" PRId64 "/", v6 ? "[" : "", host,
-                 v6 ? "]" : "", al_ckpt_http_port(w->http), version);
-    } else {
-        snprintf(out, outlen, "file://%s/step-%" PRId64 "/", w->out_abs, version);
-    }
-}
-
-/* Sends a PolicyVersion for `version` (weights sha) with stats; opaque goes to the delivery
- * callback. 0 or -1 with errstr. */
-static int publish_version(train_worker *w, int64_t version, int64_t batch_step,
-                           const char *sha, const al_train_stats *st, double reward_mean,
-                           int64_t batch_policy, void *opaque, char *errstr, size_t errlen)
-{
-    char uri[PATH_MAX + 128];
-    checkpoint_uri(w, version, uri, sizeof uri);
-    al_metric extra[16];
-    size_t ne = 0;
-#define EXTRA(n, v) extra[ne].name = (n), extra[ne].value = (v), ne++
-    EXTRA("pg_loss", st->pg_loss);
-    EXTRA("dual_clip_fraction", st->dual_clip_frac);
-    EXTRA("ratio_mean", st->ratio_mean);
-    EXTRA("ratio_max", st->ratio_max);
-    EXTRA("tis_mean", st->tis_mean);
-    EXTRA("grad_norm_max", st->grad_norm_max);
-    EXTRA("lr", st->lr);
-    EXTRA("trained_tokens", st->tokens);
-    EXTRA("sequences", st->seqs);
-    EXTRA("step_tokens", (double)st->step_tokens);
-    EXTRA("seconds", st->seconds);
-    EXTRA("optimizer_step", (double)st->step);
-    EXTRA("batch_step", (double)batch_step);
-    EXTRA("batch_policy_version", (double)batch_policy);
-    if (isfinite(reward_mean)) EXTRA("reward_mean", reward_mean);
-#undef EXTRA
-    al_policy_version pv = {
-        .model = w->o->model_name,
-        .version = version,
-        .step = batch_step,
-        .checkpoint_uri = uri,
-        .sha256 = sha,
-        .created_us = al_now_us(),
-        .metrics = {.loss = st->loss, .kl = st->kl, .entropy = st->entropy,
-                    .clip_fraction = st->clip_frac, .grad_norm = st->grad_norm,
-                    .tokens_per_s = st->tokens_per_s, .extra = extra, .n_extra = ne},
-    };
-    al_buf b = {0};
-    if (al_policy_version_encode(&pv, &b, errstr, errlen) != 0) {
-        al_buf_free(&b);
-        return -1;
-    }
-    al_kafka_out out = {
-        .topic = w->o->policy_topic,
-        .partition = AL_KAFKA_PARTITION_ANY,
-        .key = w->o->model_name,
-        .keylen = strlen(w->o->model_name),
-        .value = b.data,
-        .len = b.len,
-        .opaque = opaque,
-    };
-    rd_kafka_resp_err_t err = al_producer_produce(al_stage_producer(&w->st), &out);
-    al_buf_free(&b);
-    if (err) {
-        al_err(errstr, errlen, "cannot send PolicyVersion %" PRId64 " to %s: %s", version,
-               w->o->policy_topic, rd_kafka_err2str(err));
-        return -1;
-    }
-    return 0;
-}
-
-static void stats_json(const al_train_stats *st, train_worker *w, int64_t batch_step,
-                       int64_t batch_policy, double reward_mean, char *out, size_t outlen)
-{
-    /* JSON has no NaN: a missing reward is null, other non-finite values 0 */
-    char rew[48] = "null";
-    if (isfinite(reward_mean)) snprintf(rew, sizeof rew, "%.9g", reward_mean);
-#define F(x) (isfinite(x) ? (x) : 0.0)
-    snprintf(out, outlen,
-             "{\"model\": \"%s\", \"version\": %" PRId64 ", \"batch_step\": %" PRId64
-             ", \"batch_policy_version\": %" PRId64
-             ", \"loss\": %.9g, \"pg_loss\": %.9g, \"kl\": %.9g, \"entropy\": %.9g, \"clip_fraction\": %.9g"
-             ", \"grad_norm\": %.9g, \"lr\": %.9g, \"tokens_per_s\": %.9g, \"trained_tokens\": %.0f"
-             ", \"reward_mean\": %s}",
-             w->o->model_name, w->version, batch_step, batch_policy, F(st->loss), F(st->pg_loss),
-             F(st->kl), F(st->entropy), F(st->clip_frac), F(st->grad_norm), F(st->lr),
-             F(st->tokens_per_s), F(st->tokens), rew);
-#undef F
-}
-
-/* Writes the weights of the current version: a full checkpoint or a weights-only snapshot.
- * Fills sha. 0 or -1 with errstr. */
-static int save_version(train_worker *w, int full, const char *metrics, char sha[65],
-                        char *errstr, size_t errlen)
-{
-    if (full) {
-        al_checkpoint_info info;
-        if (al_checkpoint_save(w->tr, w->out_abs, w->version, metrics, &info, errstr, errlen) != 0)
-            return -1;
-        memcpy(sha, info.weights_sha256, 65);
-        w->last_full = w->version;
-        char e[256];
-        if (w->o->keep > 0 && al_checkpoint_prune(w->out_abs, (int)w->o->keep, e, sizeof e) < 0)
-            al_log_warn(COMP, "pruning checkpoints: %s", e);
-    } else {
-        char dir[PATH_MAX + 64], file[PATH_MAX + 96];
-        snprintf(dir, sizeof dir, "%s/step-%" PRId64, w->out_abs, w->version);
-        if (al_model_save_dir(w->policy, dir, AL_ST_DTYPE_F32, errstr, errlen) != 0) return -1;
-        snprintf(file, sizeof file, "%s/model.safetensors", dir);
-        if (al_sha256_file(file, sha, errstr, errlen) != 0) return -1;
-    }
-    prune_snapshots(w);
     return 0;
 }
 
@@ -371,11 +177,11 @@ static void apply_step(train_worker *w, al_train_ready *r)
     }
     w->version++;
     w->batch_step = r->step;
-    stats_json(&st, w, r->step, r->policy_version, r->reward_mean, w->last_metrics,
-               sizeof w->last_metrics);
+    train_version_stats_json(&st, w, r->step, r->policy_version, r->reward_mean,
+                             w->last_metrics, sizeof w->last_metrics);
     int full = w->version % w->o->checkpoint_every == 0;
     char sha[65];
-    if (save_version(w, full, w->last_metrics, sha, err, sizeof err) != 0) {
+    if (train_version_save(w, full, w->last_metrics, sha, err, sizeof err) != 0) {
         al_stage_fail(&w->st, "cannot write version %" PRId64 " under %s: %s", w->version,
                       w->out_abs, err);
         ready_release(r);
@@ -404,8 +210,8 @@ static void apply_step(train_worker *w, al_train_ready *r)
     applied **tail = &w->applied_head;
     while (*tail) tail = &(*tail)->next;
     *tail = a;
-    if (publish_version(w, w->version, batch_step, sha, &st, reward_mean, batch_policy, a, err,
-                        sizeof err) != 0) {
+    if (train_version_publish(w, w->version, batch_step, sha, &st, reward_mean, batch_policy, a,
+                              err, sizeof err) != 0) {
         al_stage_fail(&w->st, "%s", err);
         return;
     }
@@ -542,8 +348,8 @@ static int resume(train_worker *w, char *errstr, size_t errlen)
     json_decref(state);
     /* the crashed run may have written this version without its PolicyVersion reaching the
      * broker: send it again before consuming */
-    if (publish_version(w, w->version, w->batch_step, info.weights_sha256, &st, rew, bpv, NULL,
-                        errstr, errlen) != 0)
+    if (train_version_publish(w, w->version, w->batch_step, info.weights_sha256, &st, rew, bpv,
+                              NULL, errstr, errlen) != 0)
         return -1;
     if (al_producer_flush(al_stage_producer(&w->st), 30000, e, sizeof e) != 0)
         return al_err(errstr, errlen, "PolicyVersion %" PRId64 " of the resumed checkpoint: %s",
@@ -606,7 +412,7 @@ static void on_started(al_stage *s, void *ctx)
 {
     train_worker *w = ctx;
     char uri[PATH_MAX + 128];
-    checkpoint_uri(w, w->version, uri, sizeof uri);
+    train_version_uri(w, w->version, uri, sizeof uri);
     al_log_info(COMP, "training %s (%zu parameters) from %s as group %s; versions under %s "
                       "(next: version %" PRId64 ")",
                 w->o->model_name, al_model_num_params(w->policy), w->o->input_topic,
@@ -676,7 +482,7 @@ static void on_stopping(al_stage *s, void *ctx)
     train_worker *w = ctx;
     char err[1024], sha[65];
     if (!w->follower && w->version > w->last_full &&
-        save_version(w, 1, w->last_metrics, sha, err, sizeof err) != 0)
+        train_version_save(w, 1, w->last_metrics, sha, err, sizeof err) != 0)
         al_stage_fail(&w->st, "checkpoint at exit: %s", err);
 }
 
