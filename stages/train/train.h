@@ -89,4 +89,10 @@ void train_version_stats_json(const al_train_stats *st, train_worker *w, int64_t
 int train_version_save(train_worker *w, int full, const char *metrics, char sha[65],
                        char *errstr, size_t errlen);
 
+/* ---- resume.c: --resume ---- */
+
+/* Loads the newest full checkpoint under --out when there is one and publishes its version
+ * again. 0, 1 (nothing to resume), or -1 with errstr. */
+int train_resume(train_worker *w, char *errstr, size_t errlen);
+
 #endif
