@@ -28,6 +28,10 @@
  * (its share of the chunks, gradients summed over NCCL); it writes no checkpoint and
  * publishes nothing. At start every rank takes rank 0's weights, moments and step counts, so
  * a restart of any rank is a restart of the group from rank 0's newest full checkpoint.
+ *
+ * Files: this page (the steps, the worker's hooks, the flags), versions.c (writing and
+ * publishing a version), resume.c (--resume), assembler.c (steps from their chunks),
+ * ckpt_http.c (GET /checkpoints/ on --listen); train.h is what they share.
  */
 #include "assembler.h"
 #include "ckpt_http.h"
@@ -499,13 +503,15 @@ static void usage(FILE *f)
             "  --help\n" AL_CLI_COMMON_HELP);
 }
 
-int cmd_train(int argc, char **argv)
+enum {
+    O_MODEL = AL_CLI_OPT_USER, O_OUT, O_RESUME, O_NAME, O_EVERY, O_KEEP, O_LISTEN, O_TCONF,
+    O_IN, O_POLICY, O_GROUP, O_STEPS, O_EPOCHS, O_HELP, O_DEVICE, O_DRAIN,
+    O_SETTING = AL_CLI_OPT_USER + 100
+};
+
+/* The getopt table: the fixed flags, then one per trainer setting (O_SETTING + its index). */
+static const struct option *train_options(void)
 {
-    enum {
-        O_MODEL = AL_CLI_OPT_USER, O_OUT, O_RESUME, O_NAME, O_EVERY, O_KEEP, O_LISTEN, O_TCONF,
-        O_IN, O_POLICY, O_GROUP, O_STEPS, O_EPOCHS, O_HELP, O_DEVICE, O_DRAIN,
-        O_SETTING = AL_CLI_OPT_USER + 100
-    };
     static char flag_names[N_SETTINGS][32];
     static struct option opts[N_SETTINGS + 32];
     static const struct option fixed[] = {
@@ -536,10 +542,30 @@ int cmd_train(int argc, char **argv)
         opts[no++] = (struct option){flag_names[i], required_argument, 0, O_SETTING + (int)i};
     }
     opts[no] = (struct option){0, 0, 0, 0};
+    return opts;
+}
 
+/* The command line as parsed: the options, the common flags, the trainer settings given as
+ * flags (applied after --train-config, in their order) and the drain timeout. */
+typedef struct train_cli {
+    train_opts o;
     al_cli_common common;
-    al_cli_common_init(&common);
-    train_opts o = {
+    const char *set_keys[256], *set_vals[256];
+    int nset;
+    int64_t drain_s;
+    char namebuf[PATH_MAX];       /* the default --model-name */
+    char groupbuf[PATH_MAX + 32]; /* the default --group */
+} train_cli;
+
+/* Parses argv into cli (which it initializes) and checks the names. -1: go on; otherwise
+ * the exit code (--help, or a usage error already printed). */
+static int train_cli_parse(train_cli *cli, int argc, char **argv)
+{
+    const struct option *opts = train_options();
+    train_opts *o = &cli->o;
+    memset(cli, 0, sizeof *cli);
+    al_cli_common_init(&cli->common);
+    *o = (train_opts){
         .input_topic = AL_TOPIC_BATCHES,
         .policy_topic = AL_TOPIC_POLICY,
         .checkpoint_every = 1,
@@ -547,49 +573,46 @@ int cmd_train(int argc, char **argv)
         .stop_after = -1,
         .kill_version = -1,
     };
-    /* flags are applied after --train-config, in their order */
-    const char *set_keys[256], *set_vals[256];
-    int nset = 0;
-    int64_t drain_s = AL_STAGE_DRAIN_DEFAULT_S;
+    cli->drain_s = AL_STAGE_DRAIN_DEFAULT_S;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         const char *name = NULL;
         int bad = 0;
         if (c >= O_SETTING && c < O_SETTING + (int)N_SETTINGS) {
-            if (nset >= 256) return al_cli_usage_error("train", "too many settings");
-            set_keys[nset] = setting_keys[c - O_SETTING];
-            set_vals[nset++] = optarg;
+            if (cli->nset >= 256) return al_cli_usage_error("train", "too many settings");
+            cli->set_keys[cli->nset] = setting_keys[c - O_SETTING];
+            cli->set_vals[cli->nset++] = optarg;
             continue;
         }
         switch (c) {
-        case O_MODEL: o.model_dir = optarg; break;
+        case O_MODEL: o->model_dir = optarg; break;
         case O_DEVICE:
             if (strcmp(optarg, "cuda") && strcmp(optarg, "cpu") && strcmp(optarg, "auto"))
                 return al_cli_usage_error("train", "--device must be cuda, cpu or auto, not '%s'", optarg);
-            o.device = optarg;
+            o->device = optarg;
             break;
-        case O_OUT: o.out_dir = optarg; break;
-        case O_RESUME: o.resume = 1; break;
-        case O_NAME: o.model_name = optarg; break;
-        case O_EVERY: name = "--checkpoint-every"; bad = al_stage_parse_i64(optarg, 1, &o.checkpoint_every); break;
-        case O_KEEP: name = "--keep"; bad = al_stage_parse_i64(optarg, 0, &o.keep); break;
-        case O_LISTEN: o.listen = optarg; break;
-        case O_TCONF: o.train_config = optarg; break;
-        case O_IN: o.input_topic = optarg; break;
-        case O_POLICY: o.policy_topic = optarg; break;
-        case O_GROUP: o.group = optarg; break;
-        case O_STEPS: name = "--steps"; bad = al_stage_parse_i64(optarg, 1, &o.stop_after); break;
-        case O_DRAIN: name = "--drain-timeout"; bad = al_stage_parse_i64(optarg, 0, &drain_s); break;
+        case O_OUT: o->out_dir = optarg; break;
+        case O_RESUME: o->resume = 1; break;
+        case O_NAME: o->model_name = optarg; break;
+        case O_EVERY: name = "--checkpoint-every"; bad = al_stage_parse_i64(optarg, 1, &o->checkpoint_every); break;
+        case O_KEEP: name = "--keep"; bad = al_stage_parse_i64(optarg, 0, &o->keep); break;
+        case O_LISTEN: o->listen = optarg; break;
+        case O_TCONF: o->train_config = optarg; break;
+        case O_IN: o->input_topic = optarg; break;
+        case O_POLICY: o->policy_topic = optarg; break;
+        case O_GROUP: o->group = optarg; break;
+        case O_STEPS: name = "--steps"; bad = al_stage_parse_i64(optarg, 1, &o->stop_after); break;
+        case O_DRAIN: name = "--drain-timeout"; bad = al_stage_parse_i64(optarg, 0, &cli->drain_s); break;
         case O_EPOCHS:
-            if (nset >= 256) return al_cli_usage_error("train", "too many settings");
-            set_keys[nset] = "ppo_epochs";
-            set_vals[nset++] = optarg;
+            if (cli->nset >= 256) return al_cli_usage_error("train", "too many settings");
+            cli->set_keys[cli->nset] = "ppo_epochs";
+            cli->set_vals[cli->nset++] = optarg;
             break;
         case O_HELP:
         case 'h': usage(stdout); return AL_EXIT_OK;
         default: {
-            int r = al_cli_common_option(&common, c, optarg);
+            int r = al_cli_common_option(&cli->common, c, optarg);
             if (r < 0) return AL_EXIT_USAGE;
             if (r == 0) return al_cli_usage_error("train", "unknown flag (see --help)");
         }
@@ -597,48 +620,51 @@ int cmd_train(int argc, char **argv)
         if (bad) return al_cli_usage_error("train", "%s wants a number, not '%s'", name, optarg);
     }
     if (optind < argc) return al_cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
-    if (!o.model_dir) return al_cli_usage_error("train", "--model DIR is required");
-    if (!o.out_dir) return al_cli_usage_error("train", "--out CKPT_DIR is required");
-    char namebuf[PATH_MAX];
-    if (!o.model_name) {
+    if (!o->model_dir) return al_cli_usage_error("train", "--model DIR is required");
+    if (!o->out_dir) return al_cli_usage_error("train", "--out CKPT_DIR is required");
+    if (!o->model_name) {
         char tmp[PATH_MAX];
-        snprintf(tmp, sizeof tmp, "%s", o.model_dir);
+        snprintf(tmp, sizeof tmp, "%s", o->model_dir);
         size_t n = strlen(tmp);
         while (n > 1 && tmp[n - 1] == '/') tmp[--n] = '\0';
         const char *b = strrchr(tmp, '/');
-        snprintf(namebuf, sizeof namebuf, "%s", b ? b + 1 : tmp);
-        o.model_name = namebuf;
+        snprintf(cli->namebuf, sizeof cli->namebuf, "%s", b ? b + 1 : tmp);
+        o->model_name = cli->namebuf;
     }
-    if (!*o.model_name) return al_cli_usage_error("train", "the model name is empty (give --model-name)");
-    for (const char *s = o.model_name; *s; s++)
+    if (!*o->model_name) return al_cli_usage_error("train", "the model name is empty (give --model-name)");
+    for (const char *s = o->model_name; *s; s++)
         if ((unsigned char)*s < 0x20 || *s == '"' || *s == '\\')
             return al_cli_usage_error("train", "model name '%s': quotes, backslashes and control "
-                                               "characters are not allowed", o.model_name);
-    char groupbuf[PATH_MAX + 32];
-    if (!o.group) {
-        snprintf(groupbuf, sizeof groupbuf, "arclight-train-%s", o.model_name);
-        o.group = groupbuf;
+                                               "characters are not allowed", o->model_name);
+    if (!o->group) {
+        snprintf(cli->groupbuf, sizeof cli->groupbuf, "arclight-train-%s", o->model_name);
+        o->group = cli->groupbuf;
     }
-    if (o.listen) {
+    if (o->listen) {
         char host[256];
         int port;
-        if (al_cli_parse_hostport(o.listen, host, sizeof host, &port) != 0)
-            return al_cli_usage_error("train", "--listen '%s' is not HOST:PORT", o.listen);
+        if (al_cli_parse_hostport(o->listen, host, sizeof host, &port) != 0)
+            return al_cli_usage_error("train", "--listen '%s' is not HOST:PORT", o->listen);
     }
+    return -1;
+}
 
+/* The trainer's settings: the defaults, then --train-config, then the setting flags; and
+ * the fault point, if any. -1: go on; otherwise the exit code of a usage error. */
+static int train_cli_settings(train_cli *cli, al_trainer_config *tc)
+{
     char err[1024];
-    al_trainer_config tc;
-    al_trainer_config_default(&tc);
-    if (o.train_config) {
+    al_trainer_config_default(tc);
+    if (cli->o.train_config) {
         size_t len = 0;
-        char *text = al_file_read(o.train_config, &len, err, sizeof err);
+        char *text = al_file_read(cli->o.train_config, &len, err, sizeof err);
         if (!text) return al_cli_usage_error("train", "--train-config: %s", err);
-        int r = al_trainer_config_from_json(&tc, text, len, 1, err, sizeof err);
+        int r = al_trainer_config_from_json(tc, text, len, 1, err, sizeof err);
         free(text);
-        if (r != 0) return al_cli_usage_error("train", "--train-config %s: %s", o.train_config, err);
+        if (r != 0) return al_cli_usage_error("train", "--train-config %s: %s", cli->o.train_config, err);
     }
-    for (int i = 0; i < nset; i++)
-        if (al_trainer_config_set(&tc, set_keys[i], set_vals[i], err, sizeof err) != 0)
+    for (int i = 0; i < cli->nset; i++)
+        if (al_trainer_config_set(tc, cli->set_keys[i], cli->set_vals[i], err, sizeof err) != 0)
             return al_cli_usage_error("train", "%s", err);
     /* A fault point (core/fault.h): "VERSION:checkpoint" SIGKILLs the trainer once that
      * version is on disk, before its PolicyVersion is sent; "VERSION:ack" once its
@@ -646,88 +672,106 @@ int cmd_train(int argc, char **argv)
     const char *kill_at = al_fault_spec("ARCLIGHT_TRAIN_TEST_KILL_AT");
     if (kill_at) {
         char when[32] = "";
-        if (sscanf(kill_at, "%" SCNd64 ":%31s", &o.kill_version, when) == 2)
-            o.kill_after_ack = strcmp(when, "ack") == 0;
+        if (sscanf(kill_at, "%" SCNd64 ":%31s", &cli->o.kill_version, when) == 2)
+            cli->o.kill_after_ack = strcmp(when, "ack") == 0;
         else
-            o.kill_version = -1;
+            cli->o.kill_version = -1;
     }
+    return -1;
+}
 
-    train_worker w = {.o = &o, .batch_step = -1};
-    al_stage_init(&w.st, COMP, "the trainer stopped on an error", 1);
-    int rc = AL_EXIT_FAILURE;
-    w.met.reg = al_metrics_new();
-    if (!w.met.reg) goto out;
-    metrics_init(&w.met);
-    al_metrics_add_process_metrics(w.met.reg);
-
-    /* the model and the trainer (a bad setting is a usage error) */
-    if (!(w.policy = al_model_load_dir(o.model_dir, err, sizeof err))) {
-        al_log_error(COMP, "--model %s: %s", o.model_dir, err);
-        goto out;
+/* Everything the worker needs before the stage runs: metrics, the model (and the frozen
+ * reference when --kl-beta > 0) on the backend, the trainer (a bad setting is a usage
+ * error), --out (made, resolved, and holding no checkpoint unless --resume) and the
+ * data-parallel options. -1: go on; otherwise the exit code, the error logged or printed
+ * (train_worker_close frees what was made). */
+static int train_worker_open(train_worker *w, const al_trainer_config *tc)
+{
+    train_opts *o = w->o;
+    char err[1024];
+    w->met.reg = al_metrics_new();
+    if (!w->met.reg) return AL_EXIT_FAILURE;
+    metrics_init(&w->met);
+    al_metrics_add_process_metrics(w->met.reg);
+    if (!(w->policy = al_model_load_dir(o->model_dir, err, sizeof err))) {
+        al_log_error(COMP, "--model %s: %s", o->model_dir, err);
+        return AL_EXIT_FAILURE;
     }
-    if (tc.loss.kl_beta > 0 && !(w.reference = al_model_load_dir(o.model_dir, err, sizeof err))) {
-        al_log_error(COMP, "reference model %s: %s", o.model_dir, err);
-        goto out;
+    if (tc->loss.kl_beta > 0 && !(w->reference = al_model_load_dir(o->model_dir, err, sizeof err))) {
+        al_log_error(COMP, "reference model %s: %s", o->model_dir, err);
+        return AL_EXIT_FAILURE;
     }
-    if (!(w.be = al_backend_open(o.device ? o.device : "auto", err, sizeof err))) {
-        al_log_error(COMP, "--device %s: %s", o.device ? o.device : "auto", err);
-        goto out;
+    if (!(w->be = al_backend_open(o->device ? o->device : "auto", err, sizeof err))) {
+        al_log_error(COMP, "--device %s: %s", o->device ? o->device : "auto", err);
+        return AL_EXIT_FAILURE;
     }
-    if (al_model_set_backend(w.policy, w.be, err, sizeof err) != 0 ||
-        (w.reference && al_model_set_backend(w.reference, w.be, err, sizeof err) != 0)) {
-        al_log_error(COMP, "--device %s: %s", w.be->ops->name, err);
-        goto out;
+    if (al_model_set_backend(w->policy, w->be, err, sizeof err) != 0 ||
+        (w->reference && al_model_set_backend(w->reference, w->be, err, sizeof err) != 0)) {
+        al_log_error(COMP, "--device %s: %s", w->be->ops->name, err);
+        return AL_EXIT_FAILURE;
     }
-    al_log_info(COMP, "training on %s", w.be->ops->name);
-    if (!(w.tr = al_trainer_new(w.policy, w.reference, &tc, err, sizeof err))) {
-        rc = al_cli_usage_error("train", "%s", err);
-        goto out;
-    }
-    if (mkdir_p(o.out_dir, err, sizeof err) != 0 || !realpath(o.out_dir, w.out_abs)) {
-        if (!*err) al_err(err, sizeof err, "cannot resolve %s: %s", o.out_dir, strerror(errno));
+    al_log_info(COMP, "training on %s", w->be->ops->name);
+    if (!(w->tr = al_trainer_new(w->policy, w->reference, tc, err, sizeof err)))
+        return al_cli_usage_error("train", "%s", err);
+    if (mkdir_p(o->out_dir, err, sizeof err) != 0 || !realpath(o->out_dir, w->out_abs)) {
+        if (!*err) al_err(err, sizeof err, "cannot resolve %s: %s", o->out_dir, strerror(errno));
         al_log_error(COMP, "--out: %s", err);
-        goto out;
+        return AL_EXIT_FAILURE;
     }
-    {
-        char lp[PATH_MAX + 64];
-        int64_t ls;
-        int r = al_checkpoint_latest(w.out_abs, lp, sizeof lp, &ls, err, sizeof err);
-        if (r < 0) {
-            al_log_error(COMP, "--out: %s", err);
-            goto out;
-        }
-        if (r == 1 && !o.resume) {
-            rc = al_cli_usage_error("train", "--out %s holds checkpoints (newest %s): pass --resume "
-                                             "to continue from it, or choose another directory",
-                                    o.out_dir, lp);
-            goto out;
-        }
+    char lp[PATH_MAX + 64];
+    int64_t ls;
+    int r = al_checkpoint_latest(w->out_abs, lp, sizeof lp, &ls, err, sizeof err);
+    if (r < 0) {
+        al_log_error(COMP, "--out: %s", err);
+        return AL_EXIT_FAILURE;
     }
-    if (al_dist_opts_from_env(&w.dopt, err, sizeof err) != 0) {
-        rc = al_cli_usage_error("train", "%s", err);
-        goto out;
+    if (r == 1 && !o->resume)
+        return al_cli_usage_error("train", "--out %s holds checkpoints (newest %s): pass --resume "
+                                           "to continue from it, or choose another directory",
+                                  o->out_dir, lp);
+    if (al_dist_opts_from_env(&w->dopt, err, sizeof err) != 0)
+        return al_cli_usage_error("train", "%s", err);
+    return -1;
+}
+
+/* Frees what train_worker_open and the run made (any of it may be missing). */
+static void train_worker_close(train_worker *w)
+{
+    al_train_asm_free(w->asmb, held_release, NULL);
+    al_ckpt_http_stop(w->http);
+    al_trainer_free(w->tr);
+    al_model_free(w->reference);
+    al_model_free(w->policy);
+    al_dist_free(w->dist);
+    al_backend_free(w->be);
+    al_metrics_free(w->met.reg);
+}
+
+int cmd_train(int argc, char **argv)
+{
+    train_cli cli;
+    int rc = train_cli_parse(&cli, argc, argv);
+    al_trainer_config tc;
+    if (rc < 0) rc = train_cli_settings(&cli, &tc);
+    if (rc >= 0) return rc;
+    train_worker w = {.o = &cli.o, .batch_step = -1};
+    al_stage_init(&w.st, COMP, "the trainer stopped on an error", 1);
+    rc = train_worker_open(&w, &tc);
+    if (rc < 0) {
+        const char *outs[] = {cli.o.policy_topic, NULL};
+        al_stage_spec spec = {
+            .common = &cli.common,
+            .group = cli.o.group,
+            .input = cli.o.input_topic,
+            .outputs = outs,
+            .metrics = w.met.reg,
+            .poll_ms = 100,
+            .drain_s = (double)cli.drain_s,
+            .hooks = &train_hooks,
+            .ud = &w,
+        };
+        rc = al_stage_run(&w.st, &spec);
     }
-    const char *outs[] = {o.policy_topic, NULL};
-    al_stage_spec spec = {
-        .common = &common,
-        .group = o.group,
-        .input = o.input_topic,
-        .outputs = outs,
-        .metrics = w.met.reg,
-        .poll_ms = 100,
-        .drain_s = (double)drain_s,
-        .hooks = &train_hooks,
-        .ud = &w,
-    };
-    rc = al_stage_run(&w.st, &spec);
-out:
-    al_train_asm_free(w.asmb, held_release, NULL);
-    al_ckpt_http_stop(w.http);
-    al_trainer_free(w.tr);
-    al_model_free(w.reference);
-    al_model_free(w.policy);
-    al_dist_free(w.dist);
-    al_backend_free(w.be);
-    al_metrics_free(w.met.reg);
+    train_worker_close(&w);
     return rc;
 }
