@@ -29,9 +29,10 @@
  * publishes nothing. At start every rank takes rank 0's weights, moments and step counts, so
  * a restart of any rank is a restart of the group from rank 0's newest full checkpoint.
  *
- * Files: this page (the steps, the worker's hooks, the flags), versions.c (writing and
- * publishing a version), resume.c (--resume), assembler.c (steps from their chunks),
- * ckpt_http.c (GET /checkpoints/ on --listen); train.h is what they share.
+ * Files: this page (the worker's hooks, the flags), steps.c (a complete step applied),
+ * versions.c (writing and publishing a version), resume.c (--resume), assembler.c (steps
+ * from their chunks), ckpt_http.c (GET /checkpoints/ on --listen); train.h is what they
+ * share.
  */
 #include "assembler.h"
 #include "ckpt_http.h"
@@ -74,16 +75,6 @@ static const char *const setting_keys[] = {
     "total_steps", "min_lr_ratio"};
 #define N_SETTINGS (sizeof setting_keys / sizeof setting_keys[0])
 
-static void held_release(void *ctx, void *opaque)
-{
-    (void)ctx;
-    held_msg *h = opaque;
-    if (!h) return;
-    al_input_end(h->in);
-    if (h->m) rd_kafka_message_destroy(h->m);
-    free(h);
-}
-
 static void metrics_init(train_metrics *m)
 {
     al_metrics *r = m->reg;
@@ -108,8 +99,6 @@ static void metrics_init(train_metrics *m)
     m->pending = al_metrics_gauge(r, "arclight_train_steps_held", "Steps waiting for chunks", NULL);
 }
 
-/* ---- steps ------------------------------------------------------------------------------------- */
-
 static int mkdir_p(const char *path, char *errstr, size_t errlen)
 {
     char p[PATH_MAX];
@@ -126,122 +115,7 @@ static int mkdir_p(const char *path, char *errstr, size_t errlen)
     return 0;
 }
 
-static void deadletter_msgs(train_worker *w, void **msgs, size_t n, const char *reason)
-{
-    char err[512];
-    for (size_t i = 0; i < n; i++) {
-        held_msg *h = msgs[i];
-        if (al_deadletter_message(al_stage_producer(&w->st), h->m, reason, "train", h->in, err,
-                                  sizeof err) != 0)
-            al_stage_fail(&w->st, "cannot dead-letter %s [%d] offset %" PRId64 ": %s",
-                          w->o->input_topic, (int)h->m->partition, h->m->offset, err);
-        al_counter_inc(w->met.bad);
-    }
-}
-
-static void ready_release(al_train_ready *r)
-{
-    for (size_t i = 0; i < r->n_current; i++) held_release(NULL, r->current[i]);
-    for (size_t i = 0; i < r->n_retired; i++) held_release(NULL, r->retired[i]);
-    al_train_ready_free(r);
-}
-
-/* Trains on one complete step and publishes its version. Takes ownership of r. */
-static void apply_step(train_worker *w, al_train_ready *r)
-{
-    char err[1024];
-    if (r->bad) {
-        al_log_warn(COMP, "%s: dead-lettering its %zu chunk%s", r->reason, r->n_current,
-                    r->n_current == 1 ? "" : "s");
-        deadletter_msgs(w, r->current, r->n_current, r->reason);
-        al_counter_inc(w->met.bad_steps);
-        ready_release(r);
-        return;
-    }
-    al_train_stats st;
-    if (w->follower) {
-        /* rank 0 does the writing, publishing and dead-lettering of the same step */
-        int ok = al_trainer_step(w->tr, r->chunks, r->nchunks, &st, err, sizeof err) == 0;
-        if (ok) w->version++, w->batch_step = r->step;
-        else al_log_error(COMP, "step %" PRId64 ": the trainer refused it: %s", r->step, err);
-        al_log_info(COMP, "%s v%" PRId64 " (batch step %" PRId64 ", rank %d of %d)%s",
-                    w->o->model_name, w->version, r->step, al_dist_rank(w->dist),
-                    al_dist_world(w->dist), ok ? "" : ": refused");
-        ready_release(r);
-        return;
-    }
-    if (al_trainer_step(w->tr, r->chunks, r->nchunks, &st, err, sizeof err) != 0) {
-        char reason[1200];
-        snprintf(reason, sizeof reason, "step %" PRId64 ": the trainer refused it: %s", r->step, err);
-        al_log_error(COMP, "%s", reason);
-        deadletter_msgs(w, r->current, r->n_current, reason);
-        al_counter_inc(w->met.bad_steps);
-        ready_release(r);
-        return;
-    }
-    w->version++;
-    w->batch_step = r->step;
-    train_version_stats_json(&st, w, r->step, r->policy_version, r->reward_mean,
-                             w->last_metrics, sizeof w->last_metrics);
-    int full = w->version % w->o->checkpoint_every == 0;
-    char sha[65];
-    if (train_version_save(w, full, w->last_metrics, sha, err, sizeof err) != 0) {
-        al_stage_fail(&w->st, "cannot write version %" PRId64 " under %s: %s", w->version,
-                      w->out_abs, err);
-        ready_release(r);
-        return;
-    }
-    if (AL_FAULT_POINTS && w->o->kill_version == w->version && !w->o->kill_after_ack)
-        al_fault_kill(COMP, "after writing version %" PRId64, w->version);
-    applied *a = calloc(1, sizeof *a);
-    if (!a || !(a->hs = calloc(r->n_current + r->n_retired + 1, sizeof *a->hs))) {
-        free(a);
-        al_stage_fail(&w->st, "out of memory");
-        ready_release(r);
-        return;
-    }
-    a->version = w->version;
-    for (size_t i = 0; i < r->n_current + r->n_retired; i++) {
-        held_msg *h = i < r->n_current ? r->current[i] : r->retired[i - r->n_current];
-        rd_kafka_message_destroy(h->m);
-        h->m = NULL;
-        a->hs[a->n++] = h;
-    }
-    int64_t batch_step = r->step, batch_policy = r->policy_version, step_tokens = r->tokens;
-    int nmb = r->nchunks;
-    double reward_mean = r->reward_mean;
-    al_train_ready_free(r);
-    applied **tail = &w->applied_head;
-    while (*tail) tail = &(*tail)->next;
-    *tail = a;
-    if (train_version_publish(w, w->version, batch_step, sha, &st, reward_mean, batch_policy, a,
-                              err, sizeof err) != 0) {
-        al_stage_fail(&w->st, "%s", err);
-        return;
-    }
-    if (AL_FAULT_POINTS && w->o->kill_version >= 0 && w->o->kill_after_ack) {
-        /* the fault point wants its kill right at this version's ack: one version at a time */
-        char e[256];
-        al_producer_flush(al_stage_producer(&w->st), 10000, e, sizeof e);
-    }
-    train_metrics *m = &w->met;
-    al_counter_inc(m->steps);
-    al_counter_add(m->tokens, (double)st.step_tokens * al_trainer_config_of(w->tr)->ppo_epochs);
-    al_gauge_set(m->version, (double)w->version);
-    al_gauge_set(m->loss, st.loss);
-    al_gauge_set(m->kl, st.kl);
-    al_gauge_set(m->entropy, st.entropy);
-    al_gauge_set(m->clip, st.clip_frac);
-    al_gauge_set(m->gnorm, st.grad_norm);
-    al_gauge_set(m->tps, st.tokens_per_s);
-    al_gauge_set(m->lr, st.lr);
-    al_log_info(COMP,
-                "%s v%" PRId64 " (batch step %" PRId64 ", %d micro-batches, %" PRId64
-                " tokens): loss %.5f kl %.5f entropy %.4f clip %.3f grad-norm %.4f lr %.3g, %.0f tok/s%s",
-                w->o->model_name, w->version, batch_step, nmb, step_tokens, st.loss, st.kl,
-                st.entropy, st.clip_frac, st.grad_norm, st.lr, st.tokens_per_s,
-                full ? ", checkpoint" : "");
-}
+/* ---- the worker's hooks (kafka/stage.h) ------------------------------------------------------- */
 
 static void on_delivery(al_stage *s, const al_delivery *d, void *ctx)
 {
@@ -261,23 +135,6 @@ static void on_delivery(al_stage *s, const al_delivery *d, void *ctx)
         al_fault_kill(COMP, "after PolicyVersion %" PRId64 " was acknowledged", a->version);
 }
 
-/* Releases the inputs of steps whose version is acknowledged and covered by a checkpoint. */
-static void applied_free(applied *a)
-{
-    for (size_t i = 0; i < a->n; i++) held_release(NULL, a->hs[i]);
-    free(a->hs);
-    free(a);
-}
-
-static void retire_applied(train_worker *w)
-{
-    while (w->applied_head && w->applied_head->acked && w->applied_head->version <= w->last_full) {
-        applied *a = w->applied_head;
-        w->applied_head = a->next;
-        applied_free(a);
-    }
-}
-
 /* Steps of a model come from one trainer: a second member taking partitions away stops this
  * one (the other continues from the stored offsets). */
 static void on_rebalance(al_stage *s, al_rebalance_event ev,
@@ -292,8 +149,6 @@ static void on_rebalance(al_stage *s, al_rebalance_event ev,
         "trainer of the model joined group %s?); one trainer per model, so this one stops",
         n, n == 1 ? "" : "s", w->o->input_topic, w->o->group);
 }
-
-/* ---- the worker's hooks (kafka/stage.h) ------------------------------------------------------- */
 
 /* Before consuming: the checkpoint server, the data-parallel group, the newest checkpoint
  * (--resume; its version published again), every rank on rank 0's weights and counts, and
@@ -376,8 +231,8 @@ static void on_message(al_stage *s, rd_kafka_message_t *m, int64_t now, void *ct
     case AL_TRAIN_ASM_BAD:
         al_log_warn(COMP, "%s [%d] offset %" PRId64 ": %s; dead-lettered", w->o->input_topic,
                     (int)m->partition, m->offset, why);
-        deadletter_msgs(w, (void **)&h, 1, why);
-        held_release(NULL, h);
+        train_step_deadletter(w, (void **)&h, 1, why);
+        train_held_release(NULL, h);
         break;
     default:
         al_counter_inc(res == AL_TRAIN_ASM_OTHER_MODEL ? w->met.other
@@ -385,7 +240,7 @@ static void on_message(al_stage *s, rd_kafka_message_t *m, int64_t now, void *ct
                                                        : w->met.dup);
         al_log_debug(COMP, "%s [%d] offset %" PRId64 ": %s; skipped", w->o->input_topic,
                      (int)m->partition, m->offset, why);
-        held_release(NULL, h);
+        train_held_release(NULL, h);
     }
 }
 
@@ -396,9 +251,9 @@ static int on_tick(al_stage *s, int got, int64_t now, void *ctx)
     al_train_ready *ready;
     while (!al_stage_failed(&w->st) && !al_stage_stop_requested() &&
            al_train_asm_next(w->asmb, &ready) == 1)
-        apply_step(w, ready);
+        train_step_apply(w, ready);
     al_producer_poll(al_stage_producer(s), 0);
-    retire_applied(w);
+    train_applied_retire(w);
     al_gauge_set(w->met.pending, (double)al_train_asm_pending(w->asmb));
     if (w->o->stop_after > 0 && w->version >= w->o->stop_after) {
         /* the drain checkpoints it and waits for its acknowledgement */
@@ -423,7 +278,7 @@ static void on_drained(al_stage *s, int flushed, void *ctx)
 {
     (void)s, (void)flushed;
     train_worker *w = ctx;
-    if (!al_stage_failed(&w->st)) retire_applied(w);
+    if (!al_stage_failed(&w->st)) train_applied_retire(w);
 }
 
 /* Steps not acknowledged and checkpointed keep their inputs unfinished: the consumer committed
@@ -436,9 +291,9 @@ static void on_release(al_stage *s, void *ctx)
     while (w->applied_head) {
         applied *a = w->applied_head;
         w->applied_head = a->next;
-        applied_free(a);
+        train_applied_free(a);
     }
-    al_train_asm_free(w->asmb, held_release, NULL);
+    al_train_asm_free(w->asmb, train_held_release, NULL);
     w->asmb = NULL;
 }
 
@@ -737,7 +592,7 @@ static int train_worker_open(train_worker *w, const al_trainer_config *tc)
 /* Frees what train_worker_open and the run made (any of it may be missing). */
 static void train_worker_close(train_worker *w)
 {
-    al_train_asm_free(w->asmb, held_release, NULL);
+    al_train_asm_free(w->asmb, train_held_release, NULL);
     al_ckpt_http_stop(w->http);
     al_trainer_free(w->tr);
     al_model_free(w->reference);

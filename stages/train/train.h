@@ -1,6 +1,6 @@
 /*
- * train.h: what the files of `arclight train` share (main.c, versions.c, resume.c): the
- * options, the worker's state, and each file's entry points. Internal to stages/train.
+ * train.h: what the files of `arclight train` share (main.c, steps.c, versions.c, resume.c):
+ * the options, the worker's state, and each file's entry points. Internal to stages/train.
  */
 #ifndef ARCLIGHT_TRAIN_TRAIN_H
 #define ARCLIGHT_TRAIN_TRAIN_H
@@ -71,6 +71,20 @@ typedef struct train_worker {
     al_stage st; /* the worker (kafka/stage.h): failure latch, /healthz, producer, consumer */
     char follower_group[PATH_MAX + 96];
 } train_worker;
+
+/* ---- steps.c: what becomes of a complete step ---- */
+
+/* Ends a held chunk's input and frees it with its message, if that is still
+ * there; opaque is the held_msg, ctx unused (al_train_asm_free's release callback). */
+void train_held_release(void *ctx, void *opaque);
+/* Dead-letters the held messages msgs[0..n) with reason (a failure latches the stage). */
+void train_step_deadletter(train_worker *w, void **msgs, size_t n, const char *reason);
+/* Trains on one complete step and publishes its version. Takes ownership of r. */
+void train_step_apply(train_worker *w, al_train_ready *r);
+/* Releases the inputs of steps acknowledged and covered by a full checkpoint. */
+void train_applied_retire(train_worker *w);
+/* Releases one applied step's inputs and frees it. */
+void train_applied_free(applied *a);
 
 /* ---- versions.c: writing a version and publishing its PolicyVersion ---- */
 
