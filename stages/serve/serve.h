@@ -26,6 +26,9 @@
 
 typedef struct serve_ctx serve_ctx;
 
+/* One generation request in flight: its HTTP request, its engine request (a reference), what
+ * the client asked for and what the stream has sent so far. Made by serve_call_generate,
+ * linked in serve_ctx.calls, freed by serve_call_free. */
 typedef struct http_call {
     serve_ctx *sc;
     al_httpd_req *req;
@@ -50,6 +53,7 @@ typedef struct http_call {
     int response_messages;
 } http_call;
 
+/* The server: one per process (cmd_serve's), shared by the loop's callbacks. */
 struct serve_ctx {
     struct event_base *base;
     al_httpd *http;
