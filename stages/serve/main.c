@@ -22,996 +22,34 @@
  * the text, "tokens": the ids}] (the rendered prompt, and what was generated); logprobs with
  * "include": ["message.output_text.logprobs"] on the output_text parts and text deltas.
  *
- * Threads: the event loop (this file) never waits on the engine. The engine calls
- * call_notify after each step, which only activates the call's event; the loop's callback
+ * Threads: the event loop never waits on the engine. The engine calls call_notify
+ * (lifecycle.c) after each step, which only activates the call's event; the loop's callback
  * then reads the progress under the request's lock and writes the reply.
+ *
+ * Files: this page (the flags; start, run, stop), routes.c (the routes), auth.c (the API key),
+ * lifecycle.c (a generation call from arrival to its last byte), responses.c (the OpenAI
+ * answers), reply.c (JSON helpers and replies); serve.h is what they share. The engine
+ * (engine.h), the request parser (request.h) and the weight follower (policy.h) stand apart.
  */
 #include "core/cli.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "http/httpd.h"
-#include "http/metrics.h"
 #include "http/server.h"
-#include "api/translate.h"
 #include "model/safetensors.h"
-#include "engine.h"
-#include "policy.h"
-#include "request.h"
+#include "serve.h"
 
 #include <event2/event.h>
 #include <event2/thread.h>
+#include <getopt.h>
 #include <inttypes.h>
-#include <jansson.h>
-#include <stdarg.h>
-#include <sys/socket.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#define COMP "serve"
-#define MAX_N AL_SERVE_MAX_N
 #define MAX_BODY (64u << 20)
-
-typedef struct serve_ctx serve_ctx;
-
-typedef struct http_call {
-    serve_ctx *sc;
-    al_httpd_req *req;
-    al_serve_req *r;
-    struct event *ev;
-    struct http_call *prev, *next; /* live calls, for shutdown */
-    int chat, stream, include_usage, logprobs, top_logprobs, return_token_ids;
-    int parse_tools, parse_reasoning;
-    char id[48];
-    int64_t created;
-    int64_t t0_us;  /* al_mono_us() when the request came in */
-    int first_seen; /* time to first token observed */
-    /* streaming */
-    int started;
-    int *sent_tok;
-    size_t *sent_text;
-    int *finished_sent;
-    al_chat_stream *cs;
-    /* POST /v1/responses: the translator between the agent's API and the chat path, and
-     * whether the agent asked for vLLM's input_messages / output_messages */
-    al_xl *xl;
-    int response_messages;
-} http_call;
-
-struct serve_ctx {
-    struct event_base *base;
-    al_httpd *http;
-    al_serve_engine *eng;
-    al_tokenizer *tok;
-    al_model_config cfg;
-    const char *name;
-    int max_model_len;
-    http_call *calls;
-    al_metrics *metrics;
-    struct al_serve_policy *policy; /* NULL when not following */
-    int draining;           /* a first SIGTERM/SIGINT came: finish what is in flight */
-    double drain_timeout_s; /* then stop anyway */
-    struct event *drain_timer;
-    int open_replies; /* generation requests whose reply is not fully written yet */
-    char *api_key;    /* --api-key & co.: /v1/, /tokenize and /detokenize need it; NULL: open */
-    al_counter *req_ok, *req_4xx, *req_429, *req_5xx, *gen_tokens, *prompt_tokens;
-    al_gauge *g_running, *g_version, *g_kv;
-    al_histogram *h_request, *h_ttft;
-};
-
-/* ------------------------------------------------------------------------------------ */
-/* JSON helpers                                                                           */
-
-/* A JSON string of arbitrary bytes: malformed UTF-8 becomes U+FFFD (as vLLM's detokenizer
- * shows a partial character). */
-static json_t *json_bytes_str(const char *s, size_t n)
-{
-    json_t *j = json_stringn(s, n); /* NULL when not valid UTF-8 */
-    if (j) return j;
-    char *o = malloc(n * 3 + 1);
-    if (!o) return json_string("");
-    size_t k = 0;
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t L = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        int ok = L && i + L <= n;
-        for (size_t q = 1; ok && q < L; q++)
-            ok = ((unsigned char)s[i + q] >> 6) == 2;
-        if (ok && L > 1) {
-            char tmp[5] = {0};
-            memcpy(tmp, s + i, L);
-            json_t *t = json_string(tmp); /* rejects overlongs and surrogates */
-            ok = t != NULL;
-            json_decref(t);
-        }
-        if (ok) {
-            memcpy(o + k, s + i, L);
-            k += L, i += L;
-        } else {
-            memcpy(o + k, "\xEF\xBF\xBD", 3);
-            k += 3, i += 1;
-        }
-    }
-    json_t *r = json_stringn(o, k);
-    free(o);
-    return r ? r : json_string("");
-}
-
-static json_t *json_ids(const int32_t *ids, int n)
-{
-    json_t *a = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(a, json_integer(ids[i]));
-    return a;
-}
-
-static json_t *token_bytes_array(const char *b, size_t n)
-{
-    json_t *a = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(a, json_integer((unsigned char)b[i]));
-    return a;
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* Replies                                                                                */
-
-static void add_version_header(al_httpd_req *req, int64_t version)
-{
-    if (version >= 0) {
-        char v[32];
-        snprintf(v, sizeof v, "%" PRId64, version);
-        al_httpd_add_header(req, "x-arclight-policy-version", v);
-    }
-}
-
-static void count_status(serve_ctx *sc, int code)
-{
-    if (code < 300)
-        al_counter_inc(sc->req_ok);
-    else if (code == 429)
-        al_counter_inc(sc->req_429);
-    else if (code < 500)
-        al_counter_inc(sc->req_4xx);
-    else
-        al_counter_inc(sc->req_5xx);
-}
-
-static void send_json(serve_ctx *sc, al_httpd_req *req, int code, json_t *body, int64_t version)
-{
-    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    add_version_header(req, version);
-    al_httpd_send(req, code, "application/json", s ? s : "{}", s ? strlen(s) : 2);
-    free(s);
-    count_status(sc, code);
-}
-
-/* OpenAI-style error body, as vLLM sends it. The message may quote the request: cut at a
- * character boundary when it is long, and bytes that are not UTF-8 become U+FFFD, so that the
- * body is always the JSON it says it is. */
-static void send_error(serve_ctx *sc, al_httpd_req *req, int code, const char *param,
-                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static void send_error(serve_ctx *sc, al_httpd_req *req, int code, const char *param,
-                       const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    size_t len = n < 0 ? 0 : (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1;
-    if ((size_t)n >= sizeof msg) len = al_utf8_cut(msg, (size_t)n, len);
-    const char *type = code == 404   ? "NotFoundError"
-                       : code == 429 ? "RateLimitError"
-                       : code >= 500 ? "InternalServerError"
-                                     : "BadRequestError";
-    json_t *e = json_pack("{s:{s:o,s:s,s:o,s:i}}", "error", "message", json_bytes_str(msg, len),
-                          "type", type, "param", param ? json_string(param) : json_null(), "code",
-                          code);
-    if (code == 429) al_httpd_add_header(req, "Retry-After", "1");
-    send_json(sc, req, code, e, -1);
-}
-
-/* Errors the HTTP layer answers itself (malformed or oversized requests), in the same shape. */
-static size_t http_error_body(int status, const char *message, char *out, size_t cap)
-{
-    json_t *e = json_pack("{s:{s:s,s:s,s:n,s:i}}", "error", "message", message, "type",
-                          status >= 500 ? "InternalServerError" : "BadRequestError", "param",
-                          "code", status);
-    char *t = e ? json_dumps(e, JSON_COMPACT) : NULL;
-    json_decref(e);
-    size_t n = t ? strlen(t) : 0;
-    if (n >= cap) n = 0;
-    memcpy(out, t ? t : "", n);
-    out[n] = '\0';
-    free(t);
-    return n;
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* Building responses from an engine request                                              */
-
-static const char *finish_name(const al_serve_seq *s, const http_call *c, int has_calls)
-{
-    if (s->finish == AL_SERVE_FINISH_LENGTH) return "length";
-    if (s->finish == AL_SERVE_FINISH_ABORT) return "abort";
-    return has_calls ? "tool_calls" : "stop";
-}
-
-static json_t *stop_reason_json(const al_serve_seq *s)
-{
-    if (s->stop_reason) return json_string(s->stop_reason);
-    if (s->stop_token >= 0) return json_integer(s->stop_token);
-    return json_null();
-}
-
-static json_t *token_text_json(serve_ctx *sc, int32_t id)
-{
-    size_t n = 0;
-    const char *b = al_tokenizer_id_bytes(sc->tok, id, &n);
-    return json_bytes_str(b ? b : "", b ? n : 0);
-}
-
-/* Chat logprobs entries for tokens [from, to) of s. */
-static json_t *chat_logprobs(serve_ctx *sc, const http_call *c, const al_serve_seq *s, int from,
-                             int to)
-{
-    json_t *content = json_array();
-    int k = c->top_logprobs;
-    for (int t = from; t < to; t++) {
-        size_t n = 0;
-        const char *b = al_tokenizer_id_bytes(sc->tok, s->ids[t], &n);
-        json_t *top = json_array();
-        for (int j = 0; j < k; j++) {
-            int32_t id = s->top_ids[(size_t)t * k + j];
-            size_t n2 = 0;
-            const char *b2 = al_tokenizer_id_bytes(sc->tok, id, &n2);
-            json_array_append_new(top,
-                                  json_pack("{s:o,s:f,s:o}", "token", token_text_json(sc, id),
-                                            "logprob", s->top_logps[(size_t)t * k + j], "bytes",
-                                            token_bytes_array(b2 ? b2 : "", b2 ? n2 : 0)));
-        }
-        json_array_append_new(
-            content, json_pack("{s:o,s:f,s:o,s:o}", "token", token_text_json(sc, s->ids[t]),
-                               "logprob", s->logps[t], "bytes",
-                               token_bytes_array(b ? b : "", b ? n : 0), "top_logprobs", top));
-    }
-    return json_pack("{s:o}", "content", content);
-}
-
-/* Completions (legacy) logprobs for tokens [from, to); text_offset counts from base. */
-static json_t *completion_logprobs(serve_ctx *sc, const http_call *c, const al_serve_seq *s,
-                                   int from, int to, size_t base)
-{
-    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
-    int k = c->top_logprobs;
-    size_t off = base;
-    for (int t = from; t < to; t++) {
-        size_t n = 0;
-        al_tokenizer_id_bytes(sc->tok, s->ids[t], &n);
-        json_array_append_new(tokens, token_text_json(sc, s->ids[t]));
-        json_array_append_new(lps, json_real(s->logps[t]));
-        json_array_append_new(offs, json_integer((json_int_t)off));
-        off += al_tokenizer_id_is_special(sc->tok, s->ids[t]) ? 0 : n;
-        json_t *top = json_object();
-        for (int j = 0; j < k; j++) {
-            int32_t id = s->top_ids[(size_t)t * k + j];
-            json_t *key = token_text_json(sc, id);
-            if (!json_object_get(top, json_string_value(key)))
-                json_object_set_new(top, json_string_value(key),
-                                    json_real(s->top_logps[(size_t)t * k + j]));
-            json_decref(key);
-        }
-        json_array_append_new(tops, k ? top : (json_decref(top), json_null()));
-    }
-    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs",
-                     tops, "text_offset", offs);
-}
-
-static json_t *tool_calls_json(const al_chat_parsed *pp, int streaming)
-{
-    json_t *a = json_array();
-    for (size_t i = 0; i < pp->n_calls; i++) {
-        uint8_t rnd[12];
-        char id[40], hex[25];
-        if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) memset(rnd, (int)i, sizeof rnd);
-        al_hex(rnd, sizeof rnd, hex);
-        snprintf(id, sizeof id, "chatcmpl-tool-%s", hex);
-        json_t *call = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function",
-                                 "name", pp->calls[i].name, "arguments", pp->calls[i].arguments);
-        if (streaming) json_object_set_new(call, "index", json_integer((json_int_t)i));
-        json_array_append_new(a, call);
-    }
-    return a;
-}
-
-static json_t *usage_json(const al_serve_req *r)
-{
-    int gen = 0;
-    for (int i = 0; i < r->nseq; i++)
-        gen += r->seqs[i].n;
-    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", r->nprompt, "completion_tokens", gen,
-                     "total_tokens", r->nprompt + gen);
-}
-
-/* The whole (non-streaming) response. Under r->lock. */
-static json_t *full_response(http_call *c)
-{
-    serve_ctx *sc = c->sc;
-    al_serve_req *r = c->r;
-    json_t *choices = json_array();
-    for (int i = 0; i < r->nseq; i++) {
-        al_serve_seq *s = &r->seqs[i];
-        json_t *ch;
-        if (c->chat) {
-            al_chat_parsed pp = {0};
-            unsigned fl = c->parse_reasoning ? AL_CHAT_PARSE_REASONING : 0;
-            json_t *msg = json_object();
-            json_object_set_new(msg, "role", json_string("assistant"));
-            size_t ncalls = 0;
-            if ((c->parse_tools || c->parse_reasoning) &&
-                al_chat_parse(s->text ? s->text : "", s->text_len, fl, &pp) == 0) {
-                if (!c->parse_tools &&
-                    pp.n_calls) { /* no tools asked for: the text stays as it is */
-                    json_object_set_new(msg, "content",
-                                        json_bytes_str(s->text ? s->text : "", s->text_len));
-                } else {
-                    ncalls = pp.n_calls;
-                    json_object_set_new(msg, "content",
-                                        ncalls && pp.content_len == 0
-                                            ? json_null()
-                                            : json_bytes_str(pp.content, pp.content_len));
-                    if (ncalls) json_object_set_new(msg, "tool_calls", tool_calls_json(&pp, 0));
-                }
-                if (pp.reasoning)
-                    json_object_set_new(msg, "reasoning_content",
-                                        json_bytes_str(pp.reasoning, strlen(pp.reasoning)));
-                al_chat_parsed_free(&pp);
-            } else {
-                json_object_set_new(msg, "content",
-                                    json_bytes_str(s->text ? s->text : "", s->text_len));
-            }
-            if (!json_object_get(msg, "tool_calls"))
-                json_object_set_new(msg, "tool_calls", json_array());
-            ch = json_pack("{s:i,s:o,s:o,s:s,s:o}", "index", i, "message", msg, "logprobs",
-                           c->logprobs ? chat_logprobs(sc, c, s, 0, s->n) : json_null(),
-                           "finish_reason", finish_name(s, c, ncalls > 0), "stop_reason",
-                           stop_reason_json(s));
-        } else {
-            ch = json_pack("{s:i,s:o,s:o,s:s,s:o}", "index", i, "text",
-                           json_bytes_str(s->text ? s->text : "", s->text_len), "logprobs",
-                           c->logprobs ? completion_logprobs(sc, c, s, 0, s->n, 0) : json_null(),
-                           "finish_reason", finish_name(s, c, 0), "stop_reason",
-                           stop_reason_json(s));
-            if (c->return_token_ids)
-                json_object_set_new(ch, "prompt_token_ids", json_ids(r->prompt, r->nprompt));
-        }
-        if (c->return_token_ids) json_object_set_new(ch, "token_ids", json_ids(s->ids, s->n));
-        json_array_append_new(choices, ch);
-    }
-    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:I}", "id", c->id, "object",
-                          c->chat ? "chat.completion" : "text_completion", "created",
-                          (json_int_t)c->created, "model", sc->name, "choices", choices, "usage",
-                          usage_json(r), "policy_version", (json_int_t)r->policy_version);
-    if (c->chat && c->return_token_ids)
-        json_object_set_new(o, "prompt_token_ids", json_ids(r->prompt, r->nprompt));
-    return o;
-}
-
-static void sse_send(al_httpd_req *req, json_t *o)
-{
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (!s) return;
-    size_t n = strlen(s);
-    char *b = malloc(n + 9);
-    if (b) {
-        memcpy(b, "data: ", 6);
-        memcpy(b + 6, s, n);
-        memcpy(b + 6 + n, "\n\n", 2);
-        al_httpd_send_chunk(req, b, n + 8);
-        free(b);
-    }
-    free(s);
-}
-
-/* The members vLLM adds to a Response with "enable_response_messages": the rendered prompt
- * and what was generated, each as text and token ids. Under r->lock. */
-static json_t *response_messages(http_call *c)
-{
-    al_serve_req *r = c->r;
-    al_serve_seq *s = &r->seqs[0];
-    char *pt = NULL;
-    size_t pl = 0;
-    if (al_tokenizer_decode(c->sc->tok, r->prompt, (size_t)r->nprompt, 0, &pt, &pl) != 0)
-        return NULL;
-    json_t *o = json_pack(
-        "{s:[{s:s,s:o,s:o}],s:[{s:s,s:o,s:o}]}", "input_messages", "type", "raw_message_tokens",
-        "message", json_bytes_str(pt, pl), "tokens", json_ids(r->prompt, r->nprompt),
-        "output_messages", "type", "raw_message_tokens", "message",
-        json_bytes_str(s->text ? s->text : "", s->text_len), "tokens", json_ids(s->ids, s->n));
-    free(pt);
-    return o;
-}
-
-/* Sends one chat completion chunk, or on /v1/responses the agent's events it becomes
- * (takes the reference to o). */
-static void call_emit(http_call *c, json_t *o)
-{
-    if (!c->xl) {
-        sse_send(c->req, o);
-        return;
-    }
-    al_xbuf out = {0};
-    if (al_xl_chunk(c->xl, o, &out) != 0) al_log_warn(COMP, "out of memory translating a stream");
-    json_decref(o);
-    if (out.n) al_httpd_send_chunk(c->req, out.p, out.n);
-    free(out.p);
-}
-
-/* The end of a /v1/responses stream: the closing events (error: response.failed). Under
- * r->lock. */
-static void call_emit_end(http_call *c, const char *error)
-{
-    if (c->response_messages && !error) al_xl_set_final_members(c->xl, response_messages(c));
-    al_xbuf out = {0};
-    if (al_xl_end(c->xl, error, &out) != 0) al_log_warn(COMP, "out of memory translating a stream");
-    if (out.n) al_httpd_send_chunk(c->req, out.p, out.n);
-    free(out.p);
-}
-
-static json_t *chunk_base(http_call *c, json_t *choices)
-{
-    return json_pack("{s:s,s:s,s:I,s:s,s:o,s:I}", "id", c->id, "object",
-                     c->chat ? "chat.completion.chunk" : "text_completion", "created",
-                     (json_int_t)c->created, "model", c->sc->name, "choices", choices,
-                     "policy_version", (json_int_t)c->r->policy_version);
-}
-
-/* Sends one chunk for choice i: tokens [from, to), text up to byte tto of the choice's text,
- * and the finish when `ending`. Under r->lock. */
-static void stream_chunk(http_call *c, int i, int from, int to, size_t tto, int ending)
-{
-    serve_ctx *sc = c->sc;
-    al_serve_req *r = c->r;
-    al_serve_seq *s = &r->seqs[i];
-    size_t tfrom = c->sent_text[i];
-    if (tto < tfrom) tto = tfrom;
-    json_t *ch;
-    if (c->chat) {
-        json_t *delta = json_object();
-        const char *txt = s->text ? s->text + tfrom : "";
-        size_t tl = tto - tfrom;
-        if (c->parse_tools || c->parse_reasoning) {
-            al_chat_delta d = {0};
-            if (al_chat_stream_push(&c->cs[i], txt, tl, &d) == 0) {
-                if (d.content_len)
-                    json_object_set_new(delta, "content", json_bytes_str(d.content, d.content_len));
-                if (d.reasoning_len)
-                    json_object_set_new(delta, "reasoning_content",
-                                        json_bytes_str(d.reasoning, d.reasoning_len));
-            }
-        } else if (tl) {
-            json_object_set_new(delta, "content", json_bytes_str(txt, tl));
-        }
-        int ncalls = 0;
-        if (ending && (c->parse_tools || c->parse_reasoning)) {
-            al_chat_parsed pp = {0};
-            if (al_chat_stream_finish(&c->cs[i], &pp) == 0) {
-                if (pp.content_len) {
-                    json_t *prev = json_object_get(delta, "content");
-                    char *cat = NULL;
-                    size_t pl = prev ? json_string_length(prev) : 0;
-                    cat = malloc(pl + pp.content_len + 1);
-                    if (prev) memcpy(cat, json_string_value(prev), pl);
-                    memcpy(cat + pl, pp.content, pp.content_len);
-                    json_object_set_new(delta, "content", json_bytes_str(cat, pl + pp.content_len));
-                    free(cat);
-                }
-                if (pp.reasoning && *pp.reasoning)
-                    json_object_set_new(delta, "reasoning_content",
-                                        json_bytes_str(pp.reasoning, strlen(pp.reasoning)));
-                if (pp.n_calls && c->parse_tools) {
-                    json_object_set_new(delta, "tool_calls", tool_calls_json(&pp, 1));
-                    ncalls = (int)pp.n_calls;
-                }
-                al_chat_parsed_free(&pp);
-            }
-        }
-        ch = json_pack("{s:i,s:o,s:o}", "index", i, "delta", delta, "logprobs",
-                       c->logprobs && to > from ? chat_logprobs(sc, c, s, from, to) : json_null());
-        json_object_set_new(ch, "finish_reason",
-                            ending ? json_string(finish_name(s, c, ncalls > 0)) : json_null());
-        if (ending) json_object_set_new(ch, "stop_reason", stop_reason_json(s));
-    } else {
-        ch = json_pack("{s:i,s:o,s:o}", "index", i, "text",
-                       json_bytes_str(s->text ? s->text + tfrom : "", tto - tfrom), "logprobs",
-                       c->logprobs && to > from ? completion_logprobs(sc, c, s, from, to, tfrom)
-                                                : json_null());
-        json_object_set_new(ch, "finish_reason",
-                            ending ? json_string(finish_name(s, c, 0)) : json_null());
-        json_object_set_new(ch, "stop_reason", ending ? stop_reason_json(s) : json_null());
-        if (c->return_token_ids && from == 0)
-            json_object_set_new(ch, "prompt_token_ids", json_ids(r->prompt, r->nprompt));
-    }
-    if (c->return_token_ids)
-        json_object_set_new(ch, "token_ids", json_ids(s->ids + from, to - from));
-    call_emit(c, chunk_base(c, json_pack("[o]", ch)));
-    c->sent_tok[i] = to, c->sent_text[i] = tto;
-}
-
-/* Sends what is new since the last call for every choice. Under r->lock. Returns 1 when
- * every choice has sent its end. */
-static int stream_progress(http_call *c)
-{
-    serve_ctx *sc = c->sc;
-    al_serve_req *r = c->r;
-    if (!c->started) {
-        add_version_header(c->req, r->policy_version);
-        al_httpd_add_header(c->req, "Cache-Control", "no-cache");
-        al_httpd_send_start(c->req, 200, "text/event-stream");
-        c->started = 1;
-        count_status(sc, 200);
-        if (c->chat) {
-            for (int i = 0; i < r->nseq; i++) {
-                json_t *ch = json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", i, "delta", "role",
-                                       "assistant", "content", "", "logprobs", "finish_reason");
-                json_t *o = chunk_base(c, json_pack("[o]", ch));
-                if (c->return_token_ids && i == 0)
-                    json_object_set_new(o, "prompt_token_ids", json_ids(r->prompt, r->nprompt));
-                call_emit(c, o);
-            }
-        }
-    }
-    int all = 1;
-    for (int i = 0; i < r->nseq; i++) {
-        al_serve_seq *s = &r->seqs[i];
-        if (c->finished_sent[i]) continue;
-        int ending = s->finish != AL_SERVE_RUNNING;
-        /* one chunk per new token (as vLLM streams), the last one carrying the finish */
-        int to = s->n;
-        while (c->sent_tok[i] < to || (ending && !c->finished_sent[i])) {
-            int t = c->sent_tok[i];
-            int last = t + 1 >= to;
-            size_t tend = t < to ? s->text_end[t] : s->text_len;
-            if (last || tend > s->safe_len) tend = s->safe_len;
-            stream_chunk(c, i, t, t < to ? t + 1 : t, tend, ending && last);
-            if (ending && last) c->finished_sent[i] = 1;
-        }
-        if (!c->finished_sent[i]) all = 0;
-    }
-    return all;
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* Call lifecycle                                                                         */
-
-
-static void call_free(http_call *c)
-{
-    serve_ctx *sc = c->sc;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        sc->calls = c->next;
-    if (c->next) c->next->prev = c->prev;
-    if (c->r) {
-        al_serve_req_detach(c->r);
-        al_serve_req_unref(c->r);
-    }
-    if (c->ev) event_free(c->ev);
-    if (c->cs)
-        for (int i = 0; i < MAX_N; i++)
-            al_chat_stream_free(&c->cs[i]);
-    free(c->cs);
-    free(c->sent_tok);
-    free(c->sent_text);
-    free(c->finished_sent);
-    al_xl_free(c->xl);
-    free(c);
-}
-
-/* Engine thread, under r->lock: wake the loop. */
-static void call_notify(al_serve_req *r, void *ud)
-{
-    (void)r;
-    http_call *c = ud;
-    event_active(c->ev, EV_READ, 0);
-}
-
-/* Loop thread: the engine made progress on c. */
-static void call_progress(evutil_socket_t fd, short what, void *ud)
-{
-    (void)fd, (void)what;
-    http_call *c = ud;
-    serve_ctx *sc = c->sc;
-    al_serve_req *r = c->r;
-    if (al_httpd_req_closed(c->req)) {
-        /* the client went away (counted out by reply_done already): stop generating */
-        al_httpd_req_abort(c->req);
-        call_free(c);
-        return;
-    }
-    pthread_mutex_lock(&r->lock);
-    int done = r->done_seqs == r->nseq;
-    if (!r->admitted) {
-        pthread_mutex_unlock(&r->lock);
-        return;
-    }
-    int aborted = 0, any_token = 0;
-    for (int i = 0; i < r->nseq; i++) {
-        aborted |= r->seqs[i].finish == AL_SERVE_FINISH_ABORT;
-        any_token |= r->seqs[i].n > 0;
-    }
-    if (any_token && !c->first_seen) {
-        c->first_seen = 1;
-        al_histogram_observe(sc->h_ttft, (al_mono_us() - c->t0_us) / 1e6);
-    }
-    if (done && !aborted) al_histogram_observe(sc->h_request, (al_mono_us() - c->t0_us) / 1e6);
-    if (c->stream) {
-        if (aborted && !c->started && done) {
-            char msg[300];
-            snprintf(msg, sizeof msg, "%s", r->error);
-            pthread_mutex_unlock(&r->lock);
-            send_error(sc, c->req, 500, NULL, "generation failed: %s", msg);
-            call_free(c);
-            return;
-        }
-        int all = stream_progress(c);
-        if (done && all) {
-            if (c->include_usage) {
-                json_t *o = chunk_base(c, json_array());
-                json_object_set_new(o, "usage", usage_json(r));
-                call_emit(c, o);
-            }
-            if (c->xl) { /* the Responses API's stream ends with its last event */
-                call_emit_end(c, aborted ? "generation failed" : NULL);
-                pthread_mutex_unlock(&r->lock);
-                al_httpd_send_end(c->req);
-                call_free(c);
-                return;
-            }
-            pthread_mutex_unlock(&r->lock);
-            al_httpd_send_chunk(c->req, "data: [DONE]\n\n", 14);
-            al_httpd_send_end(c->req);
-            call_free(c);
-            return;
-        }
-        pthread_mutex_unlock(&r->lock);
-        return;
-    }
-    if (!done) {
-        pthread_mutex_unlock(&r->lock);
-        return;
-    }
-    if (aborted) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "%s", r->error);
-        pthread_mutex_unlock(&r->lock);
-        send_error(sc, c->req, 500, NULL, "generation failed: %s", msg);
-        call_free(c);
-        return;
-    }
-    json_t *o = full_response(c);
-    int64_t v = r->policy_version;
-    if (c->xl) { /* the chat completion becomes the agent's API's answer */
-        if (c->response_messages) al_xl_set_final_members(c->xl, response_messages(c));
-        al_xl_err xe;
-        json_t *ans = o ? al_xl_answer(c->xl, o, &xe) : NULL;
-        json_decref(o);
-        pthread_mutex_unlock(&r->lock);
-        if (!ans) {
-            send_error(sc, c->req, 500, NULL, "cannot build the answer: out of memory");
-        } else {
-            send_json(sc, c->req, 200, ans, v);
-        }
-        call_free(c);
-        return;
-    }
-    pthread_mutex_unlock(&r->lock);
-    send_json(sc, c->req, 200, o, v);
-    call_free(c);
-}
-
-/* httpd: the reply of a generation request has been written out (or its connection
- * failed). A drain ends when the last one is out, not merely queued. */
-static void reply_done(al_httpd_req *req, void *ud)
-{
-    (void)req;
-    serve_ctx *sc = ud;
-    sc->open_replies--;
-    if (sc->draining && sc->open_replies == 0) event_base_loopbreak(sc->base);
-}
-
-/* POST /v1/responses: the agent's request as a chat completions request for the parser
- * (*chat_body, malloc'd) and its translator (*xl). 0, or -1 after answering the error in
- * the Responses API's shape. */
-static int responses_request(serve_ctx *sc, al_httpd_req *req, const char *body, size_t len,
-                             al_xl **xl, char **chat_body, int *response_messages)
-{
-    uint8_t rnd[12];
-    char seed[25];
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) memset(rnd, 7, sizeof rnd);
-    al_hex(rnd, sizeof rnd, seed);
-    al_xl_env env = {seed, al_now_us() / 1000000, NULL, NULL, 0};
-    al_xl_err xe;
-    json_t *chat = NULL;
-    *xl = al_xl_request(AL_API_RESPONSES, body, len, &env, &chat, &xe);
-    if (!*xl) {
-        if (!strcmp(xe.param, "previous_response_id")) /* the translator speaks as the proxy */
-            snprintf(xe.message, sizeof xe.message,
-                     "previous_response_id is not supported: arclight serve keeps no responses; "
-                     "send the whole conversation in input");
-        char *b = al_xl_error_body(AL_API_RESPONSES, xe.status, xe.type, xe.code, xe.message);
-        json_t *eo = b ? json_loads(b, 0, NULL) : NULL;
-        free(b);
-        if (xe.param[0]) /* the field at fault, as OpenAI names it */
-            json_object_set_new(json_object_get(eo, "error"), "param", json_string(xe.param));
-        send_json(sc, req, xe.status, eo, -1);
-        return -1;
-    }
-    *response_messages =
-        json_is_true(json_object_get(al_xl_agent_request(*xl), "enable_response_messages"));
-    /* the translator reads the usage off the stream's last chunk */
-    if (al_xl_stream(*xl))
-        json_object_set_new(chat, "stream_options", json_pack("{s:b}", "include_usage", 1));
-    *chat_body = json_dumps(chat, JSON_COMPACT);
-    json_decref(chat);
-    if (!*chat_body) {
-        al_xl_free(*xl);
-        *xl = NULL;
-        send_error(sc, req, 500, NULL, "out of memory");
-        return -1;
-    }
-    return 0;
-}
-
-static void handle_generate(serve_ctx *sc, al_httpd_req *req, int chat, al_api api)
-{
-    char err[1024] = "";
-    sc->open_replies++;
-    al_httpd_req_on_done(req, reply_done, sc);
-    if (sc->draining) {
-        send_error(sc, req, 503, NULL, "the server is shutting down");
-        return;
-    }
-    size_t len = 0;
-    const char *body = al_httpd_req_body(req, &len);
-    al_xl *xl = NULL;
-    char *chat_body = NULL;
-    int resp_msgs = 0;
-    if (api == AL_API_RESPONSES) {
-        if (responses_request(sc, req, body, len, &xl, &chat_body, &resp_msgs) != 0) return;
-        body = chat_body, len = strlen(chat_body);
-    }
-    al_serve_parse_ctx pc = {sc->tok, sc->name, sc->cfg.vocab_size, sc->max_model_len};
-    al_serve_request p;
-    al_serve_error pe;
-    int prc = al_serve_request_parse(&pc, chat, body, len, &p, &pe);
-    free(chat_body);
-    if (prc != 0) {
-        al_xl_free(xl);
-        send_error(sc, req, pe.status, pe.param, "%s", pe.message);
-        return;
-    }
-    int np = (int)p.prompt.len, stream = p.stream, include_usage = p.include_usage;
-    int rti = p.return_token_ids, has_tools = p.has_tools;
-    al_serve_req *r = al_serve_req_new(p.prompt.ids, np, p.n);
-    http_call *c = calloc(1, sizeof *c);
-    if (!r || !c) {
-        al_serve_req_unref(r);
-        free(c);
-        al_xl_free(xl);
-        al_serve_request_free(&p);
-        send_error(sc, req, 500, NULL, "out of memory");
-        return;
-    }
-    r->max_tokens = p.max_tokens, r->ignore_eos = p.ignore_eos;
-    r->stop = p.stop, r->nstop = p.nstop, p.stop = NULL, p.nstop = 0;
-    r->stop_ids = p.stop_ids, r->nstop_ids = p.nstop_ids, p.stop_ids = NULL, p.nstop_ids = 0;
-    uint64_t seed = p.seed;
-    if (!p.has_seed && getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed)
-        seed = (uint64_t)al_now_us();
-    for (int i = 0; i < p.n; i++) {
-        al_serve_seq *s = &r->seqs[i];
-        s->sampling = (al_infer_sampling){p.temperature, p.top_p, p.top_k};
-        s->seed = seed;
-        s->top_logprobs = p.logprobs ? p.top_logprobs : -1;
-    }
-    al_serve_request_free(&p);
-    c->sc = sc, c->req = req, c->r = r, c->chat = chat, c->stream = stream;
-    c->xl = xl, c->response_messages = resp_msgs;
-    c->include_usage = include_usage, c->logprobs = r->seqs[0].top_logprobs >= 0;
-    c->top_logprobs = c->logprobs ? r->seqs[0].top_logprobs : 0, c->return_token_ids = rti;
-    c->parse_tools = chat && has_tools;
-    c->parse_reasoning = chat && al_tokenizer_chat_template(sc->tok) == AL_CHAT_TEMPLATE_QWEN3;
-    c->created = al_now_us() / 1000000;
-    c->t0_us = al_mono_us();
-    uint8_t rnd[8];
-    char hex[17];
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) memset(rnd, 7, sizeof rnd);
-    al_hex(rnd, sizeof rnd, hex);
-    snprintf(c->id, sizeof c->id, "%s-%s", chat ? "chatcmpl" : "cmpl", hex);
-    c->sent_tok = calloc((size_t)r->nseq, sizeof *c->sent_tok);
-    c->sent_text = calloc((size_t)r->nseq, sizeof *c->sent_text);
-    c->finished_sent = calloc((size_t)r->nseq, sizeof *c->finished_sent);
-    c->cs = calloc(MAX_N, sizeof *c->cs);
-    for (int i = 0; i < MAX_N; i++)
-        c->cs[i].flags = c->parse_reasoning ? AL_CHAT_PARSE_REASONING : 0;
-    c->ev = event_new(sc->base, -1, 0, call_progress, c);
-    c->next = sc->calls;
-    if (sc->calls) sc->calls->prev = c;
-    sc->calls = c;
-    r->notify = call_notify, r->notify_ud = c;
-    al_counter_add(sc->prompt_tokens, np);
-    int sr = al_serve_engine_submit(sc->eng, r, err, sizeof err);
-    if (sr != AL_SERVE_OK) {
-        send_error(sc, req, sr == AL_SERVE_BUSY ? 429 : 400, NULL, "%s", err);
-        call_free(c);
-    }
-}
-
-/* vLLM's POST /tokenize: {"prompt": TEXT} or {"messages": [...]} (rendered with the chat
- * template, as a chat request would be) -> {"tokens": [...], "count", "max_model_len"}. */
-static void handle_tokenize(serve_ctx *sc, al_httpd_req *req)
-{
-    size_t len = 0;
-    const char *body = al_httpd_req_body(req, &len);
-    json_t *j = json_loadb(body, len, JSON_ALLOW_NUL, NULL);
-    int chat = json_is_object(j) && json_object_get(j, "messages");
-    json_decref(j);
-    /* the generation parser renders and checks it; one token of room is all it needs here */
-    al_serve_parse_ctx pc = {sc->tok, sc->name, sc->cfg.vocab_size, INT_MAX / 2};
-    al_serve_request p;
-    al_serve_error pe;
-    if (al_serve_request_parse(&pc, chat, body, len, &p, &pe) != 0) {
-        send_error(sc, req, pe.status, pe.param, "%s", pe.message);
-        return;
-    }
-    send_json(sc, req, 200,
-              json_pack("{s:o,s:i,s:i}", "tokens", json_ids(p.prompt.ids, (int)p.prompt.len),
-                        "count", (int)p.prompt.len, "max_model_len", sc->max_model_len),
-              -1);
-    al_serve_request_free(&p);
-}
-
-/* vLLM's POST /detokenize: {"tokens": [...]} -> {"prompt": TEXT}. */
-static void handle_detokenize(serve_ctx *sc, al_httpd_req *req)
-{
-    size_t len = 0;
-    const char *body = al_httpd_req_body(req, &len);
-    json_t *j = len ? json_loadb(body, len, 0, NULL) : NULL;
-    json_t *t = json_object_get(j, "tokens");
-    if (!json_is_array(t)) {
-        json_decref(j);
-        send_error(sc, req, 400, "tokens", "send {\"tokens\": [ids...]}");
-        return;
-    }
-    size_t n = json_array_size(t);
-    int32_t *ids = malloc(sizeof(int32_t) * (n + 1));
-    for (size_t i = 0; i < n; i++) {
-        json_t *e = json_array_get(t, i);
-        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
-            json_integer_value(e) >= sc->cfg.vocab_size) {
-            free(ids);
-            json_decref(j);
-            send_error(sc, req, 400, "tokens", "tokens[%zu] is not a token id of this model", i);
-            return;
-        }
-        ids[i] = (int32_t)json_integer_value(e);
-    }
-    json_decref(j);
-    char *text = NULL;
-    size_t tl = 0;
-    if (al_tokenizer_decode(sc->tok, ids, n, AL_TOKENIZER_LOSSY, &text, &tl) != 0) {
-        free(ids);
-        send_error(sc, req, 500, NULL, "out of memory");
-        return;
-    }
-    free(ids);
-    send_json(sc, req, 200, json_pack("{s:o}", "prompt", json_bytes_str(text, tl)), -1);
-    free(text);
-}
-
-static void handle_models(serve_ctx *sc, al_httpd_req *req)
-{
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:s,s:i,s:I}", "id", sc->name, "object", "model",
-                          "created", (json_int_t)(al_now_us() / 1000000), "owned_by", "arclight",
-                          "root", sc->name, "max_model_len", sc->max_model_len, "policy_version",
-                          (json_int_t)al_serve_engine_version(sc->eng));
-    send_json(sc, req, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m),
-              al_serve_engine_version(sc->eng));
-}
-
-/* Whether a[0..n) is the key, in time that depends on the lengths only. */
-static int key_eq(const char *a, size_t n, const char *key)
-{
-    size_t kl = strlen(key);
-    unsigned char d = (unsigned char)(n != kl);
-    for (size_t i = 0; i < kl; i++)
-        d |= (unsigned char)(key[i] ^ (i < n ? a[i] : 0));
-    return d == 0;
-}
-
-/* With an API key set, the API's routes (as vLLM's --api-key guards /v1) need it as the
- * Bearer token; /health and /metrics stay open for probes and scrapes. */
-static int authorized(const serve_ctx *sc, al_httpd_req *req, const char *path)
-{
-    if (!sc->api_key) return 1;
-    if (strncmp(path, "/v1/", 4) != 0 && strcmp(path, "/tokenize") != 0 &&
-        strcmp(path, "/detokenize") != 0)
-        return 1;
-    const al_slice *a = al_http_header_get(al_httpd_req_head(req), "authorization");
-    if (!a || a->n < 7 || strncasecmp(a->p, "Bearer ", 7) != 0) return 0;
-    return key_eq(a->p + 7, a->n - 7, sc->api_key);
-}
-
-static void on_request(al_httpd_req *req, void *ud)
-{
-    serve_ctx *sc = ud;
-    const char *path = al_httpd_req_path(req);
-    if (!authorized(sc, req, path)) {
-        al_httpd_add_header(req, "WWW-Authenticate", "Bearer");
-        send_error(sc, req, 401, NULL, "a valid API key is required (Authorization: Bearer)");
-        return;
-    }
-    int is_post = al_httpd_req_method_is(req, "POST");
-    int is_get = al_httpd_req_method_is(req, "GET") || al_httpd_req_method_is(req, "HEAD");
-    if (!strcmp(path, "/v1/chat/completions") || !strcmp(path, "/v1/completions")) {
-        if (!is_post) {
-            send_error(sc, req, 405, NULL, "use POST for %s", path);
-            return;
-        }
-        handle_generate(sc, req, path[4] == 'c' && path[5] == 'h', AL_API_CHAT);
-    } else if (!strcmp(path, "/v1/responses")) {
-        if (!is_post) {
-            send_error(sc, req, 405, NULL, "use POST for %s", path);
-            return;
-        }
-        handle_generate(sc, req, 1, AL_API_RESPONSES);
-    } else if (!strcmp(path, "/tokenize") && is_post) {
-        handle_tokenize(sc, req);
-    } else if (!strcmp(path, "/detokenize") && is_post) {
-        handle_detokenize(sc, req);
-    } else if (!strcmp(path, "/metrics") && is_get) {
-        /* also on the API port, where vLLM serves it (and on --metrics when given) */
-        size_t n = 0;
-        char *text = al_metrics_render(sc->metrics, &n);
-        al_httpd_send(req, 200, "text/plain; version=0.0.4", text ? text : "", text ? n : 0);
-        free(text);
-    } else if (!strcmp(path, "/v1/models") && is_get) {
-        handle_models(sc, req);
-    } else if ((!strcmp(path, "/health") || !strcmp(path, "/healthz")) && is_get) {
-        char why[600];
-        if (al_serve_policy_failed(sc->policy, why, sizeof why)) {
-            send_json(sc, req, 503, json_pack("{s:s,s:s}", "status", "unhealthy", "reason", why),
-                      -1);
-            return;
-        }
-        al_serve_engine_stats st;
-        al_serve_engine_stats_get(sc->eng, &st);
-        send_json(sc, req, 200,
-                  json_pack("{s:s,s:I,s:i,s:i,s:I,s:I,s:I,s:i}", "status", "ok", "policy_version",
-                            (json_int_t)al_serve_engine_version(sc->eng), "running", st.running,
-                            "queued", st.queued, "decode_steps", (json_int_t)st.steps,
-                            "generated_tokens", (json_int_t)st.tokens_generated, "weight_swaps",
-                            (json_int_t)st.swaps, "weight_sets", st.weight_sets),
-                  -1);
-    } else {
-        const al_http_head *h = al_httpd_req_head(req);
-        send_error(sc, req, 404, NULL, "no route %.*s %s", (int)h->method.n, h->method.p, path);
-    }
-}
-
-/* ------------------------------------------------------------------------------------ */
-/* Command                                                                                */
 
 static void collect(al_metrics *m, void *ud)
 {
@@ -1133,6 +171,57 @@ enum {
     OPT_HELP,
 };
 
+static const struct option serve_options[] = {
+    {"model", required_argument, 0, OPT_MODEL},
+    {"tokenizer", required_argument, 0, OPT_TOKENIZER},
+    {"listen", required_argument, 0, OPT_LISTEN},
+    {"served-model-name", required_argument, 0, OPT_NAME},
+    {"policy-version", required_argument, 0, OPT_VERSION},
+    {"follow-policy", no_argument, 0, OPT_FOLLOW},
+    {"policy-topic", required_argument, 0, OPT_TOPIC},
+    {"max-num-seqs", required_argument, 0, OPT_MAX_SEQS},
+    {"max-kv-mib", required_argument, 0, OPT_MAX_KV},
+    {"max-model-len", required_argument, 0, OPT_MAX_LEN},
+    {"threads", required_argument, 0, OPT_THREADS},
+    {"drain-timeout", required_argument, 0, OPT_DRAIN},
+    {"logprobs-mode", required_argument, 0, OPT_LOGPROBS_MODE},
+    {"device", required_argument, 0, OPT_DEVICE},
+    {"checkpoint-root", required_argument, 0, OPT_CKPT_ROOT},
+    {"policy-redirects", required_argument, 0, OPT_REDIRECTS},
+    {"policy-low-speed-limit", required_argument, 0, OPT_LOW_SPEED},
+    {"policy-low-speed-time", required_argument, 0, OPT_LOW_SPEED_TIME},
+    {"policy-wait", required_argument, 0, OPT_POLICY_WAIT},
+    {"client-timeout", required_argument, 0, OPT_CLIENT_TIMEOUT},
+    {"max-connections", required_argument, 0, OPT_MAX_CONNS},
+    {"api-key", required_argument, 0, OPT_API_KEY},
+    {"api-key-file", required_argument, 0, OPT_API_KEY_FILE},
+    {"help", no_argument, 0, OPT_HELP},
+    AL_CLI_COMMON_OPTIONS,
+    {0, 0, 0, 0},
+};
+
+enum { SERVE_MAX_ROOTS = 16 };
+
+/* The command line: the flags as given (serve_config_parse), then what they resolve to
+ * (serve_config_resolve). */
+typedef struct serve_config {
+    al_cli_common common;
+    const char *model_dir, *tok_dir, *listen, *name, *topic, *device;
+    long long version, max_seqs, max_kv, max_len, threads, drain;
+    long long low_speed, low_speed_time, policy_wait, client_timeout, max_conns;
+    const char *api_key_arg, *api_key_file;
+    int follow, lp_temperature, redirects;
+    const char *roots_given[SERVE_MAX_ROOTS];
+    size_t nroots;
+    /* resolved */
+    char key[1024]; /* the API key; "" when the API is open */
+    char host[256];
+    int port;
+    char roots_buf[SERVE_MAX_ROOTS][PATH_MAX]; /* the roots as the follower compares them */
+    const char *roots[SERVE_MAX_ROOTS];
+    char namebuf[256]; /* the default --served-model-name */
+} serve_config;
+
 static int parse_pos(const char *cmd, const char *flag, const char *arg, long long lo, long long hi,
                      long long *out)
 {
@@ -1146,153 +235,126 @@ static int parse_pos(const char *cmd, const char *flag, const char *arg, long lo
     return 0;
 }
 
-int cmd_serve(int argc, char **argv)
+/* Parses argv into cf (which it initializes). -1: go on; otherwise the exit code (--help,
+ * or a usage error already printed). */
+static int serve_config_parse(serve_config *cf, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, OPT_MODEL},
-        {"tokenizer", required_argument, 0, OPT_TOKENIZER},
-        {"listen", required_argument, 0, OPT_LISTEN},
-        {"served-model-name", required_argument, 0, OPT_NAME},
-        {"policy-version", required_argument, 0, OPT_VERSION},
-        {"follow-policy", no_argument, 0, OPT_FOLLOW},
-        {"policy-topic", required_argument, 0, OPT_TOPIC},
-        {"max-num-seqs", required_argument, 0, OPT_MAX_SEQS},
-        {"max-kv-mib", required_argument, 0, OPT_MAX_KV},
-        {"max-model-len", required_argument, 0, OPT_MAX_LEN},
-        {"threads", required_argument, 0, OPT_THREADS},
-        {"drain-timeout", required_argument, 0, OPT_DRAIN},
-        {"logprobs-mode", required_argument, 0, OPT_LOGPROBS_MODE},
-        {"device", required_argument, 0, OPT_DEVICE},
-        {"checkpoint-root", required_argument, 0, OPT_CKPT_ROOT},
-        {"policy-redirects", required_argument, 0, OPT_REDIRECTS},
-        {"policy-low-speed-limit", required_argument, 0, OPT_LOW_SPEED},
-        {"policy-low-speed-time", required_argument, 0, OPT_LOW_SPEED_TIME},
-        {"policy-wait", required_argument, 0, OPT_POLICY_WAIT},
-        {"client-timeout", required_argument, 0, OPT_CLIENT_TIMEOUT},
-        {"max-connections", required_argument, 0, OPT_MAX_CONNS},
-        {"api-key", required_argument, 0, OPT_API_KEY},
-        {"api-key-file", required_argument, 0, OPT_API_KEY_FILE},
-        {"help", no_argument, 0, OPT_HELP},
-        AL_CLI_COMMON_OPTIONS,
-        {0, 0, 0, 0},
-    };
-    al_cli_common common;
-    al_cli_common_init(&common);
-    const char *model_dir = NULL, *tok_dir = NULL, *listen = "127.0.0.1:8000", *name = NULL;
-    const char *topic = "arclight.policy", *device = "auto";
-    long long version = 0, max_seqs = 64, max_kv = 2048, max_len = 0, threads = 0, drain = 30;
-    long long low_speed = 10240, low_speed_time = 30, policy_wait = 30, client_timeout = 60;
-    long long max_conns = 1024;
-    const char *api_key_arg = NULL, *api_key_file = NULL;
-    int follow = 0, o, lp_temperature = 0, redirects = AL_SERVE_REDIRECTS_SAME_ORIGIN;
-    enum { MAX_ROOTS = 16 };
-    const char *roots_given[MAX_ROOTS];
-    size_t nroots = 0;
+    memset(cf, 0, sizeof *cf);
+    al_cli_common_init(&cf->common);
+    cf->listen = "127.0.0.1:8000", cf->topic = "arclight.policy", cf->device = "auto";
+    cf->max_seqs = 64, cf->max_kv = 2048, cf->drain = 30;
+    cf->low_speed = 10240, cf->low_speed_time = 30, cf->policy_wait = 30, cf->client_timeout = 60;
+    cf->max_conns = 1024;
+    cf->redirects = AL_SERVE_REDIRECTS_SAME_ORIGIN;
+    int o;
     optind = 1;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "", serve_options, NULL)) != -1) {
         switch (o) {
         case OPT_MODEL:
-            model_dir = optarg;
+            cf->model_dir = optarg;
             break;
         case OPT_TOKENIZER:
-            tok_dir = optarg;
+            cf->tok_dir = optarg;
             break;
         case OPT_DEVICE:
             if (strcmp(optarg, "cuda") && strcmp(optarg, "cpu") && strcmp(optarg, "auto"))
                 return al_cli_usage_error("serve", "--device must be cuda, cpu or auto, not '%s'",
                                           optarg);
-            device = optarg;
+            cf->device = optarg;
             break;
         case OPT_LISTEN:
-            listen = optarg;
+            cf->listen = optarg;
             break;
         case OPT_NAME:
-            name = optarg;
+            cf->name = optarg;
             break;
         case OPT_VERSION:
-            if (parse_pos("serve", "--policy-version", optarg, 0, INT64_MAX, &version))
+            if (parse_pos("serve", "--policy-version", optarg, 0, INT64_MAX, &cf->version))
                 return AL_EXIT_USAGE;
             break;
         case OPT_FOLLOW:
-            follow = 1;
+            cf->follow = 1;
             break;
         case OPT_TOPIC:
-            topic = optarg;
+            cf->topic = optarg;
             break;
         case OPT_MAX_SEQS:
-            if (parse_pos("serve", "--max-num-seqs", optarg, 1, 4096, &max_seqs))
+            if (parse_pos("serve", "--max-num-seqs", optarg, 1, 4096, &cf->max_seqs))
                 return AL_EXIT_USAGE;
             break;
         case OPT_MAX_KV:
-            if (parse_pos("serve", "--max-kv-mib", optarg, 1, 1 << 24, &max_kv))
+            if (parse_pos("serve", "--max-kv-mib", optarg, 1, 1 << 24, &cf->max_kv))
                 return AL_EXIT_USAGE;
             break;
         case OPT_MAX_LEN:
-            if (parse_pos("serve", "--max-model-len", optarg, 2, 1 << 24, &max_len))
+            if (parse_pos("serve", "--max-model-len", optarg, 2, 1 << 24, &cf->max_len))
                 return AL_EXIT_USAGE;
             break;
         case OPT_THREADS:
-            if (parse_pos("serve", "--threads", optarg, 1, 1024, &threads)) return AL_EXIT_USAGE;
+            if (parse_pos("serve", "--threads", optarg, 1, 1024, &cf->threads))
+                return AL_EXIT_USAGE;
             break;
         case OPT_DRAIN:
-            if (parse_pos("serve", "--drain-timeout", optarg, 0, 86400, &drain))
+            if (parse_pos("serve", "--drain-timeout", optarg, 0, 86400, &cf->drain))
                 return AL_EXIT_USAGE;
             break;
         case OPT_LOGPROBS_MODE:
             if (!strcmp(optarg, "raw"))
-                lp_temperature = 0;
+                cf->lp_temperature = 0;
             else if (!strcmp(optarg, "temperature"))
-                lp_temperature = 1;
+                cf->lp_temperature = 1;
             else
                 return al_cli_usage_error(
                     "serve", "--logprobs-mode wants raw or temperature, got '%s'", optarg);
             break;
         case OPT_CKPT_ROOT:
-            if (nroots == MAX_ROOTS)
+            if (cf->nroots == SERVE_MAX_ROOTS)
                 return al_cli_usage_error("serve", "at most %d --checkpoint-root flags",
-                                          (int)MAX_ROOTS);
-            roots_given[nroots++] = optarg;
+                                          (int)SERVE_MAX_ROOTS);
+            cf->roots_given[cf->nroots++] = optarg;
             break;
         case OPT_REDIRECTS:
             if (!strcmp(optarg, "same-origin"))
-                redirects = AL_SERVE_REDIRECTS_SAME_ORIGIN;
+                cf->redirects = AL_SERVE_REDIRECTS_SAME_ORIGIN;
             else if (!strcmp(optarg, "off"))
-                redirects = AL_SERVE_REDIRECTS_OFF;
+                cf->redirects = AL_SERVE_REDIRECTS_OFF;
             else
                 return al_cli_usage_error(
                     "serve", "--policy-redirects wants same-origin or off, got '%s'", optarg);
             break;
         case OPT_LOW_SPEED:
-            if (parse_pos("serve", "--policy-low-speed-limit", optarg, 0, 1LL << 40, &low_speed))
+            if (parse_pos("serve", "--policy-low-speed-limit", optarg, 0, 1LL << 40,
+                          &cf->low_speed))
                 return AL_EXIT_USAGE;
             break;
         case OPT_LOW_SPEED_TIME:
-            if (parse_pos("serve", "--policy-low-speed-time", optarg, 1, 86400, &low_speed_time))
+            if (parse_pos("serve", "--policy-low-speed-time", optarg, 1, 86400,
+                          &cf->low_speed_time))
                 return AL_EXIT_USAGE;
             break;
         case OPT_POLICY_WAIT:
-            if (parse_pos("serve", "--policy-wait", optarg, 0, 86400, &policy_wait))
+            if (parse_pos("serve", "--policy-wait", optarg, 0, 86400, &cf->policy_wait))
                 return AL_EXIT_USAGE;
             break;
         case OPT_CLIENT_TIMEOUT:
-            if (parse_pos("serve", "--client-timeout", optarg, 1, 3600, &client_timeout))
+            if (parse_pos("serve", "--client-timeout", optarg, 1, 3600, &cf->client_timeout))
                 return AL_EXIT_USAGE;
             break;
         case OPT_API_KEY:
-            api_key_arg = optarg;
+            cf->api_key_arg = optarg;
             break;
         case OPT_API_KEY_FILE:
-            api_key_file = optarg;
+            cf->api_key_file = optarg;
             break;
         case OPT_MAX_CONNS:
-            if (parse_pos("serve", "--max-connections", optarg, 1, 1 << 20, &max_conns))
+            if (parse_pos("serve", "--max-connections", optarg, 1, 1 << 20, &cf->max_conns))
                 return AL_EXIT_USAGE;
             break;
         case OPT_HELP:
             fputs(usage_text, stdout);
             return AL_EXIT_OK;
         default: {
-            int r = al_cli_common_option(&common, o, optarg);
+            int r = al_cli_common_option(&cf->common, o, optarg);
             if (r == 1) break;
             if (r < 0) return AL_EXIT_USAGE;
             return al_cli_usage_error("serve", "unknown option");
@@ -1300,209 +362,270 @@ int cmd_serve(int argc, char **argv)
         }
     }
     if (optind < argc) return al_cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
-    if (!model_dir) return al_cli_usage_error("serve", "--model DIR is required");
-    /* the API key: a file or the environment keep it out of ps */
-    static char key_buf[1024];
+    if (!cf->model_dir) return al_cli_usage_error("serve", "--model DIR is required");
+    return -1;
+}
+
+/* What the flags name: the API key (a file or the environment keep it out of ps), the listen
+ * address, the checkpoint roots (absolute, links resolved) and the engine's threads. -1: go
+ * on; otherwise the exit code of a usage error. */
+static int serve_config_resolve(serve_config *cf)
+{
     const char *key_env = getenv("ARCLIGHT_SERVE_API_KEY");
-    if (api_key_file) {
+    if (cf->api_key_file) {
         char kerr[512];
         size_t kl = 0;
-        char *kf = al_file_read(api_key_file, &kl, kerr, sizeof kerr);
+        char *kf = al_file_read(cf->api_key_file, &kl, kerr, sizeof kerr);
         if (!kf) return al_cli_usage_error("serve", "--api-key-file: %s", kerr);
         kf[strcspn(kf, "\r\n")] = '\0';
-        snprintf(key_buf, sizeof key_buf, "%s", al_str_trim(kf));
+        snprintf(cf->key, sizeof cf->key, "%s", al_str_trim(kf));
         free(kf);
-        if (!key_buf[0]) return al_cli_usage_error("serve", "--api-key-file %s is empty", api_key_file);
-    } else if (api_key_arg || (key_env && *key_env)) {
-        snprintf(key_buf, sizeof key_buf, "%s", api_key_arg ? api_key_arg : key_env);
-        if (!key_buf[0]) return al_cli_usage_error("serve", "--api-key is empty");
+        if (!cf->key[0])
+            return al_cli_usage_error("serve", "--api-key-file %s is empty", cf->api_key_file);
+    } else if (cf->api_key_arg || (key_env && *key_env)) {
+        snprintf(cf->key, sizeof cf->key, "%s", cf->api_key_arg ? cf->api_key_arg : key_env);
+        if (!cf->key[0]) return al_cli_usage_error("serve", "--api-key is empty");
     }
-    char host[256];
-    int port;
-    if (al_cli_parse_hostport(listen, host, sizeof host, &port) != 0 || port < 0 || port > 65535)
-        return al_cli_usage_error("serve", "--listen wants HOST:PORT, got '%s'", listen);
-    /* the roots as the follower compares them: absolute, links resolved */
-    static char roots_buf[MAX_ROOTS][PATH_MAX];
-    const char *roots[MAX_ROOTS];
-    for (size_t i = 0; i < nroots; i++) {
+    if (al_cli_parse_hostport(cf->listen, cf->host, sizeof cf->host, &cf->port) != 0 ||
+        cf->port < 0 || cf->port > 65535)
+        return al_cli_usage_error("serve", "--listen wants HOST:PORT, got '%s'", cf->listen);
+    for (size_t i = 0; i < cf->nroots; i++) {
         struct stat sb;
-        if (!realpath(roots_given[i], roots_buf[i]) || stat(roots_buf[i], &sb) != 0 ||
+        if (!realpath(cf->roots_given[i], cf->roots_buf[i]) || stat(cf->roots_buf[i], &sb) != 0 ||
             !S_ISDIR(sb.st_mode))
             return al_cli_usage_error("serve", "--checkpoint-root '%s' is not a directory",
-                                      roots_given[i]);
-        roots[i] = roots_buf[i];
+                                      cf->roots_given[i]);
+        cf->roots[i] = cf->roots_buf[i];
     }
-    if (threads > 0) {
+    if (cf->threads > 0) {
         char t[16];
-        snprintf(t, sizeof t, "%lld", threads);
+        snprintf(t, sizeof t, "%lld", cf->threads);
         setenv("OMP_NUM_THREADS", t, 1);
     }
+    return -1;
+}
 
+/* The running server: its context and what the command started around it. */
+typedef struct serve_server {
+    serve_ctx sc;
+    al_backend *be;
+    al_serve_policy *pol;
+    al_http_server *msrv; /* --metrics */
+    struct event *sigint, *sigterm;
+    size_t max_weight_bytes; /* the largest weights file the follower may fetch */
+} serve_server;
+
+/* Loads the model, the tokenizer and the backend, and starts the engine on them. 0, or -1
+ * with the error logged and what was loaded freed. */
+static int serve_load(serve_server *sv, serve_config *cf)
+{
+    serve_ctx *sc = &sv->sc;
     char err[1024];
-    int rc = AL_EXIT_FAILURE;
-    al_model *m = al_model_load_dir(model_dir, err, sizeof err);
+    al_model *m = al_model_load_dir(cf->model_dir, err, sizeof err);
     if (!m) {
         al_log_error(COMP, "cannot load the model: %s", err);
-        return AL_EXIT_FAILURE;
+        return -1;
     }
-    serve_ctx sc = {0};
-    sc.cfg = *al_model_config_of(m);
-    sc.tok = al_tokenizer_load_dir(tok_dir ? tok_dir : model_dir, err, sizeof err);
-    if (!sc.tok) {
+    sc->cfg = *al_model_config_of(m);
+    sc->tok = al_tokenizer_load_dir(cf->tok_dir ? cf->tok_dir : cf->model_dir, err, sizeof err);
+    if (!sc->tok) {
         al_log_error(COMP, "cannot load the tokenizer: %s (give --tokenizer DIR)", err);
         al_model_free(m);
-        return AL_EXIT_FAILURE;
+        return -1;
     }
-    if (al_tokenizer_vocab_size(sc.tok) > sc.cfg.vocab_size) {
+    if (al_tokenizer_vocab_size(sc->tok) > sc->cfg.vocab_size) {
         al_log_error(COMP, "the tokenizer has %d ids but the model only %d",
-                     al_tokenizer_vocab_size(sc.tok), sc.cfg.vocab_size);
+                     al_tokenizer_vocab_size(sc->tok), sc->cfg.vocab_size);
         al_model_free(m);
-        al_tokenizer_free(sc.tok);
-        return AL_EXIT_FAILURE;
+        al_tokenizer_free(sc->tok);
+        return -1;
     }
-    char namebuf[256];
-    if (!name) {
-        size_t L = strlen(model_dir);
-        while (L > 1 && model_dir[L - 1] == '/')
+    if (!cf->name) {
+        const char *dir = cf->model_dir;
+        size_t L = strlen(dir);
+        while (L > 1 && dir[L - 1] == '/')
             L--;
-        const char *b = model_dir + L;
-        while (b > model_dir && b[-1] != '/')
+        const char *b = dir + L;
+        while (b > dir && b[-1] != '/')
             b--;
-        snprintf(namebuf, sizeof namebuf, "%.*s", (int)(model_dir + L - b), b);
-        name = namebuf;
+        snprintf(cf->namebuf, sizeof cf->namebuf, "%.*s", (int)(dir + L - b), b);
+        cf->name = cf->namebuf;
     }
-    sc.name = name;
-    sc.api_key = key_buf[0] ? key_buf : NULL;
-    sc.drain_timeout_s = (double)drain;
-    sc.max_model_len = max_len ? (int)max_len : sc.cfg.max_position_embeddings;
-    al_backend *be = al_backend_open(device, err, sizeof err);
-    if (!be) {
-        al_log_error(COMP, "--device %s: %s", device, err);
+    sc->name = cf->name;
+    sc->api_key = cf->key[0] ? cf->key : NULL;
+    sc->drain_timeout_s = (double)cf->drain;
+    sc->max_model_len = cf->max_len ? (int)cf->max_len : sc->cfg.max_position_embeddings;
+    sv->be = al_backend_open(cf->device, err, sizeof err);
+    if (!sv->be) {
+        al_log_error(COMP, "--device %s: %s", cf->device, err);
         al_model_free(m);
-        al_tokenizer_free(sc.tok);
-        return AL_EXIT_FAILURE;
+        al_tokenizer_free(sc->tok);
+        return -1;
     }
-    al_serve_engine_opts eo = {(int)max_seqs, (size_t)max_kv << 20, sc.max_model_len,
-                               lp_temperature, be};
-    size_t max_weight_bytes = al_serve_weights_max_bytes(m);
-    al_serve_weights *w = al_serve_weights_new(m, version);
-    sc.eng = w ? al_serve_engine_start(w, sc.tok, &eo, err, sizeof err) : NULL;
-    if (!sc.eng) {
+    al_serve_engine_opts eo = {(int)cf->max_seqs, (size_t)cf->max_kv << 20, sc->max_model_len,
+                               cf->lp_temperature, sv->be};
+    sv->max_weight_bytes = al_serve_weights_max_bytes(m);
+    al_serve_weights *w = al_serve_weights_new(m, cf->version);
+    sc->eng = w ? al_serve_engine_start(w, sc->tok, &eo, err, sizeof err) : NULL;
+    if (!sc->eng) {
         al_log_error(COMP, "%s", w ? err : "out of memory");
-        al_tokenizer_free(sc.tok);
-        return AL_EXIT_FAILURE;
+        al_tokenizer_free(sc->tok);
+        return -1;
     }
-    sc.metrics = al_metrics_new();
-    sc.req_ok = al_metrics_counter(sc.metrics, "arclight_serve_requests_total",
-                                   "HTTP requests by status", "status", "2xx", NULL);
-    sc.req_4xx = al_metrics_counter(sc.metrics, "arclight_serve_requests_total",
-                                    "HTTP requests by status", "status", "4xx", NULL);
-    sc.req_429 = al_metrics_counter(sc.metrics, "arclight_serve_requests_total",
-                                    "HTTP requests by status", "status", "429", NULL);
-    sc.req_5xx = al_metrics_counter(sc.metrics, "arclight_serve_requests_total",
-                                    "HTTP requests by status", "status", "5xx", NULL);
-    sc.gen_tokens = al_metrics_counter(sc.metrics, "arclight_serve_generated_tokens_total",
-                                       "Tokens generated", NULL);
-    sc.prompt_tokens = al_metrics_counter(sc.metrics, "arclight_serve_prompt_tokens_total",
-                                          "Prompt tokens received", NULL);
-    sc.g_running = al_metrics_gauge(sc.metrics, "arclight_serve_sequences",
-                                    "Sequences running or queued", NULL);
-    sc.g_kv =
-        al_metrics_gauge(sc.metrics, "arclight_serve_kv_bytes", "KV cache bytes reserved", NULL);
-    sc.g_version = al_metrics_gauge(sc.metrics, "arclight_serve_policy_version",
-                                    "Policy version new requests get", NULL);
-    sc.h_request = al_metrics_histogram(
-        sc.metrics, "arclight_serve_request_seconds", "Generation requests, arrival to last token",
+    return 0;
+}
+
+/* serve's metrics: requests by status, tokens, sequences, KV bytes, the policy version and
+ * the latencies (the gauges and the generated tokens are read from the engine at render). */
+static void serve_metrics_init(serve_ctx *sc)
+{
+    sc->metrics = al_metrics_new();
+    sc->req_ok = al_metrics_counter(sc->metrics, "arclight_serve_requests_total",
+                                    "HTTP requests by status", "status", "2xx", NULL);
+    sc->req_4xx = al_metrics_counter(sc->metrics, "arclight_serve_requests_total",
+                                     "HTTP requests by status", "status", "4xx", NULL);
+    sc->req_429 = al_metrics_counter(sc->metrics, "arclight_serve_requests_total",
+                                     "HTTP requests by status", "status", "429", NULL);
+    sc->req_5xx = al_metrics_counter(sc->metrics, "arclight_serve_requests_total",
+                                     "HTTP requests by status", "status", "5xx", NULL);
+    sc->gen_tokens = al_metrics_counter(sc->metrics, "arclight_serve_generated_tokens_total",
+                                        "Tokens generated", NULL);
+    sc->prompt_tokens = al_metrics_counter(sc->metrics, "arclight_serve_prompt_tokens_total",
+                                           "Prompt tokens received", NULL);
+    sc->g_running = al_metrics_gauge(sc->metrics, "arclight_serve_sequences",
+                                     "Sequences running or queued", NULL);
+    sc->g_kv =
+        al_metrics_gauge(sc->metrics, "arclight_serve_kv_bytes", "KV cache bytes reserved", NULL);
+    sc->g_version = al_metrics_gauge(sc->metrics, "arclight_serve_policy_version",
+                                     "Policy version new requests get", NULL);
+    sc->h_request = al_metrics_histogram(
+        sc->metrics, "arclight_serve_request_seconds", "Generation requests, arrival to last token",
         al_metrics_latency_buckets, al_metrics_latency_buckets_len, NULL);
-    sc.h_ttft =
-        al_metrics_histogram(sc.metrics, "arclight_serve_time_to_first_token_seconds",
+    sc->h_ttft =
+        al_metrics_histogram(sc->metrics, "arclight_serve_time_to_first_token_seconds",
                              "Generation requests, arrival to first token",
                              al_metrics_latency_buckets, al_metrics_latency_buckets_len, NULL);
-    al_metrics_on_collect(sc.metrics, collect, &sc);
-    al_http_server *msrv = NULL;
-    al_serve_policy *pol = NULL;
-    struct event *sigint = NULL, *sigterm = NULL;
-    if (follow) {
-        al_serve_policy_opts po = {
-            .topic = topic,
-            .model = name,
-            .cfg = &sc.cfg,
-            .fetch = {.max_bytes = max_weight_bytes,
-                      .roots = roots,
-                      .nroots = nroots,
-                      .redirects = (al_serve_redirects)redirects,
-                      .low_speed_limit = (long)low_speed,
-                      .low_speed_time = (long)low_speed_time,
-                      .connect_timeout = 10},
-        };
-        if (!(pol = al_serve_policy_start(&common, &po, sc.eng, err, sizeof err))) {
-            al_log_error(COMP, "cannot follow %s: %s", topic, err);
-            goto out;
-        }
-        /* a restarted server answers with the newest version, not its initial weights */
-        if (al_serve_policy_wait_ready(pol, (double)policy_wait, err, sizeof err) != 0)
-            al_log_warn(COMP,
-                        "listening before the policy is known (--policy-wait %lld s passed): "
-                        "%s; serving version %" PRId64 " meanwhile",
-                        policy_wait, err, al_serve_engine_version(sc.eng));
+    al_metrics_on_collect(sc->metrics, collect, sc);
+}
+
+/* With --follow-policy: starts the follower and waits (--policy-wait) for the newest version,
+ * so that a restarted server answers with it rather than its initial weights. 0, or -1 with
+ * the error logged. */
+static int serve_follow(serve_server *sv, const serve_config *cf)
+{
+    char err[1024];
+    al_serve_policy_opts po = {
+        .topic = cf->topic,
+        .model = cf->name,
+        .cfg = &sv->sc.cfg,
+        .fetch = {.max_bytes = sv->max_weight_bytes,
+                  .roots = cf->roots,
+                  .nroots = cf->nroots,
+                  .redirects = (al_serve_redirects)cf->redirects,
+                  .low_speed_limit = (long)cf->low_speed,
+                  .low_speed_time = (long)cf->low_speed_time,
+                  .connect_timeout = 10},
+    };
+    if (!(sv->pol = al_serve_policy_start(&cf->common, &po, sv->sc.eng, err, sizeof err))) {
+        al_log_error(COMP, "cannot follow %s: %s", cf->topic, err);
+        return -1;
     }
-    sc.policy = pol;
+    if (al_serve_policy_wait_ready(sv->pol, (double)cf->policy_wait, err, sizeof err) != 0)
+        al_log_warn(COMP,
+                    "listening before the policy is known (--policy-wait %lld s passed): "
+                    "%s; serving version %" PRId64 " meanwhile",
+                    cf->policy_wait, err, al_serve_engine_version(sv->sc.eng));
+    return 0;
+}
+
+/* Starts the follower (--follow-policy), the event loop, the API server on --listen, the
+ * --metrics server and the signal handlers, then prints the bound address as stdout's first
+ * line. 0, or -1 with the error logged (serve_stop frees what was started). */
+static int serve_start(serve_server *sv, serve_config *cf)
+{
+    serve_ctx *sc = &sv->sc;
+    char err[1024];
+    if (cf->follow && serve_follow(sv, cf) != 0) return -1;
+    sc->policy = sv->pol;
     evthread_use_pthreads();
-    sc.base = event_base_new();
+    sc->base = event_base_new();
     /* No deadline while a generation runs (the reply may take minutes); the head, the body
      * and a reply that makes no progress each have one. */
     al_httpd_opts ho = {.max_body = MAX_BODY,
-                        .max_connections = (int)max_conns,
-                        .head_timeout_ms = (int)client_timeout * 1000,
-                        .body_timeout_ms = (int)client_timeout * 1000,
+                        .max_connections = (int)cf->max_conns,
+                        .head_timeout_ms = (int)cf->client_timeout * 1000,
+                        .body_timeout_ms = (int)cf->client_timeout * 1000,
                         .idle_timeout_ms = 75000,
                         .write_timeout_ms = 600000,
-                        .error_body = http_error_body};
-    sc.http = sc.base ? al_httpd_new(sc.base, &ho, on_request, &sc) : NULL;
-    if (!sc.http) {
+                        .error_body = serve_reply_http_error_body};
+    sc->http = sc->base ? al_httpd_new(sc->base, &ho, serve_route_request, sc) : NULL;
+    if (!sc->http) {
         al_log_error(COMP, "libevent: cannot create the HTTP server");
-        goto out;
+        return -1;
     }
-    const char *bind_host = host[0] ? host : "127.0.0.1";
-    if (al_httpd_bind(sc.http, bind_host, port, err, sizeof err) != 0) {
+    const char *bind_host = cf->host[0] ? cf->host : "127.0.0.1";
+    if (al_httpd_bind(sc->http, bind_host, cf->port, err, sizeof err) != 0) {
         al_log_error(COMP, "%s", err);
-        goto out;
+        return -1;
     }
-    port = al_httpd_port(sc.http);
-    if (common.metrics &&
-        !(msrv = al_http_server_start(common.metrics, sc.metrics, NULL, NULL, err, sizeof err))) {
+    int port = al_httpd_port(sc->http);
+    if (cf->common.metrics &&
+        !(sv->msrv = al_http_server_start(cf->common.metrics, sc->metrics, NULL, NULL, err,
+                                          sizeof err))) {
         al_log_error(COMP, "%s", err);
-        goto out;
+        return -1;
     }
     signal(SIGPIPE, SIG_IGN);
-    sigint = evsignal_new(sc.base, SIGINT, on_signal, &sc);
-    sigterm = evsignal_new(sc.base, SIGTERM, on_signal, &sc);
-    event_add(sigint, NULL);
-    event_add(sigterm, NULL);
+    sv->sigint = evsignal_new(sc->base, SIGINT, on_signal, sc);
+    sv->sigterm = evsignal_new(sc->base, SIGTERM, on_signal, sc);
+    event_add(sv->sigint, NULL);
+    event_add(sv->sigterm, NULL);
     printf("%s:%d\n", strchr(bind_host, ':') ? "[::1]" : bind_host, port);
     fflush(stdout);
-    al_log_info(COMP, "serving '%s' (policy version %lld, %s) on http://%s:%d%s%s", name, version,
-                model_dir, bind_host, port, follow ? ", following " : "", follow ? topic : "");
-    event_base_dispatch(sc.base);
-    al_log_info(COMP, "stopping");
-    rc = AL_EXIT_OK;
-out:
-    sc.policy = NULL;
-    al_serve_policy_stop(pol);
-    al_http_server_stop(msrv);
-    while (sc.calls) {
-        http_call *c = sc.calls;
-        send_error(&sc, c->req, 503, NULL, "the server stopped before the reply was done");
-        call_free(c);
+    al_log_info(COMP, "serving '%s' (policy version %lld, %s) on http://%s:%d%s%s", cf->name,
+                cf->version, cf->model_dir, bind_host, port, cf->follow ? ", following " : "",
+                cf->follow ? cf->topic : "");
+    return 0;
+}
+
+/* Stops and frees everything serve_load and serve_start made; calls still open get 503. */
+static void serve_stop(serve_server *sv)
+{
+    serve_ctx *sc = &sv->sc;
+    sc->policy = NULL;
+    al_serve_policy_stop(sv->pol);
+    al_http_server_stop(sv->msrv);
+    while (sc->calls) {
+        http_call *c = sc->calls;
+        serve_reply_error(sc, c->req, 503, NULL, "the server stopped before the reply was done");
+        serve_call_free(c);
     }
-    if (sc.drain_timer) event_free(sc.drain_timer);
-    if (sigint) event_free(sigint);
-    if (sigterm) event_free(sigterm);
-    al_httpd_free(sc.http);
-    al_serve_engine_stop(sc.eng);
-    al_backend_free(be);
-    if (sc.base) event_base_free(sc.base);
-    al_metrics_free(sc.metrics);
-    al_tokenizer_free(sc.tok);
+    if (sc->drain_timer) event_free(sc->drain_timer);
+    if (sv->sigint) event_free(sv->sigint);
+    if (sv->sigterm) event_free(sv->sigterm);
+    al_httpd_free(sc->http);
+    al_serve_engine_stop(sc->eng);
+    al_backend_free(sv->be);
+    if (sc->base) event_base_free(sc->base);
+    al_metrics_free(sc->metrics);
+    al_tokenizer_free(sc->tok);
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    serve_config cf;
+    int rc = serve_config_parse(&cf, argc, argv);
+    if (rc < 0) rc = serve_config_resolve(&cf);
+    if (rc >= 0) return rc;
+    serve_server sv = {0};
+    if (serve_load(&sv, &cf) != 0) return AL_EXIT_FAILURE;
+    serve_metrics_init(&sv.sc);
+    rc = AL_EXIT_FAILURE;
+    if (serve_start(&sv, &cf) == 0) {
+        event_base_dispatch(sv.sc.base);
+        al_log_info(COMP, "stopping");
+        rc = AL_EXIT_OK;
+    }
+    serve_stop(&sv);
     return rc;
 }

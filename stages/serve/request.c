@@ -249,6 +249,89 @@ static int content_text(json_t *c, char **out, size_t *olen)
     return 0;
 }
 
+/* Message i of a chat request (o) into *mi: its role, its content (malloc'd, appended to
+ * owned), its reasoning and its tool calls (appended to calls, their arguments written out
+ * appended to args_owned; *nown and *ncalls count what the caller frees). 0, or -1 with err. */
+static int parse_chat_message(json_t *o, size_t i, al_chat_message *mi, char **owned, size_t *nown,
+                              al_chat_tool_call *calls, char **args_owned, size_t *ncalls,
+                              char *err, size_t errlen)
+{
+    if (!json_is_object(o)) {
+        snprintf(err, errlen, "messages[%zu] must be an object", i);
+        return -1;
+    }
+    const char *role = str_value(json_object_get(o, "role"));
+    if (!role) {
+        snprintf(err, errlen,
+                 json_is_string(json_object_get(o, "role"))
+                     ? "messages[%zu].role holds a NUL byte"
+                     : "messages[%zu].role is missing",
+                 i);
+        return -1;
+    }
+    if (!strcmp(role, "system") || !strcmp(role, "developer"))
+        mi->role = AL_CHAT_SYSTEM;
+    else if (!strcmp(role, "user"))
+        mi->role = AL_CHAT_USER;
+    else if (!strcmp(role, "assistant"))
+        mi->role = AL_CHAT_ASSISTANT;
+    else if (!strcmp(role, "tool"))
+        mi->role = AL_CHAT_TOOL;
+    else {
+        snprintf(err, errlen,
+                 "messages[%zu].role '%s' is not one of system, user, assistant, tool", i,
+                 role);
+        return -1;
+    }
+    char *text;
+    size_t text_len;
+    if (content_text(json_object_get(o, "content"), &text, &text_len) != 0) {
+        snprintf(err, errlen,
+                 "messages[%zu].content must be a string or an array of text parts", i);
+        return -1;
+    }
+    owned[(*nown)++] = text;
+    mi->content = text, mi->content_len = text_len;
+    json_t *rc_ = json_object_get(o, "reasoning_content");
+    if (json_is_string(rc_)) {
+        mi->reasoning_content = json_string_value(rc_);
+        mi->reasoning_len = json_string_length(rc_);
+    }
+    json_t *tc = json_object_get(o, "tool_calls");
+    if (tc && !json_is_null(tc)) {
+        if (!json_is_array(tc)) {
+            snprintf(err, errlen, "messages[%zu].tool_calls must be an array", i);
+            return -1;
+        }
+        mi->tool_calls = calls + *ncalls;
+        size_t j;
+        json_t *c;
+        json_array_foreach(tc, j, c)
+        {
+            json_t *fn = json_object_get(c, "function");
+            const char *name = str_value(json_object_get(fn, "name"));
+            json_t *args = json_object_get(fn, "arguments");
+            if (!name || !(str_value(args) || json_is_object(args))) {
+                snprintf(
+                    err, errlen,
+                    "messages[%zu].tool_calls[%zu] needs function.name and function.arguments",
+                    i, j);
+                return -1;
+            }
+            calls[*ncalls].name = name;
+            if (json_is_string(args)) {
+                calls[*ncalls].arguments = json_string_value(args);
+            } else {
+                args_owned[*ncalls] = json_dumps(args, JSON_COMPACT | JSON_ENSURE_ASCII);
+                calls[*ncalls].arguments = args_owned[*ncalls];
+            }
+            (*ncalls)++;
+            mi->n_tool_calls++;
+        }
+    }
+    return 0;
+}
+
 /* Renders the chat request's messages and tools to prompt ids. 0, or -1 with err. */
 static int parse_chat_prompt(const al_serve_parse_ctx *sc, json_t *body, al_serve_request *p,
                              int *has_tools, char *err, size_t errlen, const char **bad_param)
@@ -271,82 +354,10 @@ static int parse_chat_prompt(const al_serve_parse_ctx *sc, json_t *body, al_serv
     char **tools_owned = NULL;
     size_t ntools = 0;
     int rc = -1;
-    for (size_t i = 0; i < nm; i++) {
-        json_t *o = json_array_get(msgs, i);
-        if (!json_is_object(o)) {
-            snprintf(err, errlen, "messages[%zu] must be an object", i);
+    for (size_t i = 0; i < nm; i++)
+        if (parse_chat_message(json_array_get(msgs, i), i, &m[i], owned, &nown, calls, args_owned,
+                               &ncalls, err, errlen) != 0)
             goto out;
-        }
-        const char *role = str_value(json_object_get(o, "role"));
-        if (!role) {
-            snprintf(err, errlen,
-                     json_is_string(json_object_get(o, "role"))
-                         ? "messages[%zu].role holds a NUL byte"
-                         : "messages[%zu].role is missing",
-                     i);
-            goto out;
-        }
-        if (!strcmp(role, "system") || !strcmp(role, "developer"))
-            m[i].role = AL_CHAT_SYSTEM;
-        else if (!strcmp(role, "user"))
-            m[i].role = AL_CHAT_USER;
-        else if (!strcmp(role, "assistant"))
-            m[i].role = AL_CHAT_ASSISTANT;
-        else if (!strcmp(role, "tool"))
-            m[i].role = AL_CHAT_TOOL;
-        else {
-            snprintf(err, errlen,
-                     "messages[%zu].role '%s' is not one of system, user, assistant, tool", i,
-                     role);
-            goto out;
-        }
-        char *text;
-        size_t text_len;
-        if (content_text(json_object_get(o, "content"), &text, &text_len) != 0) {
-            snprintf(err, errlen,
-                     "messages[%zu].content must be a string or an array of text parts", i);
-            goto out;
-        }
-        owned[nown++] = text;
-        m[i].content = text, m[i].content_len = text_len;
-        json_t *rc_ = json_object_get(o, "reasoning_content");
-        if (json_is_string(rc_)) {
-            m[i].reasoning_content = json_string_value(rc_);
-            m[i].reasoning_len = json_string_length(rc_);
-        }
-        json_t *tc = json_object_get(o, "tool_calls");
-        if (tc && !json_is_null(tc)) {
-            if (!json_is_array(tc)) {
-                snprintf(err, errlen, "messages[%zu].tool_calls must be an array", i);
-                goto out;
-            }
-            m[i].tool_calls = calls + ncalls;
-            size_t j;
-            json_t *c;
-            json_array_foreach(tc, j, c)
-            {
-                json_t *fn = json_object_get(c, "function");
-                const char *name = str_value(json_object_get(fn, "name"));
-                json_t *args = json_object_get(fn, "arguments");
-                if (!name || !(str_value(args) || json_is_object(args))) {
-                    snprintf(
-                        err, errlen,
-                        "messages[%zu].tool_calls[%zu] needs function.name and function.arguments",
-                        i, j);
-                    goto out;
-                }
-                calls[ncalls].name = name;
-                if (json_is_string(args)) {
-                    calls[ncalls].arguments = json_string_value(args);
-                } else {
-                    args_owned[ncalls] = json_dumps(args, JSON_COMPACT | JSON_ENSURE_ASCII);
-                    calls[ncalls].arguments = args_owned[ncalls];
-                }
-                ncalls++;
-                m[i].n_tool_calls++;
-            }
-        }
-    }
     json_t *tl = json_object_get(body, "tools");
     const char *tool_choice = str_value(json_object_get(body, "tool_choice"));
     if (tl && !json_is_null(tl)) {

@@ -28,9 +28,15 @@
  * (its share of the chunks, gradients summed over NCCL); it writes no checkpoint and
  * publishes nothing. At start every rank takes rank 0's weights, moments and step counts, so
  * a restart of any rank is a restart of the group from rank 0's newest full checkpoint.
+ *
+ * Files: this page (the worker's hooks, the flags), steps.c (a complete step applied),
+ * versions.c (writing and publishing a version), resume.c (--resume), assembler.c (steps
+ * from their chunks), ckpt_http.c (GET /checkpoints/ on --listen); train.h is what they
+ * share.
  */
 #include "assembler.h"
 #include "ckpt_http.h"
+#include "train.h"
 
 #include "avro/codec.h"
 #include "core/cli.h"
@@ -61,8 +67,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define COMP "train"
-
 /* Trainer settings as flags: --NAME with '_' written '-', handed to al_trainer_config_set. */
 static const char *const setting_keys[] = {
     "loss", "loss_agg", "eps_low", "eps_high", "dual_clip", "tis_cap", "kl", "kl_beta",
@@ -70,67 +74,6 @@ static const char *const setting_keys[] = {
     "beta2", "adam_eps", "weight_decay", "grad_clip", "lr_schedule", "warmup_steps",
     "total_steps", "min_lr_ratio"};
 #define N_SETTINGS (sizeof setting_keys / sizeof setting_keys[0])
-
-typedef struct train_opts {
-    const char *model_dir, *out_dir, *model_name, *listen, *train_config;
-    const char *input_topic, *policy_topic, *group;
-    const char *device; /* cuda, cpu or auto (NULL: auto) */
-    int resume;
-    int64_t checkpoint_every, keep, stop_after;
-    int64_t kill_version;
-    int kill_after_ack; /* fault point: 0 after the checkpoint, 1 after the PolicyVersion's ack */
-} train_opts;
-
-typedef struct held_msg {
-    rd_kafka_message_t *m;
-    al_input *in;
-} held_msg;
-
-static void held_release(void *ctx, void *opaque)
-{
-    (void)ctx;
-    held_msg *h = opaque;
-    if (!h) return;
-    al_input_end(h->in);
-    if (h->m) rd_kafka_message_destroy(h->m);
-    free(h);
-}
-
-/* An applied step waiting for its PolicyVersion's ack and a full checkpoint: only the
- * input handles of its chunks are kept (the messages and decoded chunks are freed once the
- * update is done, so that --checkpoint-every N holds N steps' handles, not their bytes). */
-typedef struct applied {
-    int64_t version;
-    held_msg **hs;
-    size_t n;
-    int acked;
-    struct applied *next;
-} applied;
-
-typedef struct train_metrics {
-    al_metrics *reg;
-    al_counter *held, *other, *skipped, *dup, *bad, *steps, *bad_steps, *tokens;
-    al_gauge *version, *loss, *kl, *entropy, *clip, *gnorm, *tps, *lr, *pending;
-} train_metrics;
-
-typedef struct train_worker {
-    train_opts *o;
-    char out_abs[PATH_MAX];
-    al_model *policy, *reference;
-    al_backend *be; /* the models' backend (cpu or cuda) */
-    al_dist *dist;  /* data-parallel group; NULL: alone */
-    int follower;   /* a rank > 0 of the group: trains, never writes or publishes */
-    al_trainer *tr;
-    al_train_asm *asmb;
-    al_ckpt_http *http;
-    al_dist_opts dopt; /* from the environment, before the run */
-    train_metrics met;
-    int64_t version, last_full, batch_step;
-    char last_metrics[2048]; /* metrics JSON of the last update (for the SIGTERM checkpoint) */
-    applied *applied_head;
-    al_stage st; /* the worker (kafka/stage.h): failure latch, /healthz, producer, consumer */
-    char follower_group[PATH_MAX + 96];
-} train_worker;
 
 static void metrics_init(train_metrics *m)
 {
@@ -156,8 +99,6 @@ static void metrics_init(train_metrics *m)
     m->pending = al_metrics_gauge(r, "arclight_train_steps_held", "Steps waiting for chunks", NULL);
 }
 
-/* ---- checkpoints and versions --------------------------------------------------------------- */
-
 static int mkdir_p(const char *path, char *errstr, size_t errlen)
 {
     char p[PATH_MAX];
@@ -174,264 +115,7 @@ static int mkdir_p(const char *path, char *errstr, size_t errlen)
     return 0;
 }
 
-/* Removes weights-only snapshots (step-N without trainer_state.json) older than the newest
- * `keep` versions; full checkpoints are pruned by al_checkpoint_prune. */
-static void prune_snapshots(train_worker *w)
-{
-    if (w->o->keep <= 0) return;
-    for (int64_t v = w->version - w->o->keep; v >= 1 && v > w->version - w->o->keep - 64; v--) {
-        char d[PATH_MAX + 64], f[PATH_MAX + 96];
-        struct stat sb;
-        snprintf(d, sizeof d, "%s/step-%" PRId64, w->out_abs, v);
-        snprintf(f, sizeof f, "%s/trainer_state.json", d);
-        if (stat(f, &sb) == 0 || stat(d, &sb) != 0) continue;
-        snprintf(f, sizeof f, "%s/model.safetensors", d);
-        unlink(f);
-        snprintf(f, sizeof f, "%s/config.json", d);
-        unlink(f);
-        rmdir(d);
-    }
-}
-
-static void checkpoint_uri(train_worker *w, int64_t version, char *out, size_t outlen)
-{
-    if (w->http) {
-        char host[256];
-        int port;
-        al_cli_parse_hostport(w->o->listen, host, sizeof host, &port);
-        if (!strcmp(host, "0.0.0.0") || !strcmp(host, "::") || !*host) {
-            if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "127.0.0.1");
-        }
-        int v6 = strchr(host, ':') != NULL;
-        snprintf(out, outlen, "http://%s%s%s:%d/checkpoints/step-%" PRId64 "/", v6 ? "[" : "", host,
-                 v6 ? "]" : "", al_ckpt_http_port(w->http), version);
-    } else {
-        snprintf(out, outlen, "file://%s/step-%" PRId64 "/", w->out_abs, version);
-    }
-}
-
-/* Sends a PolicyVersion for `version` (weights sha) with stats; opaque goes to the delivery
- * callback. 0 or -1 with errstr. */
-static int publish_version(train_worker *w, int64_t version, int64_t batch_step,
-                           const char *sha, const al_train_stats *st, double reward_mean,
-                           int64_t batch_policy, void *opaque, char *errstr, size_t errlen)
-{
-    char uri[PATH_MAX + 128];
-    checkpoint_uri(w, version, uri, sizeof uri);
-    al_metric extra[16];
-    size_t ne = 0;
-#define EXTRA(n, v) extra[ne].name = (n), extra[ne].value = (v), ne++
-    EXTRA("pg_loss", st->pg_loss);
-    EXTRA("dual_clip_fraction", st->dual_clip_frac);
-    EXTRA("ratio_mean", st->ratio_mean);
-    EXTRA("ratio_max", st->ratio_max);
-    EXTRA("tis_mean", st->tis_mean);
-    EXTRA("grad_norm_max", st->grad_norm_max);
-    EXTRA("lr", st->lr);
-    EXTRA("trained_tokens", st->tokens);
-    EXTRA("sequences", st->seqs);
-    EXTRA("step_tokens", (double)st->step_tokens);
-    EXTRA("seconds", st->seconds);
-    EXTRA("optimizer_step", (double)st->step);
-    EXTRA("batch_step", (double)batch_step);
-    EXTRA("batch_policy_version", (double)batch_policy);
-    if (isfinite(reward_mean)) EXTRA("reward_mean", reward_mean);
-#undef EXTRA
-    al_policy_version pv = {
-        .model = w->o->model_name,
-        .version = version,
-        .step = batch_step,
-        .checkpoint_uri = uri,
-        .sha256 = sha,
-        .created_us = al_now_us(),
-        .metrics = {.loss = st->loss, .kl = st->kl, .entropy = st->entropy,
-                    .clip_fraction = st->clip_frac, .grad_norm = st->grad_norm,
-                    .tokens_per_s = st->tokens_per_s, .extra = extra, .n_extra = ne},
-    };
-    al_buf b = {0};
-    if (al_policy_version_encode(&pv, &b, errstr, errlen) != 0) {
-        al_buf_free(&b);
-        return -1;
-    }
-    al_kafka_out out = {
-        .topic = w->o->policy_topic,
-        .partition = AL_KAFKA_PARTITION_ANY,
-        .key = w->o->model_name,
-        .keylen = strlen(w->o->model_name),
-        .value = b.data,
-        .len = b.len,
-        .opaque = opaque,
-    };
-    rd_kafka_resp_err_t err = al_producer_produce(al_stage_producer(&w->st), &out);
-    al_buf_free(&b);
-    if (err) {
-        al_err(errstr, errlen, "cannot send PolicyVersion %" PRId64 " to %s: %s", version,
-               w->o->policy_topic, rd_kafka_err2str(err));
-        return -1;
-    }
-    return 0;
-}
-
-static void stats_json(const al_train_stats *st, train_worker *w, int64_t batch_step,
-                       int64_t batch_policy, double reward_mean, char *out, size_t outlen)
-{
-    /* JSON has no NaN: a missing reward is null, other non-finite values 0 */
-    char rew[48] = "null";
-    if (isfinite(reward_mean)) snprintf(rew, sizeof rew, "%.9g", reward_mean);
-#define F(x) (isfinite(x) ? (x) : 0.0)
-    snprintf(out, outlen,
-             "{\"model\": \"%s\", \"version\": %" PRId64 ", \"batch_step\": %" PRId64
-             ", \"batch_policy_version\": %" PRId64
-             ", \"loss\": %.9g, \"pg_loss\": %.9g, \"kl\": %.9g, \"entropy\": %.9g, \"clip_fraction\": %.9g"
-             ", \"grad_norm\": %.9g, \"lr\": %.9g, \"tokens_per_s\": %.9g, \"trained_tokens\": %.0f"
-             ", \"reward_mean\": %s}",
-             w->o->model_name, w->version, batch_step, batch_policy, F(st->loss), F(st->pg_loss),
-             F(st->kl), F(st->entropy), F(st->clip_frac), F(st->grad_norm), F(st->lr),
-             F(st->tokens_per_s), F(st->tokens), rew);
-#undef F
-}
-
-/* Writes the weights of the current version: a full checkpoint or a weights-only snapshot.
- * Fills sha. 0 or -1 with errstr. */
-static int save_version(train_worker *w, int full, const char *metrics, char sha[65],
-                        char *errstr, size_t errlen)
-{
-    if (full) {
-        al_checkpoint_info info;
-        if (al_checkpoint_save(w->tr, w->out_abs, w->version, metrics, &info, errstr, errlen) != 0)
-            return -1;
-        memcpy(sha, info.weights_sha256, 65);
-        w->last_full = w->version;
-        char e[256];
-        if (w->o->keep > 0 && al_checkpoint_prune(w->out_abs, (int)w->o->keep, e, sizeof e) < 0)
-            al_log_warn(COMP, "pruning checkpoints: %s", e);
-    } else {
-        char dir[PATH_MAX + 64], file[PATH_MAX + 96];
-        snprintf(dir, sizeof dir, "%s/step-%" PRId64, w->out_abs, w->version);
-        if (al_model_save_dir(w->policy, dir, AL_ST_DTYPE_F32, errstr, errlen) != 0) return -1;
-        snprintf(file, sizeof file, "%s/model.safetensors", dir);
-        if (al_sha256_file(file, sha, errstr, errlen) != 0) return -1;
-    }
-    prune_snapshots(w);
-    return 0;
-}
-
-static void deadletter_msgs(train_worker *w, void **msgs, size_t n, const char *reason)
-{
-    char err[512];
-    for (size_t i = 0; i < n; i++) {
-        held_msg *h = msgs[i];
-        if (al_deadletter_message(al_stage_producer(&w->st), h->m, reason, "train", h->in, err,
-                                  sizeof err) != 0)
-            al_stage_fail(&w->st, "cannot dead-letter %s [%d] offset %" PRId64 ": %s",
-                          w->o->input_topic, (int)h->m->partition, h->m->offset, err);
-        al_counter_inc(w->met.bad);
-    }
-}
-
-static void ready_release(al_train_ready *r)
-{
-    for (size_t i = 0; i < r->n_current; i++) held_release(NULL, r->current[i]);
-    for (size_t i = 0; i < r->n_retired; i++) held_release(NULL, r->retired[i]);
-    al_train_ready_free(r);
-}
-
-/* Trains on one complete step and publishes its version. Takes ownership of r. */
-static void apply_step(train_worker *w, al_train_ready *r)
-{
-    char err[1024];
-    if (r->bad) {
-        al_log_warn(COMP, "%s: dead-lettering its %zu chunk%s", r->reason, r->n_current,
-                    r->n_current == 1 ? "" : "s");
-        deadletter_msgs(w, r->current, r->n_current, r->reason);
-        al_counter_inc(w->met.bad_steps);
-        ready_release(r);
-        return;
-    }
-    al_train_stats st;
-    if (w->follower) {
-        /* rank 0 does the writing, publishing and dead-lettering of the same step */
-        int ok = al_trainer_step(w->tr, r->chunks, r->nchunks, &st, err, sizeof err) == 0;
-        if (ok) w->version++, w->batch_step = r->step;
-        else al_log_error(COMP, "step %" PRId64 ": the trainer refused it: %s", r->step, err);
-        al_log_info(COMP, "%s v%" PRId64 " (batch step %" PRId64 ", rank %d of %d)%s",
-                    w->o->model_name, w->version, r->step, al_dist_rank(w->dist),
-                    al_dist_world(w->dist), ok ? "" : ": refused");
-        ready_release(r);
-        return;
-    }
-    if (al_trainer_step(w->tr, r->chunks, r->nchunks, &st, err, sizeof err) != 0) {
-        char reason[1200];
-        snprintf(reason, sizeof reason, "step %" PRId64 ": the trainer refused it: %s", r->step, err);
-        al_log_error(COMP, "%s", reason);
-        deadletter_msgs(w, r->current, r->n_current, reason);
-        al_counter_inc(w->met.bad_steps);
-        ready_release(r);
-        return;
-    }
-    w->version++;
-    w->batch_step = r->step;
-    stats_json(&st, w, r->step, r->policy_version, r->reward_mean, w->last_metrics,
-               sizeof w->last_metrics);
-    int full = w->version % w->o->checkpoint_every == 0;
-    char sha[65];
-    if (save_version(w, full, w->last_metrics, sha, err, sizeof err) != 0) {
-        al_stage_fail(&w->st, "cannot write version %" PRId64 " under %s: %s", w->version,
-                      w->out_abs, err);
-        ready_release(r);
-        return;
-    }
-    if (AL_FAULT_POINTS && w->o->kill_version == w->version && !w->o->kill_after_ack)
-        al_fault_kill(COMP, "after writing version %" PRId64, w->version);
-    applied *a = calloc(1, sizeof *a);
-    if (!a || !(a->hs = calloc(r->n_current + r->n_retired + 1, sizeof *a->hs))) {
-        free(a);
-        al_stage_fail(&w->st, "out of memory");
-        ready_release(r);
-        return;
-    }
-    a->version = w->version;
-    for (size_t i = 0; i < r->n_current + r->n_retired; i++) {
-        held_msg *h = i < r->n_current ? r->current[i] : r->retired[i - r->n_current];
-        rd_kafka_message_destroy(h->m);
-        h->m = NULL;
-        a->hs[a->n++] = h;
-    }
-    int64_t batch_step = r->step, batch_policy = r->policy_version, step_tokens = r->tokens;
-    int nmb = r->nchunks;
-    double reward_mean = r->reward_mean;
-    al_train_ready_free(r);
-    applied **tail = &w->applied_head;
-    while (*tail) tail = &(*tail)->next;
-    *tail = a;
-    if (publish_version(w, w->version, batch_step, sha, &st, reward_mean, batch_policy, a, err,
-                        sizeof err) != 0) {
-        al_stage_fail(&w->st, "%s", err);
-        return;
-    }
-    if (AL_FAULT_POINTS && w->o->kill_version >= 0 && w->o->kill_after_ack) {
-        /* the fault point wants its kill right at this version's ack: one version at a time */
-        char e[256];
-        al_producer_flush(al_stage_producer(&w->st), 10000, e, sizeof e);
-    }
-    train_metrics *m = &w->met;
-    al_counter_inc(m->steps);
-    al_counter_add(m->tokens, (double)st.step_tokens * al_trainer_config_of(w->tr)->ppo_epochs);
-    al_gauge_set(m->version, (double)w->version);
-    al_gauge_set(m->loss, st.loss);
-    al_gauge_set(m->kl, st.kl);
-    al_gauge_set(m->entropy, st.entropy);
-    al_gauge_set(m->clip, st.clip_frac);
-    al_gauge_set(m->gnorm, st.grad_norm);
-    al_gauge_set(m->tps, st.tokens_per_s);
-    al_gauge_set(m->lr, st.lr);
-    al_log_info(COMP,
-                "%s v%" PRId64 " (batch step %" PRId64 ", %d micro-batches, %" PRId64
-                " tokens): loss %.5f kl %.5f entropy %.4f clip %.3f grad-norm %.4f lr %.3g, %.0f tok/s%s",
-                w->o->model_name, w->version, batch_step, nmb, step_tokens, st.loss, st.kl,
-                st.entropy, st.clip_frac, st.grad_norm, st.lr, st.tokens_per_s,
-                full ? ", checkpoint" : "");
-}
+/* ---- the worker's hooks (kafka/stage.h) ------------------------------------------------------- */
 
 static void on_delivery(al_stage *s, const al_delivery *d, void *ctx)
 {
@@ -451,23 +135,6 @@ static void on_delivery(al_stage *s, const al_delivery *d, void *ctx)
         al_fault_kill(COMP, "after PolicyVersion %" PRId64 " was acknowledged", a->version);
 }
 
-/* Releases the inputs of steps whose version is acknowledged and covered by a checkpoint. */
-static void applied_free(applied *a)
-{
-    for (size_t i = 0; i < a->n; i++) held_release(NULL, a->hs[i]);
-    free(a->hs);
-    free(a);
-}
-
-static void retire_applied(train_worker *w)
-{
-    while (w->applied_head && w->applied_head->acked && w->applied_head->version <= w->last_full) {
-        applied *a = w->applied_head;
-        w->applied_head = a->next;
-        applied_free(a);
-    }
-}
-
 /* Steps of a model come from one trainer: a second member taking partitions away stops this
  * one (the other continues from the stored offsets). */
 static void on_rebalance(al_stage *s, al_rebalance_event ev,
@@ -482,79 +149,6 @@ static void on_rebalance(al_stage *s, al_rebalance_event ev,
         "trainer of the model joined group %s?); one trainer per model, so this one stops",
         n, n == 1 ? "" : "s", w->o->input_topic, w->o->group);
 }
-
-/* ---- resume ------------------------------------------------------------------------------------
- */
-
-static double json_num(json_t *o, const char *k, double dflt)
-{
-    json_t *v = json_object_get(o, k);
-    return json_is_number(v) ? json_number_value(v) : dflt;
-}
-
-/* Loads the newest full checkpoint under --out when there is one (--resume) and publishes its
- * version again. 0, 1 (nothing to resume), or -1 with errstr. */
-static int resume(train_worker *w, char *errstr, size_t errlen)
-{
-    char path[PATH_MAX + 64], e[512];
-    int64_t step = 0;
-    int r = al_checkpoint_latest(w->out_abs, path, sizeof path, &step, errstr, errlen);
-    if (r <= 0) return r < 0 ? -1 : 1;
-    al_checkpoint_info info;
-    if (al_checkpoint_load(w->tr, path, &info, e, sizeof e) != 0)
-        return al_err(errstr, errlen, "cannot resume from %s: %s", path, e), -1;
-    char sp[PATH_MAX + 96];
-    snprintf(sp, sizeof sp, "%s/trainer_state.json", path);
-    json_error_t je;
-    json_t *state = json_load_file(sp, 0, &je);
-    json_t *m = state ? json_object_get(state, "metrics") : NULL;
-    json_t *bs = m ? json_object_get(m, "batch_step") : NULL;
-    json_t *mn = m ? json_object_get(m, "model") : NULL;
-    if (!json_is_integer(bs)) {
-        json_decref(state);
-        return al_err(errstr, errlen, "%s has no metrics.batch_step: not written by arclight train", sp), -1;
-    }
-    if (json_is_string(mn) && strcmp(json_string_value(mn), w->o->model_name) != 0) {
-        al_err(errstr, errlen, "%s is a checkpoint of model '%s', not '%s'", path,
-               json_string_value(mn), w->o->model_name);
-        json_decref(state);
-        return -1;
-    }
-    w->version = info.step;
-    w->last_full = info.step;
-    w->batch_step = json_integer_value(bs);
-    al_train_stats st = {0};
-    st.loss = json_num(m, "loss", 0);
-    st.pg_loss = json_num(m, "pg_loss", 0);
-    st.kl = json_num(m, "kl", 0);
-    st.entropy = json_num(m, "entropy", 0);
-    st.clip_frac = json_num(m, "clip_fraction", 0);
-    st.grad_norm = st.grad_norm_max = json_num(m, "grad_norm", 0);
-    st.lr = json_num(m, "lr", 0);
-    st.tokens_per_s = json_num(m, "tokens_per_s", 0);
-    st.tokens = json_num(m, "trained_tokens", 0);
-    st.step = info.optimizer_step;
-    int64_t bpv = (int64_t)json_num(m, "batch_policy_version", -1);
-    double rew = json_num(m, "reward_mean", NAN);
-    char *dumped = json_dumps(m, JSON_COMPACT);
-    snprintf(w->last_metrics, sizeof w->last_metrics, "%s", dumped ? dumped : "{}");
-    free(dumped);
-    json_decref(state);
-    /* the crashed run may have written this version without its PolicyVersion reaching the
-     * broker: send it again before consuming */
-    if (publish_version(w, w->version, w->batch_step, info.weights_sha256, &st, rew, bpv, NULL,
-                        errstr, errlen) != 0)
-        return -1;
-    if (al_producer_flush(al_stage_producer(&w->st), 30000, e, sizeof e) != 0)
-        return al_err(errstr, errlen, "PolicyVersion %" PRId64 " of the resumed checkpoint: %s",
-                      w->version, e), -1;
-    al_log_info(COMP, "resumed %s at version %" PRId64 " (batch step %" PRId64 ", %" PRId64
-                      " optimizer updates) from %s",
-                w->o->model_name, w->version, w->batch_step, info.optimizer_step, path);
-    return 0;
-}
-
-/* ---- the worker's hooks (kafka/stage.h) ------------------------------------------------------- */
 
 /* Before consuming: the checkpoint server, the data-parallel group, the newest checkpoint
  * (--resume; its version published again), every rank on rank 0's weights and counts, and
@@ -574,7 +168,7 @@ static int on_prepare(al_stage *s, void *ctx, char *errstr, size_t errlen)
             return al_err(errstr, errlen, "%s", err);
     }
     if (o->resume && !w->follower) {
-        int r = resume(w, errstr, errlen);
+        int r = train_resume(w, errstr, errlen);
         if (r < 0) return -1;
         if (r == 1)
             al_log_info(COMP, "--resume: no checkpoint under %s; starting from %s", w->out_abs,
@@ -606,7 +200,7 @@ static void on_started(al_stage *s, void *ctx)
 {
     train_worker *w = ctx;
     char uri[PATH_MAX + 128];
-    checkpoint_uri(w, w->version, uri, sizeof uri);
+    train_version_uri(w, w->version, uri, sizeof uri);
     al_log_info(COMP, "training %s (%zu parameters) from %s as group %s; versions under %s "
                       "(next: version %" PRId64 ")",
                 w->o->model_name, al_model_num_params(w->policy), w->o->input_topic,
@@ -637,8 +231,8 @@ static void on_message(al_stage *s, rd_kafka_message_t *m, int64_t now, void *ct
     case AL_TRAIN_ASM_BAD:
         al_log_warn(COMP, "%s [%d] offset %" PRId64 ": %s; dead-lettered", w->o->input_topic,
                     (int)m->partition, m->offset, why);
-        deadletter_msgs(w, (void **)&h, 1, why);
-        held_release(NULL, h);
+        train_step_deadletter(w, (void **)&h, 1, why);
+        train_held_release(NULL, h);
         break;
     default:
         al_counter_inc(res == AL_TRAIN_ASM_OTHER_MODEL ? w->met.other
@@ -646,7 +240,7 @@ static void on_message(al_stage *s, rd_kafka_message_t *m, int64_t now, void *ct
                                                        : w->met.dup);
         al_log_debug(COMP, "%s [%d] offset %" PRId64 ": %s; skipped", w->o->input_topic,
                      (int)m->partition, m->offset, why);
-        held_release(NULL, h);
+        train_held_release(NULL, h);
     }
 }
 
@@ -657,9 +251,9 @@ static int on_tick(al_stage *s, int got, int64_t now, void *ctx)
     al_train_ready *ready;
     while (!al_stage_failed(&w->st) && !al_stage_stop_requested() &&
            al_train_asm_next(w->asmb, &ready) == 1)
-        apply_step(w, ready);
+        train_step_apply(w, ready);
     al_producer_poll(al_stage_producer(s), 0);
-    retire_applied(w);
+    train_applied_retire(w);
     al_gauge_set(w->met.pending, (double)al_train_asm_pending(w->asmb));
     if (w->o->stop_after > 0 && w->version >= w->o->stop_after) {
         /* the drain checkpoints it and waits for its acknowledgement */
@@ -676,7 +270,7 @@ static void on_stopping(al_stage *s, void *ctx)
     train_worker *w = ctx;
     char err[1024], sha[65];
     if (!w->follower && w->version > w->last_full &&
-        save_version(w, 1, w->last_metrics, sha, err, sizeof err) != 0)
+        train_version_save(w, 1, w->last_metrics, sha, err, sizeof err) != 0)
         al_stage_fail(&w->st, "checkpoint at exit: %s", err);
 }
 
@@ -684,7 +278,7 @@ static void on_drained(al_stage *s, int flushed, void *ctx)
 {
     (void)s, (void)flushed;
     train_worker *w = ctx;
-    if (!al_stage_failed(&w->st)) retire_applied(w);
+    if (!al_stage_failed(&w->st)) train_applied_retire(w);
 }
 
 /* Steps not acknowledged and checkpointed keep their inputs unfinished: the consumer committed
@@ -697,9 +291,9 @@ static void on_release(al_stage *s, void *ctx)
     while (w->applied_head) {
         applied *a = w->applied_head;
         w->applied_head = a->next;
-        applied_free(a);
+        train_applied_free(a);
     }
-    al_train_asm_free(w->asmb, held_release, NULL);
+    al_train_asm_free(w->asmb, train_held_release, NULL);
     w->asmb = NULL;
 }
 
@@ -764,13 +358,15 @@ static void usage(FILE *f)
             "  --help\n" AL_CLI_COMMON_HELP);
 }
 
-int cmd_train(int argc, char **argv)
+enum {
+    O_MODEL = AL_CLI_OPT_USER, O_OUT, O_RESUME, O_NAME, O_EVERY, O_KEEP, O_LISTEN, O_TCONF,
+    O_IN, O_POLICY, O_GROUP, O_STEPS, O_EPOCHS, O_HELP, O_DEVICE, O_DRAIN,
+    O_SETTING = AL_CLI_OPT_USER + 100
+};
+
+/* The getopt table: the fixed flags, then one per trainer setting (O_SETTING + its index). */
+static const struct option *train_options(void)
 {
-    enum {
-        O_MODEL = AL_CLI_OPT_USER, O_OUT, O_RESUME, O_NAME, O_EVERY, O_KEEP, O_LISTEN, O_TCONF,
-        O_IN, O_POLICY, O_GROUP, O_STEPS, O_EPOCHS, O_HELP, O_DEVICE, O_DRAIN,
-        O_SETTING = AL_CLI_OPT_USER + 100
-    };
     static char flag_names[N_SETTINGS][32];
     static struct option opts[N_SETTINGS + 32];
     static const struct option fixed[] = {
@@ -801,10 +397,30 @@ int cmd_train(int argc, char **argv)
         opts[no++] = (struct option){flag_names[i], required_argument, 0, O_SETTING + (int)i};
     }
     opts[no] = (struct option){0, 0, 0, 0};
+    return opts;
+}
 
+/* The command line as parsed: the options, the common flags, the trainer settings given as
+ * flags (applied after --train-config, in their order) and the drain timeout. */
+typedef struct train_cli {
+    train_opts o;
     al_cli_common common;
-    al_cli_common_init(&common);
-    train_opts o = {
+    const char *set_keys[256], *set_vals[256];
+    int nset;
+    int64_t drain_s;
+    char namebuf[PATH_MAX];       /* the default --model-name */
+    char groupbuf[PATH_MAX + 32]; /* the default --group */
+} train_cli;
+
+/* Parses argv into cli (which it initializes) and checks the names. -1: go on; otherwise
+ * the exit code (--help, or a usage error already printed). */
+static int train_cli_parse(train_cli *cli, int argc, char **argv)
+{
+    const struct option *opts = train_options();
+    train_opts *o = &cli->o;
+    memset(cli, 0, sizeof *cli);
+    al_cli_common_init(&cli->common);
+    *o = (train_opts){
         .input_topic = AL_TOPIC_BATCHES,
         .policy_topic = AL_TOPIC_POLICY,
         .checkpoint_every = 1,
@@ -812,49 +428,46 @@ int cmd_train(int argc, char **argv)
         .stop_after = -1,
         .kill_version = -1,
     };
-    /* flags are applied after --train-config, in their order */
-    const char *set_keys[256], *set_vals[256];
-    int nset = 0;
-    int64_t drain_s = AL_STAGE_DRAIN_DEFAULT_S;
+    cli->drain_s = AL_STAGE_DRAIN_DEFAULT_S;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         const char *name = NULL;
         int bad = 0;
         if (c >= O_SETTING && c < O_SETTING + (int)N_SETTINGS) {
-            if (nset >= 256) return al_cli_usage_error("train", "too many settings");
-            set_keys[nset] = setting_keys[c - O_SETTING];
-            set_vals[nset++] = optarg;
+            if (cli->nset >= 256) return al_cli_usage_error("train", "too many settings");
+            cli->set_keys[cli->nset] = setting_keys[c - O_SETTING];
+            cli->set_vals[cli->nset++] = optarg;
             continue;
         }
         switch (c) {
-        case O_MODEL: o.model_dir = optarg; break;
+        case O_MODEL: o->model_dir = optarg; break;
         case O_DEVICE:
             if (strcmp(optarg, "cuda") && strcmp(optarg, "cpu") && strcmp(optarg, "auto"))
                 return al_cli_usage_error("train", "--device must be cuda, cpu or auto, not '%s'", optarg);
-            o.device = optarg;
+            o->device = optarg;
             break;
-        case O_OUT: o.out_dir = optarg; break;
-        case O_RESUME: o.resume = 1; break;
-        case O_NAME: o.model_name = optarg; break;
-        case O_EVERY: name = "--checkpoint-every"; bad = al_stage_parse_i64(optarg, 1, &o.checkpoint_every); break;
-        case O_KEEP: name = "--keep"; bad = al_stage_parse_i64(optarg, 0, &o.keep); break;
-        case O_LISTEN: o.listen = optarg; break;
-        case O_TCONF: o.train_config = optarg; break;
-        case O_IN: o.input_topic = optarg; break;
-        case O_POLICY: o.policy_topic = optarg; break;
-        case O_GROUP: o.group = optarg; break;
-        case O_STEPS: name = "--steps"; bad = al_stage_parse_i64(optarg, 1, &o.stop_after); break;
-        case O_DRAIN: name = "--drain-timeout"; bad = al_stage_parse_i64(optarg, 0, &drain_s); break;
+        case O_OUT: o->out_dir = optarg; break;
+        case O_RESUME: o->resume = 1; break;
+        case O_NAME: o->model_name = optarg; break;
+        case O_EVERY: name = "--checkpoint-every"; bad = al_stage_parse_i64(optarg, 1, &o->checkpoint_every); break;
+        case O_KEEP: name = "--keep"; bad = al_stage_parse_i64(optarg, 0, &o->keep); break;
+        case O_LISTEN: o->listen = optarg; break;
+        case O_TCONF: o->train_config = optarg; break;
+        case O_IN: o->input_topic = optarg; break;
+        case O_POLICY: o->policy_topic = optarg; break;
+        case O_GROUP: o->group = optarg; break;
+        case O_STEPS: name = "--steps"; bad = al_stage_parse_i64(optarg, 1, &o->stop_after); break;
+        case O_DRAIN: name = "--drain-timeout"; bad = al_stage_parse_i64(optarg, 0, &cli->drain_s); break;
         case O_EPOCHS:
-            if (nset >= 256) return al_cli_usage_error("train", "too many settings");
-            set_keys[nset] = "ppo_epochs";
-            set_vals[nset++] = optarg;
+            if (cli->nset >= 256) return al_cli_usage_error("train", "too many settings");
+            cli->set_keys[cli->nset] = "ppo_epochs";
+            cli->set_vals[cli->nset++] = optarg;
             break;
         case O_HELP:
         case 'h': usage(stdout); return AL_EXIT_OK;
         default: {
-            int r = al_cli_common_option(&common, c, optarg);
+            int r = al_cli_common_option(&cli->common, c, optarg);
             if (r < 0) return AL_EXIT_USAGE;
             if (r == 0) return al_cli_usage_error("train", "unknown flag (see --help)");
         }
@@ -862,48 +475,51 @@ int cmd_train(int argc, char **argv)
         if (bad) return al_cli_usage_error("train", "%s wants a number, not '%s'", name, optarg);
     }
     if (optind < argc) return al_cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
-    if (!o.model_dir) return al_cli_usage_error("train", "--model DIR is required");
-    if (!o.out_dir) return al_cli_usage_error("train", "--out CKPT_DIR is required");
-    char namebuf[PATH_MAX];
-    if (!o.model_name) {
+    if (!o->model_dir) return al_cli_usage_error("train", "--model DIR is required");
+    if (!o->out_dir) return al_cli_usage_error("train", "--out CKPT_DIR is required");
+    if (!o->model_name) {
         char tmp[PATH_MAX];
-        snprintf(tmp, sizeof tmp, "%s", o.model_dir);
+        snprintf(tmp, sizeof tmp, "%s", o->model_dir);
         size_t n = strlen(tmp);
         while (n > 1 && tmp[n - 1] == '/') tmp[--n] = '\0';
         const char *b = strrchr(tmp, '/');
-        snprintf(namebuf, sizeof namebuf, "%s", b ? b + 1 : tmp);
-        o.model_name = namebuf;
+        snprintf(cli->namebuf, sizeof cli->namebuf, "%s", b ? b + 1 : tmp);
+        o->model_name = cli->namebuf;
     }
-    if (!*o.model_name) return al_cli_usage_error("train", "the model name is empty (give --model-name)");
-    for (const char *s = o.model_name; *s; s++)
+    if (!*o->model_name) return al_cli_usage_error("train", "the model name is empty (give --model-name)");
+    for (const char *s = o->model_name; *s; s++)
         if ((unsigned char)*s < 0x20 || *s == '"' || *s == '\\')
             return al_cli_usage_error("train", "model name '%s': quotes, backslashes and control "
-                                               "characters are not allowed", o.model_name);
-    char groupbuf[PATH_MAX + 32];
-    if (!o.group) {
-        snprintf(groupbuf, sizeof groupbuf, "arclight-train-%s", o.model_name);
-        o.group = groupbuf;
+                                               "characters are not allowed", o->model_name);
+    if (!o->group) {
+        snprintf(cli->groupbuf, sizeof cli->groupbuf, "arclight-train-%s", o->model_name);
+        o->group = cli->groupbuf;
     }
-    if (o.listen) {
+    if (o->listen) {
         char host[256];
         int port;
-        if (al_cli_parse_hostport(o.listen, host, sizeof host, &port) != 0)
-            return al_cli_usage_error("train", "--listen '%s' is not HOST:PORT", o.listen);
+        if (al_cli_parse_hostport(o->listen, host, sizeof host, &port) != 0)
+            return al_cli_usage_error("train", "--listen '%s' is not HOST:PORT", o->listen);
     }
+    return -1;
+}
 
+/* The trainer's settings: the defaults, then --train-config, then the setting flags; and
+ * the fault point, if any. -1: go on; otherwise the exit code of a usage error. */
+static int train_cli_settings(train_cli *cli, al_trainer_config *tc)
+{
     char err[1024];
-    al_trainer_config tc;
-    al_trainer_config_default(&tc);
-    if (o.train_config) {
+    al_trainer_config_default(tc);
+    if (cli->o.train_config) {
         size_t len = 0;
-        char *text = al_file_read(o.train_config, &len, err, sizeof err);
+        char *text = al_file_read(cli->o.train_config, &len, err, sizeof err);
         if (!text) return al_cli_usage_error("train", "--train-config: %s", err);
-        int r = al_trainer_config_from_json(&tc, text, len, 1, err, sizeof err);
+        int r = al_trainer_config_from_json(tc, text, len, 1, err, sizeof err);
         free(text);
-        if (r != 0) return al_cli_usage_error("train", "--train-config %s: %s", o.train_config, err);
+        if (r != 0) return al_cli_usage_error("train", "--train-config %s: %s", cli->o.train_config, err);
     }
-    for (int i = 0; i < nset; i++)
-        if (al_trainer_config_set(&tc, set_keys[i], set_vals[i], err, sizeof err) != 0)
+    for (int i = 0; i < cli->nset; i++)
+        if (al_trainer_config_set(tc, cli->set_keys[i], cli->set_vals[i], err, sizeof err) != 0)
             return al_cli_usage_error("train", "%s", err);
     /* A fault point (core/fault.h): "VERSION:checkpoint" SIGKILLs the trainer once that
      * version is on disk, before its PolicyVersion is sent; "VERSION:ack" once its
@@ -911,88 +527,106 @@ int cmd_train(int argc, char **argv)
     const char *kill_at = al_fault_spec("ARCLIGHT_TRAIN_TEST_KILL_AT");
     if (kill_at) {
         char when[32] = "";
-        if (sscanf(kill_at, "%" SCNd64 ":%31s", &o.kill_version, when) == 2)
-            o.kill_after_ack = strcmp(when, "ack") == 0;
+        if (sscanf(kill_at, "%" SCNd64 ":%31s", &cli->o.kill_version, when) == 2)
+            cli->o.kill_after_ack = strcmp(when, "ack") == 0;
         else
-            o.kill_version = -1;
+            cli->o.kill_version = -1;
     }
+    return -1;
+}
 
-    train_worker w = {.o = &o, .batch_step = -1};
-    al_stage_init(&w.st, COMP, "the trainer stopped on an error", 1);
-    int rc = AL_EXIT_FAILURE;
-    w.met.reg = al_metrics_new();
-    if (!w.met.reg) goto out;
-    metrics_init(&w.met);
-    al_metrics_add_process_metrics(w.met.reg);
-
-    /* the model and the trainer (a bad setting is a usage error) */
-    if (!(w.policy = al_model_load_dir(o.model_dir, err, sizeof err))) {
-        al_log_error(COMP, "--model %s: %s", o.model_dir, err);
-        goto out;
+/* Everything the worker needs before the stage runs: metrics, the model (and the frozen
+ * reference when --kl-beta > 0) on the backend, the trainer (a bad setting is a usage
+ * error), --out (made, resolved, and holding no checkpoint unless --resume) and the
+ * data-parallel options. -1: go on; otherwise the exit code, the error logged or printed
+ * (train_worker_close frees what was made). */
+static int train_worker_open(train_worker *w, const al_trainer_config *tc)
+{
+    train_opts *o = w->o;
+    char err[1024];
+    w->met.reg = al_metrics_new();
+    if (!w->met.reg) return AL_EXIT_FAILURE;
+    metrics_init(&w->met);
+    al_metrics_add_process_metrics(w->met.reg);
+    if (!(w->policy = al_model_load_dir(o->model_dir, err, sizeof err))) {
+        al_log_error(COMP, "--model %s: %s", o->model_dir, err);
+        return AL_EXIT_FAILURE;
     }
-    if (tc.loss.kl_beta > 0 && !(w.reference = al_model_load_dir(o.model_dir, err, sizeof err))) {
-        al_log_error(COMP, "reference model %s: %s", o.model_dir, err);
-        goto out;
+    if (tc->loss.kl_beta > 0 && !(w->reference = al_model_load_dir(o->model_dir, err, sizeof err))) {
+        al_log_error(COMP, "reference model %s: %s", o->model_dir, err);
+        return AL_EXIT_FAILURE;
     }
-    if (!(w.be = al_backend_open(o.device ? o.device : "auto", err, sizeof err))) {
-        al_log_error(COMP, "--device %s: %s", o.device ? o.device : "auto", err);
-        goto out;
+    if (!(w->be = al_backend_open(o->device ? o->device : "auto", err, sizeof err))) {
+        al_log_error(COMP, "--device %s: %s", o->device ? o->device : "auto", err);
+        return AL_EXIT_FAILURE;
     }
-    if (al_model_set_backend(w.policy, w.be, err, sizeof err) != 0 ||
-        (w.reference && al_model_set_backend(w.reference, w.be, err, sizeof err) != 0)) {
-        al_log_error(COMP, "--device %s: %s", w.be->ops->name, err);
-        goto out;
+    if (al_model_set_backend(w->policy, w->be, err, sizeof err) != 0 ||
+        (w->reference && al_model_set_backend(w->reference, w->be, err, sizeof err) != 0)) {
+        al_log_error(COMP, "--device %s: %s", w->be->ops->name, err);
+        return AL_EXIT_FAILURE;
     }
-    al_log_info(COMP, "training on %s", w.be->ops->name);
-    if (!(w.tr = al_trainer_new(w.policy, w.reference, &tc, err, sizeof err))) {
-        rc = al_cli_usage_error("train", "%s", err);
-        goto out;
-    }
-    if (mkdir_p(o.out_dir, err, sizeof err) != 0 || !realpath(o.out_dir, w.out_abs)) {
-        if (!*err) al_err(err, sizeof err, "cannot resolve %s: %s", o.out_dir, strerror(errno));
+    al_log_info(COMP, "training on %s", w->be->ops->name);
+    if (!(w->tr = al_trainer_new(w->policy, w->reference, tc, err, sizeof err)))
+        return al_cli_usage_error("train", "%s", err);
+    if (mkdir_p(o->out_dir, err, sizeof err) != 0 || !realpath(o->out_dir, w->out_abs)) {
+        if (!*err) al_err(err, sizeof err, "cannot resolve %s: %s", o->out_dir, strerror(errno));
         al_log_error(COMP, "--out: %s", err);
-        goto out;
+        return AL_EXIT_FAILURE;
     }
-    {
-        char lp[PATH_MAX + 64];
-        int64_t ls;
-        int r = al_checkpoint_latest(w.out_abs, lp, sizeof lp, &ls, err, sizeof err);
-        if (r < 0) {
-            al_log_error(COMP, "--out: %s", err);
-            goto out;
-        }
-        if (r == 1 && !o.resume) {
-            rc = al_cli_usage_error("train", "--out %s holds checkpoints (newest %s): pass --resume "
-                                             "to continue from it, or choose another directory",
-                                    o.out_dir, lp);
-            goto out;
-        }
+    char lp[PATH_MAX + 64];
+    int64_t ls;
+    int r = al_checkpoint_latest(w->out_abs, lp, sizeof lp, &ls, err, sizeof err);
+    if (r < 0) {
+        al_log_error(COMP, "--out: %s", err);
+        return AL_EXIT_FAILURE;
     }
-    if (al_dist_opts_from_env(&w.dopt, err, sizeof err) != 0) {
-        rc = al_cli_usage_error("train", "%s", err);
-        goto out;
+    if (r == 1 && !o->resume)
+        return al_cli_usage_error("train", "--out %s holds checkpoints (newest %s): pass --resume "
+                                           "to continue from it, or choose another directory",
+                                  o->out_dir, lp);
+    if (al_dist_opts_from_env(&w->dopt, err, sizeof err) != 0)
+        return al_cli_usage_error("train", "%s", err);
+    return -1;
+}
+
+/* Frees what train_worker_open and the run made (any of it may be missing). */
+static void train_worker_close(train_worker *w)
+{
+    al_train_asm_free(w->asmb, train_held_release, NULL);
+    al_ckpt_http_stop(w->http);
+    al_trainer_free(w->tr);
+    al_model_free(w->reference);
+    al_model_free(w->policy);
+    al_dist_free(w->dist);
+    al_backend_free(w->be);
+    al_metrics_free(w->met.reg);
+}
+
+int cmd_train(int argc, char **argv)
+{
+    train_cli cli;
+    int rc = train_cli_parse(&cli, argc, argv);
+    al_trainer_config tc;
+    if (rc < 0) rc = train_cli_settings(&cli, &tc);
+    if (rc >= 0) return rc;
+    train_worker w = {.o = &cli.o, .batch_step = -1};
+    al_stage_init(&w.st, COMP, "the trainer stopped on an error", 1);
+    rc = train_worker_open(&w, &tc);
+    if (rc < 0) {
+        const char *outs[] = {cli.o.policy_topic, NULL};
+        al_stage_spec spec = {
+            .common = &cli.common,
+            .group = cli.o.group,
+            .input = cli.o.input_topic,
+            .outputs = outs,
+            .metrics = w.met.reg,
+            .poll_ms = 100,
+            .drain_s = (double)cli.drain_s,
+            .hooks = &train_hooks,
+            .ud = &w,
+        };
+        rc = al_stage_run(&w.st, &spec);
     }
-    const char *outs[] = {o.policy_topic, NULL};
-    al_stage_spec spec = {
-        .common = &common,
-        .group = o.group,
-        .input = o.input_topic,
-        .outputs = outs,
-        .metrics = w.met.reg,
-        .poll_ms = 100,
-        .drain_s = (double)drain_s,
-        .hooks = &train_hooks,
-        .ud = &w,
-    };
-    rc = al_stage_run(&w.st, &spec);
-out:
-    al_train_asm_free(w.asmb, held_release, NULL);
-    al_ckpt_http_stop(w.http);
-    al_trainer_free(w.tr);
-    al_model_free(w.reference);
-    al_model_free(w.policy);
-    al_dist_free(w.dist);
-    al_backend_free(w.be);
-    al_metrics_free(w.met.reg);
+    train_worker_close(&w);
     return rc;
 }
