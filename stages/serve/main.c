@@ -398,7 +398,7 @@ static int serve_config_resolve(serve_config *cf)
         cf->roots[i] = cf->roots_buf[i];
     }
     if (cf->threads > 0) {
-        char t[16];
+        char t[24];
         snprintf(t, sizeof t, "%lld", cf->threads);
         setenv("OMP_NUM_THREADS", t, 1);
     }
