@@ -291,9 +291,16 @@ void px_call_done(call *k, CURLcode rc)
         k->first_token_us = k->end_us;
         char extra[512];
         extra_headers(k, extra, sizeof extra);
-        agent_status = px_native_answer(k, c, extra);
-    } else if (k->route == R_COUNT_TOKENS && !k->native) {
-        agent_status = px_xl_count_answer(k, c);
+        al_slice agent;
+        agent_status = px_native_answer(k, &agent);
+        if (c)
+            px_conn_reply(c, agent_status, k->ctype[0] ? k->ctype : "application/json", extra,
+                          agent.p, agent.n);
+    } else if (k->route->count && !k->native) {
+        char *b = NULL;
+        agent_status = px_xl_count_answer(k, &b);
+        if (c) px_conn_reply(c, agent_status, "application/json", NULL, b ? b : "{}", b ? strlen(b) : 2);
+        free(b);
     } else if (k->xl) {
         if (k->status >= 200 && k->status < 300) {
             px_capture_fast(k, (const char *)k->body.data, k->body.len);
@@ -303,7 +310,9 @@ void px_call_done(call *k, CURLcode rc)
         }
         char extra[512];
         extra_headers(k, extra, sizeof extra);
-        agent_status = px_xl_answer(k, c, extra);
+        const char *b = "";
+        agent_status = px_xl_answer(k, &b);
+        if (c) px_conn_reply(c, agent_status, "application/json", extra, b, strlen(b));
     } else {
         agent_status = (int)k->status;
         const char *ct = k->ctype[0] ? k->ctype : "application/json";
@@ -321,7 +330,7 @@ void px_call_done(call *k, CURLcode rc)
             upstream_error_message(k);
         }
         char *am = NULL; /* the models list in Anthropic's shape */
-        if (k->route == R_MODELS && k->api == AL_API_MESSAGES && k->status == 200)
+        if (k->route->models && k->api == AL_API_MESSAGES && k->status == 200)
             am = px_models_anthropic((const char *)k->body.data, k->body.len);
         if (c && am) {
             px_conn_reply(c, agent_status, "application/json", NULL, am, strlen(am));
@@ -364,13 +373,9 @@ static int call_start(call *k)
     proxy *px = k->px;
     k->tries++;
     const char *base = px->cfg.upstreams[k->up_idx];
-    const char *path = k->native && k->route == R_RESPONSES      ? "/v1/responses"
-                       : k->native && k->route == R_MESSAGES     ? "/v1/messages"
-                       : k->native && k->route == R_COUNT_TOKENS ? "/v1/messages/count_tokens"
-                       : k->route == R_COMPL                     ? "/v1/completions"
-                       : k->route == R_MODELS       ? "/v1/models"
-                       : k->route == R_COUNT_TOKENS ? "/tokenize"
-                                                    : "/v1/chat/completions"; /* and translated */
+    const px_route *rt = k->route;
+    const char *path = k->native ? rt->upstream_native : rt->upstream;
+    int get = rt->upstream_method[0] == 'G'; /* no body */
     k->body.len = 0;
     k->status = 0;
     k->errbuf[0] = '\0';
@@ -389,10 +394,9 @@ static int call_start(call *k)
         k->sent_mono = al_mono_us();
         if (k->tries == 1) k->pre_us = k->sent_mono - k->t0_mono;
         long total_ms = px->cfg.upstream_timeout_ms;
-        k->uc = al_upc_start(px->upc, k->up_idx, k->route == R_MODELS ? "GET" : "POST", path, hdrs,
-                             k->route == R_MODELS ? NULL : k->up_body,
-                             k->route == R_MODELS ? 0 : k->up_len, px->cfg.connect_timeout_ms,
-                             total_ms, k);
+        k->uc = al_upc_start(px->upc, k->up_idx, rt->upstream_method, path, hdrs,
+                             get ? NULL : k->up_body, get ? 0 : k->up_len,
+                             px->cfg.connect_timeout_ms, total_ms, k);
         return k->uc ? 0 : -1;
     }
     if (px->n_easy_pool) {
@@ -423,7 +427,7 @@ static int call_start(call *k)
 #endif
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, px->cfg.connect_timeout_ms);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, px->cfg.upstream_timeout_ms);
-    if (k->route != R_MODELS) {
+    if (!get) {
         curl_easy_setopt(e, CURLOPT_POST, 1L);
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, k->up_body);
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)k->up_len);
@@ -490,6 +494,36 @@ static int keep_bodies(call *k, conn *c, char *up, size_t up_len)
     return 0;
 }
 
+/* A translated call's request (apis.c: prepare is px_xl_prepare or px_xl_prepare_count):
+ * 0 with *up, or -1 after answering c (415, the API's refusal in its shape, 500). */
+static int xl_prepare(call *k, conn *c,
+                      int (*prepare)(call *, al_slice, char **, size_t *, al_xl_err *), al_api api,
+                      char **up, size_t *up_len)
+{
+    if (!px_conn_is_json(c)) {
+        px_conn_error(c, 415, "invalid_request_error", "unsupported_media_type",
+                      "Content-Type must be application/json");
+        return -1;
+    }
+    al_xl_err err;
+    int rc = prepare(k, c->body, up, up_len, &err);
+    if (rc == -1) {
+        char *b = al_xl_error_body(api, err.status, err.type, err.code, err.message);
+        px_conn_reply_error(c, err.status, b ? b : "{\"error\":{\"message\":\"error\"}}",
+                            err.message);
+        free(b);
+    } else if (rc != 0) {
+        px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
+    }
+    return rc ? -1 : 0;
+}
+
+/* The agent's bytes of a stream (capture.c, apis.c): to its connection. */
+static void call_emit(call *k, const char *data, size_t len)
+{
+    if (k->c) px_conn_stream_write(k->c, data, len);
+}
+
 void px_start_llm_call(conn *c, ident *id)
 {
     proxy *px = c->px;
@@ -526,16 +560,15 @@ void px_start_llm_call(conn *c, ident *id)
         return;
     }
     k->px = px;
-    k->route = c->route;
-    k->api = c->route == R_RESPONSES                                ? AL_API_RESPONSES
-             : c->route == R_MESSAGES || c->route == R_COUNT_TOKENS ? AL_API_MESSAGES
-                                                                    : AL_API_CHAT;
-    if (c->route == R_MODELS && al_http_header_get(&c->head, "anthropic-version"))
+    k->emit = call_emit;
+    const px_route *rt = c->route;
+    k->route = rt;
+    k->api = rt->api;
+    if (rt->models && al_http_header_get(&c->head, "anthropic-version"))
         k->api = AL_API_MESSAGES; /* the list in Anthropic's shape */
-    k->is_chat = c->route == R_CHAT || c->route == R_RESPONSES || c->route == R_MESSAGES;
-    k->capture = c->route != R_MODELS && c->route != R_COUNT_TOKENS;
-    k->native = (c->route == R_RESPONSES || c->route == R_MESSAGES || c->route == R_COUNT_TOKENS) &&
-                (px->cfg.native >> k->api & 1u);
+    k->is_chat = rt->chat;
+    k->capture = rt->capture;
+    k->native = rt->native && (px->cfg.native >> k->api & 1u);
     k->policy_version = -1;
     k->id = *id;
     k->start_us = c->start_us;
@@ -555,7 +588,7 @@ void px_start_llm_call(conn *c, ident *id)
     const al_slice *tp = al_http_header_get(&c->head, "traceparent");
     if (tp && tp->n == 55) {
         al_span tmp;
-        px_span_init(px, &tmp, id, 0, c, k->trace, k->span_id, k->parent);
+        px_span_init(px, &tmp, id, 0, &c->head, k->trace, k->span_id, k->parent);
         k->parent_set = tmp.parent_span_id != NULL;
     } else {
         px_rand_hex(px, k->trace, 32);
@@ -563,18 +596,25 @@ void px_start_llm_call(conn *c, ident *id)
     if (k->native) {
         size_t up_len = 0;
         char *up = NULL;
-        if (k->capture ? px_native_prepare(k, c, &up, &up_len) != 0 : !(up = slice_dup(c->body))) {
-            if (!k->capture) px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
-            call_free(k); /* answered */
+        json_t *req = NULL;
+        if (k->capture && !(req = px_conn_body_json(c, 1))) {
+            call_free(k); /* answered: 415 or 400 */
             return;
         }
-        if (!k->capture) up_len = c->body.n;
+        up = req ? px_native_request(k, req) : slice_dup(c->body);
+        up_len = up && req ? strlen(up) : c->body.n;
+        json_decref(req);
+        if (!up) {
+            px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
+            call_free(k);
+            return;
+        }
         if (keep_bodies(k, c, up, up_len)) return;
-    } else if (c->route == R_COUNT_TOKENS) {
+    } else if (rt->count) {
         size_t up_len = 0;
         char *up = NULL;
-        if (px_xl_prepare_count(k, c, &up, &up_len) != 0) { /* answered */
-            call_free(k);
+        if (xl_prepare(k, c, px_xl_prepare_count, AL_API_MESSAGES, &up, &up_len) != 0) {
+            call_free(k); /* answered */
             return;
         }
         k->up_body = up;
@@ -582,8 +622,8 @@ void px_start_llm_call(conn *c, ident *id)
     } else if (k->capture && k->api) {
         size_t up_len = 0;
         char *up = NULL;
-        if (px_xl_prepare(k, c, &up, &up_len) != 0) { /* answered */
-            call_free(k);
+        if (xl_prepare(k, c, px_xl_prepare, k->api, &up, &up_len) != 0) {
+            call_free(k); /* answered */
             return;
         }
         if (keep_bodies(k, c, up, up_len)) return;
@@ -633,7 +673,7 @@ void px_start_llm_call(conn *c, ident *id)
         char h[1100];
         snprintf(h, sizeof h, "Authorization: Bearer %s", px->cfg.upstream_key);
         k->hdrs = curl_slist_append(k->hdrs, h);
-    } else if (px->cfg.forward_agent_auth && px_api_key(c, &tok) && tok.n < 1000 &&
+    } else if (px->cfg.forward_agent_auth && px_api_key(&c->head, &tok) && tok.n < 1000 &&
                !px_session_find(px, tok.p, tok.n)) {
         char h[1100];
         snprintf(h, sizeof h, "Authorization: Bearer %.*s", (int)tok.n, tok.p);

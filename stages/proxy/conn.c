@@ -25,10 +25,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static const char *route_names[R_COUNT] = {
-    "chat_completions", "completions", "models",   "reward", "end",          "sessions", "healthz",
-    "metrics",          "responses",   "messages", "root",   "count_tokens", "unknown"};
-
 static const char *status_text(int st)
 {
     switch (st) {
@@ -75,7 +71,7 @@ static const char *status_text(int st)
     }
 }
 
-static void count_request(proxy *px, int route, int status)
+static void count_request(proxy *px, const px_route *route, int status)
 {
     for (size_t i = 0; i < px->nseries; i++)
         if (px->series[i].route == route && px->series[i].status == status) {
@@ -86,7 +82,7 @@ static void count_request(proxy *px, int route, int status)
     snprintf(st, sizeof st, "%d", status);
     al_counter *c = al_metrics_counter(px->metrics, "arclight_proxy_requests_total",
                                        "Requests answered, by route and HTTP status", "route",
-                                       route_names[route], "status", st, NULL);
+                                       route->name, "status", st, NULL);
     if (px->nseries < AL_ARRAY_LEN(px->series))
         px->series[px->nseries++] = (status_series){route, status, c};
     al_counter_inc(c);
@@ -167,12 +163,12 @@ static const char *reply_why; /* the error being answered, for its access-log li
 static void access_log_request(const conn *c, int status)
 {
     if (!c->px->cfg.access_log || !c->req || c->call) return;
-    if (status == 200 && (c->route == R_HEALTH || c->route == R_METRICS || c->route == R_ROOT))
+    if (status == 200 && c->route->quiet)
         return;
     size_t ml = c->head.method.n > 32 ? 32 : c->head.method.n;
     size_t tl = c->head.target.n > 400 ? 400 : c->head.target.n;
     al_log_info("proxy.access", "method=%.*s path=%.*s status=%d route=%s ms=%.3f%s%.300s", (int)ml,
-                c->head.method.p, (int)tl, c->head.target.p, status, route_names[c->route],
+                c->head.method.p, (int)tl, c->head.target.p, status, c->route->name,
                 (double)(al_mono_us() - c->t0_mono) / 1000.0, reply_why ? " error=" : "",
                 reply_why ? reply_why : "");
 }
@@ -221,7 +217,7 @@ void px_conn_error(conn *c, int status, const char *type, const char *code, cons
     if (n > 0 && (size_t)n >= sizeof msg) len = al_utf8_cut(msg, (size_t)n, len);
     al_utf8_clean(msg, len, clean, sizeof clean);
     /* on the Messages route, Anthropic's {"type":"error","error":{...}} */
-    char *body = al_xl_error_body(c->route == R_MESSAGES ? AL_API_MESSAGES : AL_API_CHAT, status,
+    char *body = al_xl_error_body(c->route->error_api, status,
                                   type, code, clean);
     const char *b = body ? body : "{\"error\":{\"message\":\"error\"}}";
     px_conn_reply_error(c, status, b, clean);
@@ -370,7 +366,7 @@ static void conn_on_timeout(evutil_socket_t fd, short what, void *arg)
     if (!c->write_blocked && c->state == C_READ && c->req_len == 0 &&
         (c->in_len > 0 || c->in_chunked)) {
         c->keep_alive = 0;
-        c->route = R_OTHER;
+        c->route = &px_route_unknown;
         px_conn_error(c, 408, "invalid_request_error", "request_timeout",
                       "the request was not received in time");
         conn_stop_reading(c);
@@ -488,7 +484,7 @@ static void conn_read_cb(conn *c)
     char err[128];
     int hl = al_http_parse_head(p, look, &lim, &c->head, err, sizeof err);
     if (hl == 0) return;
-    c->route = R_OTHER;
+    c->route = &px_route_unknown;
     if (hl < 0) {
         c->keep_alive = 0;
         conn_stop_reading(c);
@@ -617,7 +613,7 @@ void px_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
         ssize_t w = send(fd, busy, (size_t)bl, MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)w;
         evutil_closesocket(fd);
-        count_request(px, R_OTHER, 503);
+        count_request(px, &px_route_unknown, 503);
         return;
     }
     int one = 1;
@@ -630,6 +626,7 @@ void px_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
     }
     c->px = px;
     c->fd = fd;
+    c->route = &px_route_unknown;
     c->rev = event_new(px->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
     c->wev = event_new(px->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
     c->tev = evtimer_new(px->base, conn_on_timeout, c);
