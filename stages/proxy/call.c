@@ -524,12 +524,14 @@ static void call_emit(call *k, const char *data, size_t len)
     if (k->c) px_conn_stream_write(k->c, data, len);
 }
 
-void px_start_llm_call(conn *c, ident *id)
+/* Whether c's request may become a call: not while draining, with room in the spool, and
+ * with what the span takes from the agent in UTF-8. 0, or -1 after answering c. */
+static int call_admit(conn *c)
 {
     proxy *px = c->px;
     if (px->draining) {
         px_conn_error(c, 503, "server_error", "shutting_down", "the proxy is shutting down");
-        return;
+        return -1;
     }
     if (al_spool_full(px->spool, c->body.n * 2 + 4096)) {
         al_counter_inc(px->rejected_spool_full);
@@ -539,7 +541,7 @@ void px_start_llm_call(conn *c, ident *id)
                       "the proxy's span spool is full (%" PRIu64 " bytes, %" PRIu64
                       " spans waiting for Kafka at %s); calls resume when the broker takes them",
                       st.bytes, st.records, px->cfg.spool_dir);
-        return;
+        return -1;
     }
     /* what the span takes from the agent must be UTF-8 (an Avro string that is not makes a
      * span no reader decodes), and JSON is UTF-8 anyway (RFC 8259): refused at the door */
@@ -547,13 +549,112 @@ void px_start_llm_call(conn *c, ident *id)
     if (ag && px_utf8_invalid(ag->p, ag->n)) {
         px_conn_error(c, 400, "invalid_request_error", "invalid_header",
                       "X-Arclight-Agent is not valid UTF-8");
-        return;
+        return -1;
     }
     if (px_utf8_invalid(c->body.p, c->body.n)) {
         px_conn_error(c, 400, "invalid_request_error", "invalid_json",
                       "the request body is not valid UTF-8 (JSON is UTF-8)");
-        return;
+        return -1;
     }
+    return 0;
+}
+
+/* The body to send upstream (k->up_body) for c's request by k's route: passed through
+ * (native), translated (count_tokens, Responses, Messages) or rewritten for capture; the
+ * agent's own request kept for the span. 0, or -1 after answering c and freeing k. */
+static int call_request_body(call *k, conn *c)
+{
+    if (k->native) {
+        size_t up_len = 0;
+        char *up = NULL;
+        json_t *req = NULL;
+        if (k->capture && !(req = px_conn_body_json(c, 1))) {
+            call_free(k); /* answered: 415 or 400 */
+            return -1;
+        }
+        up = req ? px_native_request(k, req) : slice_dup(c->body);
+        up_len = up && req ? strlen(up) : c->body.n;
+        json_decref(req);
+        if (!up) {
+            px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
+            call_free(k);
+            return -1;
+        }
+        if (keep_bodies(k, c, up, up_len)) return -1;
+    } else if (k->route->count) {
+        size_t up_len = 0;
+        char *up = NULL;
+        if (xl_prepare(k, c, px_xl_prepare_count, AL_API_MESSAGES, &up, &up_len) != 0) {
+            call_free(k); /* answered */
+            return -1;
+        }
+        k->up_body = up;
+        k->up_len = up_len;
+    } else if (k->capture && k->api) {
+        size_t up_len = 0;
+        char *up = NULL;
+        if (xl_prepare(k, c, px_xl_prepare, k->api, &up, &up_len) != 0) {
+            call_free(k); /* answered */
+            return -1;
+        }
+        if (keep_bodies(k, c, up, up_len)) return -1;
+    } else if (k->capture) {
+        size_t up_len = 0;
+        char *up = px_conn_is_json(c) ? px_rewrite_fast(k, c->body.p, c->body.n, &up_len) : NULL;
+        if (!up) {
+            free(k->model);
+            k->model = NULL;
+            k->stream = k->want_logprobs = k->want_token_ids = k->injected_usage = 0;
+            json_t *req = px_conn_body_json(c, 1);
+            if (!req) {
+                call_free(k);
+                return -1;
+            }
+            up = px_rewrite_request(k, req);
+            json_decref(req);
+            up_len = up ? strlen(up) : 0;
+        }
+        if (keep_bodies(k, c, up, up_len)) return -1;
+    }
+    return 0;
+}
+
+/* The upstream request's headers (k->hdrs): JSON, no Expect, the agent's API's own headers
+ * when passed through, and the upstream key or the agent's own when forwarded. */
+static void call_upstream_headers(call *k, const conn *c)
+{
+    proxy *px = k->px;
+    k->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    k->hdrs = curl_slist_append(k->hdrs, "Expect:");
+    if (k->native && k->api == AL_API_MESSAGES) { /* the agent's API's own headers */
+        static const char *const fwd[] = {"anthropic-version", "anthropic-beta"};
+        for (size_t i = 0; i < AL_ARRAY_LEN(fwd); i++) {
+            const al_slice *v = al_http_header_get(&c->head, fwd[i]);
+            char h[600];
+            if (v && v->n < 500 && !memchr(v->p, '\r', v->n) && !memchr(v->p, '\n', v->n)) {
+                snprintf(h, sizeof h, "%s: %.*s", fwd[i], (int)v->n, v->p);
+                k->hdrs = curl_slist_append(k->hdrs, h);
+            }
+        }
+    }
+    al_slice tok;
+    if (px->cfg.upstream_key) {
+        char h[1100];
+        snprintf(h, sizeof h, "Authorization: Bearer %s", px->cfg.upstream_key);
+        k->hdrs = curl_slist_append(k->hdrs, h);
+    } else if (px->cfg.forward_agent_auth && px_api_key(&c->head, &tok) && tok.n < 1000 &&
+               !px_session_find(px, tok.p, tok.n)) {
+        char h[1100];
+        snprintf(h, sizeof h, "Authorization: Bearer %.*s", (int)tok.n, tok.p);
+        k->hdrs = curl_slist_append(k->hdrs, h);
+    }
+}
+
+void px_start_llm_call(conn *c, ident *id)
+{
+    proxy *px = c->px;
+    if (call_admit(c) != 0) return;
+    const al_slice *ag = al_http_header_get(&c->head, "x-arclight-agent");
     call *k = calloc(1, sizeof *k);
     if (!k) {
         px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
@@ -593,58 +694,7 @@ void px_start_llm_call(conn *c, ident *id)
     } else {
         px_rand_hex(px, k->trace, 32);
     }
-    if (k->native) {
-        size_t up_len = 0;
-        char *up = NULL;
-        json_t *req = NULL;
-        if (k->capture && !(req = px_conn_body_json(c, 1))) {
-            call_free(k); /* answered: 415 or 400 */
-            return;
-        }
-        up = req ? px_native_request(k, req) : slice_dup(c->body);
-        up_len = up && req ? strlen(up) : c->body.n;
-        json_decref(req);
-        if (!up) {
-            px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
-            call_free(k);
-            return;
-        }
-        if (keep_bodies(k, c, up, up_len)) return;
-    } else if (rt->count) {
-        size_t up_len = 0;
-        char *up = NULL;
-        if (xl_prepare(k, c, px_xl_prepare_count, AL_API_MESSAGES, &up, &up_len) != 0) {
-            call_free(k); /* answered */
-            return;
-        }
-        k->up_body = up;
-        k->up_len = up_len;
-    } else if (k->capture && k->api) {
-        size_t up_len = 0;
-        char *up = NULL;
-        if (xl_prepare(k, c, px_xl_prepare, k->api, &up, &up_len) != 0) {
-            call_free(k); /* answered */
-            return;
-        }
-        if (keep_bodies(k, c, up, up_len)) return;
-    } else if (k->capture) {
-        size_t up_len = 0;
-        char *up = px_conn_is_json(c) ? px_rewrite_fast(k, c->body.p, c->body.n, &up_len) : NULL;
-        if (!up) {
-            free(k->model);
-            k->model = NULL;
-            k->stream = k->want_logprobs = k->want_token_ids = k->injected_usage = 0;
-            json_t *req = px_conn_body_json(c, 1);
-            if (!req) {
-                call_free(k);
-                return;
-            }
-            up = px_rewrite_request(k, req);
-            json_decref(req);
-            up_len = up ? strlen(up) : 0;
-        }
-        if (keep_bodies(k, c, up, up_len)) return;
-    }
+    if (call_request_body(k, c) != 0) return;
     if (k->capture) {
         rollout_ent *r = px_rollout_of(px, &k->id);
         if (!r) {
@@ -655,30 +705,7 @@ void px_start_llm_call(conn *c, ident *id)
         k->seq = r->next_seq++;
         r->last_call_seq = k->seq;
     }
-    k->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-    k->hdrs = curl_slist_append(k->hdrs, "Expect:");
-    if (k->native && k->api == AL_API_MESSAGES) { /* the agent's API's own headers */
-        static const char *const fwd[] = {"anthropic-version", "anthropic-beta"};
-        for (size_t i = 0; i < AL_ARRAY_LEN(fwd); i++) {
-            const al_slice *v = al_http_header_get(&c->head, fwd[i]);
-            char h[600];
-            if (v && v->n < 500 && !memchr(v->p, '\r', v->n) && !memchr(v->p, '\n', v->n)) {
-                snprintf(h, sizeof h, "%s: %.*s", fwd[i], (int)v->n, v->p);
-                k->hdrs = curl_slist_append(k->hdrs, h);
-            }
-        }
-    }
-    al_slice tok;
-    if (px->cfg.upstream_key) {
-        char h[1100];
-        snprintf(h, sizeof h, "Authorization: Bearer %s", px->cfg.upstream_key);
-        k->hdrs = curl_slist_append(k->hdrs, h);
-    } else if (px->cfg.forward_agent_auth && px_api_key(&c->head, &tok) && tok.n < 1000 &&
-               !px_session_find(px, tok.p, tok.n)) {
-        char h[1100];
-        snprintf(h, sizeof h, "Authorization: Bearer %.*s", (int)tok.n, tok.p);
-        k->hdrs = curl_slist_append(k->hdrs, h);
-    }
+    call_upstream_headers(k, c);
     /* sticky routing: a rollout's calls go to one upstream (prefix-cache reuse) */
     k->up_idx = (int)(px_fnv1a(id->rollout) % px->cfg.n_upstreams);
     k->c = c;
