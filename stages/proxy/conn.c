@@ -5,9 +5,10 @@
  * enforced here, with their 4xx),
  * the read and write timeouts, and every answer the proxy writes: whole replies, JSON errors
  * and chunked streams. Answers are queued and leave at the end of the loop turn that made
- * them (px_conn_flush_turn), after that turn's spans are on disk. A complete request goes to
- * px_dispatch (routes.c); a connection that goes away detaches its call (call.c), which goes
- * on for its span.
+ * them (px_conn_flush_turn), after that turn's spans are on disk. conn.c knows no file above
+ * it: it calls up only through px->hooks (main.c sets them): the turn's spans to disk before
+ * its answers leave, a complete request to routes.c, a connection that goes away to its call
+ * (call.c), which goes on for its span, and a paused stream's answer written.
  */
 #include "proxy.h"
 
@@ -291,7 +292,7 @@ static void conn_timeouts(conn *c, int reading)
  * reading (or closes). May free c. */
 static void conn_written(conn *c)
 {
-    if (c->state == C_STREAM && c->call && px_call_resume(c->call)) return;
+    if (c->state == C_STREAM && c->call && c->px->hooks.written(c->call)) return;
     if (c->state != C_WRITING) return;
     if (!c->keep_alive) {
         px_conn_free(c);
@@ -343,7 +344,7 @@ static void conn_on_write(evutil_socket_t fd, short what, void *arg)
 void px_conn_flush_turn(evutil_socket_t fd, short what, void *arg)
 {
     proxy *px = arg;
-    px_spool_flush_cb(fd, what, px);
+    px->hooks.turn_end(fd, what, px);
     px->wbatch = px->wq_head;
     px->wq_head = px->wq_tail = NULL;
     conn *c;
@@ -422,7 +423,7 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
 void px_conn_free(conn *c)
 {
     proxy *px = c->px;
-    if (c->call) px_call_detach(c->call);
+    if (c->call) px->hooks.gone(c->call);
     conn_unqueue(c);
     if (c->prev)
         c->prev->next = c->next;
@@ -590,7 +591,7 @@ static void conn_read_cb(conn *c)
     c->start_us = al_now_us();
     c->state = C_BUSY;
     conn_timeouts(c, 0);
-    px_dispatch(c);
+    px->hooks.request(c);
 }
 
 void px_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,

@@ -7,7 +7,8 @@
  * through the call's emit hook):
  *   conn.c        the inbound connection layer: agents' sockets, reading a request (lib/http's
  *                 parser reads the head and a chunked body), answers written at the end of
- *                 the loop turn; the answers the layers below write (px_conn_reply...)
+ *                 the loop turn; the answers the layers below write (px_conn_reply...). It names no
+ *                 file above it: it calls routes.c, call.c and spans.c through px->hooks
  *   routes.c      the routes, a table (px_route: method, paths, API, capture and native
  *                 flags, handler) looked up once per request, and the control endpoints
  *                 (probes, metrics, reward, end, sessions)
@@ -160,8 +161,19 @@ typedef struct status_series {
 typedef struct call call;
 typedef struct px_store px_store; /* apis.c: responses kept for previous_response_id */
 
+/* What conn.c calls when the network acts (main.c sets them, so that conn.c names no file
+ * above it). */
+typedef struct px_conn_hooks {
+    event_callback_fn turn_end; /* before the turn's answers leave (spans.c: its spans to disk) */
+    void (*request)(conn *c);   /* a complete request (routes.c: px_dispatch) */
+    void (*gone)(call *k);      /* its agent's connection went away (call.c: px_call_detach) */
+    int (*written)(call *k);    /* a stream's queued bytes left; 1 when it had been paused and
+                                   goes on (call.c: px_call_resume) */
+} px_conn_hooks;
+
 typedef struct proxy {
     pconf cfg;
+    px_conn_hooks hooks;
     struct event_base *base;
     struct evconnlistener *listener;
     CURLM *multi;
