@@ -136,70 +136,38 @@ void px_store_free(px_store *s)
  * A translated call
  * ------------------------------------------------------------------------------------------ */
 
-static void reply_error(conn *c, al_api api, int status, const char *type, const char *code,
-                        const char *message)
-{
-    char *b = al_xl_error_body(api, status, type, code, message);
-    const char *body = b ? b : "{\"error\":{\"message\":\"error\"}}";
-    px_conn_reply_error(c, status, body, message);
-    free(b);
-}
-
-int px_xl_prepare(call *k, conn *c, char **up, size_t *up_len)
+int px_xl_prepare(call *k, al_slice body, char **up, size_t *up_len, al_xl_err *err)
 {
     proxy *px = k->px;
-    if (!px_conn_is_json(c)) {
-        px_conn_error(c, 415, "invalid_request_error", "unsupported_media_type",
-                      "Content-Type must be application/json");
-        return -1;
-    }
     char seed[25];
     px_rand_hex(px, seed, 24);
     al_xl_env env = {seed, (int64_t)time(NULL), px->store ? store_lookup : NULL, px->store, 0};
-    al_xl_err err;
     json_t *chat = NULL;
-    k->xl = al_xl_request(k->api, c->body.p, c->body.n, &env, &chat, &err);
-    if (!k->xl) {
-        reply_error(c, k->api, err.status, err.type, err.code, err.message);
-        return -1;
-    }
+    k->xl = al_xl_request(k->api, body.p, body.n, &env, &chat, err);
+    if (!k->xl) return -1;
     *up = px_rewrite_request(k, chat);
     json_decref(chat);
-    if (!*up) {
-        px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
-        return -1;
-    }
+    if (!*up) return -2;
     *up_len = strlen(*up);
     return 0;
 }
 
-int px_xl_prepare_count(call *k, conn *c, char **up, size_t *up_len)
+int px_xl_prepare_count(call *k, al_slice body, char **up, size_t *up_len, al_xl_err *err)
 {
-    if (!px_conn_is_json(c)) {
-        px_conn_error(c, 415, "invalid_request_error", "unsupported_media_type",
-                      "Content-Type must be application/json");
-        return -1;
-    }
+    (void)k;
     al_xl_env env = {"count", 0, NULL, NULL, 1};
-    al_xl_err err;
     json_t *chat = NULL;
-    al_xl *x = al_xl_request(AL_API_MESSAGES, c->body.p, c->body.n, &env, &chat, &err);
-    if (!x) {
-        reply_error(c, AL_API_MESSAGES, err.status, err.type, err.code, err.message);
-        return -1;
-    }
+    al_xl *x = al_xl_request(AL_API_MESSAGES, body.p, body.n, &env, &chat, err);
+    if (!x) return -1;
     al_xl_free(x);
     *up = json_dumps(chat, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(chat);
-    if (!*up) {
-        px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
-        return -1;
-    }
+    if (!*up) return -2;
     *up_len = strlen(*up);
     return 0;
 }
 
-int px_xl_count_answer(call *k, conn *c)
+int px_xl_count_answer(call *k, char **agent)
 {
     json_t *o = json_loadb((const char *)k->body.data, k->body.len, JSON_ALLOW_NUL, NULL);
     json_t *n = json_object_get(o, "count");
@@ -219,8 +187,7 @@ int px_xl_count_answer(call *k, conn *c)
         b = al_xl_error_body(AL_API_MESSAGES, status, NULL, NULL, m ? m : "the upstream failed");
     }
     json_decref(o);
-    if (c) px_conn_reply(c, status, "application/json", NULL, b ? b : "{}", b ? strlen(b) : 2);
-    free(b);
+    *agent = b;
     return status;
 }
 
@@ -240,7 +207,7 @@ static void store_answer(call *k)
     px_store_put(px->store, al_xl_id(k->xl), conv, bytes);
 }
 
-int px_xl_answer(call *k, conn *c, const char *extra)
+int px_xl_answer(call *k, const char **agent)
 {
     int status = (int)k->status;
     if (k->status >= 200 && k->status < 300) {
@@ -258,15 +225,13 @@ int px_xl_answer(call *k, conn *c, const char *extra)
                                        err.message);
             free(k->agent_answer);
             k->agent_answer = b;
-            if (c)
-                px_conn_reply(c, status, "application/json", extra, b ? b : "", b ? strlen(b) : 0);
+            *agent = b ? b : "";
             return status;
         }
         keep_answer(k, ans);
         json_decref(ans);
         store_answer(k);
-        const char *b = k->agent_answer ? k->agent_answer : "{}";
-        if (c) px_conn_reply(c, status, "application/json", extra, b, strlen(b));
+        *agent = k->agent_answer ? k->agent_answer : "{}";
         return status;
     }
     /* an error of the upstream's, in the agent's API's terms (its message kept) */
@@ -280,13 +245,13 @@ int px_xl_answer(call *k, conn *c, const char *extra)
     json_decref(o);
     free(k->agent_answer);
     k->agent_answer = b;
-    if (c) px_conn_reply(c, status, "application/json", extra, b ? b : "", b ? strlen(b) : 0);
+    *agent = b ? b : "";
     return status;
 }
 
 static void stream_out(call *k)
 {
-    if (k->c && k->xout.n) px_conn_stream_write(k->c, k->xout.p, k->xout.n);
+    if (k->c && k->xout.n) k->emit(k, k->xout.p, k->xout.n);
     k->xout.n = 0;
 }
 

@@ -291,9 +291,16 @@ void px_call_done(call *k, CURLcode rc)
         k->first_token_us = k->end_us;
         char extra[512];
         extra_headers(k, extra, sizeof extra);
-        agent_status = px_native_answer(k, c, extra);
-    } else if (k->route == R_COUNT_TOKENS && !k->native) {
-        agent_status = px_xl_count_answer(k, c);
+        al_slice agent;
+        agent_status = px_native_answer(k, &agent);
+        if (c)
+            px_conn_reply(c, agent_status, k->ctype[0] ? k->ctype : "application/json", extra,
+                          agent.p, agent.n);
+    } else if (k->route->count && !k->native) {
+        char *b = NULL;
+        agent_status = px_xl_count_answer(k, &b);
+        if (c) px_conn_reply(c, agent_status, "application/json", NULL, b ? b : "{}", b ? strlen(b) : 2);
+        free(b);
     } else if (k->xl) {
         if (k->status >= 200 && k->status < 300) {
             px_capture_fast(k, (const char *)k->body.data, k->body.len);
@@ -303,7 +310,9 @@ void px_call_done(call *k, CURLcode rc)
         }
         char extra[512];
         extra_headers(k, extra, sizeof extra);
-        agent_status = px_xl_answer(k, c, extra);
+        const char *b = "";
+        agent_status = px_xl_answer(k, &b);
+        if (c) px_conn_reply(c, agent_status, "application/json", extra, b, strlen(b));
     } else {
         agent_status = (int)k->status;
         const char *ct = k->ctype[0] ? k->ctype : "application/json";
@@ -321,7 +330,7 @@ void px_call_done(call *k, CURLcode rc)
             upstream_error_message(k);
         }
         char *am = NULL; /* the models list in Anthropic's shape */
-        if (k->route == R_MODELS && k->api == AL_API_MESSAGES && k->status == 200)
+        if (k->route->models && k->api == AL_API_MESSAGES && k->status == 200)
             am = px_models_anthropic((const char *)k->body.data, k->body.len);
         if (c && am) {
             px_conn_reply(c, agent_status, "application/json", NULL, am, strlen(am));
@@ -364,13 +373,9 @@ static int call_start(call *k)
     proxy *px = k->px;
     k->tries++;
     const char *base = px->cfg.upstreams[k->up_idx];
-    const char *path = k->native && k->route == R_RESPONSES      ? "/v1/responses"
-                       : k->native && k->route == R_MESSAGES     ? "/v1/messages"
-                       : k->native && k->route == R_COUNT_TOKENS ? "/v1/messages/count_tokens"
-                       : k->route == R_COMPL                     ? "/v1/completions"
-                       : k->route == R_MODELS       ? "/v1/models"
-                       : k->route == R_COUNT_TOKENS ? "/tokenize"
-                                                    : "/v1/chat/completions"; /* and translated */
+    const px_route *rt = k->route;
+    const char *path = k->native ? rt->upstream_native : rt->upstream;
+    int get = rt->upstream_method[0] == 'G'; /* no body */
     k->body.len = 0;
     k->status = 0;
     k->errbuf[0] = '\0';
@@ -389,10 +394,9 @@ static int call_start(call *k)
         k->sent_mono = al_mono_us();
         if (k->tries == 1) k->pre_us = k->sent_mono - k->t0_mono;
         long total_ms = px->cfg.upstream_timeout_ms;
-        k->uc = al_upc_start(px->upc, k->up_idx, k->route == R_MODELS ? "GET" : "POST", path, hdrs,
-                             k->route == R_MODELS ? NULL : k->up_body,
-                             k->route == R_MODELS ? 0 : k->up_len, px->cfg.connect_timeout_ms,
-                             total_ms, k);
+        k->uc = al_upc_start(px->upc, k->up_idx, rt->upstream_method, path, hdrs,
+                             get ? NULL : k->up_body, get ? 0 : k->up_len,
+                             px->cfg.connect_timeout_ms, total_ms, k);
         return k->uc ? 0 : -1;
     }
     if (px->n_easy_pool) {
@@ -423,7 +427,7 @@ static int call_start(call *k)
 #endif
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, px->cfg.connect_timeout_ms);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, px->cfg.upstream_timeout_ms);
-    if (k->route != R_MODELS) {
+    if (!get) {
         curl_easy_setopt(e, CURLOPT_POST, 1L);
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, k->up_body);
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)k->up_len);
@@ -490,12 +494,44 @@ static int keep_bodies(call *k, conn *c, char *up, size_t up_len)
     return 0;
 }
 
-void px_start_llm_call(conn *c, ident *id)
+/* A translated call's request (apis.c: prepare is px_xl_prepare or px_xl_prepare_count):
+ * 0 with *up, or -1 after answering c (415, the API's refusal in its shape, 500). */
+static int xl_prepare(call *k, conn *c,
+                      int (*prepare)(call *, al_slice, char **, size_t *, al_xl_err *), al_api api,
+                      char **up, size_t *up_len)
+{
+    if (!px_conn_is_json(c)) {
+        px_conn_error(c, 415, "invalid_request_error", "unsupported_media_type",
+                      "Content-Type must be application/json");
+        return -1;
+    }
+    al_xl_err err;
+    int rc = prepare(k, c->body, up, up_len, &err);
+    if (rc == -1) {
+        char *b = al_xl_error_body(api, err.status, err.type, err.code, err.message);
+        px_conn_reply_error(c, err.status, b ? b : "{\"error\":{\"message\":\"error\"}}",
+                            err.message);
+        free(b);
+    } else if (rc != 0) {
+        px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
+    }
+    return rc ? -1 : 0;
+}
+
+/* The agent's bytes of a stream (capture.c, apis.c): to its connection. */
+static void call_emit(call *k, const char *data, size_t len)
+{
+    if (k->c) px_conn_stream_write(k->c, data, len);
+}
+
+/* Whether c's request may become a call: not while draining, with room in the spool, and
+ * with what the span takes from the agent in UTF-8. 0, or -1 after answering c. */
+static int call_admit(conn *c)
 {
     proxy *px = c->px;
     if (px->draining) {
         px_conn_error(c, 503, "server_error", "shutting_down", "the proxy is shutting down");
-        return;
+        return -1;
     }
     if (al_spool_full(px->spool, c->body.n * 2 + 4096)) {
         al_counter_inc(px->rejected_spool_full);
@@ -505,7 +541,7 @@ void px_start_llm_call(conn *c, ident *id)
                       "the proxy's span spool is full (%" PRIu64 " bytes, %" PRIu64
                       " spans waiting for Kafka at %s); calls resume when the broker takes them",
                       st.bytes, st.records, px->cfg.spool_dir);
-        return;
+        return -1;
     }
     /* what the span takes from the agent must be UTF-8 (an Avro string that is not makes a
      * span no reader decodes), and JSON is UTF-8 anyway (RFC 8259): refused at the door */
@@ -513,29 +549,127 @@ void px_start_llm_call(conn *c, ident *id)
     if (ag && px_utf8_invalid(ag->p, ag->n)) {
         px_conn_error(c, 400, "invalid_request_error", "invalid_header",
                       "X-Arclight-Agent is not valid UTF-8");
-        return;
+        return -1;
     }
     if (px_utf8_invalid(c->body.p, c->body.n)) {
         px_conn_error(c, 400, "invalid_request_error", "invalid_json",
                       "the request body is not valid UTF-8 (JSON is UTF-8)");
-        return;
+        return -1;
     }
+    return 0;
+}
+
+/* The body to send upstream (k->up_body) for c's request by k's route: passed through
+ * (native), translated (count_tokens, Responses, Messages) or rewritten for capture; the
+ * agent's own request kept for the span. 0, or -1 after answering c and freeing k. */
+static int call_request_body(call *k, conn *c)
+{
+    if (k->native) {
+        size_t up_len = 0;
+        char *up = NULL;
+        json_t *req = NULL;
+        if (k->capture && !(req = px_conn_body_json(c, 1))) {
+            call_free(k); /* answered: 415 or 400 */
+            return -1;
+        }
+        up = req ? px_native_request(k, req) : slice_dup(c->body);
+        up_len = up && req ? strlen(up) : c->body.n;
+        json_decref(req);
+        if (!up) {
+            px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
+            call_free(k);
+            return -1;
+        }
+        if (keep_bodies(k, c, up, up_len)) return -1;
+    } else if (k->route->count) {
+        size_t up_len = 0;
+        char *up = NULL;
+        if (xl_prepare(k, c, px_xl_prepare_count, AL_API_MESSAGES, &up, &up_len) != 0) {
+            call_free(k); /* answered */
+            return -1;
+        }
+        k->up_body = up;
+        k->up_len = up_len;
+    } else if (k->capture && k->api) {
+        size_t up_len = 0;
+        char *up = NULL;
+        if (xl_prepare(k, c, px_xl_prepare, k->api, &up, &up_len) != 0) {
+            call_free(k); /* answered */
+            return -1;
+        }
+        if (keep_bodies(k, c, up, up_len)) return -1;
+    } else if (k->capture) {
+        size_t up_len = 0;
+        char *up = px_conn_is_json(c) ? px_rewrite_fast(k, c->body.p, c->body.n, &up_len) : NULL;
+        if (!up) {
+            free(k->model);
+            k->model = NULL;
+            k->stream = k->want_logprobs = k->want_token_ids = k->injected_usage = 0;
+            json_t *req = px_conn_body_json(c, 1);
+            if (!req) {
+                call_free(k);
+                return -1;
+            }
+            up = px_rewrite_request(k, req);
+            json_decref(req);
+            up_len = up ? strlen(up) : 0;
+        }
+        if (keep_bodies(k, c, up, up_len)) return -1;
+    }
+    return 0;
+}
+
+/* The upstream request's headers (k->hdrs): JSON, no Expect, the agent's API's own headers
+ * when passed through, and the upstream key or the agent's own when forwarded. */
+static void call_upstream_headers(call *k, const conn *c)
+{
+    proxy *px = k->px;
+    k->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    k->hdrs = curl_slist_append(k->hdrs, "Expect:");
+    if (k->native && k->api == AL_API_MESSAGES) { /* the agent's API's own headers */
+        static const char *const fwd[] = {"anthropic-version", "anthropic-beta"};
+        for (size_t i = 0; i < AL_ARRAY_LEN(fwd); i++) {
+            const al_slice *v = al_http_header_get(&c->head, fwd[i]);
+            char h[600];
+            if (v && v->n < 500 && !memchr(v->p, '\r', v->n) && !memchr(v->p, '\n', v->n)) {
+                snprintf(h, sizeof h, "%s: %.*s", fwd[i], (int)v->n, v->p);
+                k->hdrs = curl_slist_append(k->hdrs, h);
+            }
+        }
+    }
+    al_slice tok;
+    if (px->cfg.upstream_key) {
+        char h[1100];
+        snprintf(h, sizeof h, "Authorization: Bearer %s", px->cfg.upstream_key);
+        k->hdrs = curl_slist_append(k->hdrs, h);
+    } else if (px->cfg.forward_agent_auth && px_api_key(&c->head, &tok) && tok.n < 1000 &&
+               !px_session_find(px, tok.p, tok.n)) {
+        char h[1100];
+        snprintf(h, sizeof h, "Authorization: Bearer %.*s", (int)tok.n, tok.p);
+        k->hdrs = curl_slist_append(k->hdrs, h);
+    }
+}
+
+void px_start_llm_call(conn *c, ident *id)
+{
+    proxy *px = c->px;
+    if (call_admit(c) != 0) return;
+    const al_slice *ag = al_http_header_get(&c->head, "x-arclight-agent");
     call *k = calloc(1, sizeof *k);
     if (!k) {
         px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
         return;
     }
     k->px = px;
-    k->route = c->route;
-    k->api = c->route == R_RESPONSES                                ? AL_API_RESPONSES
-             : c->route == R_MESSAGES || c->route == R_COUNT_TOKENS ? AL_API_MESSAGES
-                                                                    : AL_API_CHAT;
-    if (c->route == R_MODELS && al_http_header_get(&c->head, "anthropic-version"))
+    k->emit = call_emit;
+    const px_route *rt = c->route;
+    k->route = rt;
+    k->api = rt->api;
+    if (rt->models && al_http_header_get(&c->head, "anthropic-version"))
         k->api = AL_API_MESSAGES; /* the list in Anthropic's shape */
-    k->is_chat = c->route == R_CHAT || c->route == R_RESPONSES || c->route == R_MESSAGES;
-    k->capture = c->route != R_MODELS && c->route != R_COUNT_TOKENS;
-    k->native = (c->route == R_RESPONSES || c->route == R_MESSAGES || c->route == R_COUNT_TOKENS) &&
-                (px->cfg.native >> k->api & 1u);
+    k->is_chat = rt->chat;
+    k->capture = rt->capture;
+    k->native = rt->native && (px->cfg.native >> k->api & 1u);
     k->policy_version = -1;
     k->id = *id;
     k->start_us = c->start_us;
@@ -555,56 +689,12 @@ void px_start_llm_call(conn *c, ident *id)
     const al_slice *tp = al_http_header_get(&c->head, "traceparent");
     if (tp && tp->n == 55) {
         al_span tmp;
-        px_span_init(px, &tmp, id, 0, c, k->trace, k->span_id, k->parent);
+        px_span_init(px, &tmp, id, 0, &c->head, k->trace, k->span_id, k->parent);
         k->parent_set = tmp.parent_span_id != NULL;
     } else {
         px_rand_hex(px, k->trace, 32);
     }
-    if (k->native) {
-        size_t up_len = 0;
-        char *up = NULL;
-        if (k->capture ? px_native_prepare(k, c, &up, &up_len) != 0 : !(up = slice_dup(c->body))) {
-            if (!k->capture) px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
-            call_free(k); /* answered */
-            return;
-        }
-        if (!k->capture) up_len = c->body.n;
-        if (keep_bodies(k, c, up, up_len)) return;
-    } else if (c->route == R_COUNT_TOKENS) {
-        size_t up_len = 0;
-        char *up = NULL;
-        if (px_xl_prepare_count(k, c, &up, &up_len) != 0) { /* answered */
-            call_free(k);
-            return;
-        }
-        k->up_body = up;
-        k->up_len = up_len;
-    } else if (k->capture && k->api) {
-        size_t up_len = 0;
-        char *up = NULL;
-        if (px_xl_prepare(k, c, &up, &up_len) != 0) { /* answered */
-            call_free(k);
-            return;
-        }
-        if (keep_bodies(k, c, up, up_len)) return;
-    } else if (k->capture) {
-        size_t up_len = 0;
-        char *up = px_conn_is_json(c) ? px_rewrite_fast(k, c->body.p, c->body.n, &up_len) : NULL;
-        if (!up) {
-            free(k->model);
-            k->model = NULL;
-            k->stream = k->want_logprobs = k->want_token_ids = k->injected_usage = 0;
-            json_t *req = px_conn_body_json(c, 1);
-            if (!req) {
-                call_free(k);
-                return;
-            }
-            up = px_rewrite_request(k, req);
-            json_decref(req);
-            up_len = up ? strlen(up) : 0;
-        }
-        if (keep_bodies(k, c, up, up_len)) return;
-    }
+    if (call_request_body(k, c) != 0) return;
     if (k->capture) {
         rollout_ent *r = px_rollout_of(px, &k->id);
         if (!r) {
@@ -615,30 +705,7 @@ void px_start_llm_call(conn *c, ident *id)
         k->seq = r->next_seq++;
         r->last_call_seq = k->seq;
     }
-    k->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-    k->hdrs = curl_slist_append(k->hdrs, "Expect:");
-    if (k->native && k->api == AL_API_MESSAGES) { /* the agent's API's own headers */
-        static const char *const fwd[] = {"anthropic-version", "anthropic-beta"};
-        for (size_t i = 0; i < AL_ARRAY_LEN(fwd); i++) {
-            const al_slice *v = al_http_header_get(&c->head, fwd[i]);
-            char h[600];
-            if (v && v->n < 500 && !memchr(v->p, '\r', v->n) && !memchr(v->p, '\n', v->n)) {
-                snprintf(h, sizeof h, "%s: %.*s", fwd[i], (int)v->n, v->p);
-                k->hdrs = curl_slist_append(k->hdrs, h);
-            }
-        }
-    }
-    al_slice tok;
-    if (px->cfg.upstream_key) {
-        char h[1100];
-        snprintf(h, sizeof h, "Authorization: Bearer %s", px->cfg.upstream_key);
-        k->hdrs = curl_slist_append(k->hdrs, h);
-    } else if (px->cfg.forward_agent_auth && px_api_key(c, &tok) && tok.n < 1000 &&
-               !px_session_find(px, tok.p, tok.n)) {
-        char h[1100];
-        snprintf(h, sizeof h, "Authorization: Bearer %.*s", (int)tok.n, tok.p);
-        k->hdrs = curl_slist_append(k->hdrs, h);
-    }
+    call_upstream_headers(k, c);
     /* sticky routing: a rollout's calls go to one upstream (prefix-cache reuse) */
     k->up_idx = (int)(px_fnv1a(id->rollout) % px->cfg.n_upstreams);
     k->c = c;

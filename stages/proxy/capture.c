@@ -357,6 +357,17 @@ long px_strip_for_agent(call *k, const char *in, size_t len, int chunk)
     return al_json_strip_apply(in, len, &spec, (char *)st->data, len + 4096);
 }
 
+/* A passed-through stream's event (native.c), captured; the agent gets its copy. */
+static void native_event(call *k, const char *ev, size_t evlen, size_t sep)
+{
+    char *out = NULL;
+    size_t outlen = 0;
+    int r = px_native_event(k, ev, evlen, sep, &out, &outlen);
+    if (r == 0 && k->c) k->emit(k, ev, evlen + sep);
+    if (r == 1 && k->c) k->emit(k, out, outlen);
+    free(out);
+}
+
 /* Handles the complete SSE events in k->body: captures each data chunk, forwards it to the
  * agent stripped of what the proxy asked for, drops the usage-only chunk the proxy asked
  * for, and keeps a trailing partial event for the next write. */
@@ -381,9 +392,9 @@ void px_stream_process(call *k, int final)
         }
         if (!sep) {
             if (final && pos < k->body.len && k->native) /* a last event without its blank line */
-                px_native_event(k, b + pos, k->body.len - pos, 0);
+                native_event(k, b + pos, k->body.len - pos, 0);
             else if (final && pos < k->body.len && k->c && !k->xl)
-                px_conn_stream_write(k->c, b + pos, k->body.len - pos);
+                k->emit(k, b + pos, k->body.len - pos);
             if (final) pos = k->body.len;
             break;
         }
@@ -391,7 +402,7 @@ void px_stream_process(call *k, int final)
         size_t evlen = evend - pos;
         int forwarded = 0;
         if (k->native) { /* passed through, less what the proxy asked for */
-            px_native_event(k, ev, evlen, sep);
+            native_event(k, ev, evlen, sep);
             pos = evend + sep;
             continue;
         }
@@ -437,7 +448,7 @@ void px_stream_process(call *k, int final)
                                 memcpy(tmp, ev, pre);
                                 memcpy(tmp + pre, k->px->strip.data, (size_t)sl);
                                 memcpy(tmp + pre + sl, b + evend, sep);
-                                px_conn_stream_write(k->c, tmp, pre + (size_t)sl + sep);
+                                k->emit(k, tmp, pre + (size_t)sl + sep);
                                 free(tmp);
                             }
                             forwarded = 1;
@@ -448,7 +459,7 @@ void px_stream_process(call *k, int final)
                 }
             }
         }
-        if (!forwarded && k->c) px_conn_stream_write(k->c, ev, evlen + sep);
+        if (!forwarded && k->c) k->emit(k, ev, evlen + sep);
         pos = evend + sep;
     }
     if (pos) {

@@ -5,9 +5,10 @@
  * enforced here, with their 4xx),
  * the read and write timeouts, and every answer the proxy writes: whole replies, JSON errors
  * and chunked streams. Answers are queued and leave at the end of the loop turn that made
- * them (px_conn_flush_turn), after that turn's spans are on disk. A complete request goes to
- * px_dispatch (routes.c); a connection that goes away detaches its call (call.c), which goes
- * on for its span.
+ * them (px_conn_flush_turn), after that turn's spans are on disk. conn.c knows no file above
+ * it: it calls up only through px->hooks (main.c sets them): the turn's spans to disk before
+ * its answers leave, a complete request to routes.c, a connection that goes away to its call
+ * (call.c), which goes on for its span, and a paused stream's answer written.
  */
 #include "proxy.h"
 
@@ -24,10 +25,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-static const char *route_names[R_COUNT] = {
-    "chat_completions", "completions", "models",   "reward", "end",          "sessions", "healthz",
-    "metrics",          "responses",   "messages", "root",   "count_tokens", "unknown"};
 
 static const char *status_text(int st)
 {
@@ -75,7 +72,7 @@ static const char *status_text(int st)
     }
 }
 
-static void count_request(proxy *px, int route, int status)
+static void count_request(proxy *px, const px_route *route, int status)
 {
     for (size_t i = 0; i < px->nseries; i++)
         if (px->series[i].route == route && px->series[i].status == status) {
@@ -86,7 +83,7 @@ static void count_request(proxy *px, int route, int status)
     snprintf(st, sizeof st, "%d", status);
     al_counter *c = al_metrics_counter(px->metrics, "arclight_proxy_requests_total",
                                        "Requests answered, by route and HTTP status", "route",
-                                       route_names[route], "status", st, NULL);
+                                       route->name, "status", st, NULL);
     if (px->nseries < AL_ARRAY_LEN(px->series))
         px->series[px->nseries++] = (status_series){route, status, c};
     al_counter_inc(c);
@@ -167,12 +164,12 @@ static const char *reply_why; /* the error being answered, for its access-log li
 static void access_log_request(const conn *c, int status)
 {
     if (!c->px->cfg.access_log || !c->req || c->call) return;
-    if (status == 200 && (c->route == R_HEALTH || c->route == R_METRICS || c->route == R_ROOT))
+    if (status == 200 && c->route->quiet)
         return;
     size_t ml = c->head.method.n > 32 ? 32 : c->head.method.n;
     size_t tl = c->head.target.n > 400 ? 400 : c->head.target.n;
     al_log_info("proxy.access", "method=%.*s path=%.*s status=%d route=%s ms=%.3f%s%.300s", (int)ml,
-                c->head.method.p, (int)tl, c->head.target.p, status, route_names[c->route],
+                c->head.method.p, (int)tl, c->head.target.p, status, c->route->name,
                 (double)(al_mono_us() - c->t0_mono) / 1000.0, reply_why ? " error=" : "",
                 reply_why ? reply_why : "");
 }
@@ -221,7 +218,7 @@ void px_conn_error(conn *c, int status, const char *type, const char *code, cons
     if (n > 0 && (size_t)n >= sizeof msg) len = al_utf8_cut(msg, (size_t)n, len);
     al_utf8_clean(msg, len, clean, sizeof clean);
     /* on the Messages route, Anthropic's {"type":"error","error":{...}} */
-    char *body = al_xl_error_body(c->route == R_MESSAGES ? AL_API_MESSAGES : AL_API_CHAT, status,
+    char *body = al_xl_error_body(c->route->error_api, status,
                                   type, code, clean);
     const char *b = body ? body : "{\"error\":{\"message\":\"error\"}}";
     px_conn_reply_error(c, status, b, clean);
@@ -295,7 +292,7 @@ static void conn_timeouts(conn *c, int reading)
  * reading (or closes). May free c. */
 static void conn_written(conn *c)
 {
-    if (c->state == C_STREAM && c->call && px_call_resume(c->call)) return;
+    if (c->state == C_STREAM && c->call && c->px->hooks.written(c->call)) return;
     if (c->state != C_WRITING) return;
     if (!c->keep_alive) {
         px_conn_free(c);
@@ -347,7 +344,7 @@ static void conn_on_write(evutil_socket_t fd, short what, void *arg)
 void px_conn_flush_turn(evutil_socket_t fd, short what, void *arg)
 {
     proxy *px = arg;
-    px_spool_flush_cb(fd, what, px);
+    px->hooks.turn_end(fd, what, px);
     px->wbatch = px->wq_head;
     px->wq_head = px->wq_tail = NULL;
     conn *c;
@@ -370,7 +367,7 @@ static void conn_on_timeout(evutil_socket_t fd, short what, void *arg)
     if (!c->write_blocked && c->state == C_READ && c->req_len == 0 &&
         (c->in_len > 0 || c->in_chunked)) {
         c->keep_alive = 0;
-        c->route = R_OTHER;
+        c->route = &px_route_unknown;
         px_conn_error(c, 408, "invalid_request_error", "request_timeout",
                       "the request was not received in time");
         conn_stop_reading(c);
@@ -426,7 +423,7 @@ static void conn_on_read(evutil_socket_t fd, short what, void *arg)
 void px_conn_free(conn *c)
 {
     proxy *px = c->px;
-    if (c->call) px_call_detach(c->call);
+    if (c->call) px->hooks.gone(c->call);
     conn_unqueue(c);
     if (c->prev)
         c->prev->next = c->next;
@@ -488,7 +485,7 @@ static void conn_read_cb(conn *c)
     char err[128];
     int hl = al_http_parse_head(p, look, &lim, &c->head, err, sizeof err);
     if (hl == 0) return;
-    c->route = R_OTHER;
+    c->route = &px_route_unknown;
     if (hl < 0) {
         c->keep_alive = 0;
         conn_stop_reading(c);
@@ -594,7 +591,7 @@ static void conn_read_cb(conn *c)
     c->start_us = al_now_us();
     c->state = C_BUSY;
     conn_timeouts(c, 0);
-    px_dispatch(c);
+    px->hooks.request(c);
 }
 
 void px_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
@@ -617,7 +614,7 @@ void px_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
         ssize_t w = send(fd, busy, (size_t)bl, MSG_NOSIGNAL | MSG_DONTWAIT);
         (void)w;
         evutil_closesocket(fd);
-        count_request(px, R_OTHER, 503);
+        count_request(px, &px_route_unknown, 503);
         return;
     }
     int one = 1;
@@ -630,6 +627,7 @@ void px_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
     }
     c->px = px;
     c->fd = fd;
+    c->route = &px_route_unknown;
     c->rev = event_new(px->base, fd, EV_READ | EV_PERSIST, conn_on_read, c);
     c->wev = event_new(px->base, fd, EV_WRITE | EV_PERSIST, conn_on_write, c);
     c->tev = evtimer_new(px->base, conn_on_timeout, c);

@@ -479,9 +479,9 @@ int px_parse_temperature(const char *p, size_t n, double *t)
     return 0;
 }
 
-static int bearer(const conn *c, al_slice *tok)
+static int bearer(const al_http_head *head, al_slice *tok)
 {
-    const al_slice *a = al_http_header_get(&c->head, "authorization");
+    const al_slice *a = al_http_header_get(head, "authorization");
     if (!a || a->n < 7 || strncasecmp(a->p, "Bearer ", 7) != 0) return 0;
     tok->p = a->p + 7;
     tok->n = a->n - 7;
@@ -492,10 +492,10 @@ static int bearer(const conn *c, al_slice *tok)
 
 /* The API key of the request: its Bearer token (OpenAI's clients), else its x-api-key
  * (Anthropic's). */
-int px_api_key(const conn *c, al_slice *tok)
+int px_api_key(const al_http_head *head, al_slice *tok)
 {
-    if (bearer(c, tok)) return 1;
-    const al_slice *x = al_http_header_get(&c->head, "x-api-key");
+    if (bearer(head, tok)) return 1;
+    const al_slice *x = al_http_header_get(head, "x-api-key");
     if (!x || !x->n) return 0;
     *tok = *x;
     return 1;
@@ -515,33 +515,34 @@ static int is_agent_key(const proxy *px, al_slice tok)
     return agent_key_index(px, tok) >= 0;
 }
 
-int px_agent_key_index(const conn *c)
+int px_agent_key_index(const proxy *px, const al_http_head *head)
 {
     al_slice tok;
-    return px_api_key(c, &tok) ? agent_key_index(c->px, tok) : -1;
+    return px_api_key(head, &tok) ? agent_key_index(px, tok) : -1;
 }
 
 /* Resolves identity from the URL prefix (already in id), else headers, else the session
- * key; none at all gives an untracked rollout with a fresh id. -1 after answering 400. */
-int px_resolve_identity(conn *c, ident *id, int have_prefix)
+ * key; none at all gives an untracked rollout with a fresh id. -1 with the 400 to answer in
+ * *err. */
+int px_resolve_identity(proxy *px, const al_http_head *head, ident *id, int have_prefix,
+                        px_err *err)
 {
-    proxy *px = c->px;
     const al_slice *h;
     if (!have_prefix) {
-        const al_slice *ht = al_http_header_get(&c->head, "x-arclight-task");
-        const al_slice *hr = al_http_header_get(&c->head, "x-arclight-rollout");
+        const al_slice *ht = al_http_header_get(head, "x-arclight-task");
+        const al_slice *hr = al_http_header_get(head, "x-arclight-rollout");
         al_slice tok;
         session_ent *s;
         if (ht || hr) {
             if (!hr || !px_id_valid(hr->p, hr->n) || (ht && ht->n && !px_id_valid(ht->p, ht->n))) {
-                px_conn_error(c, 400, "invalid_request_error", "invalid_identity",
-                              "X-Arclight-Task and X-Arclight-Rollout must be 1-128 characters of "
-                              "A-Z a-z 0-9 . _ : @ - (X-Arclight-Rollout is required with them)");
+                *err = (px_err){400, "invalid_request_error", "invalid_identity",
+                                "X-Arclight-Task and X-Arclight-Rollout must be 1-128 characters of "
+                                "A-Z a-z 0-9 . _ : @ - (X-Arclight-Rollout is required with them)"};
                 return -1;
             }
             snprintf(id->task, sizeof id->task, "%.*s", ht ? (int)ht->n : 0, ht ? ht->p : "");
             snprintf(id->rollout, sizeof id->rollout, "%.*s", (int)hr->n, hr->p);
-        } else if (px_api_key(c, &tok) && (s = px_session_find(px, tok.p, tok.n))) {
+        } else if (px_api_key(head, &tok) && (s = px_session_find(px, tok.p, tok.n))) {
             snprintf(id->task, sizeof id->task, "%s", s->task);
             snprintf(id->rollout, sizeof id->rollout, "%s", s->rollout);
             id->attempt = s->attempt;
@@ -553,31 +554,31 @@ int px_resolve_identity(conn *c, ident *id, int have_prefix)
             id->untracked = 1;
         }
     }
-    if ((h = al_http_header_get(&c->head, "x-arclight-attempt"))) {
+    if ((h = al_http_header_get(head, "x-arclight-attempt"))) {
         int a = 0;
         if (h->n == 0 || h->n > 6) a = -1;
         for (size_t i = 0; i < h->n && a >= 0; i++)
             a = h->p[i] >= '0' && h->p[i] <= '9' ? a * 10 + (h->p[i] - '0') : -1;
         if (a < 0) {
-            px_conn_error(c, 400, "invalid_request_error", "invalid_identity",
-                          "X-Arclight-Attempt must be an integer from 0 to 999999");
+            *err = (px_err){400, "invalid_request_error", "invalid_identity",
+                            "X-Arclight-Attempt must be an integer from 0 to 999999"};
             return -1;
         }
         id->attempt = a;
     }
-    if ((h = al_http_header_get(&c->head, "x-arclight-eval"))) {
+    if ((h = al_http_header_get(head, "x-arclight-eval"))) {
         if (al_slice_eq(*h, "1") || al_slice_caseeq(*h, "true")) {
             id->eval = 1;
         } else if (!al_slice_eq(*h, "0") && !al_slice_caseeq(*h, "false")) {
-            px_conn_error(c, 400, "invalid_request_error", "invalid_eval",
-                          "X-Arclight-Eval must be 1 or 0 (true or false)");
+            *err = (px_err){400, "invalid_request_error", "invalid_eval",
+                            "X-Arclight-Eval must be 1 or 0 (true or false)"};
             return -1;
         }
     }
-    if ((h = al_http_header_get(&c->head, "x-arclight-eval-temperature")) &&
+    if ((h = al_http_header_get(head, "x-arclight-eval-temperature")) &&
         px_parse_temperature(h->p, h->n, &id->eval_temperature) != 0) {
-        px_conn_error(c, 400, "invalid_request_error", "invalid_eval_temperature",
-                      "X-Arclight-Eval-Temperature must be a number from 0 to 2");
+        *err = (px_err){400, "invalid_request_error", "invalid_eval_temperature",
+                        "X-Arclight-Eval-Temperature must be a number from 0 to 2"};
         return -1;
     }
     return 0;
@@ -585,13 +586,12 @@ int px_resolve_identity(conn *c, ident *id, int have_prefix)
 
 /* With --agent-key configured, a request must carry one of the keys or a session key, as
  * its Bearer token or its x-api-key. */
-int px_authorized(conn *c)
+int px_authorized(proxy *px, const al_http_head *head)
 {
-    proxy *px = c->px;
     if (!px->cfg.n_agent_keys) return 1;
     al_slice tok;
-    if (bearer(c, &tok) && (is_agent_key(px, tok) || px_session_find(px, tok.p, tok.n))) return 1;
-    const al_slice *x = al_http_header_get(&c->head, "x-api-key");
+    if (bearer(head, &tok) && (is_agent_key(px, tok) || px_session_find(px, tok.p, tok.n))) return 1;
+    const al_slice *x = al_http_header_get(head, "x-api-key");
     return x && (is_agent_key(px, *x) || px_session_find(px, x->p, x->n));
 }
 

@@ -607,6 +607,7 @@ int cmd_proxy(int argc, char **argv)
                                 cf->listen);
         goto out;
     }
+    px->hooks = (px_conn_hooks){px_spool_flush_cb, px_dispatch, px_call_detach, px_call_resume};
     px->listener = evconnlistener_new_bind(px->base, px_accept_cb, px,
                                            LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 1024,
                                            (struct sockaddr *)&ss, sl);

@@ -246,10 +246,8 @@ static int strip_event(call *k, json_t *ev)
     return ch;
 }
 
-int px_native_prepare(call *k, conn *c, char **up, size_t *up_len)
+char *px_native_request(call *k, json_t *req)
 {
-    json_t *req = px_conn_body_json(c, 1);
-    if (!req) return -1; /* answered */
     k->stream = json_is_true(json_object_get(req, "stream"));
     const char *m = json_string_value(json_object_get(req, "model"));
     if (m) k->model = strdup(m);
@@ -272,17 +270,10 @@ int px_native_prepare(call *k, conn *c, char **up, size_t *up_len)
     }
     /* a held-out evaluation samples the way the evaluator says, whatever the agent asked */
     if (k->id.eval) json_object_set_new(req, "temperature", json_real(k->id.eval_temperature));
-    *up = json_dumps(req, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(req);
-    if (!*up) {
-        px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
-        return -1;
-    }
-    *up_len = strlen(*up);
-    return 0;
+    return json_dumps(req, JSON_COMPACT | JSON_PRESERVE_ORDER);
 }
 
-int px_native_answer(call *k, conn *c, const char *extra)
+int px_native_answer(call *k, al_slice *agent)
 {
     const char *body = (const char *)k->body.data;
     size_t n = k->body.len;
@@ -303,17 +294,12 @@ int px_native_answer(call *k, conn *c, const char *extra)
         if (n) memcpy(k->agent_answer, body, n);
         k->agent_answer[n] = '\0';
     }
-    const char *ct = k->ctype[0] ? k->ctype : "application/json";
-    if (c) {
-        if (mine)
-            px_conn_reply(c, (int)k->status, ct, extra, mine, strlen(mine));
-        else
-            px_conn_reply(c, (int)k->status, ct, extra, body ? body : "", n);
-    }
+    *agent = mine ? (al_slice){mine, strlen(mine)} : (al_slice){body ? body : "", n};
     return (int)k->status;
 }
 
-void px_native_event(call *k, const char *ev, size_t evlen, size_t sep)
+int px_native_event(call *k, const char *ev, size_t evlen, size_t sep, char **out,
+                    size_t *outlen)
 {
     /* the data line: "data:" at the start of a line */
     const char *d = NULL, *end = ev + evlen;
@@ -363,25 +349,19 @@ void px_native_event(call *k, const char *ev, size_t evlen, size_t sep)
         }
     }
     json_decref(o);
-    if (!k->c) {
-        free(mine);
-        return;
-    }
-    if (!mine) {
-        px_conn_stream_write(k->c, ev, evlen + sep);
-        return;
-    }
+    if (!mine) return 0;
     /* the event's other lines as they were, its data line with the agent's copy */
     size_t pre = (size_t)(j - ev), ml = strlen(mine), post = (size_t)(ev + evlen - jend) + sep;
-    char *out = malloc(pre + ml + post);
-    if (out) {
-        memcpy(out, ev, pre);
-        memcpy(out + pre, mine, ml);
-        memcpy(out + pre + ml, jend, post);
-        px_conn_stream_write(k->c, out, pre + ml + post);
-        free(out);
+    char *o2 = malloc(pre + ml + post);
+    if (o2) {
+        memcpy(o2, ev, pre);
+        memcpy(o2 + pre, mine, ml);
+        memcpy(o2 + pre + ml, jend, post);
+        *out = o2;
+        *outlen = pre + ml + post;
     }
     free(mine);
+    return o2 ? 1 : -1;
 }
 
 void px_native_check(call *k)

@@ -2,23 +2,29 @@
  * proxy.h: what the capture proxy's files share (issue 3; split by subsystem in issue 14).
  * Not a library: the px_ names are the proxy's own, for its files only.
  *
- * One thread runs one libevent loop. Who owns what:
+ * One thread runs one libevent loop. The files in layers, each calling only the ones below
+ * it (a lower one hands errors and answers up as values; the agent's bytes of a stream go
+ * through the call's emit hook):
  *   conn.c        the inbound connection layer: agents' sockets, reading a request (lib/http's
  *                 parser reads the head and a chunked body), answers written at the end of
- *                 the loop turn
- *   identity.c    rollouts, sessions and a request's identity, and the state file that keeps
- *                 sequence numbers and session keys across restarts
- *   spans.c       a span's trace context, encoding and spooling; the turn's flush to disk
+ *                 the loop turn; the answers the layers below write (px_conn_reply...). It names no
+ *                 file above it: it calls routes.c, call.c and spans.c through px->hooks
+ *   routes.c      the routes, a table (px_route: method, paths, API, capture and native
+ *                 flags, handler) looked up once per request, and the control endpoints
+ *                 (probes, metrics, reward, end, sessions)
+ *   call.c        a call's lifecycle over both upstream clients (upstream.c, libcurl); it
+ *                 answers the agent with what the files below make
  *   capture.c     what capture does to a call: the request rewrite (fast and tree paths),
  *                 the answer's capture and its stripping for the agent, SSE streams, the span
- *   call.c        a call's lifecycle over both upstream clients (upstream.c, libcurl)
  *   apis.c        the Responses and Messages APIs on a call: their translation's glue, the
  *                 store behind previous_response_id, Anthropic's model list
  *   native.c      the same APIs passed through to an upstream that serves them itself
  *                 (--upstream-native): capture's additions, their removal, the capture
+ *   identity.c    rollouts, sessions and a request's identity (its errors handed up), and the
+ *                 state file that keeps sequence numbers and session keys across restarts
+ *   spans.c       a span's trace context, encoding and spooling; the turn's flush to disk
  *   lib/api/      the translators themselves (pure code over jansson trees, shared with
  *                 serve's native routes: api/translate.h)
- *   routes.c      routing a request, and the control endpoints (reward, end, sessions)
  *   main.c        flags, wiring, metrics, signals and the drain
  *   spool.c       the on-disk spool and its publisher thread (spool.h)
  *   json_edit.c   byte-preserving JSON reading and editing over slices (json_edit.h)
@@ -83,22 +89,49 @@ typedef struct pconf {
     unsigned native; /* --upstream-native: bit 1 << al_api for each route served natively */
 } pconf;
 
-enum {
-    R_CHAT = 0,
-    R_COMPL,
-    R_MODELS,
-    R_REWARD,
-    R_END,
-    R_SESSIONS,
-    R_HEALTH,
-    R_METRICS,
-    R_RESPONSES,    /* POST /v1/responses, translated to chat completions (apis.c) */
-    R_MESSAGES,     /* POST /v1/messages, likewise */
-    R_ROOT,         /* GET/HEAD on a base URL: what clients probe before their first call */
-    R_COUNT_TOKENS, /* POST /v1/messages/count_tokens: the upstream's /tokenize (apis.c) */
-    R_OTHER,
-    R_COUNT
-};
+typedef struct conn conn;
+typedef struct ident ident;
+
+/* An error for the agent that a lower layer (identity.c, apis.c, native.c) hands up instead
+ * of answering itself: the caller answers it (px_conn_error). message: a static string or
+ * one the error's owner keeps. */
+typedef struct px_err {
+    int status;
+    const char *type, *code, *message;
+} px_err;
+
+/* What the proxy does with a request of a route (routes.c): answers it there (probes,
+ * metrics, rewards, ends, sessions) or starts a call (call.c). */
+typedef void (*px_route_fn)(conn *c, ident *id);
+
+/* A route: one row of routes.c's table, found once per request (px_route_find) and read
+ * wherever a request, or the call it starts, acts by its route. */
+typedef struct px_route {
+    const char *name;     /* the metrics label (route="chat_completions") and access logs */
+    const char *method;   /* "POST", or "GET" (HEAD answered as GET) */
+    const char *paths[5]; /* after any identity prefix; NULL-terminated */
+    int prefixed;         /* also under /r/{task}/{rollout}/ and /e/... */
+    int open;             /* answered without --agent-key's check (probes, metrics) */
+    int quiet;            /* a 200 writes no access-log line (probes, metrics) */
+    int identity;         /* whose request: the identity is resolved (calls, rewards, ends) */
+    int tracked;          /* needs a rollout (rewards, ends: not an untracked one) */
+    al_api api;           /* the agent's API */
+    al_api error_api;     /* the shape of the errors the proxy answers on this route */
+    int chat;             /* the exchange is chat-shaped (messages in, a message out) */
+    int capture;          /* a captured call: a span */
+    int native;           /* passed through with --upstream-native when it covers api */
+    int count;            /* count_tokens: the translated call answers {"input_tokens": N} */
+    int models;           /* the models list (Anthropic's shape with anthropic-version) */
+    const char *upstream;        /* the upstream path of the call (translated or forwarded) */
+    const char *upstream_native; /* the same when passed through */
+    const char *upstream_method; /* "POST" or "GET" (no body) */
+    px_route_fn handler;
+} px_route;
+
+/* The route of a request for path (after any identity prefix; prefixed: there was one), or
+ * px_route_unknown. */
+const px_route *px_route_find(al_slice path, int prefixed);
+extern const px_route px_route_unknown; /* an unknown route, or a request refused before one */
 
 typedef struct rollout_ent {
     char *key; /* task \x1f rollout \x1f attempt */
@@ -120,16 +153,27 @@ typedef struct session_ent {
 } session_ent;
 
 typedef struct status_series {
-    int route, status;
+    const px_route *route;
+    int status;
     al_counter *c;
 } status_series;
 
 typedef struct call call;
-typedef struct conn conn;
 typedef struct px_store px_store; /* apis.c: responses kept for previous_response_id */
+
+/* What conn.c calls when the network acts (main.c sets them, so that conn.c names no file
+ * above it). */
+typedef struct px_conn_hooks {
+    event_callback_fn turn_end; /* before the turn's answers leave (spans.c: its spans to disk) */
+    void (*request)(conn *c);   /* a complete request (routes.c: px_dispatch) */
+    void (*gone)(call *k);      /* its agent's connection went away (call.c: px_call_detach) */
+    int (*written)(call *k);    /* a stream's queued bytes left; 1 when it had been paused and
+                                   goes on (call.c: px_call_resume) */
+} px_conn_hooks;
 
 typedef struct proxy {
     pconf cfg;
+    px_conn_hooks hooks;
     struct event_base *base;
     struct evconnlistener *listener;
     CURLM *multi;
@@ -220,7 +264,7 @@ struct conn {
     size_t cbody_len, cbody_cap;
     al_http_head head;
     al_slice body;
-    int route;
+    const px_route *route;
     int64_t t0_mono, start_us;
     call *call;
     conn *prev, *next;
@@ -228,14 +272,14 @@ struct conn {
 };
 
 /* Who a request belongs to (identity.c). */
-typedef struct ident {
+struct ident {
     char task[130], rollout[140];
     int attempt;
     int untracked;
     int from_session;
     int eval;                /* /e/ prefix or X-Arclight-Eval: a held-out evaluation call */
     double eval_temperature; /* the sampling temperature of an eval call (0: greedy) */
-} ident;
+};
 
 /* ------------------------------------------------------------------------------------------
  * A call in flight (call.c), with what capture gathers from it (capture.c)
@@ -257,7 +301,7 @@ struct call {
     CURL *easy;
     al_upc *uc; /* the exchange on the own client, instead of easy */
     struct curl_slist *hdrs;
-    int route;
+    const px_route *route;
     ident id;
     int64_t seq;
     char *agent;
@@ -301,6 +345,9 @@ struct call {
      * whether the agent asked for input/output_messages and output_text logprobs itself */
     int native, nat_msgs, nat_lps;
     json_t *nat_msg; /* messages streamed: the message as the agent has it so far */
+    /* where capture.c and apis.c send a stream's bytes for the agent (call.c: to the agent's
+     * connection); called only while one is attached (c) */
+    void (*emit)(call *k, const char *data, size_t len);
     call *cprev, *cnext;
 };
 
@@ -363,19 +410,20 @@ void px_redact(const proxy *px, char *p, size_t n);
  * code points past U+10FFFF). */
 int px_utf8_invalid(const char *p, size_t n);
 /* The index of the --agent-key the request carries, -1 for none or another token. */
-int px_agent_key_index(const conn *c);
+int px_agent_key_index(const proxy *px, const al_http_head *head);
 /* An eval temperature (/e:T/, X-Arclight-Eval-Temperature): a plain decimal from 0 to 2.
  * 0 with *t, or -1. */
 int px_parse_temperature(const char *p, size_t n, double *t);
 /* The request's API key, if any (1 with *tok): its Bearer token, else its x-api-key. */
-int px_api_key(const conn *c, al_slice *tok);
+int px_api_key(const al_http_head *head, al_slice *tok);
 /* The request's identity: the URL prefix (already in id when have_prefix), else headers,
  * else a session key, else a fresh untracked rollout; X-Arclight-Attempt, X-Arclight-Eval
- * and X-Arclight-Eval-Temperature on any route. 0, or -1 after answering 400. */
-int px_resolve_identity(conn *c, ident *id, int have_prefix);
+ * and X-Arclight-Eval-Temperature on any route. 0, or -1 with the 400 to answer in *err. */
+int px_resolve_identity(proxy *px, const al_http_head *head, ident *id, int have_prefix,
+                        px_err *err);
 /* With --agent-key, whether the request carries one of the keys or a session key (Bearer
  * or x-api-key). */
-int px_authorized(conn *c);
+int px_authorized(proxy *px, const al_http_head *head);
 void px_state_load(proxy *px);    /* reads the state file an earlier run left */
 void px_state_compact(proxy *px); /* rewrites it from memory and opens it for appending */
 void px_state_flush(proxy *px);   /* appends this turn's changes */
@@ -386,10 +434,10 @@ void px_identity_free(proxy *px);
  * spans.c: spans to the spool
  * ------------------------------------------------------------------------------------------ */
 
-/* A span of id's rollout at sequence seq, trace context from c's traceparent (c may be
- * NULL); trace, span_id and parent are the caller's buffers (33, 17, 17 bytes). */
-void px_span_init(proxy *px, al_span *s, const ident *id, int64_t seq, const conn *c, char *trace,
-                  char *span_id, char *parent);
+/* A span of id's rollout at sequence seq, trace context from the request's traceparent
+ * (head may be NULL); trace, span_id and parent are the caller's buffers (33, 17, 17 bytes). */
+void px_span_init(proxy *px, al_span *s, const ident *id, int64_t seq, const al_http_head *head,
+                  char *trace, char *span_id, char *parent);
 /* Encodes and appends s to the spool; on disk at the end of this turn. 0, or -1 (logged
  * and counted). */
 int px_span_publish(proxy *px, const al_span *s);
@@ -419,7 +467,8 @@ void px_call_span(call *k);
  * ------------------------------------------------------------------------------------------ */
 
 int px_calls_init(proxy *px);
-/* Starts the captured (or forwarded) call of c's request; answers c itself on failure. */
+/* Starts the captured (or forwarded) call of c's request (c->route says which); answers c
+ * itself on failure. A route's handler. */
 void px_start_llm_call(conn *c, ident *id);
 /* A transfer ended: failover, or the answer, the access log, the span; frees k. */
 void px_call_done(call *k, CURLcode rc);
@@ -433,19 +482,23 @@ void px_url_public(const char *url, char *out, size_t n); /* url less user:passw
 
 px_store *px_store_new(size_t max_bytes);
 void px_store_free(px_store *s);
-/* The translated request to send upstream (*up, malloc'd, and its length): 0, or -1 after
- * answering c (400 in the API's shape, 415, 500). k->api says which API. */
-int px_xl_prepare(call *k, conn *c, char **up, size_t *up_len);
-/* Answers c (may be NULL: the agent went away) with the whole upstream answer in k->body
- * translated, or the upstream's error in the agent's API's shape. Returns the status. */
-int px_xl_answer(call *k, conn *c, const char *extra);
-/* A stream: one upstream chunk; the end (error NULL: the upstream finished it). */
+/* The translated request body (JSON) to send upstream (*up, malloc'd, and its length): 0;
+ * -1, a request the API refuses (*err: what to answer, in the API's shape); -2, out of
+ * memory. k->api says which API. */
+int px_xl_prepare(call *k, al_slice body, char **up, size_t *up_len, al_xl_err *err);
+/* The whole upstream answer in k->body translated, or the upstream's error in the agent's
+ * API's shape: *agent, what the agent gets (k->agent_answer, or a literal). Returns the
+ * status to answer with. */
+int px_xl_answer(call *k, const char **agent);
+/* A stream: one upstream chunk; the end (error NULL: the upstream finished it). The agent's
+ * events go out through k->emit. */
 void px_xl_chunk(call *k, json_t *chunk);
 void px_xl_stream_end(call *k, const char *error);
 /* count_tokens: the request for the upstream's POST /tokenize (vLLM's and arclight serve's:
- * chat messages and tools in, "count" out), and the answer {"input_tokens": N}. As above. */
-int px_xl_prepare_count(call *k, conn *c, char **up, size_t *up_len);
-int px_xl_count_answer(call *k, conn *c);
+ * chat messages and tools in, "count" out), and the answer {"input_tokens": N} (*agent,
+ * malloc'd; NULL when out of memory). As above. */
+int px_xl_prepare_count(call *k, al_slice body, char **up, size_t *up_len, al_xl_err *err);
+int px_xl_count_answer(call *k, char **agent);
 /* An upstream's models list in Anthropic's shape (malloc'd), or NULL when it is not one. */
 char *px_models_anthropic(const char *body, size_t n);
 
@@ -453,15 +506,17 @@ char *px_models_anthropic(const char *body, size_t n);
  * native.c: the Responses and Messages APIs passed through (--upstream-native)
  * ------------------------------------------------------------------------------------------ */
 
-/* The agent's request with capture's additions (*up, malloc'd, and its length): 0, or -1
- * after answering c (400 for a body that is not a JSON object, 415, 500). */
-int px_native_prepare(call *k, conn *c, char **up, size_t *up_len);
-/* Captures a whole 2xx answer in k->body and answers c (NULL: the agent went away) with it,
- * less what the proxy asked for. Returns the status. */
-int px_native_answer(call *k, conn *c, const char *extra);
-/* One complete SSE event (evlen bytes, then its sep-byte separator): captured, and written
- * to the agent less what the proxy asked for. */
-void px_native_event(call *k, const char *ev, size_t evlen, size_t sep);
+/* The agent's request (req, a JSON object, borrowed and edited) with capture's additions,
+ * as text (malloc'd), or NULL when out of memory. */
+char *px_native_request(call *k, json_t *req);
+/* Captures a whole 2xx answer in k->body; *agent is what the agent gets (the answer less what
+ * the proxy asked for: k->agent_answer, or k->body itself). Returns the status. */
+int px_native_answer(call *k, al_slice *agent);
+/* One complete SSE event (evlen bytes, then its sep-byte separator), captured. The agent's
+ * copy: 0, the event as it came (evlen + sep bytes); 1, a rewrite less what the proxy asked
+ * for in *out (malloc'd, *outlen bytes; the caller frees it); -1, none (out of memory). */
+int px_native_event(call *k, const char *ev, size_t evlen, size_t sep, char **out,
+                    size_t *outlen);
 /* At the span: a 2xx answer without token ids is logged, with what to check. */
 void px_native_check(call *k);
 

@@ -12,8 +12,9 @@
  *   POST /reward, POST /end                           reward and rollout-end spans
  *   POST /v1/sessions                                 a session key standing for an identity
  *   GET  /healthz, GET /metrics                       on the proxy's port too
- * and the control endpoints themselves: rewards, rollout ends and sessions, with the
- * checks that keep what credit cannot use out of the span stream.
+ * as a table (px_route_find: one lookup per request; call.c reads the row's API, capture,
+ * native and upstream fields), and the control endpoints themselves: rewards, rollout ends
+ * and sessions, with the checks that keep what credit cannot use out of the span stream.
  */
 #include "proxy.h"
 
@@ -80,7 +81,7 @@ static void handle_reward(conn *c, ident *id)
     al_span s;
     char trace[33], sid[17], parent[17];
     if (v) {
-        px_span_init(px, &s, id, r->next_seq++, c, trace, sid, parent);
+        px_span_init(px, &s, id, r->next_seq++, &c->head, trace, sid, parent);
         s.kind = AL_SPAN_KIND_REWARD;
         s.reward.name = name ? name : "final";
         s.reward.value = json_number_value(v);
@@ -90,7 +91,7 @@ static void handle_reward(conn *c, ident *id)
     }
     json_object_foreach(rs, k, x)
     {
-        px_span_init(px, &s, id, r->next_seq++, c, trace, sid, parent);
+        px_span_init(px, &s, id, r->next_seq++, &c->head, trace, sid, parent);
         s.kind = AL_SPAN_KIND_REWARD;
         s.reward.name = k;
         s.reward.value = json_number_value(x);
@@ -139,7 +140,7 @@ static void handle_end(conn *c, ident *id)
     }
     al_span s;
     char trace[33], sid[17], parent[17];
-    px_span_init(px, &s, id, r->next_seq++, c, trace, sid, parent);
+    px_span_init(px, &s, id, r->next_seq++, &c->head, trace, sid, parent);
     s.kind = AL_SPAN_KIND_ROLLOUT_END;
     s.rollout_end.status = (al_rollout_status)status;
     s.rollout_end.group_size = json_is_integer(gs) ? (int32_t)json_integer_value(gs) : 0;
@@ -154,8 +155,9 @@ static void handle_end(conn *c, ident *id)
 
 /* POST /v1/sessions: {"task_id": "...", "rollout_id": "...", "attempt": 0} (all optional)
  * -> {"session_key": "sk-arclight-...", ...}; the agent uses the key as its API key. */
-static void handle_session(conn *c)
+static void handle_session(conn *c, ident *id)
 {
+    (void)id;
     proxy *px = c->px;
     json_t *o = px_conn_body_json(c, 0);
     if (!o) return;
@@ -173,9 +175,9 @@ static void handle_session(conn *c)
         return;
     }
     /* a session made with a session key belongs to that session's agent key */
-    int owner = px_agent_key_index(c);
+    int owner = px_agent_key_index(px, &c->head);
     al_slice tok;
-    session_ent *by = owner < 0 && px_api_key(c, &tok) ? px_session_find(px, tok.p, tok.n) : NULL;
+    session_ent *by = owner < 0 && px_api_key(&c->head, &tok) ? px_session_find(px, tok.p, tok.n) : NULL;
     if (by) owner = by->owner;
     if (!px_session_room(px, owner)) px_session_expire(px); /* expired ones make room */
     if (!px_session_room(px, owner)) {
@@ -208,6 +210,74 @@ static void handle_session(conn *c)
     json_decref(o);
 }
 
+/* GET/HEAD /healthz, and a client's probe of its base URL: 200. */
+static void handle_probe(conn *c, ident *id)
+{
+    (void)id;
+    static const char ok[] = "{\"status\":\"ok\"}";
+    px_conn_reply(c, 200, "application/json", NULL, ok, sizeof ok - 1);
+}
+
+/* GET /metrics on the proxy's port: the registry in the Prometheus text format. */
+static void handle_metrics(conn *c, ident *id)
+{
+    (void)id;
+    size_t n;
+    char *text = al_metrics_render(c->px->metrics, &n);
+    px_conn_reply(c, 200, "text/plain; version=0.0.4", NULL, text ? text : "", text ? n : 0);
+    free(text);
+}
+
+/* The routes. A request's path (after any identity prefix) is looked up here once; its row
+ * is what the rest of the proxy reads (call.c: the API, capture, the upstream path). */
+static const px_route routes[] = {
+    {.name = "chat_completions", .method = "POST",
+     .paths = {"/v1/chat/completions", "/chat/completions"}, .prefixed = 1, .identity = 1,
+     .api = AL_API_CHAT, .chat = 1, .capture = 1, .upstream = "/v1/chat/completions",
+     .upstream_method = "POST", .handler = px_start_llm_call},
+    {.name = "completions", .method = "POST", .paths = {"/v1/completions", "/completions"},
+     .prefixed = 1, .identity = 1, .api = AL_API_CHAT, .capture = 1,
+     .upstream = "/v1/completions", .upstream_method = "POST", .handler = px_start_llm_call},
+    {.name = "responses", .method = "POST", .paths = {"/v1/responses", "/responses"},
+     .prefixed = 1, .identity = 1, .api = AL_API_RESPONSES, .chat = 1, .capture = 1,
+     .native = 1, .upstream = "/v1/chat/completions", .upstream_native = "/v1/responses",
+     .upstream_method = "POST", .handler = px_start_llm_call},
+    {.name = "messages", .method = "POST", .paths = {"/v1/messages", "/messages"}, .prefixed = 1,
+     .identity = 1, .api = AL_API_MESSAGES, .error_api = AL_API_MESSAGES, .chat = 1,
+     .capture = 1, .native = 1, .upstream = "/v1/chat/completions",
+     .upstream_native = "/v1/messages", .upstream_method = "POST", .handler = px_start_llm_call},
+    {.name = "count_tokens", .method = "POST", .paths = {"/v1/messages/count_tokens"},
+     .prefixed = 1, .identity = 1, .api = AL_API_MESSAGES, .native = 1, .count = 1,
+     .upstream = "/tokenize", .upstream_native = "/v1/messages/count_tokens",
+     .upstream_method = "POST", .handler = px_start_llm_call},
+    {.name = "models", .method = "GET", .paths = {"/v1/models", "/models"}, .prefixed = 1,
+     .identity = 1, .api = AL_API_CHAT, .models = 1, .upstream = "/v1/models",
+     .upstream_method = "GET", .handler = px_start_llm_call},
+    {.name = "root", .method = "GET", .paths = {"", "/", "/v1", "/v1/"}, .prefixed = 1,
+     .open = 1, .quiet = 1, .handler = handle_probe},
+    {.name = "reward", .method = "POST", .paths = {"/reward", "/v1/reward"}, .prefixed = 1,
+     .identity = 1, .tracked = 1, .handler = handle_reward},
+    {.name = "end", .method = "POST", .paths = {"/end", "/v1/end"}, .prefixed = 1,
+     .identity = 1, .tracked = 1, .handler = handle_end},
+    {.name = "sessions", .method = "POST", .paths = {"/v1/sessions"}, .handler = handle_session},
+    {.name = "healthz", .method = "GET", .paths = {"/healthz"}, .open = 1, .quiet = 1,
+     .handler = handle_probe},
+    {.name = "metrics", .method = "GET", .paths = {"/metrics"}, .open = 1, .quiet = 1,
+     .handler = handle_metrics},
+};
+
+const px_route px_route_unknown = {.name = "unknown", .method = "POST"};
+
+const px_route *px_route_find(al_slice path, int prefixed)
+{
+    for (size_t i = 0; i < AL_ARRAY_LEN(routes); i++) {
+        if (prefixed && !routes[i].prefixed) continue;
+        for (const char *const *p = routes[i].paths; *p; p++)
+            if (al_slice_eq(path, *p)) return &routes[i];
+    }
+    return &px_route_unknown;
+}
+
 /* The length of an identity prefix "/r/", "/e/" or "/e:T/" at the start of path (0: none;
  * -1: "/e:T/" with T not a temperature). */
 static size_t prefix_len(al_slice path)
@@ -235,7 +305,7 @@ void px_dispatch(conn *c)
     int prefix = 0;
     size_t plen = prefix_len(path);
     if (plen == (size_t)-1) {
-        c->route = R_OTHER;
+        c->route = &px_route_unknown;
         px_conn_error(c, 400, "invalid_request_error", "invalid_eval_temperature",
                       "the temperature T in /e:T/{task}/{rollout}/ must be a number from 0 to 2");
         return;
@@ -250,14 +320,14 @@ void px_dispatch(conn *c)
         const char *s2 = s1 ? memchr(s1 + 1, '/', (size_t)(end - s1 - 1)) : NULL;
         if (s1 && !s2 && s1 + 1 < end) s2 = end; /* the base URL itself: /r/{task}/{rollout} */
         if (!s2) {
-            c->route = R_OTHER;
+            c->route = &px_route_unknown;
             px_conn_error(c, 404, "invalid_request_error", "unknown_route",
                           "unknown route %.*s; use /r/{task}/{rollout}/v1/... (or /e/...)",
                           (int)(path.n > 200 ? 200 : path.n), path.p);
             return;
         }
         if (!px_id_valid(t, (size_t)(s1 - t)) || !px_id_valid(s1 + 1, (size_t)(s2 - s1 - 1))) {
-            c->route = R_OTHER;
+            c->route = &px_route_unknown;
             px_conn_error(
                 c, 400, "invalid_request_error", "invalid_identity",
                 "task and rollout in /r/{task}/{rollout}/ (or /e/) must be 1-128 characters of "
@@ -282,81 +352,38 @@ void px_dispatch(conn *c)
         }
         path = (al_slice){s2, (size_t)(end - s2)};
     }
-    int route = R_OTHER, want_post = 1;
-    if (al_slice_eq(path, "/v1/chat/completions") || al_slice_eq(path, "/chat/completions"))
-        route = R_CHAT;
-    else if (al_slice_eq(path, "/v1/completions") || al_slice_eq(path, "/completions"))
-        route = R_COMPL;
-    else if (al_slice_eq(path, "/v1/responses") || al_slice_eq(path, "/responses"))
-        route = R_RESPONSES;
-    else if (al_slice_eq(path, "/v1/messages") || al_slice_eq(path, "/messages"))
-        route = R_MESSAGES;
-    else if (al_slice_eq(path, "/v1/messages/count_tokens"))
-        route = R_COUNT_TOKENS;
-    else if (al_slice_eq(path, "/v1/models") || al_slice_eq(path, "/models"))
-        route = R_MODELS, want_post = 0;
-    else if (path.n == 0 || al_slice_eq(path, "/") || al_slice_eq(path, "/v1") ||
-             al_slice_eq(path, "/v1/"))
-        route = R_ROOT, want_post = 0;
-    else if (al_slice_eq(path, "/reward") || al_slice_eq(path, "/v1/reward"))
-        route = R_REWARD;
-    else if (al_slice_eq(path, "/end") || al_slice_eq(path, "/v1/end"))
-        route = R_END;
-    else if (!prefix && al_slice_eq(path, "/v1/sessions"))
-        route = R_SESSIONS;
-    else if (!prefix && al_slice_eq(path, "/healthz"))
-        route = R_HEALTH, want_post = 0;
-    else if (!prefix && al_slice_eq(path, "/metrics"))
-        route = R_METRICS, want_post = 0;
-    c->route = route;
-    if (route == R_OTHER) {
+    const px_route *rt = px_route_find(path, prefix);
+    c->route = rt;
+    if (rt == &px_route_unknown) {
         px_conn_error(c, 404, "invalid_request_error", "unknown_route", "unknown route %.*s %.*s",
                       (int)c->head.method.n, c->head.method.p, (int)(path.n > 200 ? 200 : path.n),
                       path.p);
         return;
     }
+    int want_post = rt->method[0] == 'P';
     if (want_post ? !al_slice_eq(c->head.method, "POST")
                   : !(al_slice_eq(c->head.method, "GET") || al_slice_eq(c->head.method, "HEAD"))) {
         px_conn_error(c, 405, "invalid_request_error", "method_not_allowed",
                       "%.*s is not allowed here; use %s", (int)c->head.method.n, c->head.method.p,
-                      want_post ? "POST" : "GET");
+                      rt->method);
         return;
     }
-    if (route == R_HEALTH || route == R_ROOT) { /* ROOT: a client's probe of its base URL */
-        static const char ok[] = "{\"status\":\"ok\"}";
-        px_conn_reply(c, 200, "application/json", NULL, ok, sizeof ok - 1);
-        return;
-    }
-    if (route == R_METRICS) {
-        size_t n;
-        char *text = al_metrics_render(px->metrics, &n);
-        px_conn_reply(c, 200, "text/plain; version=0.0.4", NULL, text ? text : "", text ? n : 0);
-        free(text);
-        return;
-    }
-    if (!px_authorized(c)) {
+    if (!rt->open && !px_authorized(px, &c->head)) {
         px_conn_error(c, 401, "invalid_request_error", "invalid_api_key",
                       "missing or unknown API key for this proxy");
         return;
     }
-    if (route == R_SESSIONS) {
-        handle_session(c);
+    px_err err;
+    if (rt->identity && px_resolve_identity(px, &c->head, &id, prefix, &err) != 0) {
+        px_conn_error(c, err.status, err.type, err.code, "%s", err.message);
         return;
     }
-    if (px_resolve_identity(c, &id, prefix) != 0) return;
-    if (route == R_REWARD || route == R_END) {
-        if (id.untracked) {
-            px_conn_error(c, 400, "invalid_request_error", "invalid_identity",
-                          "a reward or end needs a rollout: use /r/{task}/{rollout}/%s, the "
-                          "X-Arclight-Rollout header or a session key",
-                          route == R_REWARD ? "reward" : "end");
-            return;
-        }
-        if (route == R_REWARD)
-            handle_reward(c, &id);
-        else
-            handle_end(c, &id);
+    if (rt->tracked && id.untracked) {
+        px_conn_error(c, 400, "invalid_request_error", "invalid_identity",
+                      "a reward or end needs a rollout: use /r/{task}/{rollout}/%s, the "
+                      "X-Arclight-Rollout header or a session key",
+                      rt->name);
         return;
     }
-    px_start_llm_call(c, &id);
+    rt->handler(c, &id);
 }

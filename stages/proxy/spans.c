@@ -3,7 +3,7 @@
  * traceparent when it sent one, else fresh ids), its encoding and its append to the spool
  * (keyed by task, else rollout, so a task's rollouts share a partition), and the end of the
  * loop turn's write of the turn's spans and state-file lines, which runs before the turn's
- * answers leave (px_px_conn_flush_turn calls it first).
+ * answers leave (px_conn_flush_turn calls it first).
  */
 #include "proxy.h"
 
@@ -13,11 +13,11 @@
 #include <inttypes.h>
 #include <string.h>
 
-void px_span_init(proxy *px, al_span *s, const ident *id, int64_t seq, const conn *c, char *trace,
-                  char *span_id, char *parent)
+void px_span_init(proxy *px, al_span *s, const ident *id, int64_t seq, const al_http_head *head,
+                  char *trace, char *span_id, char *parent)
 {
     memset(s, 0, sizeof *s);
-    const al_slice *tp = c ? al_http_header_get(&c->head, "traceparent") : NULL;
+    const al_slice *tp = head ? al_http_header_get(head, "traceparent") : NULL;
     /* 00-<32 hex trace>-<16 hex parent>-<2 hex flags> */
     if (tp && tp->n == 55 && tp->p[2] == '-' && tp->p[35] == '-' && tp->p[52] == '-') {
         int ok = 1;
