@@ -57,29 +57,15 @@ static void on_span(rl_ctl *c, const al_span *s)
 /* The set of the tasks' keys (keyset_has). 0, or -1 when out of memory. */
 int rl_feeds_keyset_build(rl_ctl *c)
 {
-    c->keycap = 16;
-    while (c->keycap < 2 * c->tasks.n)
-        c->keycap *= 2;
-    if (!(c->keyset = calloc(c->keycap, sizeof *c->keyset))) return -1;
-    for (size_t i = 0; i < c->tasks.n; i++) {
-        size_t b = rl_hash(c->tasks.t[i].key) & (c->keycap - 1);
-        while (c->keyset[b])
-            b = (b + 1) & (c->keycap - 1);
-        c->keyset[b] = c->tasks.t[i].key;
-    }
+    for (size_t i = 0; i < c->tasks.n; i++)
+        if (al_map_put(&c->keyset, c->tasks.t[i].key, &c->tasks.t[i])) return -1;
     return 0;
 }
 
 /* 1 when the Kafka key is one of our tasks'. */
 static int keyset_has(const rl_ctl *c, const void *key, size_t len)
 {
-    char k[160];
-    if (!key || len == 0 || len >= sizeof k) return 0;
-    memcpy(k, key, len);
-    k[len] = '\0';
-    for (size_t b = rl_hash(k) & (c->keycap - 1); c->keyset[b]; b = (b + 1) & (c->keycap - 1))
-        if (!strcmp(c->keyset[b], k)) return 1;
-    return 0;
+    return key && len && al_map_findn(&c->keyset, key, len) != NULL;
 }
 
 /* The policy versions so far: reads the policy topic to its end (v0 paces from there).

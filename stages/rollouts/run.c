@@ -195,7 +195,7 @@ int rl_run_loop(rl_ctl *c)
 {
     int64_t last_v = c->v;
     for (;;) {
-        rl_metrics_publish(c, c->nlive);
+        rl_metrics_publish(c, c->live.n);
         if (rl_feeds_poll(c, 0)) return 1;
         if (c->v != last_v) {
             run_version_new(c);
@@ -223,8 +223,8 @@ void rl_run_stop(rl_ctl *c)
     rl_children_stop(c);
     rl_posts_run(c, 5000000);
     rl_feeds_poll(c, 0);
-    for (size_t i = 0; i < c->nlive; i++)
-        c->live[i]->end_seen = 1;
+    for (size_t i = 0; i < c->live.n; i++)
+        c->live.v[i]->end_seen = 1;
     rl_settle(c);
     rl_progress_write_report(c);
     if (c->tty) fputc('\n', stderr);
@@ -253,8 +253,8 @@ void rl_run_free(rl_ctl *c)
         free(c->groups[i]);
     }
     free(c->groups);
-    free(c->rtab);
-    free(c->live);
+    al_map_free(&c->open, NULL);
+    al_vec_free(&c->live);
     free(c->pfd);
     free(c->pr);
     rl_report_free(&c->rep);
@@ -262,7 +262,7 @@ void rl_run_free(rl_ctl *c)
     free(c->val_idx);
     free(c->order);
     free(c->busy);
-    free(c->keyset);
+    al_map_free(&c->keyset, NULL);
     rl_tasks_free(&c->tasks);
     free(c);
 }

@@ -123,8 +123,8 @@ void rl_rollout_finished(rl_ctl *c, rl_rollout *r, int wstatus)
 void rl_settle(rl_ctl *c)
 {
     int64_t now = al_mono_us();
-    for (size_t i = 0; i < c->nlive;) {
-        rl_rollout *r = c->live[i];
+    for (size_t i = 0; i < c->live.n;) {
+        rl_rollout *r = c->live.v[i];
         int ready = r->done && !c->phead && (r->end_seen || now - r->posted_us > 30000000LL);
         if (!ready) {
             i++;
