@@ -116,8 +116,7 @@ typedef struct rl_ctl {
     int64_t next_rollout;
     al_map open;                /* rollouts by id (open ones: until their outcome is in the report) */
     AL_VEC(rl_rollout *) live; /* every rollout not yet reported */
-    rl_group **groups; /* unfinished groups */
-    size_t ngroups, capgroups;
+    AL_VEC(rl_group *) groups; /* unfinished groups */
     int running;
     /* pacing */
     int64_t v, v0, v_seen_us;
@@ -152,7 +151,7 @@ typedef struct rl_ctl {
     /* the loop's poll set: the signal pipe and the running children's pipes */
     struct pollfd *pfd;
     rl_rollout **pr;
-    size_t pcap;
+    size_t pfd_cap, pr_cap;
     /* --metrics: the counts above as Prometheus series, set from the loop (atomics) */
     al_metrics *metrics;
     al_http_server *srv;

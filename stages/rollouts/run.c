@@ -178,13 +178,13 @@ static void run_version_new(rl_ctl *c)
  * every post delivered. 1: done. */
 static int run_done(rl_ctl *c, int trained_enough)
 {
-    int epochs_over = c->training_done && !c->ngroups;
+    int epochs_over = c->training_done && !c->groups.n;
     if ((trained_enough || epochs_over) && !c->eval_running && !c->eval_pending) {
         if (!c->final_eval_started && c->n_val &&
             !(c->evals_done && c->eval_version == c->v)) {
             c->final_eval_started = 1;
             c->eval_pending = 1;
-        } else if (!c->ngroups && !c->phead) {
+        } else if (!c->groups.n && !c->phead) {
             return 1;
         }
     }
@@ -246,13 +246,13 @@ void rl_run_free(rl_ctl *c)
     al_policy_version_clear(&c->pv);
     al_kafka_conf_free(c->kc);
     rl_posts_drop(c);
-    for (size_t i = 0; i < c->ngroups; i++) {
-        for (int k = 0; k < c->groups[i]->n; k++)
-            free(c->groups[i]->r[k]);
-        free(c->groups[i]->r);
-        free(c->groups[i]);
+    for (size_t i = 0; i < c->groups.n; i++) {
+        for (int k = 0; k < c->groups.v[i]->n; k++)
+            free(c->groups.v[i]->r[k]);
+        free(c->groups.v[i]->r);
+        free(c->groups.v[i]);
     }
-    free(c->groups);
+    al_vec_free(&c->groups);
     al_map_free(&c->open, NULL);
     al_vec_free(&c->live);
     free(c->pfd);

@@ -152,8 +152,8 @@ void rl_settle(rl_ctl *c)
         c->n_reported++;
         rl_rtab_remove(c, r); /* moves the last live one into slot i; the group frees r */
     }
-    for (size_t i = 0; i < c->ngroups;) {
-        rl_group *g = c->groups[i];
+    for (size_t i = 0; i < c->groups.n;) {
+        rl_group *g = c->groups.v[i];
         int all = g->n_final == g->n;
         for (int k = 0; all && k < g->n; k++)
             if (rl_rtab_find(c, g->r[k]->id)) all = 0;
@@ -171,6 +171,6 @@ void rl_settle(rl_ctl *c)
             free(g->r[k]);
         free(g->r);
         free(g);
-        c->groups[i] = c->groups[--c->ngroups];
+        c->groups.v[i] = c->groups.v[--c->groups.n];
     }
 }
