@@ -31,6 +31,7 @@
 #include "core/vec.h"
 #include "http/metrics.h"
 #include "http/server.h"
+#include "kafka/follower.h"
 #include "kafka/kafka.h"
 #include "kafka/topic_reader.h"
 
@@ -114,7 +115,7 @@ typedef struct rl_ctl {
                       decoded (a span's Kafka key is its task key) */
     char run[32];
     int64_t next_rollout;
-    al_map open;                /* rollouts by id (open ones: until their outcome is in the report) */
+    al_map open;               /* rollouts by id, until their outcome is in the report */
     AL_VEC(rl_rollout *) live; /* every rollout not yet reported */
     AL_VEC(rl_group *) groups; /* unfinished groups */
     int running;
@@ -134,7 +135,8 @@ typedef struct rl_ctl {
     CURL *curl;
     /* Kafka */
     al_kafka_conf *kc;
-    al_topic_reader *policy_rd, *spans_rd;
+    al_follower *policy; /* arclight.policy, from its beginning */
+    al_topic_reader *spans_rd;
     al_span span;
     al_policy_version pv;
     char model[256];

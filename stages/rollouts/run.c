@@ -240,7 +240,7 @@ void rl_run_free(rl_ctl *c)
     al_metrics_free(c->metrics);
     if (c->eval_log) fclose(c->eval_log);
     if (c->curl) curl_easy_cleanup(c->curl);
-    al_topic_reader_free(c->policy_rd);
+    al_follower_free(c->policy);
     al_topic_reader_free(c->spans_rd);
     al_span_clear(&c->span);
     al_policy_version_clear(&c->pv);
