@@ -221,8 +221,8 @@ static void child_read(rl_ctl *c, rl_rollout *r, int is_err)
 /* Reaps exited children; a child counts as finished once its pipes are closed too. */
 void rl_children_reap(rl_ctl *c)
 {
-    for (size_t i = 0; i < c->ngroups; i++) {
-        rl_group *g = c->groups[i];
+    for (size_t i = 0; i < c->groups.n; i++) {
+        rl_group *g = c->groups.v[i];
         for (int k = 0; k < g->n; k++) {
             rl_rollout *r = g->r[k];
             if (!r->pid) continue;
@@ -246,8 +246,8 @@ void rl_children_reap(rl_ctl *c)
 void rl_children_check_timeouts(rl_ctl *c)
 {
     int64_t now = al_mono_us();
-    for (size_t i = 0; i < c->ngroups; i++) {
-        rl_group *g = c->groups[i];
+    for (size_t i = 0; i < c->groups.n; i++) {
+        rl_group *g = c->groups.v[i];
         for (int k = 0; k < g->n; k++) {
             rl_rollout *r = g->r[k];
             if (r->pid && !r->timed_out && now >= r->deadline_us) {
@@ -263,28 +263,22 @@ void rl_children_check_timeouts(rl_ctl *c)
 int rl_children_wait(rl_ctl *c)
 {
     size_t need = 1 + 2 * (size_t)c->running;
-    if (need > c->pcap) {
-        c->pcap = need * 2;
-        struct pollfd *np = realloc(c->pfd, c->pcap * sizeof *np);
-        rl_rollout **nr = realloc(c->pr, c->pcap * sizeof *nr);
-        if (np) c->pfd = np;
-        if (nr) c->pr = nr;
-        if (!np || !nr) {
-            al_log_error(COMP, "out of memory");
-            return -1;
-        }
+    if (al_vec_grow((void **)&c->pfd, &c->pfd_cap, need, sizeof *c->pfd) ||
+        al_vec_grow((void **)&c->pr, &c->pr_cap, need, sizeof *c->pr)) {
+        al_log_error(COMP, "out of memory");
+        return -1;
     }
     size_t nf = 0;
     c->pfd[nf].fd = c->sigpipe[0];
     c->pfd[nf].events = POLLIN;
     c->pr[nf++] = NULL;
-    for (size_t i = 0; i < c->ngroups; i++)
-        for (int k = 0; k < c->groups[i]->n; k++) {
-            rl_rollout *r = c->groups[i]->r[k];
+    for (size_t i = 0; i < c->groups.n; i++)
+        for (int k = 0; k < c->groups.v[i]->n; k++) {
+            rl_rollout *r = c->groups.v[i]->r[k];
             if (!r->pid) continue;
             for (int e = 0; e < 2; e++) {
                 int fd = e ? r->fd_err : r->fd_out;
-                if (fd < 0 || nf >= c->pcap) continue;
+                if (fd < 0 || nf >= c->pfd_cap || nf >= c->pr_cap) continue;
                 c->pfd[nf].fd = fd;
                 c->pfd[nf].events = POLLIN;
                 c->pr[nf++] = r;
@@ -308,9 +302,9 @@ int rl_children_wait(rl_ctl *c)
 void rl_children_stop(rl_ctl *c)
 {
     int any = 0;
-    for (size_t i = 0; i < c->ngroups; i++)
-        for (int k = 0; k < c->groups[i]->n; k++) {
-            rl_rollout *r = c->groups[i]->r[k];
+    for (size_t i = 0; i < c->groups.n; i++)
+        for (int k = 0; k < c->groups.v[i]->n; k++) {
+            rl_rollout *r = c->groups.v[i]->r[k];
             if (!r->pid) continue;
             r->killed_for_stop = 1;
             kill(-r->pid, SIGTERM);
@@ -321,9 +315,9 @@ void rl_children_stop(rl_ctl *c)
         rl_children_reap(c);
         usleep(20000);
     }
-    for (size_t i = 0; i < c->ngroups; i++)
-        for (int k = 0; k < c->groups[i]->n; k++)
-            if (c->groups[i]->r[k]->pid) kill(-c->groups[i]->r[k]->pid, SIGKILL);
+    for (size_t i = 0; i < c->groups.n; i++)
+        for (int k = 0; k < c->groups.v[i]->n; k++)
+            if (c->groups.v[i]->r[k]->pid) kill(-c->groups.v[i]->r[k]->pid, SIGKILL);
     while (c->running > 0) {
         rl_children_reap(c);
         if (c->running > 0) usleep(10000);

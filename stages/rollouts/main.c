@@ -37,142 +37,21 @@
 #include "rollouts/rollouts.h"
 
 #include "core/cli.h"
+#include "core/flags.h"
 
-#include <errno.h>
-#include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(FILE *f)
+/* --shard i/N into the rl_opts at dest. */
+static int shard_parse(void *dest, const char *value, char *err, size_t errlen)
 {
-    fputs(
-        "usage: arclight rollouts --tasks FILE --agent CMD [flags]\n"
-        "Runs an unchanged agent once per rollout over a task dataset (JSONL: one\n"
-        "{\"id\": ..., \"input\": ..., \"split\": \"train\"|\"val\"} per line), in GRPO groups paced\n"
-        "on the trainer's policy versions, and evaluates the val split as training goes.\n"
-        "\n"
-        "  --tasks FILE              the dataset\n"
-        "  --agent CMD               run by /bin/sh -c once per rollout; it gets\n"
-        "                            OPENAI_BASE_URL, ANTHROPIC_BASE_URL, ARCLIGHT_TASK (the task\n"
-        "                            record, also on stdin), ARCLIGHT_TASK_ID, ARCLIGHT_ROLLOUT_ID,\n"
-        "                            ARCLIGHT_ATTEMPT, ARCLIGHT_SPLIT, ARCLIGHT_REWARD_URL,\n"
-        "                            ARCLIGHT_PROXY_URL, ARCLIGHT_MODEL; its reward: posted to\n"
-        "                            ARCLIGHT_REWARD_URL, or a last stdout line {\"reward\": R}\n"
-        "  --proxy URL               the capture proxy (default http://127.0.0.1:8080)\n"
-        "  --model NAME              the model whose versions pace the run (default: the first\n"
-        "                            one on the policy topic)\n"
-        "  --group-size G            rollouts per training task (default 8)\n"
-        "  --step-groups K           groups per trainer step, as batch's --step-groups\n"
-        "                            (default 4)\n"
-        "  --max-staleness S         run at most S versions ahead of the trainer (default 0:\n"
-        "                            on-policy)\n"
-        "  --concurrency N           rollouts running at once (default: G * K)\n"
-        "  --rollout-timeout S       seconds before a rollout's process group is killed\n"
-        "                            (default 300)\n"
-        "  --max-attempts N          attempts per rollout (default 2)\n"
-        "  --eval-every K            evaluate the val split every K versions (default 10; 0:\n"
-        "                            at the start and the end only)\n"
-        "  --eval-tasks N            at most N val tasks per evaluation (default: all)\n"
-        "  --eval-temperature T      sampling temperature of evaluation calls (default 0:\n"
-        "                            greedy)\n"
-        "  --split-ratio R           share of tasks without a split that go to val (default 0.2)\n"
-        "  --shard i/N               run only the tasks of shard i of N\n"
-        "  --seed S                  order of the tasks (default 1)\n"
-        "  --steps N                 stop once policy version N is published and evaluated\n"
-        "  --epochs E                stop after E passes over the training tasks\n"
-        "  --workdir DIR             metrics.csv and reward.svg go there (default .)\n"
-        "  --reward-name NAME        only reward spans of this name count in the metrics\n"
-        "                            (default: all; a rollout's reward is their sum)\n"
-        "  --pace-timeout S          start one more group when the trainer has not moved for\n"
-        "                            S seconds and nothing runs (default 300)\n"
-        "  --quiet-agents            log the agents' stderr at debug level only\n"
-        "  --policy-topic T          default arclight.policy\n"
-        "  --spans-topic T           default arclight.spans\n"
-        "  --help\n" AL_CLI_COMMON_HELP,
-        f);
+    rl_opts *o = dest;
+    if (rl_parse_shard(value, &o->shard_index, &o->shard_count) == 0) return 0;
+    snprintf(err, errlen, "wants i/N with 0 <= i < N");
+    return -1;
 }
-
-enum {
-    O_TASKS = AL_CLI_OPT_USER,
-    O_AGENT,
-    O_PROXY,
-    O_MODEL,
-    O_GROUP_SIZE,
-    O_STEP_GROUPS,
-    O_MAX_STALENESS,
-    O_CONCURRENCY,
-    O_TIMEOUT,
-    O_MAX_ATTEMPTS,
-    O_EVAL_EVERY,
-    O_EVAL_TASKS,
-    O_EVAL_TEMP,
-    O_SPLIT_RATIO,
-    O_SHARD,
-    O_SEED,
-    O_STEPS,
-    O_EPOCHS,
-    O_WORKDIR,
-    O_REWARD_NAME,
-    O_PACE_TIMEOUT,
-    O_QUIET_AGENTS,
-    O_POLICY_TOPIC,
-    O_SPANS_TOPIC,
-    O_HELP,
-};
-
-static int parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return al_cli_usage_error("rollouts", "%s wants an integer from %lld to %lld, got '%s'",
-                                  flag, (long long)lo, (long long)hi, s);
-    *out = v;
-    return 0;
-}
-
-static int parse_dbl(const char *flag, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v >= lo && v <= hi))
-        return al_cli_usage_error("rollouts", "%s wants a number from %g to %g, got '%s'", flag,
-                                  lo, hi, s);
-    *out = v;
-    return 0;
-}
-
-static const struct option rollouts_options[] = {
-    {"tasks", required_argument, 0, O_TASKS},
-    {"agent", required_argument, 0, O_AGENT},
-    {"proxy", required_argument, 0, O_PROXY},
-    {"model", required_argument, 0, O_MODEL},
-    {"group-size", required_argument, 0, O_GROUP_SIZE},
-    {"step-groups", required_argument, 0, O_STEP_GROUPS},
-    {"max-staleness", required_argument, 0, O_MAX_STALENESS},
-    {"concurrency", required_argument, 0, O_CONCURRENCY},
-    {"rollout-timeout", required_argument, 0, O_TIMEOUT},
-    {"max-attempts", required_argument, 0, O_MAX_ATTEMPTS},
-    {"eval-every", required_argument, 0, O_EVAL_EVERY},
-    {"eval-tasks", required_argument, 0, O_EVAL_TASKS},
-    {"eval-temperature", required_argument, 0, O_EVAL_TEMP},
-    {"split-ratio", required_argument, 0, O_SPLIT_RATIO},
-    {"shard", required_argument, 0, O_SHARD},
-    {"seed", required_argument, 0, O_SEED},
-    {"steps", required_argument, 0, O_STEPS},
-    {"epochs", required_argument, 0, O_EPOCHS},
-    {"workdir", required_argument, 0, O_WORKDIR},
-    {"reward-name", required_argument, 0, O_REWARD_NAME},
-    {"pace-timeout", required_argument, 0, O_PACE_TIMEOUT},
-    {"quiet-agents", no_argument, 0, O_QUIET_AGENTS},
-    {"policy-topic", required_argument, 0, O_POLICY_TOPIC},
-    {"spans-topic", required_argument, 0, O_SPANS_TOPIC},
-    {"help", no_argument, 0, O_HELP},
-    AL_CLI_COMMON_OPTIONS,
-    {0, 0, 0, 0},
-};
 
 /* Parses the flags into o (the common ones into common), the defaults first. -1 when the
  * command is to run; else the exit code to leave with: AL_EXIT_OK after --help, the usage
@@ -194,51 +73,75 @@ static int opts_parse(rl_opts *o, al_cli_common *common, int argc, char **argv)
     o->pace_timeout_s = 300;
     o->seed = 1;
     o->shard_count = 1;
-    int ch;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "", rollouts_options, NULL)) != -1) {
-        int bad = 0;
-        switch (ch) {
-        case O_TASKS: o->tasks = optarg; break;
-        case O_AGENT: o->agent = optarg; break;
-        case O_PROXY: o->proxy = optarg; break;
-        case O_MODEL: o->model = optarg; break;
-        case O_GROUP_SIZE: bad = parse_i64("--group-size", optarg, 1, 4096, &o->group_size); break;
-        case O_STEP_GROUPS: bad = parse_i64("--step-groups", optarg, 1, 65536, &o->step_groups); break;
-        case O_MAX_STALENESS: bad = parse_i64("--max-staleness", optarg, 0, 1000, &o->max_staleness); break;
-        case O_CONCURRENCY: bad = parse_i64("--concurrency", optarg, 1, 4096, &o->concurrency); break;
-        case O_TIMEOUT: bad = parse_dbl("--rollout-timeout", optarg, 0.1, 1e6, &o->rollout_timeout_s); break;
-        case O_MAX_ATTEMPTS: bad = parse_i64("--max-attempts", optarg, 1, 100, &o->max_attempts); break;
-        case O_EVAL_EVERY: bad = parse_i64("--eval-every", optarg, 0, INT32_MAX, &o->eval_every); break;
-        case O_EVAL_TASKS: bad = parse_i64("--eval-tasks", optarg, 1, INT32_MAX, &o->eval_tasks); break;
-        case O_EVAL_TEMP: bad = parse_dbl("--eval-temperature", optarg, 0, 2, &o->eval_temperature); break;
-        case O_SPLIT_RATIO: bad = parse_dbl("--split-ratio", optarg, 0, 1, &o->split_ratio); break;
-        case O_SHARD:
-            if (rl_parse_shard(optarg, &o->shard_index, &o->shard_count))
-                bad = al_cli_usage_error("rollouts", "--shard wants i/N with 0 <= i < N, got '%s'", optarg);
-            break;
-        case O_SEED: bad = parse_i64("--seed", optarg, 0, INT64_MAX, &o->seed); break;
-        case O_STEPS: bad = parse_i64("--steps", optarg, 1, INT64_MAX / 2, &o->steps); break;
-        case O_EPOCHS: bad = parse_i64("--epochs", optarg, 1, INT32_MAX, &o->epochs); break;
-        case O_WORKDIR: o->workdir = optarg; break;
-        case O_REWARD_NAME: o->reward_name = optarg; break;
-        case O_PACE_TIMEOUT: bad = parse_dbl("--pace-timeout", optarg, 1, 1e6, &o->pace_timeout_s); break;
-        case O_QUIET_AGENTS: o->quiet_agents = 1; break;
-        case O_POLICY_TOPIC: o->policy_topic = optarg; break;
-        case O_SPANS_TOPIC: o->spans_topic = optarg; break;
-        case O_HELP:
-            usage(stdout);
-            return AL_EXIT_OK;
-        default: {
-            int r = al_cli_common_option(common, ch, optarg);
-            if (r < 0) bad = 1;
-            if (r == 0) bad = al_cli_usage_error("rollouts", "unknown flag (see --help)");
-        }
-        }
-        if (bad) return AL_EXIT_USAGE;
-    }
-    if (optind < argc)
-        return al_cli_usage_error("rollouts", "unexpected argument '%s'", argv[optind]);
+    const al_flag flags[] = {
+        {"tasks", 0, AL_FLAG_STRING, &o->tasks, .arg = "FILE", .help = "the dataset"},
+        {"agent", 0, AL_FLAG_STRING, &o->agent, .arg = "CMD",
+         .help = "run by /bin/sh -c once per rollout; it gets\n"
+                 "OPENAI_BASE_URL, ANTHROPIC_BASE_URL, ARCLIGHT_TASK (the task\n"
+                 "record, also on stdin), ARCLIGHT_TASK_ID, ARCLIGHT_ROLLOUT_ID,\n"
+                 "ARCLIGHT_ATTEMPT, ARCLIGHT_SPLIT, ARCLIGHT_REWARD_URL,\n"
+                 "ARCLIGHT_PROXY_URL, ARCLIGHT_MODEL; its reward: posted to\n"
+                 "ARCLIGHT_REWARD_URL, or a last stdout line {\"reward\": R}"},
+        {"proxy", 0, AL_FLAG_STRING, &o->proxy, .arg = "URL",
+         .help = "the capture proxy (default http://127.0.0.1:8080)"},
+        {"model", 0, AL_FLAG_STRING, &o->model, .arg = "NAME",
+         .help = "the model whose versions pace the run (default: the first\n"
+                 "one on the policy topic)"},
+        {"group-size", 0, AL_FLAG_I64, &o->group_size, .lo = 1, .hi = 4096, .arg = "G",
+         .help = "rollouts per training task (default 8)"},
+        {"step-groups", 0, AL_FLAG_I64, &o->step_groups, .lo = 1, .hi = 65536, .arg = "K",
+         .help = "groups per trainer step, as batch's --step-groups\n(default 4)"},
+        {"max-staleness", 0, AL_FLAG_I64, &o->max_staleness, .lo = 0, .hi = 1000, .arg = "S",
+         .help = "run at most S versions ahead of the trainer (default 0:\non-policy)"},
+        {"concurrency", 0, AL_FLAG_I64, &o->concurrency, .lo = 1, .hi = 4096, .arg = "N",
+         .help = "rollouts running at once (default: G * K)"},
+        {"rollout-timeout", 0, AL_FLAG_DOUBLE, &o->rollout_timeout_s, .dlo = 0.1, .dhi = 1e6,
+         .arg = "S", .help = "seconds before a rollout's process group is killed\n(default 300)"},
+        {"max-attempts", 0, AL_FLAG_I64, &o->max_attempts, .lo = 1, .hi = 100, .arg = "N",
+         .help = "attempts per rollout (default 2)"},
+        {"eval-every", 0, AL_FLAG_I64, &o->eval_every, .lo = 0, .hi = INT32_MAX, .arg = "K",
+         .help = "evaluate the val split every K versions (default 10; 0:\n"
+                 "at the start and the end only)"},
+        {"eval-tasks", 0, AL_FLAG_I64, &o->eval_tasks, .lo = 1, .hi = INT32_MAX, .arg = "N",
+         .help = "at most N val tasks per evaluation (default: all)"},
+        {"eval-temperature", 0, AL_FLAG_DOUBLE, &o->eval_temperature, .dlo = 0, .dhi = 2,
+         .arg = "T", .help = "sampling temperature of evaluation calls (default 0:\ngreedy)"},
+        {"split-ratio", 0, AL_FLAG_DOUBLE, &o->split_ratio, .dlo = 0, .dhi = 1, .arg = "R",
+         .help = "share of tasks without a split that go to val (default 0.2)"},
+        {"shard", 0, AL_FLAG_FUNC, o, .arg = "i/N", .parse = shard_parse,
+         .help = "run only the tasks of shard i of N"},
+        {"seed", 0, AL_FLAG_I64, &o->seed, .lo = 0, .hi = INT64_MAX, .arg = "S",
+         .help = "order of the tasks (default 1)"},
+        {"steps", 0, AL_FLAG_I64, &o->steps, .lo = 1, .hi = INT64_MAX / 2, .arg = "N",
+         .help = "stop once policy version N is published and evaluated"},
+        {"epochs", 0, AL_FLAG_I64, &o->epochs, .lo = 1, .hi = INT32_MAX, .arg = "E",
+         .help = "stop after E passes over the training tasks"},
+        {"workdir", 0, AL_FLAG_STRING, &o->workdir, .arg = "DIR",
+         .help = "metrics.csv and reward.svg go there (default .)"},
+        {"reward-name", 0, AL_FLAG_STRING, &o->reward_name, .arg = "NAME",
+         .help = "only reward spans of this name count in the metrics\n"
+                 "(default: all; a rollout's reward is their sum)"},
+        {"pace-timeout", 0, AL_FLAG_DOUBLE, &o->pace_timeout_s, .dlo = 1, .dhi = 1e6, .arg = "S",
+         .help = "start one more group when the trainer has not moved for\n"
+                 "S seconds and nothing runs (default 300)"},
+        {"quiet-agents", 0, AL_FLAG_SWITCH, &o->quiet_agents,
+         .help = "log the agents' stderr at debug level only"},
+        {"policy-topic", 0, AL_FLAG_STRING, &o->policy_topic, .arg = "T",
+         .help = "default arclight.policy"},
+        {"spans-topic", 0, AL_FLAG_STRING, &o->spans_topic, .arg = "T",
+         .help = "default arclight.spans"},
+    };
+    const al_cmd_spec spec = {
+        "rollouts", "--tasks FILE --agent CMD [flags]",
+        "Runs an unchanged agent once per rollout over a task dataset (JSONL: one\n"
+        "{\"id\": ..., \"input\": ..., \"split\": \"train\"|\"val\"} per line), in GRPO groups paced\n"
+        "on the trainer's policy versions, and evaluates the val split as training goes.\n",
+        flags, AL_ARRAY_LEN(flags), .common = 1};
+    int first;
+    int rc = al_flags_parse(&spec, common, argc, argv, &first);
+    if (rc != AL_FLAGS_GO) return rc;
+    if (first < argc)
+        return al_cli_usage_error("rollouts", "unexpected argument '%s'", argv[first]);
     if (!o->tasks || !o->agent)
         return al_cli_usage_error("rollouts", "--tasks and --agent are required");
     if (strncmp(o->proxy, "http://", 7) && strncmp(o->proxy, "https://", 8)) {

@@ -3,10 +3,11 @@
  */
 #include "rollouts/report.h"
 
+#include "core/buf.h"
 #include "core/util.h"
+#include "core/vec.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +23,7 @@ rl_version_row *rl_report_row(rl_report *r, int64_t version)
             hi = mid;
     }
     if (lo < r->n && r->rows[lo].version == version) return &r->rows[lo];
-    if (r->n == r->cap) {
-        size_t nc = r->cap ? r->cap * 2 : 64;
-        rl_version_row *nr = realloc(r->rows, nc * sizeof *nr);
-        if (!nr) return NULL;
-        r->rows = nr;
-        r->cap = nc;
-    }
+    if (al_vec_grow((void **)&r->rows, &r->cap, r->n + 1, sizeof *r->rows)) return NULL;
     memmove(&r->rows[lo + 1], &r->rows[lo], (r->n - lo) * sizeof *r->rows);
     r->n++;
     rl_version_row *row = &r->rows[lo];
@@ -86,93 +81,56 @@ double rl_row_val_mean(const rl_version_row *row)
     return row->n_val ? row->sum_val / (double)row->n_val : 0;
 }
 
-/* A growable text buffer; `oom` sticks once an append fails. */
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...)
-{
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->p && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t nc = b->cap ? b->cap * 2 : 4096;
-        while (nc < b->n + (size_t)k + 1)
-            nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = nc;
-    }
-}
-
-static char *sb_take(sbuf *b)
+/* The text of b (the caller frees it), or NULL when an append ran out of memory. */
+static char *buf_take(al_buf *b)
 {
     if (b->oom) {
-        free(b->p);
+        al_buf_free(b);
         return NULL;
     }
-    if (!b->p) sb_printf(b, "%s", "");
-    return b->oom ? NULL : b->p;
+    return al_buf_detach(b, NULL);
 }
 
 char *rl_report_csv(const rl_report *r)
 {
-    sbuf b = {0};
-    sb_printf(&b, "version,time_s,rollouts,train_reward_mean,train_reward_std,val_reward,"
-                  "val_rollouts,tokens_per_s,loss,kl,entropy,clip_frac\n");
+    al_buf b = {0};
+    al_buf_printf(&b, "version,time_s,rollouts,train_reward_mean,train_reward_std,val_reward,"
+                      "val_rollouts,tokens_per_s,loss,kl,entropy,clip_frac\n");
     for (size_t i = 0; i < r->n; i++) {
         const rl_version_row *w = &r->rows[i];
-        sb_printf(&b, "%lld,", (long long)w->version);
+        al_buf_printf(&b, "%lld,", (long long)w->version);
         if (w->time_s >= 0)
-            sb_printf(&b, "%.3f,", w->time_s);
+            al_buf_printf(&b, "%.3f,", w->time_s);
         else
-            sb_printf(&b, ",");
-        sb_printf(&b, "%lld,", (long long)w->n_train);
+            al_buf_puts(&b, ",");
+        al_buf_printf(&b, "%lld,", (long long)w->n_train);
         if (w->n_train)
-            sb_printf(&b, "%.6f,%.6f,", rl_row_train_mean(w), rl_row_train_std(w));
+            al_buf_printf(&b, "%.6f,%.6f,", rl_row_train_mean(w), rl_row_train_std(w));
         else
-            sb_printf(&b, ",,");
+            al_buf_puts(&b, ",,");
         if (w->n_val)
-            sb_printf(&b, "%.6f,%lld,", rl_row_val_mean(w), (long long)w->n_val);
+            al_buf_printf(&b, "%.6f,%lld,", rl_row_val_mean(w), (long long)w->n_val);
         else
-            sb_printf(&b, ",0,");
+            al_buf_puts(&b, ",0,");
         if (w->have_train_metrics)
-            sb_printf(&b, "%.1f,%.6g,%.6g,%.6g,%.6g\n", w->tokens_per_s, w->loss, w->kl,
-                      w->entropy, w->clip_frac);
+            al_buf_printf(&b, "%.1f,%.6g,%.6g,%.6g,%.6g\n", w->tokens_per_s, w->loss, w->kl,
+                          w->entropy, w->clip_frac);
         else
-            sb_printf(&b, ",,,,\n");
+            al_buf_puts(&b, ",,,,\n");
     }
-    return sb_take(&b);
+    return buf_take(&b);
 }
 
-static void sb_escaped(sbuf *b, const char *s)
+static void buf_escaped(al_buf *b, const char *s)
 {
     for (; *s; s++) {
         switch (*s) {
-        case '<': sb_printf(b, "&lt;"); break;
-        case '>': sb_printf(b, "&gt;"); break;
-        case '&': sb_printf(b, "&amp;"); break;
-        case '"': sb_printf(b, "&quot;"); break;
+        case '<': al_buf_puts(b, "&lt;"); break;
+        case '>': al_buf_puts(b, "&gt;"); break;
+        case '&': al_buf_puts(b, "&amp;"); break;
+        case '"': al_buf_puts(b, "&quot;"); break;
         default:
-            if ((unsigned char)*s >= 0x20) sb_printf(b, "%c", *s);
+            if ((unsigned char)*s >= 0x20) al_buf_append(b, s, 1);
         }
     }
 }
@@ -200,32 +158,34 @@ static double py(const panel *p, double y)
     return p->y0 + p->h - (p->ymax > p->ymin ? (y - p->ymin) / (p->ymax - p->ymin) : 0.5) * p->h;
 }
 
-static void draw_axes(sbuf *b, const panel *p, const char *xlabel)
+static void draw_axes(al_buf *b, const panel *p, const char *xlabel)
 {
-    sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
-                 "stroke=\"#888\"/>\n",
-              p->x0, p->y0, p->w, p->h);
+    al_buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+                     "stroke=\"#888\"/>\n",
+                  p->x0, p->y0, p->w, p->h);
     double ys = tick_step(p->ymax - p->ymin, 5);
     for (double y = ceil(p->ymin / ys) * ys; y <= p->ymax + 1e-9; y += ys) {
-        sb_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                     "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g</text>\n",
-                  p->x0, py(p, y), p->x0 + p->w, py(p, y), p->x0 - 4, py(p, y) + 4,
-                  fabs(y) < 1e-12 ? 0 : y);
+        al_buf_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                         "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" "
+                         "text-anchor=\"end\">%g</text>\n",
+                      p->x0, py(p, y), p->x0 + p->w, py(p, y), p->x0 - 4, py(p, y) + 4,
+                      fabs(y) < 1e-12 ? 0 : y);
     }
     double xs = tick_step(p->xmax - p->xmin, 6);
     for (double x = ceil(p->xmin / xs) * xs; x <= p->xmax + 1e-9; x += xs)
-        sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" "
-                     "text-anchor=\"middle\">%g</text>\n",
-                  px(p, x), p->y0 + p->h + 14, fabs(x) < 1e-12 ? 0 : x);
-    sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n",
-              p->x0 + p->w / 2, p->y0 + p->h + 30, xlabel);
-    sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" "
-                 "transform=\"rotate(-90 %.1f %.1f)\">reward</text>\n",
-              p->x0 - 36, p->y0 + p->h / 2, p->x0 - 36, p->y0 + p->h / 2);
+        al_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" "
+                         "text-anchor=\"middle\">%g</text>\n",
+                      px(p, x), p->y0 + p->h + 14, fabs(x) < 1e-12 ? 0 : x);
+    al_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" "
+                     "text-anchor=\"middle\">%s</text>\n",
+                  p->x0 + p->w / 2, p->y0 + p->h + 30, xlabel);
+    al_buf_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" "
+                     "transform=\"rotate(-90 %.1f %.1f)\">reward</text>\n",
+                  p->x0 - 36, p->y0 + p->h / 2, p->x0 - 36, p->y0 + p->h / 2);
 }
 
 /* One series: a polyline through (x, y) of the rows that have it, with a dot per point. */
-static void draw_series(sbuf *b, const panel *p, const rl_report *r, int by_time, int val,
+static void draw_series(al_buf *b, const panel *p, const rl_report *r, int by_time, int val,
                         const char *color)
 {
     int started = 0;
@@ -235,25 +195,27 @@ static void draw_series(sbuf *b, const panel *p, const rl_report *r, int by_time
         if (by_time && w->time_s < 0) continue;
         double x = by_time ? w->time_s : (double)w->version;
         double y = val ? rl_row_val_mean(w) : rl_row_train_mean(w);
-        if (!started) sb_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\" "
-                                   "points=\"", color, val ? "2" : "1.5");
-        sb_printf(b, "%.1f,%.1f ", px(p, x), py(p, y));
+        if (!started)
+            al_buf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\" "
+                             "points=\"",
+                          color, val ? "2" : "1.5");
+        al_buf_printf(b, "%.1f,%.1f ", px(p, x), py(p, y));
         started = 1;
     }
-    if (started) sb_printf(b, "\"/>\n");
+    if (started) al_buf_puts(b, "\"/>\n");
     if (!val) return;
     for (size_t i = 0; i < r->n; i++) {
         const rl_version_row *w = &r->rows[i];
         if (!w->n_val || (by_time && w->time_s < 0)) continue;
         double x = by_time ? w->time_s : (double)w->version;
-        sb_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", px(p, x),
-                  py(p, rl_row_val_mean(w)), color);
+        al_buf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", px(p, x),
+                      py(p, rl_row_val_mean(w)), color);
     }
 }
 
 char *rl_report_svg(const rl_report *r, const char *title)
 {
-    sbuf b = {0};
+    al_buf b = {0};
     double vmin = 0, vmax = 1, tmin = 0, tmax = 1, ymin = 0, ymax = 1;
     int first = 1, tfirst = 1;
     for (size_t i = 0; i < r->n; i++) {
@@ -279,13 +241,13 @@ char *rl_report_svg(const rl_report *r, const char *title)
     if (vmax <= vmin) vmax = vmin + 1;
     if (tmax <= tmin) tmax = tmin + 1;
     const double W = 1000, H = 400;
-    sb_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-                  "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n"
-                  "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-              W, H, W, H);
-    sb_printf(&b, "<text x=\"%.0f\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">", W / 2);
-    sb_escaped(&b, title ? title : "");
-    sb_printf(&b, "</text>\n");
+    al_buf_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                      "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\">\n"
+                      "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+                  W, H, W, H);
+    al_buf_printf(&b, "<text x=\"%.0f\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">", W / 2);
+    buf_escaped(&b, title ? title : "");
+    al_buf_puts(&b, "</text>\n");
     panel pv = {70, 50, 400, 270, vmin, vmax, ymin, ymax};
     panel pt = {570, 50, 400, 270, tmin, tmax, ymin, ymax};
     draw_axes(&b, &pv, "policy version");
@@ -294,13 +256,13 @@ char *rl_report_svg(const rl_report *r, const char *title)
     draw_series(&b, &pv, r, 0, 1, "#ff7f0e");
     draw_series(&b, &pt, r, 1, 0, "#1f77b4");
     draw_series(&b, &pt, r, 1, 1, "#ff7f0e");
-    sb_printf(&b, "<line x1=\"380\" y1=\"375\" x2=\"400\" y2=\"375\" stroke=\"#1f77b4\" "
-                  "stroke-width=\"2\"/><text x=\"405\" y=\"379\" font-size=\"12\">train "
-                  "(mean over the version's rollouts)</text>\n"
-                  "<line x1=\"640\" y1=\"375\" x2=\"660\" y2=\"375\" stroke=\"#ff7f0e\" "
-                  "stroke-width=\"2\"/><text x=\"665\" y=\"379\" font-size=\"12\">val "
-                  "(held-out tasks)</text>\n</svg>\n");
-    return sb_take(&b);
+    al_buf_printf(&b, "<line x1=\"380\" y1=\"375\" x2=\"400\" y2=\"375\" stroke=\"#1f77b4\" "
+                      "stroke-width=\"2\"/><text x=\"405\" y=\"379\" font-size=\"12\">train "
+                      "(mean over the version's rollouts)</text>\n"
+                      "<line x1=\"640\" y1=\"375\" x2=\"660\" y2=\"375\" stroke=\"#ff7f0e\" "
+                      "stroke-width=\"2\"/><text x=\"665\" y=\"379\" font-size=\"12\">val "
+                      "(held-out tasks)</text>\n</svg>\n");
+    return buf_take(&b);
 }
 
 int rl_report_write(const rl_report *r, const char *dir, const char *title, char *errstr,

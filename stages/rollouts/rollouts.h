@@ -26,9 +26,12 @@
 
 #include "avro/codec.h"
 #include "core/cli.h"
+#include "core/map.h"
 #include "core/util.h"
+#include "core/vec.h"
 #include "http/metrics.h"
 #include "http/server.h"
+#include "kafka/follower.h"
 #include "kafka/kafka.h"
 #include "kafka/topic_reader.h"
 
@@ -55,7 +58,7 @@ typedef struct rl_opts {
 typedef struct rl_group rl_group;
 
 /* One rollout: its attempts run one after the other as the same rollout id. Owned by its
- * group (which frees it); listed in the rtab while open. */
+ * group (which frees it); listed in c->open while open. */
 typedef struct rl_rollout {
     rl_group *g;
     size_t task;
@@ -80,7 +83,6 @@ typedef struct rl_rollout {
     int done;           /* no attempt follows; its end is posted */
     int64_t posted_us;  /* when its final end was queued */
     int64_t launch_version;
-    struct rl_rollout *hnext;
 } rl_rollout;
 
 /* A GRPO group of one task's rollouts (an evaluation rollout is a group of one). */
@@ -109,18 +111,13 @@ typedef struct rl_ctl {
     size_t *order, order_pos;
     int64_t epoch;
     unsigned char *busy; /* per task: a group in flight */
-    const char **keyset; /* the tasks' keys, open addressing: spans of other tasks are not
-                            decoded (a span's Kafka key is its task key) */
-    size_t keycap;
+    al_map keyset; /* the tasks' keys (values: their rl_task): spans of other tasks are not
+                      decoded (a span's Kafka key is its task key) */
     char run[32];
     int64_t next_rollout;
-    /* rollouts by id (open ones: until their outcome is in the report) */
-    rl_rollout **rtab;
-    size_t rcap;
-    rl_rollout **live; /* every rollout not yet reported */
-    size_t nlive, caplive;
-    rl_group **groups; /* unfinished groups */
-    size_t ngroups, capgroups;
+    al_map open;               /* rollouts by id, until their outcome is in the report */
+    AL_VEC(rl_rollout *) live; /* every rollout not yet reported */
+    AL_VEC(rl_group *) groups; /* unfinished groups */
     int running;
     /* pacing */
     int64_t v, v0, v_seen_us;
@@ -138,7 +135,8 @@ typedef struct rl_ctl {
     CURL *curl;
     /* Kafka */
     al_kafka_conf *kc;
-    al_topic_reader *policy_rd, *spans_rd;
+    al_follower *policy; /* arclight.policy, from its beginning */
+    al_topic_reader *spans_rd;
     al_span span;
     al_policy_version pv;
     char model[256];
@@ -155,7 +153,7 @@ typedef struct rl_ctl {
     /* the loop's poll set: the signal pipe and the running children's pipes */
     struct pollfd *pfd;
     rl_rollout **pr;
-    size_t pcap;
+    size_t pfd_cap, pr_cap;
     /* --metrics: the counts above as Prometheus series, set from the loop (atomics) */
     al_metrics *metrics;
     al_http_server *srv;

@@ -178,13 +178,13 @@ static void run_version_new(rl_ctl *c)
  * every post delivered. 1: done. */
 static int run_done(rl_ctl *c, int trained_enough)
 {
-    int epochs_over = c->training_done && !c->ngroups;
+    int epochs_over = c->training_done && !c->groups.n;
     if ((trained_enough || epochs_over) && !c->eval_running && !c->eval_pending) {
         if (!c->final_eval_started && c->n_val &&
             !(c->evals_done && c->eval_version == c->v)) {
             c->final_eval_started = 1;
             c->eval_pending = 1;
-        } else if (!c->ngroups && !c->phead) {
+        } else if (!c->groups.n && !c->phead) {
             return 1;
         }
     }
@@ -195,7 +195,7 @@ int rl_run_loop(rl_ctl *c)
 {
     int64_t last_v = c->v;
     for (;;) {
-        rl_metrics_publish(c, c->nlive);
+        rl_metrics_publish(c, c->live.n);
         if (rl_feeds_poll(c, 0)) return 1;
         if (c->v != last_v) {
             run_version_new(c);
@@ -223,8 +223,8 @@ void rl_run_stop(rl_ctl *c)
     rl_children_stop(c);
     rl_posts_run(c, 5000000);
     rl_feeds_poll(c, 0);
-    for (size_t i = 0; i < c->nlive; i++)
-        c->live[i]->end_seen = 1;
+    for (size_t i = 0; i < c->live.n; i++)
+        c->live.v[i]->end_seen = 1;
     rl_settle(c);
     rl_progress_write_report(c);
     if (c->tty) fputc('\n', stderr);
@@ -240,21 +240,21 @@ void rl_run_free(rl_ctl *c)
     al_metrics_free(c->metrics);
     if (c->eval_log) fclose(c->eval_log);
     if (c->curl) curl_easy_cleanup(c->curl);
-    al_topic_reader_free(c->policy_rd);
+    al_follower_free(c->policy);
     al_topic_reader_free(c->spans_rd);
     al_span_clear(&c->span);
     al_policy_version_clear(&c->pv);
     al_kafka_conf_free(c->kc);
     rl_posts_drop(c);
-    for (size_t i = 0; i < c->ngroups; i++) {
-        for (int k = 0; k < c->groups[i]->n; k++)
-            free(c->groups[i]->r[k]);
-        free(c->groups[i]->r);
-        free(c->groups[i]);
+    for (size_t i = 0; i < c->groups.n; i++) {
+        for (int k = 0; k < c->groups.v[i]->n; k++)
+            free(c->groups.v[i]->r[k]);
+        free(c->groups.v[i]->r);
+        free(c->groups.v[i]);
     }
-    free(c->groups);
-    free(c->rtab);
-    free(c->live);
+    al_vec_free(&c->groups);
+    al_map_free(&c->open, NULL);
+    al_vec_free(&c->live);
     free(c->pfd);
     free(c->pr);
     rl_report_free(&c->rep);
@@ -262,7 +262,7 @@ void rl_run_free(rl_ctl *c)
     free(c->val_idx);
     free(c->order);
     free(c->busy);
-    free(c->keyset);
+    al_map_free(&c->keyset, NULL);
     rl_tasks_free(&c->tasks);
     free(c);
 }

@@ -55,14 +55,7 @@ static rl_group *group_new(rl_ctl *c, size_t task, int n, int eval)
             free(g);
             return NULL;
         }
-    if (c->ngroups == c->capgroups) {
-        size_t nc = c->capgroups ? c->capgroups * 2 : 32;
-        rl_group **ng = realloc(c->groups, nc * sizeof *ng);
-        if (!ng) return NULL; /* leaked on out of memory only */
-        c->groups = ng;
-        c->capgroups = nc;
-    }
-    c->groups[c->ngroups++] = g;
+    if (al_vec_push(&c->groups, g)) return NULL; /* leaked on out of memory only */
     return g;
 }
 
@@ -96,9 +89,9 @@ static size_t next_train_task(rl_ctl *c)
 static int running_pending(const rl_ctl *c)
 {
     int n = 0;
-    for (size_t i = 0; i < c->ngroups; i++)
-        for (int k = 0; k < c->groups[i]->n; k++) {
-            const rl_rollout *r = c->groups[i]->r[k];
+    for (size_t i = 0; i < c->groups.n; i++)
+        for (int k = 0; k < c->groups.v[i]->n; k++) {
+            const rl_rollout *r = c->groups.v[i]->r[k];
             if (!r->pid && !r->done && !r->start_us) n++;
         }
     return n;
@@ -109,8 +102,8 @@ static int running_pending(const rl_ctl *c)
 static void start_pending(rl_ctl *c)
 {
     for (int pass = 0; pass < 2; pass++)
-        for (size_t i = 0; i < c->ngroups && c->running < c->o.concurrency; i++) {
-            rl_group *g = c->groups[i];
+        for (size_t i = 0; i < c->groups.n && c->running < c->o.concurrency; i++) {
+            rl_group *g = c->groups.v[i];
             if (g->eval != (pass == 0)) continue;
             for (int k = 0; k < g->n && c->running < c->o.concurrency; k++) {
                 rl_rollout *r = g->r[k];

@@ -123,8 +123,8 @@ void rl_rollout_finished(rl_ctl *c, rl_rollout *r, int wstatus)
 void rl_settle(rl_ctl *c)
 {
     int64_t now = al_mono_us();
-    for (size_t i = 0; i < c->nlive;) {
-        rl_rollout *r = c->live[i];
+    for (size_t i = 0; i < c->live.n;) {
+        rl_rollout *r = c->live.v[i];
         int ready = r->done && !c->phead && (r->end_seen || now - r->posted_us > 30000000LL);
         if (!ready) {
             i++;
@@ -152,8 +152,8 @@ void rl_settle(rl_ctl *c)
         c->n_reported++;
         rl_rtab_remove(c, r); /* moves the last live one into slot i; the group frees r */
     }
-    for (size_t i = 0; i < c->ngroups;) {
-        rl_group *g = c->groups[i];
+    for (size_t i = 0; i < c->groups.n;) {
+        rl_group *g = c->groups.v[i];
         int all = g->n_final == g->n;
         for (int k = 0; all && k < g->n; k++)
             if (rl_rtab_find(c, g->r[k]->id)) all = 0;
@@ -171,6 +171,6 @@ void rl_settle(rl_ctl *c)
             free(g->r[k]);
         free(g->r);
         free(g);
-        c->groups[i] = c->groups[--c->ngroups];
+        c->groups.v[i] = c->groups.v[--c->groups.n];
     }
 }

@@ -3,29 +3,15 @@
  */
 #include "rollouts/tasks.h"
 
+#include "core/hash.h"
 #include "core/util.h"
+#include "core/vec.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-uint64_t rl_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-    return h;
-}
-
-static uint64_t splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
 
 static int key_char(char c)
 {
@@ -57,7 +43,7 @@ void rl_shuffle(size_t *idx, size_t n, uint64_t seed, uint64_t epoch)
     for (size_t i = 0; i < n; i++)
         idx[i] = i;
     for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)(splitmix64(&st) % i);
+        size_t j = (size_t)(al_splitmix64(&st) % i);
         size_t t = idx[i - 1];
         idx[i - 1] = idx[j];
         idx[j] = t;
@@ -130,7 +116,7 @@ static int parse_line(const char *line, size_t len, const char *name, int lineno
         al_err(errstr, errlen, "%s:%d: task %s has no 'input'", name, lineno, id);
         goto out;
     }
-    uint64_t h = rl_hash(id);
+    uint64_t h = al_hash_str(id); /* stable across versions: a user's split must not move */
     if (split && !json_is_string(split)) {
         al_err(errstr, errlen, "%s:%d: 'split' must be \"train\" or \"val\"", name, lineno);
         goto out;
@@ -147,7 +133,7 @@ static int parse_line(const char *line, size_t len, const char *name, int lineno
         goto out;
     } else {
         uint64_t x = h;
-        double u = (double)(splitmix64(&x) >> 11) * (1.0 / 9007199254740992.0);
+        double u = (double)(al_splitmix64(&x) >> 11) * (1.0 / 9007199254740992.0);
         sp = u < o->split_ratio ? RL_SPLIT_VAL : RL_SPLIT_TRAIN;
     }
     if ((int)(h % (uint64_t)o->shard_count) != o->shard_index) {
@@ -201,15 +187,9 @@ int rl_tasks_parse(const char *text, size_t len, const char *name, const rl_task
         while (n && (*line == ' ' || *line == '\t'))
             line++, n--;
         if (!n || *line == '#') continue;
-        if (out->n == cap) {
-            size_t nc = cap ? cap * 2 : 64;
-            rl_task *nt = realloc(out->t, nc * sizeof *nt);
-            if (!nt) {
-                rl_tasks_free(out);
-                return al_err(errstr, errlen, "out of memory");
-            }
-            out->t = nt;
-            cap = nc;
+        if (al_vec_grow((void **)&out->t, &cap, out->n + 1, sizeof *out->t)) {
+            rl_tasks_free(out);
+            return al_err(errstr, errlen, "out of memory");
         }
         int r = parse_line(line, n, name, lineno, o, &out->t[out->n], errstr, errlen);
         if (r < 0) {

@@ -40,7 +40,7 @@ typedef struct rl_task {
     char *key;     /* the id as used in URLs and Kafka keys (see above) */
     char *record;  /* the whole record as compact JSON: what the agent gets */
     rl_split split;
-    uint64_t hash; /* of id: split and shard */
+    uint64_t hash; /* al_hash_str of id (FNV-1a, stable across versions): split and shard */
     int line;      /* line number in the file */
 } rl_task;
 
@@ -67,15 +67,12 @@ void rl_tasks_free(rl_tasks *ts);
 
 /* Writes the URL-safe key of id into key (at least 130 bytes). */
 void rl_task_key(const char *id, char *key, size_t keylen);
-/* 64-bit FNV-1a of s: the hash behind splits and shards (stable across versions: a user's
- * split must not move when arclight is upgraded). */
-uint64_t rl_hash(const char *s);
 
 /* Parses "i/N" (0 <= i < N <= 65536). 0, or -1. */
 int rl_parse_shard(const char *s, int *index, int *count);
 
 /* A deterministic permutation of 0..n-1 for epoch `epoch` under `seed` (Fisher-Yates over
- * a splitmix64 stream): the order in which an epoch visits the training tasks. */
+ * an al_splitmix64 stream): the order in which an epoch visits the training tasks. */
 void rl_shuffle(size_t *idx, size_t n, uint64_t seed, uint64_t epoch);
 
 #endif
