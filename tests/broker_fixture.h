@@ -45,6 +45,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <fcntl.h>
+#include <librdkafka/rdkafka.h>
 #include <unistd.h>
 
 #include "kafka_fixture.h"
@@ -409,5 +410,103 @@ static inline double al_test_proc_cpu_s(pid_t pid)
         return 0;
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
+
+/* ---- reading a topic back ------------------------------------------------------------------- */
+
+/* Whether needle occurs in the n bytes at hay (which may hold NULs: memmem, without
+ * asking every includer for _GNU_SOURCE). */
+static inline int al_test_mem_has(const char *hay, size_t n, const char *needle)
+{
+    size_t k = strlen(needle);
+    for (size_t i = 0; k <= n && i <= n - k; i++)
+        if (!memcmp(hay + i, needle, k)) return 1;
+    return 0;
+}
+
+/* Messages read from a topic: value (NUL-terminated past len), length and key of each. */
+typedef struct al_test_msgs {
+    char **val;
+    size_t *len;
+    char **key;
+    size_t n, cap;
+} al_test_msgs;
+
+static inline void al_test_msgs_free(al_test_msgs *m)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        free(m->val[i]);
+        free(m->key[i]);
+    }
+    free(m->val);
+    free(m->len);
+    free(m->key);
+    memset(m, 0, sizeof *m);
+}
+
+/* Reads topic from the beginning until at least `want` messages with `match` somewhere in
+ * their value (NULL: any) have arrived or timeout_ms passes. Keeps every message read (free
+ * them with al_test_msgs_free). 0 when `want` matched in time, else -1. */
+static inline int al_test_topic_read(const char *bootstrap, const char *topic, const char *match,
+                                     size_t want, int timeout_ms, al_test_msgs *out)
+{
+    char err[512];
+    memset(out, 0, sizeof *out);
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, sizeof err);
+    rd_kafka_conf_set(conf, "group.id", "px-test-reader", err, sizeof err);
+    rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, sizeof err);
+    rd_kafka_conf_set(conf, "log_level", "0", err, sizeof err);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
+    if (!rk) return -1;
+    const rd_kafka_metadata_t *md = NULL;
+    int nparts = 0;
+    for (int t = 0; t < 50 && nparts == 0; t++) {
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+        if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            if (md->topic_cnt == 1) nparts = md->topics[0].partition_cnt;
+            rd_kafka_metadata_destroy(md);
+        }
+        rd_kafka_topic_destroy(rkt);
+        if (!nparts) usleep(100000);
+    }
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(nparts);
+    for (int i = 0; i < nparts; i++)
+        rd_kafka_topic_partition_list_add(l, topic, i)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_assign(rk, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    size_t matched = 0;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long el = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        if (matched >= want || el > timeout_ms) break;
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+        if (!m) continue;
+        if (!m->err) {
+            if (out->n == out->cap) {
+                out->cap = out->cap ? out->cap * 2 : 64;
+                out->val = realloc(out->val, out->cap * sizeof *out->val);
+                out->len = realloc(out->len, out->cap * sizeof *out->len);
+                out->key = realloc(out->key, out->cap * sizeof *out->key);
+            }
+            char *v = malloc(m->len + 1), *k = malloc(m->key_len + 1);
+            memcpy(v, m->payload, m->len);
+            v[m->len] = '\0';
+            memcpy(k, m->key ? m->key : "", m->key_len);
+            k[m->key_len] = '\0';
+            out->val[out->n] = v;
+            out->len[out->n] = m->len;
+            out->key[out->n] = k;
+            out->n++;
+            if (!match || al_test_mem_has(v, m->len, match)) matched++;
+        }
+        rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return matched >= want ? 0 : -1;
+}
+
 
 #endif

@@ -25,9 +25,5 @@ arclight_test(t0804_credit_positions SOURCES tests/t0804_credit_positions.c LIBS
 arclight_test(t0805_credit_options SOURCES tests/t0805_credit_options.c LIBS arclight_credit TIMEOUT 60)
 add_dependencies(t0805_credit_options arclight)
 
-# The trainer's optimizer.safetensors read the way docs/TRAINING.md describes it, by a
-# Python reader checked against torch.optim.AdamW (issue 18: the doc must not go stale).
-arclight_test(t0810_optimizer_layout SOURCES tests/t0810_optimizer_layout.c LIBS arclight_model TIMEOUT 180)
-
 # What credit does with the rollout controller's eval spans and retried attempts.
 arclight_test(t0806_credit_eval_retry SOURCES tests/t0806_credit_eval_retry.c LIBS arclight_credit TIMEOUT 60)

@@ -1,5 +1,15 @@
 # The model engineer's tests of lib/model (tests 0600-0649): the transformer against PyTorch,
 # layer gradients, packing, safetensors. They link arclight_model only (model-only builds too).
+#
+# lib/model's tests, all registered in the tests/model*.cmake fragments (CMakeLists.txt
+# includes them before the rest, model-only builds too):
+#   0500       the JSON reader (lib/text, which arclight_model links; model_json.cmake)
+#   0600-0649  the transformer, safetensors, the CLI (this file)
+#   0650-0699  loss, optimizer, trainer, checkpoints; and 0810, the optimizer file's layout
+#              (model_loss.cmake)
+#   0700-0749  the tokenizer (lib/text, which arclight_model links; model_tokenizer.cmake)
+#   1100-1109  inference: sampling, logprobs (model_infer.cmake)
+#   1700-1749  the GPU backend and data parallelism (model_gpu.cmake)
 arclight_test(t0600_model_vs_pytorch SOURCES tests/t0600_model_vs_pytorch.c LIBS arclight_model TIMEOUT 120)
 arclight_test(t0601_model_layers SOURCES tests/t0601_model_layers.c LIBS arclight_model TIMEOUT 120)
 arclight_test(t0602_model_packed SOURCES tests/t0602_model_packed.c LIBS arclight_model TIMEOUT 120)

@@ -3,6 +3,7 @@
  * here), and broken copies of it are caught: a wrong advertised port, a bogus flag, a health
  * check on the wrong port, a trainer that cannot resume, serve not seeing the checkpoints. */
 #include "testlib.h"
+#include "support.h"
 
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -30,8 +31,8 @@ static int run_check(const char *root, char *out, size_t outlen)
  * there) and checks the copy; the checker's exit status, its output in out. */
 static int check_broken_copy(const char *edit, char *out, size_t outlen)
 {
-    char dir[] = "/tmp/arclight-t0003-XXXXXX", cmd[8192];
-    if (!mkdtemp(dir)) return -1;
+    char dir[512], cmd[8192];
+    if (!al_test_tmpdir(dir, sizeof dir, "t0003")) return -1;
     snprintf(cmd, sizeof cmd,
              "cd '%1$s' && cp -r docker-compose.yml Dockerfile broker-config tools '%2$s/' &&"
              "mkdir -p '%2$s/lib/core' '%2$s/tests' '%2$s/examples' &&"
@@ -39,8 +40,7 @@ static int check_broken_copy(const char *edit, char *out, size_t outlen)
              "cp -r examples/letters '%2$s/examples/' && cd '%2$s' && %3$s",
              src_dir(), dir, edit);
     int rc = system(cmd) == 0 ? run_check(dir, out, outlen) : -2;
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) rc = -3;
+    if (al_test_rmtree(dir) != 0) rc = -3;
     return rc;
 }
 

@@ -3,6 +3,7 @@
  * copies of it are caught: a bogus flag, a second batch replica, a probe on the wrong port,
  * rollout controllers whose shards do not match their replicas or batch's step. */
 #include "testlib.h"
+#include "support.h"
 
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -33,16 +34,15 @@ static int run_check(const char *root, char *out, size_t outlen)
  * there), checks it; the checker's exit status, its output in out. */
 static int check_broken_copy(const char *edit, char *out, size_t outlen)
 {
-    char dir[] = "/tmp/arclight-t0004-XXXXXX", cmd[8192];
-    if (!mkdtemp(dir)) return -1;
+    char dir[512], cmd[8192];
+    if (!al_test_tmpdir(dir, sizeof dir, "t0004")) return -1;
     snprintf(cmd, sizeof cmd,
              "cp -r '%1$s/deploy' '%1$s/broker-config' '%2$s/' && mkdir -p '%2$s/tools' '%2$s/examples' &&"
              "cp '%1$s/tools/main.c' '%2$s/tools/' && cp -r '%1$s/examples/letters' '%2$s/examples/' &&"
              "cd '%2$s' && %3$s",
              src_dir(), dir, edit);
     int rc = system(cmd) == 0 ? run_check(dir, out, outlen) : -2;
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) rc = -3;
+    if (al_test_rmtree(dir) != 0) rc = -3;
     return rc;
 }
 

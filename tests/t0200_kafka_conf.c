@@ -1,5 +1,6 @@
 /* t0200: client configuration layering and the offset tracker (no broker needed). */
 #include "testlib.h"
+#include "support.h"
 
 #include "kafka/kafka.h"
 
@@ -16,9 +17,7 @@ static void write_file(const char *path, const char *text)
 
 static void make_tmpdir(void)
 {
-    if (tmpdir[0]) return;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/t0200.XXXXXX");
-    if (!mkdtemp(tmpdir)) abort();
+    if (!tmpdir[0] && !al_test_tmpdir(tmpdir, sizeof tmpdir, "t0200")) abort();
 }
 
 TEST(conf_precedence_file_env_config_flag)

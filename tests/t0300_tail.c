@@ -166,7 +166,7 @@ TEST(tail_follow_prints_messages_produced_after_it_started)
             waitpid(pid, &st, 0);
         }
     }
-    char *out = tools_slurp(outp);
+    char *out = al_test_slurp_text(outp);
     unlink(outp);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "tail --follow did not stop after --max 2: %s",
            out);

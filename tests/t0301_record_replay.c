@@ -3,6 +3,7 @@
  * reads recordings in every codec; offset and time ranges; pacing; a topic with fewer
  * partitions; delivery failures give a nonzero exit; bad usage exits 2. */
 #include "testlib.h"
+#include "support.h"
 
 #include "t0399_tools_helpers.h"
 
@@ -13,7 +14,7 @@
 
 static al_test_broker broker;
 static int broker_up;
-static char dir[64];
+static char dir[512];
 
 static const char *bs(void)
 {
@@ -23,10 +24,7 @@ static const char *bs(void)
 
 static const char *path_in_dir(char *buf, size_t n, const char *name)
 {
-    if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/arclight-t0301-XXXXXX");
-        if (!mkdtemp(dir)) dir[0] = '\0';
-    }
+    if (!dir[0]) al_test_tmpdir(dir, sizeof dir, "t0301");
     snprintf(buf, n, "%s/%s", dir, name);
     return buf;
 }
@@ -409,7 +407,7 @@ TEST(replay_exits_nonzero_when_deliveries_fail)
         waitpid(pid, &st, 0);
     }
     CHECK(al_test_broker_control(&broker, "up 1", reply, sizeof reply) == 0);
-    char *err = tools_slurp(errp);
+    char *err = al_test_slurp_text(errp);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 1, "replay exit %d; stderr: %s",
            WIFEXITED(st) ? WEXITSTATUS(st) : -1, err);
     /* normally deliveries time out; on a very slow machine replay may not have connected
@@ -505,7 +503,5 @@ TEST(bad_usage_and_bad_files)
 
     if (broker_up) CHECK_EQ_INT(tools_broker_stop(&broker), 0);
     broker_up = 0;
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (dir[0] && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    if (dir[0] && al_test_rmtree(dir) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }

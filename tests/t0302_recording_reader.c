@@ -2,6 +2,7 @@
  * exactly what avro-c's writer wrote in every codec, and a damaged file (every byte
  * flipped, every truncation) gives an error, never a crash or a sanitizer report. */
 #include "testlib.h"
+#include "support.h"
 
 #include "avro/registry.h"
 #include "recording_reader.h"
@@ -152,23 +153,6 @@ static int read_all(const char *path, int *failed)
     return n;
 }
 
-static unsigned char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)len);
-    if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *n = (size_t)len;
-    return b;
-}
-
 static void spit(const char *path, const unsigned char *b, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -186,7 +170,7 @@ TEST(damaged_files_give_errors_not_crashes)
     static const unsigned char values[] = {0x00, 0xff, 0x80};
     for (int c = 0; c < 3; c++) {
         size_t n;
-        unsigned char *orig = slurp(paths[c], &n);
+        unsigned char *orig = (unsigned char *)al_test_slurp(paths[c], &n);
         REQUIRE(orig);
         unsigned char *b = malloc(n);
         int errors = 0, runs = 0;

@@ -8,6 +8,7 @@
 #define ARCLIGHT_T0399_TOOLS_HELPERS_H
 
 #include "broker_fixture.h"
+#include "support.h"
 
 #include <librdkafka/rdkafka.h>
 #include <stdarg.h>
@@ -108,28 +109,6 @@ typedef struct tools_run {
     char *err;  /* stderr */
 } tools_run;
 
-static char *tools_slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    char chunk[8192];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (len + n + 1 > cap) {
-            cap = (len + n + 1) * 2;
-            buf = realloc(buf, cap);
-        }
-        memcpy(buf + len, chunk, n);
-        len += n;
-    }
-    fclose(f);
-    if (!buf) return strdup("");
-    buf[len] = '\0';
-    return buf;
-}
-
 /* Runs `$ARCLIGHT_BIN ARGS` through the shell (args are pasted as given: quote them) with
  * stdin from /dev/null; fills r. */
 static void tools_arclight(tools_run *r, const char *fmt, ...)
@@ -146,8 +125,8 @@ static void tools_arclight(tools_run *r, const char *fmt, ...)
     snprintf(cmd, sizeof cmd, "'%s' %s </dev/null >%s 2>%s", al_test_bin(), args, outp, errp);
     int st = system(cmd);
     r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    r->out = tools_slurp(outp);
-    r->err = tools_slurp(errp);
+    r->out = al_test_slurp_text(outp);
+    r->err = al_test_slurp_text(errp);
     unlink(outp);
     unlink(errp);
 }

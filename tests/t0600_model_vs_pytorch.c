@@ -16,6 +16,7 @@
  * The errors seen are printed, so a drift shows long before it fails.
  */
 #include "testlib.h"
+#include "support.h"
 
 #include "model/logprob.h"
 #include "model/loss.h"
@@ -275,8 +276,8 @@ TEST(qwen3_qk_norm_untied_matches_pytorch)
  * the PyTorch model strictly by Hugging Face names and give the same logits. */
 static void check_written_checkpoint(al_model_arch arch, int tied, al_st_dtype dtype)
 {
-    char dir[] = "/tmp/arclight-t0600-XXXXXX", err[1024], cmd[1400], path[400];
-    REQUIRE(mkdtemp(dir));
+    char dir[128], err[1024], cmd[1400], path[400];
+    REQUIRE(al_test_tmpdir(dir, sizeof dir, "t0600"));
     al_model_config c = {0};
     al_model_config_set_arch(&c, arch);
     c.vocab_size = 96, c.hidden_size = 32, c.intermediate_size = 48, c.num_layers = 2;
@@ -323,8 +324,7 @@ static void check_written_checkpoint(al_model_arch arch, int tied, al_st_dtype d
         tdump_free(&d);
     }
     al_model_free(m);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) printf("    could not remove %s\n", dir);
+    if (al_test_rmtree(dir) != 0) printf("    could not remove %s\n", dir);
 }
 
 TEST(written_checkpoints_load_in_pytorch_qwen2_tied_bf16)

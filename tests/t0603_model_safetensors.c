@@ -6,6 +6,7 @@
  * with the config, missing and extra tensors). None may crash (the ASan build runs this).
  */
 #include "testlib.h"
+#include "support.h"
 
 #include "core/util.h"
 #include "model/model.h"
@@ -18,16 +19,7 @@ static char tmpdir[256];
 
 static void make_tmpdir(void)
 {
-    if (tmpdir[0]) return;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/arclight-t0603-XXXXXX");
-    if (!mkdtemp(tmpdir)) abort();
-}
-
-static void rm_rf(const char *dir)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    if (!tmpdir[0] && !al_test_tmpdir(tmpdir, sizeof tmpdir, "t0603")) abort();
 }
 
 static al_model_config small_config(al_model_arch arch, int tied, int hidden)
@@ -423,5 +415,5 @@ TEST(sharded_checkpoints_load_through_their_index)
 
 TEST(zz_cleanup)
 {
-    if (tmpdir[0]) rm_rf(tmpdir);
+    if (tmpdir[0]) al_test_rmtree(tmpdir);
 }

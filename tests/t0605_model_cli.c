@@ -2,6 +2,7 @@
  * 0605: `arclight model init` and `arclight model info`, run as a user would ($ARCLIGHT_BIN).
  */
 #include "testlib.h"
+#include "support.h"
 
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -35,8 +36,7 @@ static const char *bin(void)
 
 TEST(init_writes_a_model_that_info_and_the_loader_accept)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/arclight-t0605-XXXXXX");
-    REQUIRE(mkdtemp(tmpdir));
+    REQUIRE(al_test_tmpdir(tmpdir, sizeof tmpdir, "t0605"));
     char out[8192], err[256];
     int rc = run(out, sizeof out,
                  "%s model init --config tests/model/tiny-qwen2.json --out %s/a --seed 11", bin(),
@@ -110,6 +110,5 @@ TEST(usage_errors_exit_2_and_failures_exit_1)
 
 TEST(zz_cleanup)
 {
-    char out[256];
-    if (tmpdir[0]) run(out, sizeof out, "rm -rf %s", tmpdir);
+    if (tmpdir[0]) al_test_rmtree(tmpdir);
 }

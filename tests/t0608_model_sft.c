@@ -16,6 +16,7 @@
  * tool calls are refused with the line named.
  */
 #include "testlib.h"
+#include "support.h"
 
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -90,8 +91,8 @@ static double p_first(const char *dir, const al_tokenizer *tok, char letter)
 
 TEST(sft_learns_from_a_file_and_refuses_bad_lines)
 {
-    char dir[] = "/tmp/arclight-t0608-XXXXXX", out[16384], path[300];
-    REQUIRE(mkdtemp(dir));
+    char dir[128], out[16384], path[300];
+    REQUIRE(al_test_tmpdir(dir, sizeof dir, "t0608"));
     int rc = run(out, sizeof out, "%s model init --config tests/model/tiny-qwen2.json --out %s/a "
                                   "--seed 3", bin(), dir);
     REQUIREF(rc == 0, "%s", out);
@@ -148,9 +149,8 @@ TEST(sft_learns_from_a_file_and_refuses_bad_lines)
     CHECK(access(path, F_OK) != 0);
     rc = run(out, sizeof out, "%s model sft --model %s/a --out %s/c", bin(), dir, dir);
     CHECKF(rc == 2 && strstr(out, "--data"), "exit %d: %s", rc, out);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!testlib_cur_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    if (!testlib_cur_failed && al_test_rmtree(dir) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
 }
 
 /* Token-mean -log p of target[0..nt) after prompt[0..np) under the model in dir; -1 on
@@ -214,8 +214,8 @@ static const char TOOL[] =
 
 TEST(sft_trains_tool_calls_as_the_template_renders_them)
 {
-    char dir[] = "/tmp/arclight-t0608t-XXXXXX", out[16384], path[300], model[320];
-    REQUIRE(mkdtemp(dir));
+    char dir[128], out[16384], path[300], model[320];
+    REQUIRE(al_test_tmpdir(dir, sizeof dir, "t0608t"));
     int rc = run(out, sizeof out, "%s model init --config tests/model/tiny-qwen2.json --out %s/a "
                                   "--seed 5", bin(), dir);
     REQUIREF(rc == 0, "%s", out);
@@ -384,7 +384,6 @@ TEST(sft_trains_tool_calls_as_the_template_renders_them)
     al_token_ids_free(&prompt), al_token_ids_free(&target);
     al_token_ids_free(&prompt2), al_token_ids_free(&target2);
     al_tokenizer_free(tok);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!testlib_cur_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    if (!testlib_cur_failed && al_test_rmtree(dir) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
 }

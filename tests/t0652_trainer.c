@@ -5,6 +5,7 @@
  * run (6 steps vs 3 + resume + 3), and bad chunks / damaged checkpoints give clear errors.
  */
 #include "testlib.h"
+#include "support.h"
 
 #include "model/checkpoint.h"
 #include "model/logprob.h"
@@ -243,13 +244,6 @@ TEST(training_follows_the_advantages)
     al_model_free(m);
 }
 
-static void rm_rf(const char *path)
-{
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", path);
-}
-
 /* The resume test's configuration: every feature that carries state across steps. */
 static void resume_config(al_trainer_config *tc)
 {
@@ -272,8 +266,8 @@ static void resume_config(al_trainer_config *tc)
 TEST(resume_gives_bitwise_the_same_losses)
 {
     char err[1024];
-    char root[] = "/tmp/arclight-t0652-XXXXXX";
-    REQUIRE(mkdtemp(root) != NULL);
+    char root[512];
+    REQUIRE(al_test_tmpdir(root, sizeof root, "t0652") != NULL);
     char init_dir[600], ck_root[600];
     snprintf(init_dir, sizeof init_dir, "%s/init", root);
     snprintf(ck_root, sizeof ck_root, "%s/ckpt", root);
@@ -390,14 +384,14 @@ TEST(resume_gives_bitwise_the_same_losses)
     al_model_free(ra);
     al_model_free(pb);
     al_model_free(rb);
-    rm_rf(root);
+    al_test_rmtree(root);
 }
 
 TEST(checkpoint_of_another_shape_is_refused)
 {
     char err[1024];
-    char root[] = "/tmp/arclight-t0652s-XXXXXX";
-    REQUIRE(mkdtemp(root) != NULL);
+    char root[512];
+    REQUIRE(al_test_tmpdir(root, sizeof root, "t0652s") != NULL);
     al_model *m = tiny_model(9, err, sizeof err);
     REQUIREF(m, "%s", err);
     al_trainer_config tc;
@@ -453,7 +447,7 @@ TEST(checkpoint_of_another_shape_is_refused)
     al_model_free(m2);
     al_trainer_free(t);
     al_model_free(m);
-    rm_rf(root);
+    al_test_rmtree(root);
 }
 
 TEST(bad_chunks_and_configs_give_clear_errors)

@@ -13,7 +13,7 @@
 static char *tiny_json(size_t *len)
 {
     char *path = tok_source_path("tests/tokenizer/tiny/tokenizer.json");
-    char *t = tok_read_file(path, len);
+    char *t = al_test_slurp(path, len);
     free(path);
     return t;
 }

@@ -7,6 +7,7 @@
 
 #include "text/json.h"
 #include "text/tokenizer.h"
+#include "support.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,32 +35,12 @@ static inline char *tok_qwen3_dir(void)
     return p;
 }
 
-static inline char *tok_read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        if (len) *len = (size_t)n;
-    }
-    return buf;
-}
-
 /* Parses a fixture under the source tree; NULL (with a message) when it is missing. */
 static inline al_json *tok_load_fixture(const char *rel)
 {
     char *path = tok_source_path(rel);
     size_t len = 0;
-    char *text = tok_read_file(path, &len);
+    char *text = al_test_slurp(path, &len);
     if (!text) {
         fprintf(stderr, "cannot read %s\n", path);
         free(path);

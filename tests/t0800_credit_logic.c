@@ -7,8 +7,62 @@
 #include "credit.h"
 #include "t0849_credit_helpers.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* One span given to a part and what the part must answer: a row of the tables below. A
+ * field left at ANY is not checked. */
+#define ANY INT64_MIN
+typedef struct add_row {
+    int64_t offset;        /* the span's offset; ANY: the next of off_counter */
+    al_span span;
+    int64_t rc;            /* al_credit_part_add's result */
+    const char *code;      /* the rejection code it names (NULL: not checked) */
+    const char *reason[4]; /* phrases its reason holds (up to a NULL) */
+    int64_t safe;          /* al_credit_part_safe_offset after it */
+} add_row;
+
+/* The configuration every test starts from: the defaults, groups of group_size. */
+static al_credit_config config_of(int group_size)
+{
+    al_credit_config c;
+    al_credit_config_init(&c);
+    c.group_size = group_size;
+    return c;
+}
+
+/* Frees a part and empties the sink it fed (mk_part's pair). */
+static void part_close(al_credit_part *p, sink_t *s)
+{
+    al_credit_part_free(p);
+    sink_free(s);
+}
+
+/* Adds the rows' spans to p in order and checks each answer. */
+static void add_rows(al_credit_part *p, add_row *rows, size_t n)
+{
+    char reason[256], err[256];
+    for (size_t i = 0; i < n; i++) {
+        add_row *r = &rows[i];
+        const char *code = NULL;
+        int64_t off = r->offset == ANY ? off_counter++ : r->offset;
+        int rc = al_credit_part_add(p, off, &r->span, &code, reason, sizeof reason, err,
+                                    sizeof err);
+        CHECKF(r->rc == ANY || rc == r->rc, "row %zu (offset %lld): add gave %d, want %lld", i,
+               (long long)off, rc, (long long)r->rc);
+        if (r->code)
+            CHECKF(code && !strcmp(code, r->code), "row %zu: code %s, want %s", i,
+                   code ? code : "(null)", r->code);
+        for (int k = 0; k < 4 && r->reason[k]; k++)
+            CHECKF(strstr(reason, r->reason[k]) != NULL, "row %zu: reason: %s", i, reason);
+        if (r->safe != ANY) {
+            int64_t safe = al_credit_part_safe_offset(p);
+            CHECKF(safe == r->safe, "row %zu: safe offset %lld, want %lld", i, (long long)safe,
+                   (long long)r->safe);
+        }
+    }
+}
 
 /* Advantages of the four one-call rollouts r0..r3 with rewards 1, 2, 3, 6. */
 static void run_estimator(al_credit_estimator e, double *adv)
@@ -32,8 +86,7 @@ static void run_estimator(al_credit_estimator e, double *adv)
         if (t) adv[t->rollout_id[1] - '0'] = t->advantage;
     }
     CHECK_EQ_INT(s.n, 4);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 }
 
 TEST(estimators_match_hand_computed_values)
@@ -63,9 +116,7 @@ TEST(estimators_match_hand_computed_values)
  * 0/0); with spread the advantage is the plain z-score. */
 TEST(grpo_with_eps_zero_on_a_group_without_spread)
 {
-    al_credit_config c;
-    al_credit_config_init(&c);
-    c.group_size = 2;
+    al_credit_config c = config_of(2);
     c.eps = 0;
     sink_t s;
     al_credit_part *p = mk_part(&c, &s);
@@ -80,17 +131,14 @@ TEST(grpo_with_eps_zero_on_a_group_without_spread)
     CHECK_NEAR(tr_id(&s, "d:0:0")->advantage, 1, 1e-15);
     double eq[3] = {7, 7, 7};
     CHECK_NEAR(al_credit_advantage(AL_CREDIT_ESTIMATOR_GRPO, eq, 3, 0, 7, 0), 0, 0);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 }
 
 /* Timestamps are a producer's int64s: a clock at INT64_MAX, a rollout last seen at
  * INT64_MIN and the largest timeouts neither overflow (UBSan) nor stop timeouts firing. */
 TEST(timeouts_at_the_ends_of_the_clock)
 {
-    al_credit_config c;
-    al_credit_config_init(&c);
-    c.group_size = 2;
+    al_credit_config c = config_of(2);
     c.idle_timeout_us = INT64_MAX;
     c.group_timeout_us = INT64_MAX;
     c.timeout_policy = AL_CREDIT_POLICY_KEEP;
@@ -103,8 +151,7 @@ TEST(timeouts_at_the_ends_of_the_clock)
     feed(p, mk_simple("T", "a", 0, INT64_MIN)); /* a clock that never goes back */
     CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_timed_out, 0);
     CHECK_EQ_INT(al_credit_part_clock(p) == INT64_MAX, 1);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 
     c.idle_timeout_us = 10;
     c.group_timeout_us = 10;
@@ -117,15 +164,12 @@ TEST(timeouts_at_the_ends_of_the_clock)
     CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_timed_out, 1); /* b: 3 us idle */
     feed(p, mk_end("T", "b", 1, INT64_MAX, AL_ROLLOUT_STATUS_SUCCEEDED, 0));
     REQUIRE(s.n == 2);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 }
 
 TEST(transition_fields_of_a_group)
 {
-    al_credit_config c;
-    al_credit_config_init(&c);
-    c.group_size = 2;
+    al_credit_config c = config_of(2);
     sink_t s;
     al_credit_part *p = mk_part(&c, &s);
     off_counter = 100;
@@ -157,8 +201,7 @@ TEST(transition_fields_of_a_group)
     CHECK_EQ_INT((int)st->transitions, 2);
     CHECK_EQ_INT((int)st->open_rollouts, 0);
     CHECK_EQ_INT((int)st->open_groups, 0);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 }
 
 TEST(reinforce_running_baseline_per_task)
@@ -192,8 +235,7 @@ TEST(reinforce_running_baseline_per_task)
                t->id, t->advantage, want[i]);
         CHECK_EQ_STR(t->estimator, "reinforce");
     }
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 }
 
 /* A three-call rollout without task: call 0, reward 1 after it, call 1, call 2, reward 2
@@ -227,24 +269,21 @@ TEST(identical_assignment_against_discounted_returns)
         CHECK_EQ_INT(t->group_size, 1); /* no task: a group of its own */
         CHECK_EQ_STR(t->group_key, "r");
     }
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
     /* identical, sum: R = 3; named "step": R = 1 */
     c.reward_mode = AL_CREDIT_REWARD_SUM;
     p = mk_part(&c, &s);
     feed_three_calls(p);
     REQUIRE(s.n == 3);
     CHECK_NEAR(tr(&s, 2)->reward, 3, 0);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
     c.reward_mode = AL_CREDIT_REWARD_NAMED;
     c.reward_name = "step";
     p = mk_part(&c, &s);
     feed_three_calls(p);
     REQUIRE(s.n == 3);
     CHECK_NEAR(tr(&s, 1)->reward, 1, 0);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
     /* discounted, gamma 0.5: r = [1, 0, 2], G = [1 + 0.5 * (0 + 0.5 * 2), 0 + 0.5 * 2, 2] */
     c.reward_mode = AL_CREDIT_REWARD_LAST;
     c.assign = AL_CREDIT_ASSIGN_DISCOUNTED;
@@ -260,8 +299,7 @@ TEST(identical_assignment_against_discounted_returns)
                "call %d: reward %g return %g advantage %g; want %g %g %g", i, t->reward,
                t->return_value, t->advantage, r[i], g[i], g[i]);
     }
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
     /* gamma 1 gives every call the sum of the rewards after it: [3, 2, 2] */
     c.gamma = 1;
     p = mk_part(&c, &s);
@@ -269,8 +307,7 @@ TEST(identical_assignment_against_discounted_returns)
     REQUIRE(s.n == 3);
     CHECK_NEAR(tr(&s, 0)->return_value, 3, 0);
     CHECK_NEAR(tr(&s, 1)->return_value, 2, 0);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 }
 
 TEST(merge_builds_multi_turn_sequences_with_masks)
@@ -314,8 +351,7 @@ TEST(merge_builds_multi_turn_sequences_with_masks)
     CHECK_EQ_INT((int)t->n_call_indices, 1);
     CHECK_EQ_INT((int)t->n_loss_mask, 0);
     CHECK_EQ_INT((int)t->n_response_tokens, 2);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 
     /* without --merge: three transitions; with a call lacking logprobs: none in the merge */
     c.merge = 0;
@@ -326,8 +362,7 @@ TEST(merge_builds_multi_turn_sequences_with_masks)
     feed(p, mk_end("", "m", 3, 5, AL_ROLLOUT_STATUS_SUCCEEDED, 0));
     CHECK_EQ_INT(s.n, 3);
     CHECK(tr_id(&s, "m:0:1") != NULL);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
     c.merge = 1;
     p = mk_part(&c, &s);
     feed(p, mk_call("", "m", 0, 1, p0, 2, r0, 2, l0));
@@ -336,8 +371,7 @@ TEST(merge_builds_multi_turn_sequences_with_masks)
     REQUIRE(s.n == 1);
     CHECK_EQ_INT((int)tr(&s, 0)->n_rollout_logprobs, 0);
     CHECK_EQ_INT((int)tr(&s, 0)->n_loss_mask, 5);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 }
 
 TEST(merged_sequences_under_discounting_carry_per_token_advantages)
@@ -370,15 +404,12 @@ TEST(merged_sequences_under_discounting_carry_per_token_advantages)
     for (int i = 0; i < 5; i++)
         CHECKF(t->token_advantages[i] == want[i], "token %d: %g, want %g", i,
                t->token_advantages[i], want[i]);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 }
 
 TEST(idle_timeout_by_event_time_with_drop_and_keep)
 {
-    al_credit_config c;
-    al_credit_config_init(&c);
-    c.group_size = 2;
+    al_credit_config c = config_of(2);
     c.idle_timeout_us = 10;
     c.eps = 0;
     sink_t s;
@@ -419,9 +450,7 @@ TEST(idle_timeout_by_event_time_with_drop_and_keep)
 
 TEST(group_timeout_and_group_size_from_end_spans)
 {
-    al_credit_config c;
-    al_credit_config_init(&c);
-    c.group_size = 3;
+    al_credit_config c = config_of(3);
     c.group_timeout_us = 20;
     c.idle_timeout_us = 0;
     c.estimator = AL_CREDIT_ESTIMATOR_DR_GRPO;
@@ -437,8 +466,7 @@ TEST(group_timeout_and_group_size_from_end_spans)
     CHECK_NEAR(tr(&s, 0)->advantage, -1, 0);
     CHECK_EQ_INT(tr(&s, 0)->group_size, 2);
     CHECK_EQ_INT((int)al_credit_part_stats(p)->groups_timed_out, 1);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 
     /* group size 8 configured, the end spans say 2 */
     c.group_size = 8;
@@ -448,15 +476,12 @@ TEST(group_timeout_and_group_size_from_end_spans)
     feed(p, mk_simple("T", "b", 0, 1));
     feed(p, mk_end("T", "b", 1, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 2));
     CHECK_EQ_INT(s.n, 2);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 }
 
 TEST(failed_rollouts_and_dropped_groups)
 {
-    al_credit_config c;
-    al_credit_config_init(&c);
-    c.group_size = 2;
+    al_credit_config c = config_of(2);
     sink_t s;
     /* failed, dropped: its group trains on the other rollout only */
     al_credit_part *p = mk_part(&c, &s);
@@ -466,8 +491,7 @@ TEST(failed_rollouts_and_dropped_groups)
     REQUIRE(s.n == 1);
     CHECK_EQ_STR(tr(&s, 0)->id, "b:0:0");
     CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_dropped, 1);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
     /* failed, kept with reward -2: dr_grpo gives -1.5 and 1.5 */
     c.failed_policy = AL_CREDIT_POLICY_KEEP;
     c.failed_reward = -2;
@@ -479,8 +503,7 @@ TEST(failed_rollouts_and_dropped_groups)
     REQUIRE(s.n == 2);
     CHECK_NEAR(tr_id(&s, "a:0:0")->advantage, -1.5, 0);
     CHECK_NEAR(tr_id(&s, "b:0:0")->advantage, 1.5, 0);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
     /* all-equal groups dropped when asked, counted; empty groups counted */
     c.drop_equal_groups = 1;
     c.failed_policy = AL_CREDIT_POLICY_DROP;
@@ -494,62 +517,42 @@ TEST(failed_rollouts_and_dropped_groups)
     CHECK_EQ_INT(s.n, 0);
     CHECK_EQ_INT((int)al_credit_part_stats(p)->groups_dropped_equal, 1);
     CHECK_EQ_INT((int)al_credit_part_stats(p)->groups_dropped_empty, 1);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 }
 
 TEST(rejected_spans_name_their_reason)
 {
-    al_credit_config c;
-    al_credit_config_init(&c);
-    c.group_size = 1;
+    al_credit_config c = config_of(1);
     sink_t s;
     al_credit_part *p = mk_part(&c, &s);
-    char reason[256], err[256];
-    const char *code;
-    /* a call without token ids at sequence 0: rejected, the rest of its rollout trains */
-    al_span bad = mk_call("T", "r", 0, 1, P1, 2, NULL, 0, NULL);
-    bad.llm_call.error = "upstream gave no logprobs";
-    CHECK_EQ_INT(al_credit_part_add(p, 0, &bad, &code, reason, sizeof reason, err, sizeof err), 1);
-    CHECK_EQ_STR(code, "no_token_ids");
-    CHECKF(strstr(reason, "rollout r") && strstr(reason, "response token ids") &&
-               strstr(reason, "upstream gave no logprobs"),
-           "reason: %s", reason);
-    al_span lp = mk_simple("T", "r", 1, 2);
-    lp.llm_call.n_response_logprobs = 1;
-    CHECK_EQ_INT(al_credit_part_add(p, 1, &lp, &code, reason, sizeof reason, err, sizeof err), 1);
-    CHECK_EQ_STR(code, "logprobs_mismatch");
-    al_span noid = mk_simple("T", "", 0, 2);
-    CHECK_EQ_INT(al_credit_part_add(p, 2, &noid, &code, reason, sizeof reason, err, sizeof err), 1);
-    CHECK_EQ_STR(code, "bad_span");
-    al_span good = mk_simple("T", "r", 2, 3);
-    CHECK_EQ_INT(al_credit_part_add(p, 3, &good, &code, reason, sizeof reason, err, sizeof err), 0);
-    CHECK_EQ_INT(al_credit_part_add(p, 4, &good, &code, reason, sizeof reason, err, sizeof err), 1);
-    CHECK_EQ_STR(code, "duplicate_sequence");
-    al_span nan = mk_reward("T", "r", 3, 3, "final", NAN, 2);
-    CHECK_EQ_INT(al_credit_part_add(p, 5, &nan, &code, reason, sizeof reason, err, sizeof err), 1);
-    CHECK_EQ_STR(code, "bad_span");
-    /* finite but beyond the bound: sums and squares of such would overflow */
-    al_span huge = mk_reward("T", "r", 4, 3, "final", -1e300, 2);
-    CHECK_EQ_INT(al_credit_part_add(p, 5, &huge, &code, reason, sizeof reason, err, sizeof err), 1);
-    CHECK_EQ_STR(code, "bad_span");
-    CHECKF(strstr(reason, "-1e+300") && strstr(reason, "beyond"), "reason: %s", reason);
-    /* a refused span keeps its sequence number: a second one is a duplicate */
-    CHECK_EQ_INT(al_credit_part_add(p, 5, &huge, &code, reason, sizeof reason, err, sizeof err), 1);
-    CHECK_EQ_STR(code, "duplicate_sequence");
-    /* sequences 0-4 were all there, refused ones included: the end does not wait */
-    al_span end = mk_end("T", "r", 5, 4, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
-    CHECK_EQ_INT(al_credit_part_add(p, 6, &end, &code, reason, sizeof reason, err, sizeof err), 0);
+    add_row rows[] = {
+        /* a call without token ids at sequence 0: rejected, the rest of its rollout trains */
+        {0, mk_call("T", "r", 0, 1, P1, 2, NULL, 0, NULL), 1, "no_token_ids",
+         {"rollout r", "response token ids", "upstream gave no logprobs"}, ANY},
+        {1, mk_simple("T", "r", 1, 2), 1, "logprobs_mismatch", {NULL}, ANY},
+        {2, mk_simple("T", "", 0, 2), 1, "bad_span", {NULL}, ANY},
+        {3, mk_simple("T", "r", 2, 3), 0, NULL, {NULL}, ANY},
+        {4, mk_simple("T", "r", 2, 3), 1, "duplicate_sequence", {NULL}, ANY},
+        {5, mk_reward("T", "r", 3, 3, "final", NAN, 2), 1, "bad_span", {NULL}, ANY},
+        /* finite but beyond the bound: sums and squares of such would overflow */
+        {5, mk_reward("T", "r", 4, 3, "final", -1e300, 2), 1, "bad_span", {"-1e+300", "beyond"},
+         ANY},
+        /* a refused span keeps its sequence number: a second one is a duplicate */
+        {5, mk_reward("T", "r", 4, 3, "final", -1e300, 2), 1, "duplicate_sequence", {NULL}, ANY},
+        /* sequences 0-4 were all there, refused ones included: the end does not wait */
+        {6, mk_end("T", "r", 5, 4, AL_ROLLOUT_STATUS_SUCCEEDED, 0), 0, NULL, {NULL}, ANY},
+        {7, mk_reward("T", "r", 6, 5, "final", 1, 2), 1, "late_span", {"after the rollout ended"},
+         ANY},
+    };
+    rows[0].span.llm_call.error = "upstream gave no logprobs";
+    rows[1].span.llm_call.n_response_logprobs = 1;
+    add_rows(p, rows, 9);
     CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_waiting, 0);
-    al_span late = mk_reward("T", "r", 6, 5, "final", 1, 2);
-    CHECK_EQ_INT(al_credit_part_add(p, 7, &late, &code, reason, sizeof reason, err, sizeof err), 1);
-    CHECK_EQ_STR(code, "late_span");
-    CHECKF(strstr(reason, "after the rollout ended") != NULL, "reason: %s", reason);
+    add_rows(p, rows + 9, 1);
     REQUIRE(s.n == 1);
     CHECK_EQ_STR(tr(&s, 0)->id, "r:0:2");
     CHECK_EQ_INT((int)s.anchor[0], 0); /* the rejected first call still anchors the group */
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 }
 
 static int count_fn(void *ud, const al_transition *t, int64_t anchor)
@@ -565,9 +568,7 @@ static int count_fn(void *ud, const al_transition *t, int64_t anchor)
  * a remnant instead. */
 TEST(ended_rollouts_are_remembered_across_growth_and_forgotten_oldest_first)
 {
-    al_credit_config c;
-    al_credit_config_init(&c);
-    c.group_size = 1;
+    al_credit_config c = config_of(1);
     int emitted = 0;
     al_credit_sink k = {.transition = count_fn, .ud = &emitted};
     char err[256];
@@ -600,38 +601,26 @@ TEST(ended_rollouts_are_remembered_across_growth_and_forgotten_oldest_first)
 
 TEST(safe_offset_never_splits_an_emitted_group)
 {
-    al_credit_config c;
-    al_credit_config_init(&c);
-    c.group_size = 2;
+    al_credit_config c = config_of(2);
     sink_t s;
     al_credit_part *p = mk_part(&c, &s);
-    char reason[256], err[256];
-    const char *code;
     CHECK_EQ_INT((int)al_credit_part_safe_offset(p), -1);
-    al_span sp;
-    sp = mk_simple("T", "r1", 0, 1);
-    al_credit_part_add(p, 10, &sp, &code, reason, sizeof reason, err, sizeof err);
-    CHECK_EQ_INT((int)al_credit_part_safe_offset(p), 10);
-    sp = mk_simple("", "x", 0, 1); /* opens at 11 and stays open for a while */
-    al_credit_part_add(p, 11, &sp, &code, reason, sizeof reason, err, sizeof err);
-    sp = mk_simple("T", "r2", 0, 1);
-    al_credit_part_add(p, 12, &sp, &code, reason, sizeof reason, err, sizeof err);
-    sp = mk_end("T", "r1", 1, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
-    al_credit_part_add(p, 13, &sp, &code, reason, sizeof reason, err, sizeof err);
-    CHECK_EQ_INT((int)al_credit_part_safe_offset(p), 10);
-    sp = mk_end("T", "r2", 1, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
-    al_credit_part_add(p, 14, &sp, &code, reason, sizeof reason, err, sizeof err);
+    add_row rows[] = {
+        {10, mk_simple("T", "r1", 0, 1), ANY, NULL, {NULL}, 10},
+        {11, mk_simple("", "x", 0, 1), ANY, NULL, {NULL}, ANY}, /* open for a while */
+        {12, mk_simple("T", "r2", 0, 1), ANY, NULL, {NULL}, ANY},
+        {13, mk_end("T", "r1", 1, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 0), ANY, NULL, {NULL}, 10},
+        /* group {r1 at 10, r2 at 12} is out; x (11) is open: stopping at 11 would re-read r2
+         * but not r1, so the safe offset stays at 10 */
+        {14, mk_end("T", "r2", 1, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 0), ANY, NULL, {NULL}, 10},
+        {15, mk_end("", "x", 1, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 0), ANY, NULL, {NULL}, 16},
+    };
+    add_rows(p, rows, 5);
     CHECK_EQ_INT(s.n, 2);
-    /* group {r1 at 10, r2 at 12} is out; x (11) is open: stopping at 11 would re-read r2
-     * but not r1, so the safe offset stays at 10 */
-    CHECK_EQ_INT((int)al_credit_part_safe_offset(p), 10);
-    sp = mk_end("", "x", 1, 1, AL_ROLLOUT_STATUS_SUCCEEDED, 0);
-    al_credit_part_add(p, 15, &sp, &code, reason, sizeof reason, err, sizeof err);
-    CHECK_EQ_INT((int)al_credit_part_safe_offset(p), 16);
+    add_rows(p, rows + 5, 1);
     al_credit_part_note_offset(p, 16); /* an undecodable message */
     CHECK_EQ_INT((int)al_credit_part_safe_offset(p), 17);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 }
 
 /* An end span's sequence number counts the spans of its rollout before it. When some of
@@ -640,14 +629,10 @@ TEST(safe_offset_never_splits_an_emitted_group)
  * when the last one comes, or after --end-wait (event time) with what it has. */
 TEST(an_end_waits_for_the_spans_it_overtook)
 {
-    al_credit_config c;
-    al_credit_config_init(&c);
-    c.group_size = 1;
+    al_credit_config c = config_of(1);
     c.end_wait_us = 1000;
     sink_t s;
     al_credit_part *p = mk_part(&c, &s);
-    char reason[256], err[256];
-    const char *code;
     int64_t first = off_counter;
     /* a: call 1, the end (sequence 3), the reward (2), then call 0 */
     CHECK_EQ_INT(feed(p, mk_simple("", "a", 1, 10)), 0);
@@ -657,22 +642,16 @@ TEST(an_end_waits_for_the_spans_it_overtook)
     CHECK_EQ_INT(feed(p, mk_reward("", "a", 2, 12, "final", 1, 1)), 0);
     CHECK_EQ_INT(s.n, 0);
     /* a second end is refused; the first one still waits */
-    al_span end2 = mk_end("", "a", 0, 12, AL_ROLLOUT_STATUS_FAILED, 0);
-    CHECK_EQ_INT(
-        al_credit_part_add(p, off_counter++, &end2, &code, reason, sizeof reason, err, sizeof err),
-        1);
-    CHECK_EQ_STR(code, "late_span");
-    CHECKF(strstr(reason, "has a second end") != NULL, "reason: %s", reason);
+    add_row end2 = {ANY, mk_end("", "a", 0, 12, AL_ROLLOUT_STATUS_FAILED, 0), 1, "late_span",
+                    {"has a second end"}, ANY};
+    add_rows(p, &end2, 1);
     CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_waiting, 1);
     CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_completed, 1); /* the first end */
     CHECK_EQ_INT((int)al_credit_part_safe_offset(p), (int)first); /* a is still held */
     /* a span numbered after the end is late, waiting or not */
-    al_span after = mk_simple("", "a", 4, 13);
-    CHECK_EQ_INT(
-        al_credit_part_add(p, off_counter++, &after, &code, reason, sizeof reason, err, sizeof err),
-        1);
-    CHECK_EQ_STR(code, "late_span");
-    CHECKF(strstr(reason, "after the rollout's end (sequence 3)") != NULL, "reason: %s", reason);
+    add_row after = {ANY, mk_simple("", "a", 4, 13), 1, "late_span",
+                     {"after the rollout's end (sequence 3)"}, ANY};
+    add_rows(p, &after, 1);
     CHECK_EQ_INT(feed(p, mk_simple("", "a", 0, 14)), 0);
     REQUIRE(s.n == 2);
     CHECK_EQ_STR(tr(&s, 0)->id, "a:0:0");
@@ -693,12 +672,9 @@ TEST(an_end_waits_for_the_spans_it_overtook)
     REQUIRE(s.n == 3);
     CHECK_EQ_STR(tr(&s, 2)->id, "b:0:0");
     CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_incomplete, 1);
-    al_span b1 = mk_simple("", "b", 1, 22);
-    CHECK_EQ_INT(
-        al_credit_part_add(p, off_counter++, &b1, &code, reason, sizeof reason, err, sizeof err),
-        1);
-    CHECK_EQ_STR(code, "late_span");
-    CHECKF(strstr(reason, "after the rollout ended") != NULL, "reason: %s", reason);
+    add_row b1 = {ANY, mk_simple("", "b", 1, 22), 1, "late_span", {"after the rollout ended"},
+                  ANY};
+    add_rows(p, &b1, 1);
 
     /* a retried attempt's end does not wait: nothing of it trains */
     CHECK_EQ_INT(feed(p, mk_simple("", "d", 1, 1030)), 0);
@@ -707,8 +683,7 @@ TEST(an_end_waits_for_the_spans_it_overtook)
     CHECK_EQ_INT(feed(p, dend), 0);
     CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_waiting, 0);
     CHECK_EQ_INT((int)al_credit_part_stats(p)->rollouts_retried, 1);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 
     /* --end-wait 0: an end settles at once (before this, always): the call that comes after
      * it is late and its rollout trains without it */
@@ -719,15 +694,12 @@ TEST(an_end_waits_for_the_spans_it_overtook)
     REQUIRE(s.n == 1);
     CHECK_EQ_INT(feed(p, mk_simple("", "e", 1, 12)), 1);
     CHECK_EQ_INT(s.n, 1);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 }
 
 TEST(resumed_remnants_are_skipped)
 {
-    al_credit_config c;
-    al_credit_config_init(&c);
-    c.group_size = 1;
+    al_credit_config c = config_of(1);
     sink_t s;
     al_credit_part *p = mk_part(&c, &s);
     /* a restart re-reads the tail of a rollout whose first spans were committed */
@@ -746,16 +718,13 @@ TEST(resumed_remnants_are_skipped)
     CHECK_EQ_INT((int)al_credit_part_stats(p)->open_rollouts, 0);
     feed_rollout(p, "T", "new", 1, 3 + 30000000);
     CHECK_EQ_INT(s.n, 1);
-    al_credit_part_free(p);
-    sink_free(&s);
+    part_close(p, &s);
 }
 
 TEST(output_does_not_depend_on_how_tasks_share_partitions)
 {
     /* tasks A and B interleaved in one part vs each in a part of its own: the same bytes */
-    al_credit_config c;
-    al_credit_config_init(&c);
-    c.group_size = 3;
+    al_credit_config c = config_of(3);
     c.merge = 1;
     sink_t one, a, b;
     al_credit_part *p1 = mk_part(&c, &one);

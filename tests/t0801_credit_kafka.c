@@ -7,7 +7,7 @@
 #include "testlib.h"
 
 #include "broker_fixture.h"
-#include "stage_fixture.h"
+#include "support.h"
 #include "avro/codec.h"
 #include "t0898_credit_stream.h"
 

@@ -6,6 +6,7 @@
  * moment to its Hugging Face tensor and compares it with torch.optim.AdamW run on the same
  * steps. If the file's layout changes without the documentation, this fails. */
 #include "testlib.h"
+#include "support.h"
 
 #include "model/checkpoint.h"
 #include "model/safetensors.h"
@@ -29,9 +30,7 @@ static int run_case(const char *model, int steps)
 {
     char err[1200], mdir[1024], root[256], cmd[4096];
     snprintf(mdir, sizeof mdir, "%s/tests/model/%s", src_dir(), model);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(root, sizeof root, "%s/arclight-t0810-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(root)) return -1;
+    if (!al_test_tmpdir(root, sizeof root, "t0810")) return -1;
     al_model *policy = al_model_load_dir(mdir, err, sizeof err);
     if (!policy) {
         fprintf(stderr, "  %s\n", err);
@@ -86,8 +85,7 @@ static int run_case(const char *model, int steps)
              src_dir(), info.dir, mdir, chunk);
     int st = system(cmd);
     rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd) != 0) fprintf(stderr, "  could not remove %s\n", root);
+    if (al_test_rmtree(root) != 0) fprintf(stderr, "  could not remove %s\n", root);
 out:
     al_trainer_free(tr);
     al_model_free(policy);

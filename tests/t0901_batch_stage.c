@@ -6,7 +6,7 @@
 #include "testlib.h"
 
 #include "broker_fixture.h"
-#include "stage_fixture.h"
+#include "support.h"
 
 #include "avro/codec.h"
 

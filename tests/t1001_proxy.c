@@ -16,7 +16,7 @@ static px_child P;
 static char TMP[512], LOG[600], UPURL[128];
 static const char *UPKEY = "sk-up-SECRET-1234";
 static const char *AGENTKEY = "sk-agent-SECRET-9876";
-static px_msgs MSGS; /* everything on the topic, read once the calls are done */
+static al_test_msgs MSGS; /* everything on the topic, read once the calls are done */
 
 #define AL_TEST_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -55,7 +55,7 @@ TEST(setup)
     U = fake_upstream_start(0, 1);
     REQUIRE(U);
     snprintf(UPURL, sizeof UPURL, "http://127.0.0.1:%d", fake_upstream_port(U));
-    px_tmpdir(TMP, sizeof TMP);
+    al_test_tmpdir(TMP, sizeof TMP, "proxy");
     REQUIRE(TMP[0]);
     snprintf(LOG, sizeof LOG, "%s/proxy.log", TMP);
     char spool[600], key_env[64];
@@ -401,7 +401,7 @@ TEST(spans_field_by_field)
      * then rewards 6, 7, 8 and the end 9 */
     /* every span so far: roll-1 10, roll-2 5, roll-s, roll-h, untracked, roll-c 24, roll-e,
      * roll-big, roll-big2, roll-u 5 */
-    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", NULL, 50, 30000, &MSGS) == 0);
+    REQUIRE(al_test_topic_read(B.bootstrap, "arclight.spans", NULL, 50, 30000, &MSGS) == 0);
     al_span s[64];
     size_t n = px_spans_of(&MSGS, "roll-1", s, 64);
     CHECK_EQ_INT(n, 10);
@@ -563,8 +563,8 @@ TEST(agent_keys_failover_and_upstream_down)
     CHECK(strstr(r.body, "upstream_unavailable") != NULL);
     px_resp_free(&r);
     CHECK_EQ_INT(px_stop(&q, SIGTERM, 30), 0);
-    px_msgs m;
-    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", "roll-down", 1, 30000, &m) == 0);
+    al_test_msgs m;
+    REQUIRE(al_test_topic_read(B.bootstrap, "arclight.spans", "roll-down", 1, 30000, &m) == 0);
     al_span s[4];
     size_t n = px_spans_of(&m, "roll-down", s, 4);
     CHECK_EQ_INT(n, 1);
@@ -578,7 +578,7 @@ TEST(agent_keys_failover_and_upstream_down)
         CHECK(!memmem(m.val[i], m.len[i], UPKEY, strlen(UPKEY)));
         CHECK(!memmem(m.val[i], m.len[i], AGENTKEY, strlen(AGENTKEY)));
     }
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
     CHECK(!px_file_contains(log2, UPKEY));
     CHECK(!px_file_contains(log2, AGENTKEY));
     CHECK(px_file_contains(log2, "proxy.access"));
@@ -599,8 +599,8 @@ TEST(upstream_numbers_beyond_their_ranges)
            a.body, d.body);
     px_resp_free(&a);
     px_resp_free(&d);
-    px_msgs m;
-    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", "roll-huge", 1, 30000, &m) == 0);
+    al_test_msgs m;
+    REQUIRE(al_test_topic_read(B.bootstrap, "arclight.spans", "roll-huge", 1, 30000, &m) == 0);
     al_span s[4];
     size_t n = px_spans_of(&m, "roll-huge", s, 4);
     CHECK_EQ_INT(n, 1);
@@ -615,7 +615,7 @@ TEST(upstream_numbers_beyond_their_ranges)
     }
     for (size_t i = 0; i < n; i++)
         al_span_clear(&s[i]);
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
 }
 
 TEST(streamed_nul_character_is_still_captured)
@@ -633,8 +633,8 @@ TEST(streamed_nul_character_is_still_captured)
            d.body);
     px_resp_free(&a);
     px_resp_free(&d);
-    px_msgs m;
-    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", "roll-nul", 1, 30000, &m) == 0);
+    al_test_msgs m;
+    REQUIRE(al_test_topic_read(B.bootstrap, "arclight.spans", "roll-nul", 1, 30000, &m) == 0);
     al_span s[4];
     size_t n = px_spans_of(&m, "roll-nul", s, 4);
     CHECK_EQ_INT(n, 1);
@@ -645,7 +645,7 @@ TEST(streamed_nul_character_is_still_captured)
     }
     for (size_t i = 0; i < n; i++)
         al_span_clear(&s[i]);
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
 }
 
 TEST(openai_kind_asks_for_nothing_extra)
@@ -703,8 +703,8 @@ TEST(curl_client_bytes_equal_direct)
         px_resp_free(&d);
     }
     CHECK_EQ_INT(px_stop(&q, SIGTERM, 30), 0);
-    px_msgs m;
-    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", "roll-curl", 3, 30000, &m) == 0);
+    al_test_msgs m;
+    REQUIRE(al_test_topic_read(B.bootstrap, "arclight.spans", "roll-curl", 3, 30000, &m) == 0);
     al_span s[4];
     size_t n = px_spans_of(&m, "roll-curl", s, 4);
     CHECK_EQ_INT(n, 3);
@@ -712,7 +712,7 @@ TEST(curl_client_bytes_equal_direct)
         if (i < 2) CHECK(s[i].llm_call.n_response_tokens > 0);
         al_span_clear(&s[i]);
     }
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
     const char *bad[] = {"--upstream", UPURL, "--upstream-client", "nghttp", NULL};
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "'%s' proxy %s %s %s %s 2>/dev/null", al_test_bin(), bad[0], bad[1],
@@ -736,12 +736,9 @@ TEST(metrics_and_clean_shutdown)
     CHECK_EQ_INT(px_stop(&P, SIGTERM, 30), 0);
     CHECK(!px_file_contains(LOG, UPKEY));
     CHECK(px_file_contains(LOG, "every span published"));
-    px_msgs_free(&MSGS);
+    al_test_msgs_free(&MSGS);
     fake_upstream_stop(U);
     al_test_broker_stop(&B);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
-    if (system(cmd)) {
-    }
+    al_test_rmtree(TMP);
     curl_global_cleanup();
 }

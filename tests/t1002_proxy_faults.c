@@ -22,20 +22,8 @@ static char TMP[512], UPURL[128];
 
 static const char *CHAT = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
 
-static int start_proxy(px_child *p, const char *spool_name, const char *const *extra)
-{
-    static char spool[700], log[700];
-    snprintf(spool, sizeof spool, "%s/%s", TMP, spool_name);
-    snprintf(log, sizeof log, "%s/%s.log", TMP, spool_name);
-    const char *args[32] = {
-        "--listen",    "127.0.0.1:0", "--upstream",      UPURL, "--bootstrap", B.bootstrap,
-        "--spool-dir", spool,         "--drain-timeout", "2"};
-    int n = 10;
-    for (int i = 0; extra && extra[i] && n < 30; i++)
-        args[n++] = extra[i];
-    args[n] = NULL;
-    return px_start(p, log, args, NULL);
-}
+/* Every proxy here drains for at most 2 s (a test's own --drain-timeout comes after). */
+static const char *const DRAIN2[] = {"--drain-timeout", "2", NULL};
 
 static int calls(const px_child *p, const char *rollout, int n, int *n503)
 {
@@ -57,8 +45,8 @@ static int calls(const px_child *p, const char *rollout, int n, int *n503)
 /* Reads the topic until every sequence 0..n-1 of rollout is there; how many distinct. */
 static int arrived(const char *rollout, int n, int timeout_ms)
 {
-    px_msgs m;
-    px_read_topic(B.bootstrap, "arclight.spans", rollout, (size_t)n, timeout_ms, &m);
+    al_test_msgs m;
+    al_test_topic_read(B.bootstrap, "arclight.spans", rollout, (size_t)n, timeout_ms, &m);
     al_span *s = calloc((size_t)m.n + 1, sizeof *s);
     size_t k = px_spans_of(&m, rollout, s, m.n + 1);
     char seen[1024] = {0};
@@ -68,7 +56,7 @@ static int arrived(const char *rollout, int n, int timeout_ms)
         al_span_clear(&s[i]);
     }
     free(s);
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
     return distinct;
 }
 
@@ -93,14 +81,14 @@ TEST(setup)
     U = fake_upstream_start(0, 1);
     REQUIRE(U);
     snprintf(UPURL, sizeof UPURL, "http://127.0.0.1:%d", fake_upstream_port(U));
-    px_tmpdir(TMP, sizeof TMP);
+    al_test_tmpdir(TMP, sizeof TMP, "proxy");
     REQUIRE(TMP[0]);
 }
 
 TEST(broker_down_agents_unaffected_spans_arrive_later)
 {
     px_child p;
-    REQUIRE(start_proxy(&p, "spool-a", NULL) == 0);
+    REQUIRE(px_start_proxy(&p, TMP, UPURL, B.bootstrap, "a", DRAIN2, NULL) == 0);
     CHECK_EQ_INT(calls(&p, "roll-a", 3, NULL), 3);
     REQUIRE(al_test_broker_control(&B, "down 1", NULL, 0) == 0);
     struct timespec t0, t1;
@@ -131,13 +119,7 @@ TEST(spans_keep_their_order_through_an_outage_longer_than_the_message_timeout)
 {
     px_child p;
     static const char *const env[] = {"ARCLIGHT_KAFKA_MESSAGE_TIMEOUT_MS=1000", NULL};
-    static char spool[700], log[700];
-    snprintf(spool, sizeof spool, "%s/spool-o", TMP);
-    snprintf(log, sizeof log, "%s/spool-o.log", TMP);
-    const char *args[] = {"--listen",    "127.0.0.1:0", "--upstream",      UPURL,
-                          "--bootstrap", B.bootstrap,   "--spool-dir",     spool,
-                          "--drain-timeout", "2",       NULL};
-    REQUIRE(px_start(&p, log, args, env) == 0);
+    REQUIRE(px_start_proxy(&p, TMP, UPURL, B.bootstrap, "o", DRAIN2, env) == 0);
     CHECK_EQ_INT(calls(&p, "roll-o", 2, NULL), 2);
     REQUIRE(arrived("roll-o", 2, 20000) == 2);
     REQUIRE(al_test_broker_control(&B, "down 1", NULL, 0) == 0);
@@ -148,8 +130,8 @@ TEST(spans_keep_their_order_through_an_outage_longer_than_the_message_timeout)
     sleep(2);
     REQUIRE(al_test_broker_control(&B, "up 1", NULL, 0) == 0);
     CHECK_EQ_INT(arrived("roll-o", 14, 40000), 14);
-    px_msgs m;
-    px_read_topic(B.bootstrap, "arclight.spans", "roll-o", 14, 20000, &m);
+    al_test_msgs m;
+    al_test_topic_read(B.bootstrap, "arclight.spans", "roll-o", 14, 20000, &m);
     int64_t last = -1;
     int out_of_order = 0, n = 0;
     char err[256];
@@ -169,7 +151,7 @@ TEST(spans_keep_their_order_through_an_outage_longer_than_the_message_timeout)
         }
         al_span_clear(&sp);
     }
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
     CHECK_EQ_INT(n, 14);
     CHECKF(out_of_order == 0, "%d of %d spans of roll-o came after a later one", out_of_order, n);
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
@@ -178,13 +160,13 @@ TEST(spans_keep_their_order_through_an_outage_longer_than_the_message_timeout)
 TEST(restart_with_spooled_spans)
 {
     px_child p;
-    REQUIRE(start_proxy(&p, "spool-b", NULL) == 0);
+    REQUIRE(px_start_proxy(&p, TMP, UPURL, B.bootstrap, "b", DRAIN2, NULL) == 0);
     REQUIRE(al_test_broker_control(&B, "down 1", NULL, 0) == 0);
     CHECK_EQ_INT(calls(&p, "roll-b", 10, NULL), 10);
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0); /* drain timeout 2 s: spans stay on disk */
     CHECK(count_segments("spool-b") >= 1);
     REQUIRE(al_test_broker_control(&B, "up 1", NULL, 0) == 0);
-    REQUIRE(start_proxy(&p, "spool-b", NULL) == 0);
+    REQUIRE(px_start_proxy(&p, TMP, UPURL, B.bootstrap, "b", DRAIN2, NULL) == 0);
     CHECK_EQ_INT(arrived("roll-b", 10, 40000), 10);
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
     CHECK_EQ_INT(count_segments("spool-b"), 0);
@@ -196,7 +178,7 @@ TEST(restart_with_spooled_spans)
 TEST(sequences_and_sessions_survive_restart)
 {
     px_child p;
-    REQUIRE(start_proxy(&p, "spool-st", NULL) == 0);
+    REQUIRE(px_start_proxy(&p, TMP, UPURL, B.bootstrap, "st", DRAIN2, NULL) == 0);
     CHECK_EQ_INT(calls(&p, "roll-st", 3, NULL), 3);
     char url[300];
     snprintf(url, sizeof url, "%s/v1/sessions", p.base);
@@ -221,7 +203,7 @@ TEST(sequences_and_sessions_survive_restart)
           f);
     fclose(f);
 
-    REQUIRE(start_proxy(&p, "spool-st", NULL) == 0);
+    REQUIRE(px_start_proxy(&p, TMP, UPURL, B.bootstrap, "st", DRAIN2, NULL) == 0);
     CHECK_EQ_INT(calls(&p, "roll-st", 2, NULL), 2);
     snprintf(url, sizeof url, "%s/r/task-x/roll-st/reward", p.base);
     REQUIRE(px_http("POST", url, PX_JSON, "{\"value\":1}", &r) == 0);
@@ -237,14 +219,14 @@ TEST(sequences_and_sessions_survive_restart)
     px_resp_free(&r);
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
     char log[800], *lt, err[256];
-    snprintf(log, sizeof log, "%s/spool-st.log", TMP);
+    snprintf(log, sizeof log, "%s/st.log", TMP);
     size_t ll = 0;
     lt = al_file_read(log, &ll, err, sizeof err);
     CHECK(lt && strstr(lt, "lines not understood"));
     free(lt);
 
-    px_msgs m;
-    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", "roll-st", 6, 30000, &m) == 0);
+    al_test_msgs m;
+    REQUIRE(al_test_topic_read(B.bootstrap, "arclight.spans", "roll-st", 6, 30000, &m) == 0);
     al_span s[8];
     size_t n = px_spans_of(&m, "roll-st", s, 8);
     CHECK_EQ_INT(n, 6);
@@ -259,20 +241,20 @@ TEST(sequences_and_sessions_survive_restart)
     }
     for (int i = 0; i < 6; i++)
         CHECKF(seen[i] == 1, "sequence %d seen %d times", i, seen[i]);
-    px_msgs_free(&m);
-    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", "roll-sk", 1, 30000, &m) == 0);
+    al_test_msgs_free(&m);
+    REQUIRE(al_test_topic_read(B.bootstrap, "arclight.spans", "roll-sk", 1, 30000, &m) == 0);
     n = px_spans_of(&m, "roll-sk", s, 8);
     CHECK_EQ_INT(n, 1);
     for (size_t i = 0; i < n; i++)
         al_span_clear(&s[i]);
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
 }
 
 TEST(spool_full_503_then_resumes)
 {
     px_child p;
-    const char *extra[] = {"--spool-max-bytes", "12000", NULL};
-    REQUIRE(start_proxy(&p, "spool-c", extra) == 0);
+    const char *extra[] = {"--drain-timeout", "2", "--spool-max-bytes", "12000", NULL};
+    REQUIRE(px_start_proxy(&p, TMP, UPURL, B.bootstrap, "c", extra, NULL) == 0);
     REQUIRE(al_test_broker_control(&B, "down 1", NULL, 0) == 0);
     int n503 = 0;
     int ok = calls(&p, "roll-c", 30, &n503);
@@ -320,8 +302,8 @@ static void *slow_thread(void *arg)
 TEST(sigterm_finishes_calls_in_flight)
 {
     px_child p;
-    const char *extra[] = {"--drain-timeout", "20", NULL};
-    REQUIRE(start_proxy(&p, "spool-d", extra) == 0);
+    const char *extra[] = {"--drain-timeout", "2", "--drain-timeout", "20", NULL};
+    REQUIRE(px_start_proxy(&p, TMP, UPURL, B.bootstrap, "d", extra, NULL) == 0);
     slow_call s = {.p = &p};
     pthread_t th;
     pthread_create(&th, NULL, slow_thread, &s);
@@ -347,8 +329,8 @@ TEST(span_too_large_for_kafka_is_dropped_loudly_not_blocking)
     fputs("message.max.bytes=4096\n", f);
     fclose(f);
     px_child p;
-    const char *extra[] = {"--config", conf, NULL};
-    REQUIRE(start_proxy(&p, "spool-e", extra) == 0);
+    const char *extra[] = {"--drain-timeout", "2", "--config", conf, NULL};
+    REQUIRE(px_start_proxy(&p, TMP, UPURL, B.bootstrap, "e", extra, NULL) == 0);
     size_t n = 6000;
     char *big = malloc(n + 128);
     int k =
@@ -362,8 +344,8 @@ TEST(span_too_large_for_kafka_is_dropped_loudly_not_blocking)
     free(big);
     CHECK_EQ_INT(calls(&p, "roll-e", 2, NULL), 2);
     /* sequences 1 and 2 arrive; 0 was too large */
-    px_msgs m;
-    px_read_topic(B.bootstrap, "arclight.spans", "roll-e", 2, 30000, &m);
+    al_test_msgs m;
+    al_test_topic_read(B.bootstrap, "arclight.spans", "roll-e", 2, 30000, &m);
     al_span s[8];
     size_t got = px_spans_of(&m, "roll-e", s, 8);
     CHECK_EQ_INT(got, 2);
@@ -371,7 +353,7 @@ TEST(span_too_large_for_kafka_is_dropped_loudly_not_blocking)
         CHECK_EQ_INT(s[i].sequence, (int64_t)i + 1);
         al_span_clear(&s[i]);
     }
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
     char url[300];
     snprintf(url, sizeof url, "%s/metrics", p.base);
     REQUIRE(px_http("GET", url, NULL, NULL, &r) == 0);
@@ -379,7 +361,7 @@ TEST(span_too_large_for_kafka_is_dropped_loudly_not_blocking)
     px_resp_free(&r);
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
     char log[700];
-    snprintf(log, sizeof log, "%s/spool-e.log", TMP);
+    snprintf(log, sizeof log, "%s/e.log", TMP);
     CHECK(px_file_contains(log, "dropped: "));
     CHECK_EQ_INT(count_segments("spool-e"), 0);
 }
@@ -411,8 +393,9 @@ static void raw_read_all(int fd, char *buf, size_t n)
 TEST(connection_limit_and_request_timeout)
 {
     px_child p;
-    const char *extra[] = {"--max-connections", "2", "--client-timeout", "1", NULL};
-    REQUIRE(start_proxy(&p, "spool-f", extra) == 0);
+    const char *extra[] = {"--drain-timeout",  "2", "--max-connections", "2",
+                           "--client-timeout", "1", NULL};
+    REQUIRE(px_start_proxy(&p, TMP, UPURL, B.bootstrap, "f", extra, NULL) == 0);
     int a = raw_connect(p.port), b = raw_connect(p.port);
     REQUIRE(a >= 0 && b >= 0);
     usleep(100000);
@@ -439,7 +422,7 @@ TEST(connection_limit_and_request_timeout)
 TEST(pipelined_and_trickled_requests)
 {
     px_child p;
-    REQUIRE(start_proxy(&p, "spool-g", NULL) == 0);
+    REQUIRE(px_start_proxy(&p, TMP, UPURL, B.bootstrap, "g", DRAIN2, NULL) == 0);
     int fd = raw_connect(p.port);
     REQUIRE(fd >= 0);
     char req[1024];
@@ -486,9 +469,6 @@ TEST(teardown)
 {
     fake_upstream_stop(U);
     al_test_broker_stop(&B);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
-    if (system(cmd)) {
-    }
+    al_test_rmtree(TMP);
     curl_global_cleanup();
 }

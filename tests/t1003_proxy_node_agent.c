@@ -18,7 +18,7 @@ TEST(openai_npm_agent_through_proxy)
     fake_upstream *u = fake_upstream_start(0, 1);
     REQUIRE(u);
     char tmp[512], spool[700], log[700], up[128];
-    px_tmpdir(tmp, sizeof tmp);
+    al_test_tmpdir(tmp, sizeof tmp, "proxy");
     snprintf(spool, sizeof spool, "%s/spool", tmp);
     snprintf(log, sizeof log, "%s/proxy.log", tmp);
     snprintf(up, sizeof up, "http://127.0.0.1:%d", fake_upstream_port(u));
@@ -63,8 +63,8 @@ TEST(openai_npm_agent_through_proxy)
     json_decref(o);
 
     /* five calls, five spans with tokens and logprobs, the stream flags right */
-    px_msgs m;
-    CHECK(px_read_topic(b.bootstrap, "arclight.spans", "roll-node", 5, 30000, &m) == 0);
+    al_test_msgs m;
+    CHECK(al_test_topic_read(b.bootstrap, "arclight.spans", "roll-node", 5, 30000, &m) == 0);
     al_span s[8];
     size_t n = px_spans_of(&m, "roll-node", s, 8);
     CHECK_EQ_INT(n, 5);
@@ -84,13 +84,11 @@ TEST(openai_npm_agent_through_proxy)
     }
     for (size_t i = 0; i < n; i++)
         al_span_clear(&s[i]);
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
     CHECK(!px_file_contains(log, "sk-agent-local"));
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
     fake_upstream_stop(u);
     al_test_broker_stop(&b);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd)) {
-    }
+    al_test_rmtree(tmp);
     curl_global_cleanup();
 }

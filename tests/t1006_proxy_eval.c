@@ -17,14 +17,7 @@
 static al_test_broker B;
 static fake_upstream *U;
 static px_child P;
-static char TMP[512], LOG[600], SPOOL[600], UPURL[128];
-
-static int start_proxy(void)
-{
-    const char *args[] = {"--listen",  "127.0.0.1:0", "--upstream", UPURL, "--bootstrap",
-                          B.bootstrap, "--spool-dir", SPOOL,        NULL};
-    return px_start(&P, LOG, args, NULL);
-}
+static char TMP[512], LOG[600], UPURL[128];
 
 /* The temperature of the last request the upstream got (NAN when none, -1 when absent). */
 static double upstream_temperature(void)
@@ -63,11 +56,10 @@ TEST(setup)
     U = fake_upstream_start(0, 1);
     REQUIRE(U);
     snprintf(UPURL, sizeof UPURL, "http://127.0.0.1:%d", fake_upstream_port(U));
-    px_tmpdir(TMP, sizeof TMP);
+    al_test_tmpdir(TMP, sizeof TMP, "proxy");
     REQUIRE(TMP[0]);
     snprintf(LOG, sizeof LOG, "%s/proxy.log", TMP);
-    snprintf(SPOOL, sizeof SPOOL, "%s/spool", TMP);
-    REQUIRE(start_proxy() == 0);
+    REQUIRE(px_start_proxy(&P, TMP, UPURL, B.bootstrap, "proxy", NULL, NULL) == 0);
 }
 
 TEST(eval_prefix_is_greedy_and_marks_every_span)
@@ -149,7 +141,7 @@ TEST(training_rollouts_are_untouched)
     CHECK_EQ_INT(post("/r/task-r/roll-r/reward", NULL, "{\"value\":1}", NULL), 200);
 }
 
-static void expect_spans(px_msgs *m, const char *rollout, size_t n, int eval)
+static void expect_spans(al_test_msgs *m, const char *rollout, size_t n, int eval)
 {
     al_span s[8];
     size_t got = px_spans_of(m, rollout, s, 8);
@@ -164,15 +156,15 @@ static void expect_spans(px_msgs *m, const char *rollout, size_t n, int eval)
 
 TEST(spans_carry_eval)
 {
-    px_msgs m;
+    al_test_msgs m;
     /* 13 spans in all, on several partitions: wait for all of them */
-    CHECK(px_read_topic(B.bootstrap, "arclight.spans", NULL, 13, 30000, &m) == 0);
+    CHECK(al_test_topic_read(B.bootstrap, "arclight.spans", NULL, 13, 30000, &m) == 0);
     expect_spans(&m, "roll-e", 5, 1);
     expect_spans(&m, "roll-t", 2, 1);
     expect_spans(&m, "roll-h", 2, 1);
     expect_spans(&m, "roll-z", 1, 0);
     expect_spans(&m, "roll-r", 3, 0);
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
     CHECK(px_file_contains(LOG, "rollout=roll-e attempt=0 seq=0"));
     CHECK(px_file_contains(LOG, "eval=1"));
 }
@@ -180,13 +172,13 @@ TEST(spans_carry_eval)
 TEST(eval_mark_survives_a_restart)
 {
     CHECK_EQ_INT(px_stop(&P, SIGTERM, 30), 0);
-    REQUIRE(start_proxy() == 0);
+    REQUIRE(px_start_proxy(&P, TMP, UPURL, B.bootstrap, "proxy", NULL, NULL) == 0);
     /* the rollout goes on under /r/: its new spans are still eval spans, numbered on */
     CHECK_EQ_INT(post("/r/task-e/roll-e/reward", NULL, "{\"value\":1}", NULL), 200);
-    px_msgs m;
-    CHECK(px_read_topic(B.bootstrap, "arclight.spans", NULL, 14, 30000, &m) == 0);
+    al_test_msgs m;
+    CHECK(al_test_topic_read(B.bootstrap, "arclight.spans", NULL, 14, 30000, &m) == 0);
     expect_spans(&m, "roll-e", 6, 1);
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
 }
 
 TEST(teardown)
@@ -194,9 +186,6 @@ TEST(teardown)
     CHECK_EQ_INT(px_stop(&P, SIGTERM, 30), 0);
     fake_upstream_stop(U);
     al_test_broker_stop(&B);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
-    if (system(cmd)) {
-    }
+    al_test_rmtree(TMP);
     curl_global_cleanup();
 }

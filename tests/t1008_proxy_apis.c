@@ -108,7 +108,7 @@ TEST(setup)
     U = fake_upstream_start(0, 1);
     REQUIRE(U);
     snprintf(UPURL, sizeof UPURL, "http://127.0.0.1:%d", fake_upstream_port(U));
-    px_tmpdir(TMP, sizeof TMP);
+    al_test_tmpdir(TMP, sizeof TMP, "proxy");
     REQUIRE(TMP[0]);
     snprintf(LOG, sizeof LOG, "%s/proxy.log", TMP);
     char spool[600];
@@ -500,10 +500,11 @@ TEST(eval_route_for_the_new_apis)
 
 TEST(each_call_is_a_span_with_tokens_and_what_the_agent_sent_and_got)
 {
-    px_msgs m;
+    al_test_msgs m;
     /* every call: those kept in SENT, the store: false one, the two the upstream failed, the
      * two large ones and the two eval ones (refused requests make none) */
-    CHECK(px_read_topic(B.bootstrap, "arclight.spans", NULL, (size_t)NSENT + 7, 30000, &m) == 0);
+    CHECK(al_test_topic_read(B.bootstrap, "arclight.spans", NULL, (size_t)NSENT + 7, 30000, &m) ==
+          0);
     const char *rollouts[] = {"roll-rt", "roll-rs", "roll-rtool",
                               "roll-rr", "roll-mt", "roll-mtool"};
     int checked = 0;
@@ -555,7 +556,7 @@ TEST(each_call_is_a_span_with_tokens_and_what_the_agent_sent_and_got)
         CHECK(ev[i].eval);
         al_span_clear(&ev[i]);
     }
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
     /* an access-log line for every call, and for the unknown route */
     CHECK(px_file_contains(LOG, "path=/r/task-x/roll-mt/v1/messages?beta=true status=200"));
     CHECK(px_file_contains(LOG, "path=/v1/no/such/route?x=1 status=404"));
@@ -571,9 +572,6 @@ TEST(teardown)
         free(SENT[i].body);
         free(SENT[i].answer);
     }
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
-    if (system(cmd)) {
-    }
+    al_test_rmtree(TMP);
     curl_global_cleanup();
 }

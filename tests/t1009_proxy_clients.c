@@ -85,27 +85,17 @@ static int plant_end_token(const char *path, int eos, float lift)
     return fclose(f) || rc ? -1 : 0;
 }
 
-static int start_proxy(px_child *p, const char *up, const char *name)
-{
-    char spool[700], log[700];
-    snprintf(spool, sizeof spool, "%s/spool-%s", TMP, name);
-    snprintf(log, sizeof log, "%s/proxy-%s.log", TMP, name);
-    const char *args[] = {"--listen",  "127.0.0.1:0", "--upstream", up,  "--bootstrap",
-                          B.bootstrap, "--spool-dir", spool,        NULL};
-    return px_start(p, log, args, NULL);
-}
-
 TEST(setup)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     REQUIRE(al_test_broker_start(&B, NULL) == 0);
     U = fake_upstream_start(0, 1);
     REQUIRE(U);
-    px_tmpdir(TMP, sizeof TMP);
+    al_test_tmpdir(TMP, sizeof TMP, "proxy");
     REQUIRE(TMP[0]);
     char up[128];
     snprintf(up, sizeof up, "http://127.0.0.1:%d", fake_upstream_port(U));
-    REQUIRE(start_proxy(&PF, up, "fake") == 0);
+    REQUIRE(px_start_proxy(&PF, TMP, up, B.bootstrap, "fake", NULL, NULL) == 0);
     /* the model for serve: random, Qwen3-shaped, 32k context, the Qwen3 tokenizer */
     snprintf(MODEL, sizeof MODEL, "%s/qwen3", TMP);
     REQUIRE(sv_sh("%s model init --config %s/tests/proxy/qwen3-32k.json --out %s --seed 11 "
@@ -121,7 +111,7 @@ TEST(setup)
     const char *sargs[] = {"--model", MODEL, "--served-model-name", SERVED, "--max-model-len",
                            "32768",   NULL};
     REQUIRE(sv_start(&S, sargs) == 0);
-    REQUIRE(start_proxy(&PS, S.url, "serve") == 0);
+    REQUIRE(px_start_proxy(&PS, TMP, S.url, B.bootstrap, "serve", NULL, NULL) == 0);
 }
 
 /* Runs a shell command line with a time limit; its stdout in *out (malloc'd). The exit
@@ -134,17 +124,7 @@ static int run_client(const char *cmdline, int timeout_s, char **out)
              cmdline, path, path);
     int rc = system(cmd);
     rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-    FILE *f = fopen(path, "rb");
-    *out = NULL;
-    if (f) {
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        *out = calloc(1, (size_t)n + 1);
-        if (fread(*out, 1, (size_t)n, f)) {
-        }
-        fclose(f);
-    }
+    *out = al_test_slurp(path, NULL);
     if (rc != 0) {
         fprintf(stderr, "  client exit %d: %s\n  its stderr:\n", rc, cmdline);
         snprintf(cmd, sizeof cmd, "tail -30 '%s.err' >&2", path);
@@ -206,8 +186,8 @@ static int claude(const px_child *p, const char *rollout, const char *model, cha
 /* The spans of rollout: at least min_calls, each a whole captured call. */
 static void check_spans(const char *rollout, size_t min_calls, size_t min_prompt, const char *api)
 {
-    px_msgs m;
-    CHECK(px_read_topic(B.bootstrap, "arclight.spans", rollout, min_calls, 60000, &m) == 0);
+    al_test_msgs m;
+    CHECK(al_test_topic_read(B.bootstrap, "arclight.spans", rollout, min_calls, 60000, &m) == 0);
     al_span s[32];
     size_t n = px_spans_of(&m, rollout, s, 32);
     CHECKF(n >= min_calls, "%s: %zu spans, expected at least %zu", rollout, n, min_calls);
@@ -229,7 +209,7 @@ static void check_spans(const char *rollout, size_t min_calls, size_t min_prompt
         CHECK_EQ_INT(s[i].sequence, (int64_t)i);
         al_span_clear(&s[i]);
     }
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
 }
 
 /* Against the test upstream: each harness gets a get_weather call, runs it (or answers
@@ -319,9 +299,6 @@ TEST(teardown)
     CHECK_EQ_INT(sv_stop(&S), 0);
     fake_upstream_stop(U);
     al_test_broker_stop(&B);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
-    if (system(cmd)) {
-    }
+    al_test_rmtree(TMP);
     curl_global_cleanup();
 }

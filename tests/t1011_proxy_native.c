@@ -168,7 +168,7 @@ TEST(setup)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     REQUIRE(al_test_broker_start(&B, NULL) == 0);
-    px_tmpdir(TMP, sizeof TMP);
+    al_test_tmpdir(TMP, sizeof TMP, "proxy");
     REQUIRE(TMP[0]);
     snprintf(MODEL, sizeof MODEL, "%s/tool-tiny", TMP);
     REQUIRE(sv_sh("mkdir -p %s && cp tests/serve/tool-tiny/config.json "
@@ -369,10 +369,10 @@ static void check_span(const al_span *sp, const expect *e)
 
 TEST(each_call_is_a_span_with_serves_token_ids)
 {
-    px_msgs m;
+    al_test_msgs m;
     /* the calls above, the agent's own additions and the error */
     REQUIRE(NE == 4);
-    CHECK(px_read_topic(B.bootstrap, "arclight.spans", NULL, (size_t)NE + 2, 30000, &m) == 0);
+    CHECK(al_test_topic_read(B.bootstrap, "arclight.spans", NULL, (size_t)NE + 2, 30000, &m) == 0);
     for (int i = 0; i < NE; i++) {
         al_span s[2];
         size_t n = px_spans_of(&m, E[i].rollout, s, 2);
@@ -389,10 +389,11 @@ TEST(each_call_is_a_span_with_serves_token_ids)
         CHECK(f[0].llm_call.error && strstr(f[0].llm_call.error, "upstream answered 404"));
         al_span_clear(&f[0]);
     }
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
     CHECK(!px_file_contains(LOG, "carries no"));
     /* the messages calls: spans without token ids, and the log says why */
-    REQUIRE(px_read_topic(B.bootstrap, "arclight.spans", NULL, (size_t)NE + 6, 30000, &m) == 0);
+    REQUIRE(al_test_topic_read(B.bootstrap, "arclight.spans", NULL, (size_t)NE + 6, 30000, &m) ==
+            0);
     for (int i = 0; i < 2; i++) {
         char roll[32];
         snprintf(roll, sizeof roll, "roll-m%d", i);
@@ -424,7 +425,7 @@ TEST(each_call_is_a_span_with_serves_token_ids)
         }
         al_span_clear(&s[0]);
     }
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
     CHECK(px_file_contains(PM.log, "native /v1/messages answer carries no prompt or response "
                                    "token ids"));
 }
@@ -441,9 +442,6 @@ TEST(teardown)
         free(E[i].agent_got);
         json_decref(E[i].upstream);
     }
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", TMP);
-    if (system(cmd)) {
-    }
+    al_test_rmtree(TMP);
     curl_global_cleanup();
 }

@@ -1,14 +1,15 @@
 /*
  * t1099_proxy_helpers.h: what the proxy tests share: run `arclight proxy` as a child (its
  * stderr to a log file), HTTP requests over real sockets with libcurl, and reading spans
- * back from the broker. Header-only (static functions); include after testlib.h and
- * broker_fixture.h.
+ * back from the broker (topics are read with support.h's al_test_topic_read). Header-only
+ * (static functions); include after testlib.h and broker_fixture.h.
  */
 #ifndef ARCLIGHT_T1099_PROXY_HELPERS_H
 #define ARCLIGHT_T1099_PROXY_HELPERS_H
 
 #include "avro/codec.h"
 #include "fake_upstream.h"
+#include "support.h"
 
 #include <curl/curl.h>
 #include <librdkafka/rdkafka.h>
@@ -21,14 +22,6 @@ typedef struct px_child {
     char base[128]; /* http://127.0.0.1:PORT */
     char log[1024];
 } px_child;
-
-/* A fresh temporary directory (mkdtemp) in dir (PATH_MAX). */
-static void px_tmpdir(char *dir, size_t n)
-{
-    const char *t = getenv("TMPDIR");
-    snprintf(dir, n, "%s/arclight-proxy-XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(dir)) dir[0] = '\0';
-}
 
 /* Starts `arclight proxy` with args (NULL-terminated) and env (NAME=VALUE, NULL-terminated,
  * may be NULL); its stderr appends to log_path. Waits up to 60 s for the port line. */
@@ -83,6 +76,27 @@ static int px_start(px_child *p, const char *log_path, const char *const *args,
     p->port = colon ? atoi(colon + 1) : 0;
     snprintf(p->base, sizeof p->base, "http://127.0.0.1:%d", p->port);
     return p->port > 0 ? 0 : -1;
+}
+
+/* Starts the proxy as most tests run it: on a free loopback port, in front of upstream,
+ * publishing to bootstrap, its spool in DIR/spool-NAME and its stderr in DIR/NAME.log; extra
+ * (NULL-terminated, may be NULL) adds flags, env as px_start's. 0, or -1 (the log's tail on
+ * stderr). */
+static __attribute__((unused)) int px_start_proxy(px_child *p, const char *dir,
+                                                  const char *upstream, const char *bootstrap,
+                                                  const char *name, const char *const *extra,
+                                                  const char *const *env)
+{
+    char spool[700], log[700];
+    snprintf(spool, sizeof spool, "%s/spool-%s", dir, name);
+    snprintf(log, sizeof log, "%s/%s.log", dir, name);
+    const char *args[40] = {"--listen",  "127.0.0.1:0", "--upstream", upstream,
+                            "--bootstrap", bootstrap,   "--spool-dir", spool};
+    int n = 8;
+    for (int i = 0; extra && extra[i] && n < 38; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
+    return px_start(p, log, args, env);
 }
 
 /* Sends sig and waits up to timeout_s; returns the exit status, or -1 (killed). */
@@ -205,101 +219,18 @@ static __attribute__((unused)) int px_post(const px_child *p, const char *path, 
  * Reading spans back
  * ------------------------------------------------------------------------------------------ */
 
-typedef struct px_msgs {
-    char **val;
-    size_t *len;
-    char **key;
-    size_t n, cap;
-} px_msgs;
-
-static void px_msgs_free(px_msgs *m)
-{
-    for (size_t i = 0; i < m->n; i++) {
-        free(m->val[i]);
-        free(m->key[i]);
-    }
-    free(m->val);
-    free(m->len);
-    free(m->key);
-    memset(m, 0, sizeof *m);
-}
-
-/* Reads topic from the beginning until at least `want` messages with `match` somewhere in
- * their value (NULL: any) have arrived or timeout_ms passes. Keeps every message read. */
-static int px_read_topic(const char *bootstrap, const char *topic, const char *match, size_t want,
-                         int timeout_ms, px_msgs *out)
-{
-    char err[512];
-    memset(out, 0, sizeof *out);
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, sizeof err);
-    rd_kafka_conf_set(conf, "group.id", "px-test-reader", err, sizeof err);
-    rd_kafka_conf_set(conf, "enable.auto.commit", "false", err, sizeof err);
-    rd_kafka_conf_set(conf, "log_level", "0", err, sizeof err);
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof err);
-    if (!rk) return -1;
-    const rd_kafka_metadata_t *md = NULL;
-    int nparts = 0;
-    for (int t = 0; t < 50 && nparts == 0; t++) {
-        rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
-        if (rd_kafka_metadata(rk, 0, rkt, &md, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-            if (md->topic_cnt == 1) nparts = md->topics[0].partition_cnt;
-            rd_kafka_metadata_destroy(md);
-        }
-        rd_kafka_topic_destroy(rkt);
-        if (!nparts) usleep(100000);
-    }
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(nparts);
-    for (int i = 0; i < nparts; i++)
-        rd_kafka_topic_partition_list_add(l, topic, i)->offset = RD_KAFKA_OFFSET_BEGINNING;
-    rd_kafka_assign(rk, l);
-    rd_kafka_topic_partition_list_destroy(l);
-    size_t matched = 0;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        long el = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
-        if (matched >= want || el > timeout_ms) break;
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
-        if (!m) continue;
-        if (!m->err) {
-            if (out->n == out->cap) {
-                out->cap = out->cap ? out->cap * 2 : 64;
-                out->val = realloc(out->val, out->cap * sizeof *out->val);
-                out->len = realloc(out->len, out->cap * sizeof *out->len);
-                out->key = realloc(out->key, out->cap * sizeof *out->key);
-            }
-            char *v = malloc(m->len + 1), *k = malloc(m->key_len + 1);
-            memcpy(v, m->payload, m->len);
-            v[m->len] = '\0';
-            memcpy(k, m->key ? m->key : "", m->key_len);
-            k[m->key_len] = '\0';
-            out->val[out->n] = v;
-            out->len[out->n] = m->len;
-            out->key[out->n] = k;
-            out->n++;
-            if (!match || memmem(v, m->len, match, strlen(match))) matched++;
-        }
-        rd_kafka_message_destroy(m);
-    }
-    rd_kafka_consumer_close(rk);
-    rd_kafka_destroy(rk);
-    return matched >= want ? 0 : -1;
-}
-
 /* Reads arclight.spans until want_ends rollout ends have arrived (they come last), trying at
  * most `tries` reads of 1.5 s, and decodes every span into *out (calloc'd; the caller
  * al_span_clear's each and frees it), *n of them. Returns the number of ends seen. */
 static __attribute__((unused)) size_t px_read_spans(const char *bootstrap, size_t want_ends,
                                                     int tries, al_span **out, size_t *n)
 {
-    px_msgs m = {0};
+    al_test_msgs m = {0};
     size_t ends = 0;
     char err[256];
     for (int t = 0; t < tries && (t == 0 || ends < want_ends); t++) {
-        px_msgs_free(&m);
-        px_read_topic(bootstrap, "arclight.spans", NULL, 100000, 1500, &m);
+        al_test_msgs_free(&m);
+        al_test_topic_read(bootstrap, "arclight.spans", NULL, 100000, 1500, &m);
         ends = 0;
         for (size_t i = 0; i < m.n; i++) {
             al_span s = {0};
@@ -317,13 +248,14 @@ static __attribute__((unused)) size_t px_read_spans(const char *bootstrap, size_
         else
             fprintf(stderr, "  undecodable span %zu: %s\n", i, err);
     }
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
     return ends;
 }
 
 /* Decodes the spans of one rollout from msgs into out (caller al_span_clear's each), in
  * sequence order. Returns how many. */
-static __attribute__((unused)) size_t px_spans_of(const px_msgs *m, const char *rollout, al_span *out, size_t max)
+static __attribute__((unused)) size_t px_spans_of(const al_test_msgs *m, const char *rollout,
+                                                  al_span *out, size_t max)
 {
     size_t n = 0;
     char err[256];
@@ -351,14 +283,9 @@ static __attribute__((unused)) size_t px_spans_of(const px_msgs *m, const char *
 /* Whether needle occurs in the file at path. */
 static __attribute__((unused)) int px_file_contains(const char *path, const char *needle)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    size_t got = fread(b, 1, (size_t)n, f);
-    fclose(f);
+    size_t got;
+    char *b = al_test_slurp(path, &got);
+    if (!b) return 0;
     int r = memmem(b, got, needle, strlen(needle)) != NULL;
     free(b);
     return r;

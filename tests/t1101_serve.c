@@ -709,7 +709,7 @@ TEST(server_shuts_down_cleanly)
 {
     REQUIRE(setup() == 0);
     CHECK_EQ_INT(sv_stop(&g_srv), 0);
-    sv_sh("rm -rf %s", g_dir);
+    al_test_rmtree(g_dir);
     free(g_dir);
     curl_global_cleanup();
 }

@@ -277,7 +277,7 @@ TEST(weights_swap_under_load_without_a_failed_request)
     kill(http, SIGTERM);
     waitpid(http, NULL, 0);
     al_test_broker_stop(&g_broker);
-    sv_sh("rm -rf %s", g_dir);
+    al_test_rmtree(g_dir);
     free(g_dir);
     pthread_mutex_destroy(&L.lock);
     curl_global_cleanup();

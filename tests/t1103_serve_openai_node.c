@@ -286,7 +286,7 @@ TEST(openai_npm_client_against_arclight_serve)
     json_decref(rj);
     CHECK_EQ_INT(sv_stop(&s3), 0);
     CHECK_EQ_INT(sv_stop(&s), 0);
-    sv_sh("rm -rf %s", dir);
+    al_test_rmtree(dir);
     free(dir);
     curl_global_cleanup();
 }

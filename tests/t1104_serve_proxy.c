@@ -21,7 +21,7 @@ TEST(spans_through_the_proxy_carry_served_tokens_logprobs_and_version)
     REQUIRE(dir && sv_make_model(dir, "tiny", 5) == 0);
     char model[300], ptmp[512], spool[600], log[600];
     snprintf(model, sizeof model, "%s/tiny", dir);
-    px_tmpdir(ptmp, sizeof ptmp);
+    al_test_tmpdir(ptmp, sizeof ptmp, "proxy");
     REQUIRE(ptmp[0]);
     snprintf(spool, sizeof spool, "%s/spool", ptmp);
     snprintf(log, sizeof log, "%s/proxy.log", ptmp);
@@ -91,8 +91,8 @@ TEST(spans_through_the_proxy_carry_served_tokens_logprobs_and_version)
         sv_resp_free(&proxied);
     }
 
-    px_msgs m;
-    CHECK(px_read_topic(b.bootstrap, "arclight.spans", "roll-s", 2, 30000, &m) == 0);
+    al_test_msgs m;
+    CHECK(al_test_topic_read(b.bootstrap, "arclight.spans", "roll-s", 2, 30000, &m) == 0);
     al_span sp[4];
     size_t n = px_spans_of(&m, "roll-s", sp, 4);
     CHECK_EQ_INT((int)n, 2);
@@ -115,11 +115,12 @@ TEST(spans_through_the_proxy_carry_served_tokens_logprobs_and_version)
     }
     for (size_t i = 0; i < n; i++)
         al_span_clear(&sp[i]);
-    px_msgs_free(&m);
+    al_test_msgs_free(&m);
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 20), 0);
     CHECK_EQ_INT(sv_stop(&s), 0);
     al_test_broker_stop(&b);
-    sv_sh("rm -rf %s %s", dir, ptmp);
+    al_test_rmtree(dir);
+    al_test_rmtree(ptmp);
     free(dir);
     curl_global_cleanup();
 }

@@ -301,7 +301,7 @@ TEST(file_uris_only_under_the_root_and_errors_never_show_the_bytes)
     publish(11, uri, sha);
     CHECK(wait_version(&g_srv, 11, 30) == 0);
 
-    char *log = sv_slurp(g_log);
+    char *log = al_test_slurp_text(g_log);
     CHECKF(!strstr(log, "zq7-environ-secret"), "the log shows the server's environment");
     CHECKF(!strstr(log, "SECRETXY") && !strstr(log, num),
            "the log shows the first bytes of a file");
@@ -511,7 +511,7 @@ TEST(teardown)
     }
     if (g_prod) rd_kafka_destroy(g_prod);
     al_test_broker_stop(&g_broker);
-    if (g_dir) sv_sh("rm -rf %s", g_dir);
+    if (g_dir) al_test_rmtree(g_dir);
     free(g_dir);
     curl_global_cleanup();
 }

@@ -87,7 +87,7 @@ TEST(what_serve_emits_it_accepts_back)
 TEST(teardown)
 {
     if (g_srv.pid > 0) CHECK_EQ_INT(sv_stop(&g_srv), 0);
-    if (g_dir) sv_sh("rm -rf %s", g_dir);
+    if (g_dir) al_test_rmtree(g_dir);
     free(g_dir);
     curl_global_cleanup();
 }

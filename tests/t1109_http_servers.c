@@ -351,7 +351,7 @@ TEST(teardown)
     if (g_srv.pid > 0) CHECK_EQ_INT(sv_stop(&g_srv), 0);
     al_http_server_stop(g_metrics);
     al_ckpt_http_stop(g_ckpt);
-    if (g_dir) sv_sh("rm -rf %s", g_dir);
+    if (g_dir) al_test_rmtree(g_dir);
     free(g_dir);
     curl_global_cleanup();
 }

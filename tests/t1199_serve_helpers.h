@@ -23,6 +23,7 @@
 #include "model/logprob.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "support.h"
 
 static inline const char *sv_bin(void)
 {
@@ -55,8 +56,7 @@ static inline int sv_sh(const char *fmt, ...)
 static inline char *sv_tmpdir(const char *tag)
 {
     char *d = malloc(256);
-    snprintf(d, 256, "/tmp/arclight-%s-XXXXXX", tag);
-    if (!mkdtemp(d)) {
+    if (!al_test_tmpdir(d, 256, tag)) {
         free(d);
         return NULL;
     }
@@ -136,37 +136,13 @@ static inline int sv_stop(sv_server *s)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* The whole file at path (malloc'd, NUL-terminated; "" when missing). */
-static inline char *sv_slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *d = NULL;
-    size_t n = 0, cap = 0;
-    if (f) {
-        char tmp[65536];
-        size_t r;
-        while ((r = fread(tmp, 1, sizeof tmp, f)) > 0) {
-            if (n + r + 1 > cap) {
-                cap = (n + r + 1) * 2;
-                d = realloc(d, cap);
-            }
-            memcpy(d + n, tmp, r);
-            n += r;
-        }
-        fclose(f);
-    }
-    if (!d) d = calloc(1, 1);
-    else d[n] = 0;
-    return d;
-}
-
 /* Waits up to secs for the file at path to contain needle: 0, or -1. */
 static inline int sv_wait_log(const char *path, const char *needle, double secs)
 {
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
-        char *d = sv_slurp(path);
+        char *d = al_test_slurp_text(path);
         int found = strstr(d, needle) != NULL;
         free(d);
         if (found) return 0;
@@ -179,7 +155,7 @@ static inline int sv_wait_log(const char *path, const char *needle, double secs)
 /* Occurrences of needle in the file at path. */
 static inline int sv_log_count(const char *path, const char *needle)
 {
-    char *d = sv_slurp(path);
+    char *d = al_test_slurp_text(path);
     int n = 0;
     for (const char *p = d; (p = strstr(p, needle)) != NULL; p += strlen(needle))
         n++;

@@ -11,7 +11,7 @@
 #include "testlib.h"
 
 #include "broker_fixture.h"
-#include "stage_fixture.h"
+#include "support.h"
 #include "t1249_train_fixtures.h"
 
 #include "avro/codec.h"
@@ -21,11 +21,6 @@
 #include <sys/stat.h>
 
 static char workdir[128], model_dir[256], topics_path[256];
-
-static void sh(const char *cmd)
-{
-    if (system(cmd) != 0) fprintf(stderr, "(%s failed)\n", cmd);
-}
 
 static int start_broker(al_test_broker *b)
 {
@@ -535,7 +530,5 @@ TEST(kill9_and_resume_match_an_uninterrupted_run)
 TEST(teardown)
 {
     if (broker_ok) al_test_broker_stop(&broker);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", workdir);
-    if (workdir[0]) sh(cmd);
+    if (workdir[0]) al_test_rmtree(workdir);
 }

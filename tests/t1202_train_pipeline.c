@@ -5,7 +5,7 @@
 #include "testlib.h"
 
 #include "broker_fixture.h"
-#include "stage_fixture.h"
+#include "support.h"
 
 #include "avro/codec.h"
 #include "core/util.h"
@@ -155,6 +155,5 @@ TEST(batch_stage_output_trains)
     CHECK_EQ_INT(versions, 2);
     CHECK_EQ_INT(deadletters, 0);
     al_test_broker_stop(&b);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", workdir);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", workdir);
+    if (al_test_rmtree(workdir) != 0) fprintf(stderr, "cannot remove %s\n", workdir);
 }

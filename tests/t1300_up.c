@@ -7,6 +7,7 @@
  */
 #include "t1349_up_common.h"
 #include "testlib.h"
+#include "support.h"
 
 static char workdir[256];
 
@@ -21,13 +22,12 @@ static char *tail_topic(const char *bootstrap, const char *topic)
     pid_t p = up_start(argv, out, err);
     int st = up_wait(p, 60);
     CHECKF(st == 0, "tail %s: status %d", topic, st);
-    return up_slurp(out);
+    return al_test_slurp_text(out);
 }
 
 TEST(up_steps_2_end_to_end)
 {
-    snprintf(workdir, sizeof workdir, "/tmp/arclight-t1300.XXXXXX");
-    REQUIRE(mkdtemp(workdir));
+    REQUIRE(al_test_tmpdir(workdir, sizeof workdir, "t1300"));
     char out[512], err[512], wd[512], ckpt[600];
     snprintf(out, sizeof out, "%s/up.out", workdir);
     snprintf(err, sizeof err, "%s/up.err", workdir);
@@ -50,7 +50,7 @@ TEST(up_steps_2_end_to_end)
     /* clang-format on */
     pid_t up = up_start(argv, out, err);
     int st = up_wait(up, 150);
-    char *o = up_slurp(out), *e = up_slurp(err);
+    char *o = al_test_slurp_text(out), *e = al_test_slurp_text(err);
     CHECKF(st == 0, "up ended with wait status %d after %.1f s\n--- stdout\n%s\n--- stderr\n%s", st,
            testlib_now() - t0, o, e);
     fprintf(stderr, "up --steps 2 took %.1f s\n", testlib_now() - t0);
@@ -108,7 +108,7 @@ TEST(up_steps_2_end_to_end)
     REQUIRE(!strcmp(argv[10], "--steps"));
     up = up_start(argv, out, err);
     st = up_wait(up, 150);
-    o = up_slurp(out), e = up_slurp(err);
+    o = al_test_slurp_text(out), e = al_test_slurp_text(err);
     CHECKF(st == 0, "second up: wait status %d\n--- stdout\n%s\n--- stderr\n%s", st, o, e);
     /* its first round on v2, or already on v3: the first run's transitions left on the topic
      * beyond its last step can make step 3 as soon as train resumes, before a round ends */
@@ -124,7 +124,6 @@ TEST(up_steps_2_end_to_end)
     free(policy), free(o), free(e);
 
     CHECK_EQ_INT(al_test_broker_stop(&broker), 0);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
-    if (!testlib_cur_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", workdir);
+    if (!testlib_cur_failed && al_test_rmtree(workdir) != 0)
+        fprintf(stderr, "could not remove %s\n", workdir);
 }

@@ -5,6 +5,7 @@
  */
 #include "t1349_up_common.h"
 #include "testlib.h"
+#include "support.h"
 
 static const char *children[] = {"broker", "serve", "proxy", "credit", "batch", "train", "agent"};
 
@@ -19,7 +20,7 @@ static int run_usage(char *const extra[], char *err_out, size_t errlen)
     snprintf(out, sizeof out, "/tmp/arclight-t1301-usage-%d.out", (int)getpid());
     snprintf(err, sizeof err, "/tmp/arclight-t1301-usage-%d.err", (int)getpid());
     int st = up_wait(up_start(argv, out, err), 30);
-    char *e = up_slurp(err);
+    char *e = al_test_slurp_text(err);
     snprintf(err_out, errlen, "%s", e);
     free(e);
     unlink(out), unlink(err);
@@ -79,7 +80,7 @@ static pid_t start_loop(const char *dir, char *out, char *err, size_t len)
                     NULL};
     pid_t up = up_start(argv, out, err);
     if (!up_wait_for_text(out, "demo-agent: policy v0: mean reward", 120, up)) {
-        char *o = up_slurp(out), *e = up_slurp(err);
+        char *o = al_test_slurp_text(out), *e = al_test_slurp_text(err);
         CHECKF(0, "the loop did not run a round\n--- stdout\n%s\n--- stderr\n%s", o, e);
         free(o), free(e);
         kill(up, SIGKILL);
@@ -91,17 +92,17 @@ static pid_t start_loop(const char *dir, char *out, char *err, size_t len)
 
 TEST(up_child_killed_stops_the_rest)
 {
-    char dir[] = "/tmp/arclight-t1301.XXXXXX", out[600], err[600];
-    REQUIRE(mkdtemp(dir));
+    char dir[512], out[600], err[600];
+    REQUIRE(al_test_tmpdir(dir, sizeof dir, "t1301"));
     pid_t up = start_loop(dir, out, err, sizeof out);
     REQUIRE(up > 0);
-    char *e = up_slurp(err);
+    char *e = al_test_slurp_text(err);
     pid_t credit = up_child_pid(e, "credit");
     free(e);
     REQUIRE(credit > 0);
     REQUIRE(kill(credit, SIGKILL) == 0);
     int st = up_wait(up, 90);
-    e = up_slurp(err);
+    e = al_test_slurp_text(err);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 1, "up: wait status %d\n%s", st, e);
     char want[96];
     snprintf(want, sizeof want, "up: credit (pid %d) was killed by signal 9", (int)credit);
@@ -111,20 +112,19 @@ TEST(up_child_killed_stops_the_rest)
         CHECKF(p > 0 && up_pid_gone(p), "%s (pid %d) left behind", children[i], (int)p);
     }
     free(e);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!testlib_cur_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    if (!testlib_cur_failed && al_test_rmtree(dir) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
 }
 
 TEST(up_sigterm_stops_everything)
 {
-    char dir[] = "/tmp/arclight-t1301.XXXXXX", out[600], err[600];
-    REQUIRE(mkdtemp(dir));
+    char dir[512], out[600], err[600];
+    REQUIRE(al_test_tmpdir(dir, sizeof dir, "t1301"));
     pid_t up = start_loop(dir, out, err, sizeof out);
     REQUIRE(up > 0);
     REQUIRE(kill(up, SIGTERM) == 0);
     int st = up_wait(up, 90);
-    char *e = up_slurp(err);
+    char *e = al_test_slurp_text(err);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "up: wait status %d\n%s", st, e);
     CHECKF(strstr(e, "up: Terminated: stopping"), "%s", e);
     CHECKF(strstr(e, "proxy: signal 15"), "the proxy was not asked to drain:\n%s", e);
@@ -138,7 +138,6 @@ TEST(up_sigterm_stops_everything)
         CHECKF(p > 0 && up_pid_gone(p), "%s (pid %d) left behind", children[i], (int)p);
     }
     free(e);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!testlib_cur_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    if (!testlib_cur_failed && al_test_rmtree(dir) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
 }

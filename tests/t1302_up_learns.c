@@ -7,11 +7,12 @@
  */
 #include "t1349_up_common.h"
 #include "testlib.h"
+#include "support.h"
 
 TEST(up_demo_reward_goes_up)
 {
-    char dir[] = "/tmp/arclight-t1302.XXXXXX", out[600], err[600], wd[600];
-    REQUIRE(mkdtemp(dir));
+    char dir[512], out[600], err[600], wd[600];
+    REQUIRE(al_test_tmpdir(dir, sizeof dir, "t1302"));
     snprintf(out, sizeof out, "%s/up.out", dir);
     snprintf(err, sizeof err, "%s/up.err", dir);
     snprintf(wd, sizeof wd, "%s/work", dir);
@@ -43,7 +44,7 @@ TEST(up_demo_reward_goes_up)
                     NULL};
     pid_t up = up_start(argv, out, err);
     int st = up_wait(up, 200);
-    char *o = up_slurp(out), *e = up_slurp(err);
+    char *o = al_test_slurp_text(out), *e = al_test_slurp_text(err);
     CHECKF(st == 0, "up: wait status %d\n--- stdout\n%s\n--- stderr\n%.4000s", st, o, e);
 
     double r[64];
@@ -56,7 +57,6 @@ TEST(up_demo_reward_goes_up)
             testlib_now() - t0, first, last);
     CHECKF(last > first + 0.15, "no learning: %.3f -> %.3f\n%s", first, last, o);
     free(o), free(e);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!testlib_cur_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    if (!testlib_cur_failed && al_test_rmtree(dir) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
 }

@@ -14,6 +14,7 @@
  */
 #include "t1349_up_common.h"
 #include "testlib.h"
+#include "support.h"
 
 #include <jansson.h>
 
@@ -36,8 +37,8 @@ typedef struct eval_row {
 
 TEST(held_out_reward_rises_under_the_defaults)
 {
-    char dir[] = "/tmp/arclight-t1303.XXXXXX", out[600], err[600], wd[600], path[700];
-    REQUIRE(mkdtemp(dir));
+    char dir[512], out[600], err[600], wd[600], path[700];
+    REQUIRE(al_test_tmpdir(dir, sizeof dir, "t1303"));
     snprintf(out, sizeof out, "%s/up.out", dir);
     snprintf(err, sizeof err, "%s/up.err", dir);
     snprintf(wd, sizeof wd, "%s/work", dir);
@@ -49,14 +50,14 @@ TEST(held_out_reward_rises_under_the_defaults)
     pid_t up = up_start(argv, out, err);
     int st = up_wait(up, 1500);
     double took = testlib_now() - t0;
-    char *o = up_slurp(out), *e = up_slurp(err);
+    char *o = al_test_slurp_text(out), *e = al_test_slurp_text(err);
     REQUIREF(st == 0, "up: wait status %d after %.0f s\n--- stdout\n%s\n--- stderr\n%.6000s", st,
              took, o, e);
     CHECKF(strstr(e, "the rollout controller finished: done"), "%.4000s", e);
     CHECKF(strstr(o, "sft: wrote"), "no warm start:\n%.4000s", o);
 
     snprintf(path, sizeof path, "%s/eval.jsonl", wd);
-    char *ev = up_slurp(path);
+    char *ev = al_test_slurp_text(path);
     REQUIREF(ev, "no %s", path);
     eval_row rows[512];
     int n = 0;
@@ -102,16 +103,15 @@ TEST(held_out_reward_rises_under_the_defaults)
     CHECKF(after - before >= 0.2, "val reward %.3f -> %.3f", before, after);
 
     snprintf(path, sizeof path, "%s/metrics.csv", wd);
-    char *csv = up_slurp(path);
+    char *csv = al_test_slurp_text(path);
     CHECKF(csv && !strncmp(csv, "version,time_s,rollouts,train_reward_mean", 41), "%s",
            csv ? csv : "no metrics.csv");
     free(csv);
     snprintf(path, sizeof path, "%s/reward.svg", wd);
-    char *svg = up_slurp(path);
+    char *svg = al_test_slurp_text(path);
     CHECK(svg && strstr(svg, "<svg") && strstr(svg, "</svg>"));
     free(svg);
     free(o), free(e);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!testlib_cur_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    if (!testlib_cur_failed && al_test_rmtree(dir) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
 }

@@ -6,6 +6,7 @@
 #define ARCLIGHT_T1349_UP_COMMON_H
 
 #include "broker_fixture.h"
+#include "support.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -59,28 +60,13 @@ static inline int up_wait(pid_t pid, double timeout_s)
     }
 }
 
-/* The whole file as a NUL-terminated string ("" when missing); free it. */
-static inline char *up_slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    return s;
-}
-
 /* Polls the file until it contains needle or timeout_s passes (or pid, if > 0, exits).
  * 1 when found. */
 static inline int up_wait_for_text(const char *path, const char *needle, double timeout_s,
                                    pid_t pid)
 {
     for (double waited = 0; waited < timeout_s; waited += 0.1) {
-        char *s = up_slurp(path);
+        char *s = al_test_slurp_text(path);
         int found = strstr(s, needle) != NULL;
         free(s);
         if (found) return 1;

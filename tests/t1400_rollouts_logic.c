@@ -7,6 +7,7 @@
 #include "rollouts/report.h"
 #include "rollouts/tasks.h"
 #include "testlib.h"
+#include "support.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,8 +250,8 @@ TEST(report_rows_csv_and_svg)
     CHECK(strstr(svg, "policy version"));
     CHECK(strstr(svg, "</svg>"));
     free(svg);
-    char dir[] = "/tmp/arclight-t1400.XXXXXX";
-    REQUIRE(mkdtemp(dir));
+    char dir[512];
+    REQUIRE(al_test_tmpdir(dir, sizeof dir, "t1400"));
     REQUIREF(rl_report_write(&r, dir, "t", err, sizeof err) == 0, "%s", err);
     char p[600];
     snprintf(p, sizeof p, "%s/metrics.csv", dir);

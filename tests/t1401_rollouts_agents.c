@@ -11,7 +11,7 @@
  */
 #define _GNU_SOURCE /* memmem */
 #include "broker_fixture.h"
-#include "stage_fixture.h"
+#include "support.h"
 #include "testlib.h"
 #include "t1099_proxy_helpers.h"
 
@@ -91,7 +91,7 @@ static task_view view(const span_set *ss, const char *task)
 TEST(misbehaving_agents_each_end_with_the_right_status)
 {
     char dir[PATH_MAX], path[2 * PATH_MAX], log[PATH_MAX + 64], spool[PATH_MAX + 64];
-    px_tmpdir(dir, sizeof dir);
+    al_test_tmpdir(dir, sizeof dir, "proxy");
     REQUIRE(dir[0]);
     al_test_broker b;
     REQUIRE(al_test_broker_start(&b, NULL) == 0);
@@ -140,19 +140,7 @@ TEST(misbehaving_agents_each_end_with_the_right_status)
     double t0 = testlib_now();
     int st = system(cmd);
     double took = testlib_now() - t0;
-    char *rl = NULL;
-    {
-        FILE *lf = fopen(rlog, "r");
-        if (lf) {
-            fseek(lf, 0, SEEK_END);
-            long n = ftell(lf);
-            fseek(lf, 0, SEEK_SET);
-            rl = calloc(1, (size_t)n + 1);
-            if (fread(rl, 1, (size_t)n, lf)) {
-            }
-            fclose(lf);
-        }
-    }
+    char *rl = al_test_slurp(rlog, NULL);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rollouts exit %d after %.1f s:\n%s", st, took,
            rl ? rl : "");
     CHECKF(took < 60, "the run took %.1f s", took);
@@ -235,9 +223,9 @@ TEST(misbehaving_agents_each_end_with_the_right_status)
                            "--log-level", "warn", NULL};
     pid_t cp = al_test_spawn(cargs, NULL, 1);
     REQUIRE(cp > 0);
-    px_msgs tm;
+    al_test_msgs tm;
     /* t-ok, t-ok_post, t-noreward (2 calls each) and t-flaky's two attempt-1 calls */
-    px_read_topic(b.bootstrap, "arclight.transitions", NULL, 8, 60000, &tm);
+    al_test_topic_read(b.bootstrap, "arclight.transitions", NULL, 8, 60000, &tm);
     kill(cp, SIGTERM);
     CHECK(al_test_wait(cp, 30) == 0);
     size_t from_eval = 0, from_retried = 0, from_failed = 0;
@@ -256,7 +244,7 @@ TEST(misbehaving_agents_each_end_with_the_right_status)
     CHECK(from_eval == 0);
     CHECK(from_retried == 0);
     CHECK(from_failed == 0);
-    px_msgs_free(&tm);
+    al_test_msgs_free(&tm);
 
     for (size_t i = 0; i < ss.n; i++)
         al_span_clear(&ss.s[i]);
@@ -265,6 +253,6 @@ TEST(misbehaving_agents_each_end_with_the_right_status)
     px_stop(&px, SIGTERM, 10);
     fake_upstream_stop(up);
     al_test_broker_stop(&b);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (!testlib_cur_failed && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    if (!testlib_cur_failed && al_test_rmtree(dir) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
 }

@@ -13,6 +13,7 @@
 
 #include "core/sha256.h"
 #include "core/util.h"
+#include "support.h"
 
 /* A tool agent's warm start as `arclight up --warm-start FILE` runs it (two passes over the
  * file in steps of 16, 160 to 500, at 1e-2, cosine) on the tiny model of seed 1. It takes
@@ -44,20 +45,6 @@ typedef struct lt_run {
     al_span *s; /* every decodable span on arclight.spans */
     size_t n;
 } lt_run;
-
-/* The whole file as a string ("" when missing); free it. */
-static char *lt_slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
-    if (n > 0 && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
-    fclose(f);
-    return s;
-}
 
 /* A tiny random model (seed 1) in DIR/tiny; with sft_path, the warm start on that file
  * (lt_sft_args) in DIR/sft, from the fixture when it was made from the same data, which
@@ -92,7 +79,7 @@ static int lt_model(lt_run *r, const char *sft_path, const char *fixture)
                    "--out %s/sft > %s/sft.log 2>&1",
                    sv_bin(), r->dir, sft_path, sft_args, r->dir, r->dir);
         snprintf(path, sizeof path, "%s/sft.log", r->dir);
-        char *log = lt_slurp(path);
+        char *log = al_test_slurp_text(path);
         fprintf(stderr, "warm start (%.0f s): %s", testlib_now() - t0, log);
         free(log);
         if (!rc && getenv("ARCLIGHT_REGEN_FIXTURES")) {
@@ -121,7 +108,7 @@ static int lt_model(lt_run *r, const char *sft_path, const char *fixture)
 static int lt_start(lt_run *r, const char *tag, const char *sft_path, const char *fixture)
 {
     memset(r, 0, sizeof *r);
-    px_tmpdir(r->dir, sizeof r->dir); /* arclight-proxy-XXXXXX under $TMPDIR */
+    al_test_tmpdir(r->dir, sizeof r->dir, "proxy"); /* arclight-proxy-XXXXXX under $TMPDIR */
     if (!r->dir[0]) return -1;
     fprintf(stderr, "%s: in %s\n", tag, r->dir);
     if (al_test_broker_start(&r->b, NULL)) return -1;
@@ -178,7 +165,7 @@ static int lt_rollouts(lt_run *r, const char *agent, int ntrain, int nval, int g
     double t0 = testlib_now();
     int st = system(cmd);
     r->rollouts_s = testlib_now() - t0;
-    r->rollouts_log = lt_slurp(log);
+    r->rollouts_log = al_test_slurp_text(log);
     return st;
 }
 
@@ -502,9 +489,7 @@ static void lt_stop(lt_run *r)
     if (r->started_proxy) px_stop(&r->px, SIGTERM, 10);
     if (r->started_serve) sv_stop(&r->serve);
     if (r->started_broker) al_test_broker_stop(&r->b);
-    char cmd[PATH_MAX + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", r->dir);
-    if (!testlib_cur_failed && r->dir[0] && system(cmd) != 0)
+    if (!testlib_cur_failed && r->dir[0] && al_test_rmtree(r->dir) != 0)
         fprintf(stderr, "could not remove %s\n", r->dir);
 }
 

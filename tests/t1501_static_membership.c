@@ -8,6 +8,7 @@
  * but keeps no static members: a restart there waits like a dynamic one; the test prints the
  * times and checks only that the partitions come back). */
 #include "testlib.h"
+#include "support.h"
 
 #include "broker_fixture.h"
 
@@ -98,8 +99,7 @@ static void kill9(pid_t pid)
 
 TEST(setup)
 {
-    snprintf(dir, sizeof dir, "/tmp/arclight-t1501.XXXXXX");
-    REQUIRE(mkdtemp(dir));
+    REQUIRE(al_test_tmpdir(dir, sizeof dir, "t1501"));
     REQUIRE(al_test_broker_start(&broker, NULL) == 0);
     char reply[128];
     REQUIRE(al_test_broker_control(&broker, "create t1501.in 4", reply, sizeof reply) == 0);

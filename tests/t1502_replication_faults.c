@@ -197,7 +197,7 @@ static void read_tally(const char *topic, int transitions, int want, int timeout
 
 TEST(setup)
 {
-    (void)px_spans_of, (void)px_read_topic, (void)px_msgs_free;
+    (void)px_spans_of, (void)al_test_topic_read, (void)al_test_msgs_free;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const char *extra[] = {"--brokers", "3", NULL};
     REQUIRE(al_test_broker_start(&B, extra) == 0);
@@ -205,7 +205,7 @@ TEST(setup)
     U = fake_upstream_start(0, 1);
     REQUIRE(U);
     snprintf(UPURL, sizeof UPURL, "http://127.0.0.1:%d", fake_upstream_port(U));
-    px_tmpdir(TMP, sizeof TMP);
+    al_test_tmpdir(TMP, sizeof TMP, "proxy");
     REQUIRE(TMP[0]);
     char spool[700], log[700];
     snprintf(spool, sizeof spool, "%s/spool", TMP);

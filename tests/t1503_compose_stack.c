@@ -8,6 +8,7 @@
  * trainer's checkpoints and the proxy's spool are on their volumes, and every process
  * stops cleanly. Label `kafka`. */
 #include "testlib.h"
+#include "support.h"
 
 #include "kafka_fixture.h"
 
@@ -75,8 +76,8 @@ TEST(the_compose_stack_trains_on_real_kafka)
     const char *props[] = {"message.max.bytes=16777216", NULL};
     REQUIRE(al_test_kafka_start(&k, 1, props) == 0);
 
-    char dir[] = "/tmp/arclight-t1503-XXXXXX", cmd[4096], path[1200];
-    REQUIRE(mkdtemp(dir));
+    char dir[512], cmd[4096], path[1200];
+    REQUIRE(al_test_tmpdir(dir, sizeof dir, "t1503"));
     snprintf(cmd, sizeof cmd,
              "/usr/bin/python3 '%s/tests/compose_run.py' --bootstrap '%s' --bin '%s' --dir '%s' "
              "--source '%s' --scale credit=2 --until-version 2 --timeout 420 2>&1",

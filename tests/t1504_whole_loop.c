@@ -24,7 +24,7 @@
 #include "testlib.h"
 
 #include "broker_fixture.h"
-#include "stage_fixture.h"
+#include "support.h"
 #include "t1099_proxy_helpers.h"
 #include "t1598_loop_audit.h"
 
@@ -337,7 +337,7 @@ __attribute__((constructor)) static void use_real_kafka(void)
 
 TEST(setup)
 {
-    (void)px_spans_of, (void)px_read_topic, (void)px_msgs_free, (void)px_file_contains, (void)px_start, (void)px_stop;
+    (void)px_spans_of, (void)px_file_contains, (void)px_start, (void)px_stop;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     R = calloc(MAX_ROLL, sizeof *R);
     REQUIRE(R);
@@ -348,7 +348,7 @@ TEST(setup)
     const char *extra[] = {"--brokers", "1", NULL};
     REQUIRE(al_test_broker_start(&B, extra) == 0);
     printf("  Kafka up in %.1f s at %s\n", al_test_broker_cluster.start_s, B.bootstrap);
-    px_tmpdir(TMP, sizeof TMP);
+    al_test_tmpdir(TMP, sizeof TMP, "proxy");
     REQUIRE(TMP[0]);
     snprintf(MODEL, sizeof MODEL, "%s/tiny", TMP);
     snprintf(CKPT, sizeof CKPT, "%s/ckpt", TMP);

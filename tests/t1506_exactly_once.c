@@ -17,9 +17,10 @@
  *     its end.
  * docs/RELIABILITY.md has the figures. */
 #include "testlib.h"
+#include "support.h"
 
 #include "broker_fixture.h"
-#include "stage_fixture.h"
+#include "support.h"
 
 #include "avro/codec.h"
 #include "t0898_credit_stream.h"
@@ -164,14 +165,6 @@ static int count_transitions(const recs *tr, int *count, int *total)
 
 /* ---- workers --------------------------------------------------------------------------------- */
 
-/* The value of metric series ("name{labels}") on the worker's --metrics port; NAN if absent. */
-static double metric_of(int port, const char *series)
-{
-    static char text[1 << 16];
-    if (al_test_http_get(port, "/metrics", text, sizeof text) != 0) return NAN;
-    return al_test_metric(text, series);
-}
-
 /* Waits until the series reaches at least want; 0, or -1 after timeout_s or once the
  * worker pid has exited. */
 static int wait_metric(pid_t pid, int port, const char *series, double want, double timeout_s)
@@ -181,7 +174,7 @@ static int wait_metric(pid_t pid, int port, const char *series, double want, dou
         siginfo_t si = {0};
         if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
             return -1; /* exited (left for the caller to reap) */
-        double v = metric_of(port, series);
+        double v = al_test_metric_at(port, series);
         if (v >= want) return 0;
         usleep(100000);
     }
@@ -337,7 +330,7 @@ static void credit_phases(const char *name, int eos, int second, credit_result *
     int ok = wait_metric(a, pa, "arclight_credit_spans_total", (double)p1, 90) == 0;
     if (ok && eos) {
         /* the commit after the whole first part */
-        double c0 = metric_of(pa, "arclight_stage_transactions_total{outcome=\"committed\"}");
+        double c0 = al_test_metric_at(pa, "arclight_stage_transactions_total{outcome=\"committed\"}");
         ok = wait_metric(a, pa, "arclight_stage_transactions_total{outcome=\"committed\"}",
                          (isnan(c0) ? 0 : c0) + 1, 30) == 0;
     } else if (ok) {
@@ -395,12 +388,12 @@ static void credit_phases(const char *name, int eos, int second, credit_result *
         if (have == n || testlib_now() - t0 > 150) break; /* slow only on a loaded machine */
         usleep(300000);
     }
-    res->replayed = metric_of(pa, "arclight_credit_groups_total{outcome=\"replayed_not_emitted\"}");
+    res->replayed = al_test_metric_at(pa, "arclight_credit_groups_total{outcome=\"replayed_not_emitted\"}");
     if (second) {
         double rb =
-            metric_of(pb, "arclight_credit_groups_total{outcome=\"replayed_not_emitted\"}");
+            al_test_metric_at(pb, "arclight_credit_groups_total{outcome=\"replayed_not_emitted\"}");
         if (!isnan(rb)) res->replayed += rb;
-        res->second_spans = metric_of(pb, "arclight_credit_spans_total");
+        res->second_spans = al_test_metric_at(pb, "arclight_credit_spans_total");
     }
     if (second) res->aborted = file_has(logb, "exactly-once: aborting the transaction");
     res->exits_ok = stop_worker(a2) == 0;
@@ -442,8 +435,7 @@ TEST(setup)
         exit(0);
     }
     setenv("ARCLIGHT_TEST_BROKER", "kafka", 1); /* real Kafka only: see the top */
-    snprintf(dir, sizeof dir, "/tmp/arclight-t1506.XXXXXX");
-    REQUIRE(mkdtemp(dir));
+    REQUIRE(al_test_tmpdir(dir, sizeof dir, "t1506"));
     snprintf(topics_path, sizeof topics_path, "%s/topics.conf", dir);
     FILE *f = fopen(topics_path, "w");
     REQUIRE(f);
@@ -774,7 +766,7 @@ TEST(credit_and_batch_exactly_once_through_a_broker_outage)
     REQUIRE(produce_groups_to(in_t, N_GROUPS / 2, 3 * N_GROUPS / 4) == 0);
     REQUIRE(produce_range(spans_t, &spans, p1, p2) == 0);
     wait_metric(c, pc, "arclight_credit_spans_total", (double)p1 + (p2 - p1) / 2, 30);
-    double c_before = metric_of(pc, committed), b_before = metric_of(pb, committed);
+    double c_before = al_test_metric_at(pc, committed), b_before = al_test_metric_at(pb, committed);
     REQUIRE(al_test_broker_control(&broker, "down 1", reply, sizeof reply) == 0);
     double down_at = testlib_now();
     while (testlib_now() - down_at < 30 && running(c) && running(b))
@@ -803,9 +795,9 @@ TEST(credit_and_batch_exactly_once_through_a_broker_outage)
         if ((have == n && steps_all) || testlib_now() - t0 > 150) break;
         usleep(300000);
     }
-    double c_after = metric_of(pc, committed), b_after = metric_of(pb, committed);
-    double c_aborts = metric_of(pc, "arclight_stage_transactions_total{outcome=\"aborted\"}");
-    double b_aborts = metric_of(pb, "arclight_stage_transactions_total{outcome=\"aborted\"}");
+    double c_after = al_test_metric_at(pc, committed), b_after = al_test_metric_at(pb, committed);
+    double c_aborts = al_test_metric_at(pc, "arclight_stage_transactions_total{outcome=\"aborted\"}");
+    double b_aborts = al_test_metric_at(pb, "arclight_stage_transactions_total{outcome=\"aborted\"}");
     int rc_c = stop_worker(c), rc_b = stop_worker(b);
     CHECKF(rc_c == 0 && rc_b == 0, "exit status: credit %d, batch %d", rc_c, rc_b);
     CHECKF(c_after > c_before && b_after > b_before,
@@ -870,10 +862,7 @@ TEST(teardown)
         printf("  the workers' logs stay in %s\n", dir);
         return;
     }
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd)) {
-    }
+    al_test_rmtree(dir);
 }
 
 

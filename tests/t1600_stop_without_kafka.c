@@ -9,6 +9,7 @@
  * flush or a synchronous commit up to 30-60 s more).
  */
 #include "testlib.h"
+#include "support.h"
 #include "broker_fixture.h"
 
 #include <fcntl.h>
@@ -165,8 +166,7 @@ static const stage_case g_cases[] = {
 
 TEST(setup)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/arclight-t1600-XXXXXX");
-    REQUIRE(mkdtemp(g_dir));
+    REQUIRE(al_test_tmpdir(g_dir, sizeof g_dir, "t1600"));
     snprintf(g_topics, sizeof g_topics, "%s/topics.conf", g_dir);
     FILE *f = fopen(g_topics, "w");
     REQUIRE(f);
@@ -196,5 +196,5 @@ TEST(each_stage_stops_within_its_drain_timeout_with_the_broker_killed)
 
 TEST(teardown)
 {
-    if (g_dir[0]) sh("rm -rf %s", g_dir);
+    if (g_dir[0]) al_test_rmtree(g_dir);
 }

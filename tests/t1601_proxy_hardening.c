@@ -31,20 +31,6 @@ static al_test_broker g_broker;
 static fake_upstream *g_up;
 static char g_dir[512], g_upurl[128];
 
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *d = malloc((size_t)n + 1);
-    size_t r = fread(d, 1, (size_t)n, f);
-    d[r] = 0;
-    fclose(f);
-    return d;
-}
-
 static int cmdline_has(pid_t pid, const char *needle)
 {
     char p[64];
@@ -63,27 +49,12 @@ static int cmdline_has(pid_t pid, const char *needle)
 TEST(setup)
 {
     curl_global_init(CURL_GLOBAL_ALL);
-    px_tmpdir(g_dir, sizeof g_dir);
+    al_test_tmpdir(g_dir, sizeof g_dir, "proxy");
     REQUIRE(g_dir[0]);
     REQUIRE(al_test_broker_start(&g_broker, NULL) == 0);
     g_up = fake_upstream_start(0, 1);
     REQUIRE(g_up);
     snprintf(g_upurl, sizeof g_upurl, "http://127.0.0.1:%d", fake_upstream_port(g_up));
-}
-
-static int start_proxy(px_child *p, const char *name, const char *const *extra,
-                       const char *const *env)
-{
-    char spool[700], log[700];
-    snprintf(spool, sizeof spool, "%s/spool-%s", g_dir, name);
-    snprintf(log, sizeof log, "%s/%s.log", g_dir, name);
-    const char *args[40] = {"--listen", "127.0.0.1:0", "--upstream", g_upurl, "--bootstrap",
-                            g_broker.bootstrap, "--spool-dir", spool};
-    int n = 8;
-    for (int i = 0; extra && extra[i] && n < 38; i++)
-        args[n++] = extra[i];
-    args[n] = NULL;
-    return px_start(p, log, args, env);
 }
 
 static const char *chat_body(const char *model)
@@ -111,7 +82,7 @@ TEST(state_file_is_private_and_not_rewritten_on_every_change)
     fclose(f);
     chmod(state, 0644); /* as an earlier version made it */
     px_child p;
-    REQUIRE(start_proxy(&p, "state", NULL, NULL) == 0);
+    REQUIRE(px_start_proxy(&p, g_dir, g_upurl, g_broker.bootstrap, "state", NULL, NULL) == 0);
     struct stat sb;
     REQUIRE(stat(state, &sb) == 0);
     CHECKF((sb.st_mode & 0777) == 0600, "the state file is %o", sb.st_mode & 0777);
@@ -133,7 +104,7 @@ TEST(state_file_is_private_and_not_rewritten_on_every_change)
     REQUIRE(stat(state, &sb) == 0);
     /* appended to, never rewritten: the same file (a rewrite renames a new one into place) */
     CHECKF(sb.st_ino == ino, "the state file was rewritten during 40 calls");
-    char *st = read_file(state);
+    char *st = al_test_slurp_text(state);
     CHECK(strstr(st, "state-roll-39") != NULL);
     free(st);
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
@@ -182,7 +153,7 @@ TEST(sessions_expire_and_are_limited_per_agent_key)
     px_child p;
     const char *extra[] = {"--agent-key", "key-a", "--agent-key-file", keyfile, "--session-ttl",
                            "6", "--max-sessions-per-key", "3", NULL};
-    REQUIRE(start_proxy(&p, "sessions", extra, NULL) == 0);
+    REQUIRE(px_start_proxy(&p, g_dir, g_upurl, g_broker.bootstrap, "sessions", extra, NULL) == 0);
     CHECK(!cmdline_has(p.pid, "key-from-the-file-b"));
     long st = 0;
     char *s[4] = {0};
@@ -205,7 +176,7 @@ TEST(sessions_expire_and_are_limited_per_agent_key)
     CHECK_EQ_INT(st, 200);
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
     /* a restart forgets the expired ones: only `again` (and b, made before) may be loaded */
-    REQUIRE(start_proxy(&p, "sessions", extra, NULL) == 0);
+    REQUIRE(px_start_proxy(&p, g_dir, g_upurl, g_broker.bootstrap, "sessions", extra, NULL) == 0);
     if (s[1]) CHECK_EQ_INT(call_with(&p, s[1]), 401);
     if (again) CHECK_EQ_INT(call_with(&p, again), 200);
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
@@ -220,7 +191,7 @@ TEST(slow_heads_get_408_and_a_full_proxy_503_of_its_stated_length)
 {
     px_child p;
     const char *extra[] = {"--client-timeout", "2", "--max-connections", "2", NULL};
-    REQUIRE(start_proxy(&p, "slow", extra, NULL) == 0);
+    REQUIRE(px_start_proxy(&p, g_dir, g_upurl, g_broker.bootstrap, "slow", extra, NULL) == 0);
     hr_conn c = {.fd = hr_connect(p.port)};
     REQUIRE(c.fd >= 0);
     const char *head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaa";
@@ -264,7 +235,7 @@ static size_t spans_of(const char *rollout, size_t want);
 TEST(chunked_bodies_absolute_targets_and_long_lines)
 {
     px_child p;
-    REQUIRE(start_proxy(&p, "parse", NULL, NULL) == 0);
+    REQUIRE(px_start_proxy(&p, g_dir, g_upurl, g_broker.bootstrap, "parse", NULL, NULL) == 0);
     const char *body = chat_body("m");
     size_t bl = strlen(body);
     char req[2000];
@@ -298,14 +269,15 @@ TEST(chunked_bodies_absolute_targets_and_long_lines)
 
 static al_span g_spans[16];
 static size_t g_nspans;
-static px_msgs g_msgs;
+static al_test_msgs g_msgs;
 
 static size_t spans_of(const char *rollout, size_t want)
 {
     for (size_t i = 0; i < g_nspans; i++)
         al_span_clear(&g_spans[i]);
-    px_msgs_free(&g_msgs);
-    if (px_read_topic(g_broker.bootstrap, "arclight.spans", rollout, want, 30000, &g_msgs) != 0)
+    al_test_msgs_free(&g_msgs);
+    if (al_test_topic_read(g_broker.bootstrap, "arclight.spans", rollout, want, 30000,
+                           &g_msgs) != 0)
         return 0;
     g_nspans = px_spans_of(&g_msgs, rollout, g_spans, 16);
     return g_nspans;
@@ -316,7 +288,7 @@ static size_t spans_of(const char *rollout, size_t want)
 TEST(duplicate_keys_last_wins_everywhere)
 {
     px_child p;
-    REQUIRE(start_proxy(&p, "dup", NULL, NULL) == 0);
+    REQUIRE(px_start_proxy(&p, g_dir, g_upurl, g_broker.bootstrap, "dup", NULL, NULL) == 0);
     px_resp r;
     /* "stream": false, "stream": true is a stream, for the agent as for the upstream */
     REQUIRE(px_post(&p, "/r/dup/dup-1/v1/chat/completions",
@@ -355,7 +327,7 @@ TEST(duplicate_keys_last_wins_everywhere)
 TEST(utf8_refused_at_the_door_or_escaped_in_spans)
 {
     px_child p;
-    REQUIRE(start_proxy(&p, "utf8", NULL, NULL) == 0);
+    REQUIRE(px_start_proxy(&p, g_dir, g_upurl, g_broker.bootstrap, "utf8", NULL, NULL) == 0);
     char url[300];
     px_resp r;
     snprintf(url, sizeof url, "%s/r/u/utf-1/v1/chat/completions", p.base);
@@ -397,7 +369,7 @@ TEST(upstream_key_echoed_back_is_redacted_and_log_lines_stay_whole)
     snprintf(envkey, sizeof envkey, "ARCLIGHT_UPSTREAM_API_KEY=%s", key);
     const char *env[] = {envkey, NULL};
     px_child p;
-    REQUIRE(start_proxy(&p, "redact", NULL, env) == 0);
+    REQUIRE(px_start_proxy(&p, g_dir, g_upurl, g_broker.bootstrap, "redact", NULL, env) == 0);
     px_resp r;
     REQUIRE(px_post(&p, "/r/k/key-1/v1/chat/completions", chat_body("echo-auth"), &r) == 0);
     CHECK_EQ_INT(r.status, 401);
@@ -412,7 +384,7 @@ TEST(upstream_key_echoed_back_is_redacted_and_log_lines_stay_whole)
     CHECK(!strstr(l->response_json ? l->response_json : "", key));
     CHECK(!strstr(l->error ? l->error : "", key));
     CHECK_EQ_INT(px_stop(&p, SIGTERM, 30), 0);
-    char *log = read_file(p.log);
+    char *log = al_test_slurp_text(p.log);
     CHECKF(!strstr(log, key), "the log holds the upstream key");
     CHECKF(!strstr(log, "\n2026-01-01T00:00:00.000Z INFO  proxy.access: forged"),
            "a forged line in the log");
@@ -477,13 +449,9 @@ TEST(teardown)
 {
     for (size_t i = 0; i < g_nspans; i++)
         al_span_clear(&g_spans[i]);
-    px_msgs_free(&g_msgs);
+    al_test_msgs_free(&g_msgs);
     fake_upstream_stop(g_up);
     al_test_broker_stop(&g_broker);
-    if (g_dir[0]) {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-        if (system(cmd) != 0) fprintf(stderr, "  (cannot remove %s)\n", g_dir);
-    }
+    if (g_dir[0] && al_test_rmtree(g_dir) != 0) fprintf(stderr, "  (cannot remove %s)\n", g_dir);
     curl_global_cleanup();
 }
