@@ -37,7 +37,7 @@ add_dependencies(t1106_serve_policy arclight)
 arclight_fuzz(fuzz_serve_fetch TEST t1107_serve_fetch_fuzz CORPUS serve_fetch_corpus RUNS 100000
   MAX_LEN 512
   SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_serve_fetch.c ${PROJECT_SOURCE_DIR}/stages/serve/fetch.c
-          ${PROJECT_SOURCE_DIR}/lib/core/util.c ${PROJECT_SOURCE_DIR}/lib/core/sha256.c
+          ${PROJECT_SOURCE_DIR}/lib/core/util.c ${PROJECT_SOURCE_DIR}/lib/core/sha256.c ${PROJECT_SOURCE_DIR}/lib/core/buf.c
   DEPENDS ${PROJECT_SOURCE_DIR}/stages/serve/fetch.h
   INCLUDES ${PROJECT_SOURCE_DIR}/stages/serve
   LIBS -lcurl)

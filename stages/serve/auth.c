@@ -4,18 +4,10 @@
  */
 #include "serve.h"
 
+#include "core/util.h"
+
 #include <string.h>
 #include <strings.h>
-
-/* Whether a[0..n) is the key, in time that depends on the lengths only. */
-static int key_eq(const char *a, size_t n, const char *key)
-{
-    size_t kl = strlen(key);
-    unsigned char d = (unsigned char)(n != kl);
-    for (size_t i = 0; i < kl; i++)
-        d |= (unsigned char)(key[i] ^ (i < n ? a[i] : 0));
-    return d == 0;
-}
 
 /* With an API key set, the API's routes (as vLLM's --api-key guards /v1) need it as the
  * Bearer token; /health and /metrics stay open for probes and scrapes. */
@@ -27,6 +19,6 @@ int serve_auth_check(const serve_ctx *sc, al_httpd_req *req, const char *path)
         return 1;
     const al_slice *a = al_http_header_get(al_httpd_req_head(req), "authorization");
     if (!a || a->n < 7 || strncasecmp(a->p, "Bearer ", 7) != 0) return 0;
-    return key_eq(a->p + 7, a->n - 7, sc->api_key);
+    return al_secret_eq(a->p + 7, a->n - 7, sc->api_key);
 }
 

@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "engine.h"
 
+#include "core/vec.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +27,7 @@ struct al_serve_engine {
     int32_t eos[4];
     int neos;
     /* engine thread only */
-    al_serve_req **running; /* requests with unfinished sequences */
-    int nrun_req, cap_run_req;
+    AL_VEC(al_serve_req *) running; /* requests with unfinished sequences */
     float *logits; /* (cap_batch, V) */
     int V;
     al_infer_sampler sampler;
@@ -101,7 +102,7 @@ static void seq_free(al_serve_seq *s)
     free(s->text_end);
     free(s->top_ids);
     free(s->top_logps);
-    free(s->text);
+    al_buf_free(&s->text);
     free(s->stop_reason);
     al_infer_kv_free(s->kv);
     al_tokenizer_stream_free(&s->ts);
@@ -142,23 +143,6 @@ static void notify(al_serve_req *r)
     if (r->notify) r->notify(r, r->notify_ud);
 }
 
-/* Appends text to s->text (NUL-terminated). -1 when out of memory. */
-static int text_append(al_serve_seq *s, const char *t, size_t n)
-{
-    if (s->text_len + n + 1 > s->text_cap) {
-        size_t cap = s->text_cap ? s->text_cap * 2 : 256;
-        while (cap < s->text_len + n + 1)
-            cap *= 2;
-        char *p = realloc(s->text, cap);
-        if (!p) return -1;
-        s->text = p, s->text_cap = cap;
-    }
-    memcpy(s->text + s->text_len, t, n);
-    s->text_len += n;
-    s->text[s->text_len] = 0;
-    return 0;
-}
-
 /* After text grew from `prev` bytes: ends the sequence at the first stop string (the text
  * is cut before it) and sets safe_len to the end of the text minus the longest tail that
  * could still become a stop string. */
@@ -166,32 +150,32 @@ static void check_stops(al_serve_req *r, al_serve_seq *s, size_t prev)
 {
     for (int i = 0; i < r->nstop; i++) {
         size_t L = strlen(r->stop[i]);
-        if (!L || s->text_len < L) continue;
+        if (!L || s->text.len < L) continue;
         size_t from = prev >= L - 1 ? prev - (L - 1) : 0;
-        char *hit = memmem(s->text + from, s->text_len - from, r->stop[i], L);
+        char *hit = memmem(s->text.data + from, s->text.len - from, r->stop[i], L);
         if (hit) {
-            s->text_len = (size_t)(hit - s->text);
-            s->text[s->text_len] = 0;
+            s->text.len = (size_t)(hit - s->text.data);
+            s->text.data[s->text.len] = 0;
             s->finish = AL_SERVE_FINISH_STOP;
             free(s->stop_reason);
             s->stop_reason = strdup(r->stop[i]);
-            prev = s->text_len;
+            prev = s->text.len;
         }
     }
     if (s->finish) {
-        s->safe_len = s->text_len;
+        s->safe_len = s->text.len;
         return;
     }
     size_t hold = 0;
     for (int i = 0; i < r->nstop; i++) {
         size_t L = strlen(r->stop[i]);
         for (size_t k = L > 1 ? L - 1 : 0; k > hold; k--)
-            if (k <= s->text_len && !memcmp(s->text + s->text_len - k, r->stop[i], k)) {
+            if (k <= s->text.len && !memcmp(s->text.data + s->text.len - k, r->stop[i], k)) {
                 hold = k;
                 break;
             }
     }
-    s->safe_len = s->text_len - hold;
+    s->safe_len = s->text.len - hold;
 }
 
 /* Records token `id` (sampled from logits (V)) in s; decides whether s is done. Under r->lock.
@@ -242,11 +226,11 @@ static int seq_record(al_serve_engine *e, al_serve_req *r, al_serve_seq *s, cons
     for (int i = 0; i < r->nstop_ids; i++)
         is_stop_id |= id == r->stop_ids[i];
 
-    size_t prev = s->text_len, tl = 0;
+    size_t prev = s->text.len, tl = 0;
     if (!is_eos && !is_stop_id) {
         const char *t =
             al_tokenizer_stream_push(e->tok, &s->ts, id, AL_TOKENIZER_SKIP_SPECIAL, &tl);
-        if (!t || text_append(s, t, tl)) return -1;
+        if (!t || al_buf_append(&s->text, t, tl)) return -1;
     }
     if (is_eos || is_stop_id) {
         s->finish = AL_SERVE_FINISH_STOP;
@@ -254,19 +238,19 @@ static int seq_record(al_serve_engine *e, al_serve_req *r, al_serve_seq *s, cons
     } else {
         check_stops(r, s, prev);
     }
-    s->text_end[s->n - 1] = s->text_len;
+    s->text_end[s->n - 1] = s->text.len;
     if (!s->finish && (s->n >= r->max_tokens || r->nprompt + s->n >= e->o.max_model_len))
         s->finish = AL_SERVE_FINISH_LENGTH;
     if (s->finish && !s->stop_reason) { /* held bytes of an unfinished character come out */
         size_t fl = 0;
         const char *t = al_tokenizer_stream_flush(&s->ts, &fl);
         if (t && fl) {
-            size_t p2 = s->text_len;
-            if (text_append(s, t, fl)) return -1;
+            size_t p2 = s->text.len;
+            if (al_buf_append(&s->text, t, fl)) return -1;
             check_stops(r, s, p2);
             if (s->finish == AL_SERVE_FINISH_STOP) return 0;
         }
-        s->safe_len = s->text_len;
+        s->safe_len = s->text.len;
     }
     return 0;
 }
@@ -304,13 +288,8 @@ static void admit(al_serve_engine *e)
         }
         pthread_mutex_unlock(&e->lock);
         if (!r) return;
-        if (e->nrun_req == e->cap_run_req) {
-            int cap = e->cap_run_req ? e->cap_run_req * 2 : 16;
-            al_serve_req **p = realloc(e->running, sizeof *p * (size_t)cap);
-            if (!p) abort(); /* tiny; nothing sensible to do without it */
-            e->running = p, e->cap_run_req = cap;
-        }
-        e->running[e->nrun_req++] = r;
+        if (al_vec_push(&e->running, r) != 0)
+            abort(); /* tiny; nothing sensible to do without it */
         pthread_mutex_lock(&r->lock);
         r->admitted = 1;
         r->policy_version = r->seqs[0].w->version;
@@ -365,8 +344,8 @@ static void step(al_serve_engine *e)
 {
     /* cancelled requests end here; the others' unfinished sequences form the batch */
     int nact = 0;
-    for (int ri = 0; ri < e->nrun_req; ri++) {
-        al_serve_req *r = e->running[ri];
+    for (size_t ri = 0; ri < e->running.n; ri++) {
+        al_serve_req *r = e->running.v[ri];
         pthread_mutex_lock(&r->lock);
         int cancelled = r->cancelled;
         for (int i = 0; i < r->nseq; i++) {
@@ -459,8 +438,8 @@ static void step(al_serve_engine *e)
         }
         done += n;
     }
-    for (int ri = 0; ri < e->nrun_req; ri++) {
-        al_serve_req *r = e->running[ri];
+    for (size_t ri = 0; ri < e->running.n; ri++) {
+        al_serve_req *r = e->running.v[ri];
         /* release finished sequences; notify once per request and step */
         int all_done = 1;
         for (int i = 0; i < r->nseq; i++) {
@@ -473,8 +452,8 @@ static void step(al_serve_engine *e)
         if (!r->cancelled) notify(r);
         pthread_mutex_unlock(&r->lock);
         if (all_done) {
-            e->running[ri] = e->running[--e->nrun_req];
-            ri--;
+            e->running.v[ri] = e->running.v[--e->running.n];
+            ri--; /* wraps at 0; the loop's ri++ brings it back */
             al_serve_req_unref(r);
         }
     }
@@ -486,7 +465,7 @@ static void *engine_main(void *arg)
     al_serve_engine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->lock);
-        while (!e->stop && !e->queue_head && e->nrun_req == 0)
+        while (!e->stop && !e->queue_head && e->running.n == 0)
             pthread_cond_wait(&e->wake, &e->lock);
         int stop = e->stop;
         pthread_mutex_unlock(&e->lock);
@@ -496,8 +475,8 @@ static void *engine_main(void *arg)
     }
     /* abort what is left */
     admit(e);
-    for (int ri = 0; ri < e->nrun_req; ri++) {
-        al_serve_req *r = e->running[ri];
+    for (size_t ri = 0; ri < e->running.n; ri++) {
+        al_serve_req *r = e->running.v[ri];
         for (int i = 0; i < r->nseq; i++) {
             al_serve_seq *s = &r->seqs[i];
             pthread_mutex_lock(&r->lock);
@@ -514,7 +493,7 @@ static void *engine_main(void *arg)
         pthread_mutex_unlock(&r->lock);
         al_serve_req_unref(r);
     }
-    e->nrun_req = 0;
+    e->running.n = 0;
     return NULL;
 }
 
@@ -581,7 +560,7 @@ void al_serve_engine_stop(al_serve_engine *e)
     pthread_mutex_unlock(&e->lock);
     pthread_join(e->thread, NULL);
     weights_free(weights_unref_locked(e, e->cur));
-    free(e->running);
+    al_vec_free(&e->running);
     engine_free_batch(e);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->wake);

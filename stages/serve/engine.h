@@ -18,6 +18,7 @@
 #ifndef ARCLIGHT_SERVE_ENGINE_H
 #define ARCLIGHT_SERVE_ENGINE_H
 
+#include "core/buf.h"
 #include "model/infer.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
@@ -56,12 +57,12 @@ typedef struct al_serve_seq {
     /* outputs */
     int32_t *ids;      /* (n) generated ids */
     double *logps;     /* (n) raw logprob of each */
-    size_t *text_end;  /* (n) text_len once token i was decoded (streaming splits by it) */
+    size_t *text_end;  /* (n) text.len once token i was decoded (streaming splits by it) */
     int32_t *top_ids;  /* (n, top_logprobs) */
     double *top_logps; /* (n, top_logprobs) */
     int n, cap;
-    char *text; /* decoded text of ids (special tokens skipped), NUL-terminated */
-    size_t text_len, text_cap;
+    al_buf text; /* decoded text of ids (special tokens skipped); data NUL-terminated, NULL
+                    until the first character */
     size_t safe_len;        /* text[0..safe_len) can be shown: never part of a stop string */
     al_serve_finish finish; /* once set, the sequence is done */
     char *stop_reason;      /* the stop string that ended it; or NULL */

@@ -3,6 +3,7 @@
  */
 #include "fetch.h"
 
+#include "core/buf.h"
 #include "core/util.h"
 
 #include <curl/curl.h>
@@ -168,26 +169,6 @@ int al_serve_st_precheck(const uint8_t *b, size_t len, char *errstr, size_t errl
  * Fetching
  * ------------------------------------------------------------------------------------------ */
 
-typedef struct grow {
-    uint8_t *p;
-    size_t len, cap;
-} grow;
-
-static int grow_add(grow *g, const void *data, size_t add)
-{
-    if (g->len + add + 1 > g->cap) {
-        size_t cap = g->cap ? g->cap * 2 : 1 << 16;
-        while (cap < g->len + add + 1)
-            cap *= 2;
-        uint8_t *p = realloc(g->p, cap);
-        if (!p) return -1;
-        g->p = p, g->cap = cap;
-    }
-    memcpy(g->p + g->len, data, add);
-    g->len += add;
-    return 0;
-}
-
 static int fetch_aborted(const al_serve_fetch_opts *o, const char **why)
 {
     *why = "";
@@ -196,7 +177,7 @@ static int fetch_aborted(const al_serve_fetch_opts *o, const char **why)
 
 /* Reads a file:// checkpoint into g: only a regular file under a root (or, without roots,
  * the trainer's layout), both before and after resolving links; at most max_bytes. */
-static int fetch_file(const char *path, const al_serve_fetch_opts *o, grow *g, char *errstr,
+static int fetch_file(const char *path, const al_serve_fetch_opts *o, al_buf *g, char *errstr,
                       size_t errlen)
 {
     /* the path as written first, so that nothing outside is even resolved */
@@ -229,9 +210,8 @@ static int fetch_file(const char *path, const al_serve_fetch_opts *o, grow *g, c
                       o->max_bytes);
     }
     size_t want = (size_t)sb.st_size;
-    g->p = malloc(want + 1);
-    g->cap = want + 1, g->len = 0;
-    if (!g->p) {
+    al_buf_reset(g);
+    if (al_buf_reserve(g, want) != 0) {
         close(fd);
         return al_err(errstr, errlen, "out of memory");
     }
@@ -242,7 +222,7 @@ static int fetch_file(const char *path, const al_serve_fetch_opts *o, grow *g, c
             return al_err(errstr, errlen, "%s", why);
         }
         size_t chunk = want - g->len < (4u << 20) ? want - g->len : (4u << 20);
-        ssize_t r = read(fd, g->p + g->len, chunk);
+        ssize_t r = read(fd, g->data + g->len, chunk);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             int e = errno;
@@ -257,7 +237,7 @@ static int fetch_file(const char *path, const al_serve_fetch_opts *o, grow *g, c
 }
 
 typedef struct xfer {
-    grow g;
+    al_buf g;
     const al_serve_fetch_opts *o;
     int too_large;
     const char *why; /* set when the progress callback abandons the transfer */
@@ -271,7 +251,7 @@ static size_t curl_write(char *data, size_t sz, size_t n, void *ud)
         x->too_large = 1;
         return 0;
     }
-    return grow_add(&x->g, data, add) == 0 ? add : 0;
+    return al_buf_append(&x->g, data, add) == 0 ? add : 0;
 }
 
 static int curl_progress(void *ud, curl_off_t dlt, curl_off_t dln, curl_off_t ult, curl_off_t uln)
@@ -286,7 +266,7 @@ static int is_redirect(long code)
     return code == 301 || code == 302 || code == 303 || code == 307 || code == 308;
 }
 
-static int fetch_http(const char *url0, const al_serve_fetch_opts *o, grow *out, char *errstr,
+static int fetch_http(const char *url0, const al_serve_fetch_opts *o, al_buf *out, char *errstr,
                       size_t errlen)
 {
     CURL *c = curl_easy_init();
@@ -296,7 +276,7 @@ static int fetch_http(const char *url0, const al_serve_fetch_opts *o, grow *out,
     xfer x = {.o = o};
     int rc = -1;
     for (int hop = 0;; hop++) {
-        x.g.len = 0;
+        al_buf_reset(&x.g);
         x.too_large = 0;
         x.why = NULL;
         cerr[0] = '\0';
@@ -370,7 +350,7 @@ static int fetch_http(const char *url0, const al_serve_fetch_opts *o, grow *out,
     if (rc == 0)
         *out = x.g;
     else
-        free(x.g.p);
+        al_buf_free(&x.g);
     return rc;
 }
 
@@ -387,22 +367,22 @@ int al_serve_fetch_weights(const char *uri, const char *sha256_hex, const al_ser
     al_serve_uri u;
     if (al_serve_uri_parse(uri, &u, e2, sizeof e2) != 0)
         return al_err(errstr, errlen, "%s: %s", ulog, e2);
-    grow g = {0};
+    al_buf g = {0};
     int rc = u.kind == 'f' ? fetch_file(u.target, o, &g, e2, sizeof e2)
                            : fetch_http(u.target, o, &g, e2, sizeof e2);
     if (rc != 0) {
-        free(g.p);
+        al_buf_free(&g);
         return al_err(errstr, errlen, "fetching %s: %s", ulog, e2);
     }
     char hex[65];
-    al_sha256_hex(g.p ? g.p : (uint8_t *)"", g.len, hex);
+    al_sha256_hex(g.data ? g.data : "", g.len, hex);
     if (strcasecmp(hex, sha256_hex) != 0) {
-        free(g.p);
+        al_buf_free(&g);
         return al_err(errstr, errlen, "%s: the bytes fetched do not have the PolicyVersion's sha256 %s",
                       ulog, sha256_hex);
     }
-    if (!g.p && !(g.p = malloc(1))) return al_err(errstr, errlen, "out of memory");
-    *out = g.p, *len = g.len;
+    *out = (uint8_t *)al_buf_detach(&g, len);
+    if (!*out) return al_err(errstr, errlen, "out of memory");
     return 0;
 }
 

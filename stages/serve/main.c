@@ -32,6 +32,7 @@
  * (engine.h), the request parser (request.h) and the weight follower (policy.h) stand apart.
  */
 #include "core/cli.h"
+#include "core/flags.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "http/server.h"
@@ -40,7 +41,6 @@
 
 #include <event2/event.h>
 #include <event2/thread.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -100,269 +100,144 @@ static void on_signal(evutil_socket_t sig, short what, void *ud)
     if (sc->drain_timer) evtimer_add(sc->drain_timer, &tv);
 }
 
-static const char *usage_text =
-    "usage: arclight serve --model DIR [options]\n"
-    "OpenAI-compatible policy server (vLLM-style token ids and logprobs) that follows\n"
-    "arclight.policy and hot-swaps each new version of its model.\n"
-    "  --model DIR              model directory: config.json, model.safetensors, tokenizer\n"
-    "  --tokenizer DIR          tokenizer.json (+ tokenizer_config.json) dir (default: --model)\n"
-    "  --listen HOST:PORT       default 127.0.0.1:8000 (port 0: any free port); the bound\n"
-    "                           address is printed as the first line of stdout\n"
-    "  --served-model-name NAME model id in the API and the PolicyVersion model to follow\n"
-    "                           (default: the model directory's base name)\n"
-    "  --policy-version N       version of the weights in --model (default 0)\n"
-    "  --follow-policy          follow arclight.policy on --bootstrap (default off)\n"
-    "  --policy-topic TOPIC     default arclight.policy\n"
-    "  --checkpoint-root DIR    file:// checkpoint URIs are read only under DIR (repeat for\n"
-    "                           more); without it only as the trainer writes them:\n"
-    "                           .../step-N/model.safetensors\n"
-    "  --policy-redirects MODE  same-origin (default: a redirect may change the path only)\n"
-    "                           or off (a redirect is an error)\n"
-    "  --policy-low-speed-limit N  a weight download slower than N bytes/s (default 10240)\n"
-    "  --policy-low-speed-time S   for S seconds (default 30) is abandoned\n"
-    "  --policy-wait S          at start, wait up to S seconds (default 30) for the policy\n"
-    "                           topic to be read to its end and its newest version loaded\n"
-    "                           before listening; then listen anyway and go on following\n"
-    "  --drain-timeout S        on SIGTERM, let requests in flight finish for up to S\n"
-    "                           seconds (default 30)\n"
-    "  --logprobs-mode MODE     raw (default) or temperature\n"
-    "  --api-key KEY            clients must send Authorization: Bearer KEY on /v1/ routes,\n"
-    "                           /tokenize and /detokenize (as vLLM's --api-key); also\n"
-    "                           $ARCLIGHT_SERVE_API_KEY or --api-key-file FILE (first line),\n"
-    "                           which keep it out of ps\n"
-    "  --api-key-file FILE      the API key, from a file\n"
-    "  --client-timeout S       a request head must arrive whole within S seconds, and a\n"
-    "                           body may pause at most S between reads (default 60): 408\n"
-    "  --max-connections N      client connections at once (default 1024); past it a new one\n"
-    "                           gets 503\n"
-    "  --max-num-seqs N         sequences running or queued at once (default 64)\n"
-    "  --max-kv-mib N           KV cache all sequences may reserve (default 2048)\n"
-    "  --max-model-len N        prompt + completion tokens (default: the model's\n"
-    "                           max_position_embeddings)\n"
-    "  --threads N              OpenMP threads of the engine (default: "
-    "OMP_NUM_THREADS)\n"
-    "  --device cuda|cpu|auto   where the model runs (default auto: cuda when this build has\n"
-    "                           the CUDA backend and a device is visible, else cpu)\n" AL_CLI_COMMON_HELP;
-
-enum {
-    OPT_MODEL = AL_CLI_OPT_USER,
-    OPT_TOKENIZER,
-    OPT_LISTEN,
-    OPT_NAME,
-    OPT_VERSION,
-    OPT_FOLLOW,
-    OPT_TOPIC,
-    OPT_MAX_SEQS,
-    OPT_MAX_KV,
-    OPT_MAX_LEN,
-    OPT_THREADS,
-    OPT_DRAIN,
-    OPT_LOGPROBS_MODE,
-    OPT_DEVICE,
-    OPT_CKPT_ROOT,
-    OPT_REDIRECTS,
-    OPT_LOW_SPEED,
-    OPT_LOW_SPEED_TIME,
-    OPT_POLICY_WAIT,
-    OPT_CLIENT_TIMEOUT,
-    OPT_MAX_CONNS,
-    OPT_API_KEY,
-    OPT_API_KEY_FILE,
-    OPT_HELP,
-};
-
-static const struct option serve_options[] = {
-    {"model", required_argument, 0, OPT_MODEL},
-    {"tokenizer", required_argument, 0, OPT_TOKENIZER},
-    {"listen", required_argument, 0, OPT_LISTEN},
-    {"served-model-name", required_argument, 0, OPT_NAME},
-    {"policy-version", required_argument, 0, OPT_VERSION},
-    {"follow-policy", no_argument, 0, OPT_FOLLOW},
-    {"policy-topic", required_argument, 0, OPT_TOPIC},
-    {"max-num-seqs", required_argument, 0, OPT_MAX_SEQS},
-    {"max-kv-mib", required_argument, 0, OPT_MAX_KV},
-    {"max-model-len", required_argument, 0, OPT_MAX_LEN},
-    {"threads", required_argument, 0, OPT_THREADS},
-    {"drain-timeout", required_argument, 0, OPT_DRAIN},
-    {"logprobs-mode", required_argument, 0, OPT_LOGPROBS_MODE},
-    {"device", required_argument, 0, OPT_DEVICE},
-    {"checkpoint-root", required_argument, 0, OPT_CKPT_ROOT},
-    {"policy-redirects", required_argument, 0, OPT_REDIRECTS},
-    {"policy-low-speed-limit", required_argument, 0, OPT_LOW_SPEED},
-    {"policy-low-speed-time", required_argument, 0, OPT_LOW_SPEED_TIME},
-    {"policy-wait", required_argument, 0, OPT_POLICY_WAIT},
-    {"client-timeout", required_argument, 0, OPT_CLIENT_TIMEOUT},
-    {"max-connections", required_argument, 0, OPT_MAX_CONNS},
-    {"api-key", required_argument, 0, OPT_API_KEY},
-    {"api-key-file", required_argument, 0, OPT_API_KEY_FILE},
-    {"help", no_argument, 0, OPT_HELP},
-    AL_CLI_COMMON_OPTIONS,
-    {0, 0, 0, 0},
-};
-
 enum { SERVE_MAX_ROOTS = 16 };
+
+/* The --checkpoint-root flags in their order (only the first SERVE_MAX_ROOTS kept; n counts
+ * them all, so that too many is a usage error after parsing). */
+typedef struct serve_roots {
+    const char *given[SERVE_MAX_ROOTS];
+    size_t n;
+} serve_roots;
 
 /* The command line: the flags as given (serve_config_parse), then what they resolve to
  * (serve_config_resolve). */
 typedef struct serve_config {
     al_cli_common common;
-    const char *model_dir, *tok_dir, *listen, *name, *topic, *device;
-    long long version, max_seqs, max_kv, max_len, threads, drain;
-    long long low_speed, low_speed_time, policy_wait, client_timeout, max_conns;
+    const char *model_dir, *tok_dir, *listen, *name, *topic, *device, *lp_mode, *redirect_mode;
+    int64_t version, low_speed;
+    int max_seqs, max_kv, max_len, threads, drain;
+    int low_speed_time, policy_wait, client_timeout, max_conns;
     const char *api_key_arg, *api_key_file;
-    int follow, lp_temperature, redirects;
-    const char *roots_given[SERVE_MAX_ROOTS];
-    size_t nroots;
+    int follow;
+    serve_roots roots_given;
     /* resolved */
+    int lp_temperature, redirects;
     char key[1024]; /* the API key; "" when the API is open */
     char host[256];
     int port;
+    size_t nroots;
     char roots_buf[SERVE_MAX_ROOTS][PATH_MAX]; /* the roots as the follower compares them */
     const char *roots[SERVE_MAX_ROOTS];
     char namebuf[256]; /* the default --served-model-name */
 } serve_config;
 
-static int parse_pos(const char *cmd, const char *flag, const char *arg, long long lo, long long hi,
-                     long long *out)
+/* --checkpoint-root: one more root (AL_FLAG_FUNC). */
+static int serve_root_add(void *dest, const char *value, char *err, size_t errlen)
 {
-    char *end;
-    long long v = strtoll(arg, &end, 10);
-    if (!*arg || *end || v < lo || v > hi) {
-        al_cli_usage_error(cmd, "%s wants an integer in [%lld, %lld], got '%s'", flag, lo, hi, arg);
-        return -1;
-    }
-    *out = v;
+    (void)err, (void)errlen;
+    serve_roots *r = dest;
+    if (r->n < SERVE_MAX_ROOTS) r->given[r->n] = value;
+    r->n++;
     return 0;
 }
 
-/* Parses argv into cf (which it initializes). -1: go on; otherwise the exit code (--help,
- * or a usage error already printed). */
+static const char *const device_choices[] = {"cuda", "cpu", "auto", NULL};
+static const char *const lp_mode_choices[] = {"raw", "temperature", NULL};
+static const char *const redirect_choices[] = {"same-origin", "off", NULL};
+
+/* Parses argv into cf (which it initializes): the flag table, then what the flags say
+ * together. -1: go on; otherwise the exit code (--help, or a usage error already printed). */
 static int serve_config_parse(serve_config *cf, int argc, char **argv)
 {
     memset(cf, 0, sizeof *cf);
     al_cli_common_init(&cf->common);
     cf->listen = "127.0.0.1:8000", cf->topic = "arclight.policy", cf->device = "auto";
+    cf->lp_mode = "raw", cf->redirect_mode = "same-origin";
     cf->max_seqs = 64, cf->max_kv = 2048, cf->drain = 30;
     cf->low_speed = 10240, cf->low_speed_time = 30, cf->policy_wait = 30, cf->client_timeout = 60;
     cf->max_conns = 1024;
-    cf->redirects = AL_SERVE_REDIRECTS_SAME_ORIGIN;
-    int o;
-    optind = 1;
-    while ((o = getopt_long(argc, argv, "", serve_options, NULL)) != -1) {
-        switch (o) {
-        case OPT_MODEL:
-            cf->model_dir = optarg;
-            break;
-        case OPT_TOKENIZER:
-            cf->tok_dir = optarg;
-            break;
-        case OPT_DEVICE:
-            if (strcmp(optarg, "cuda") && strcmp(optarg, "cpu") && strcmp(optarg, "auto"))
-                return al_cli_usage_error("serve", "--device must be cuda, cpu or auto, not '%s'",
-                                          optarg);
-            cf->device = optarg;
-            break;
-        case OPT_LISTEN:
-            cf->listen = optarg;
-            break;
-        case OPT_NAME:
-            cf->name = optarg;
-            break;
-        case OPT_VERSION:
-            if (parse_pos("serve", "--policy-version", optarg, 0, INT64_MAX, &cf->version))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_FOLLOW:
-            cf->follow = 1;
-            break;
-        case OPT_TOPIC:
-            cf->topic = optarg;
-            break;
-        case OPT_MAX_SEQS:
-            if (parse_pos("serve", "--max-num-seqs", optarg, 1, 4096, &cf->max_seqs))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_MAX_KV:
-            if (parse_pos("serve", "--max-kv-mib", optarg, 1, 1 << 24, &cf->max_kv))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_MAX_LEN:
-            if (parse_pos("serve", "--max-model-len", optarg, 2, 1 << 24, &cf->max_len))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_THREADS:
-            if (parse_pos("serve", "--threads", optarg, 1, 1024, &cf->threads))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_DRAIN:
-            if (parse_pos("serve", "--drain-timeout", optarg, 0, 86400, &cf->drain))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_LOGPROBS_MODE:
-            if (!strcmp(optarg, "raw"))
-                cf->lp_temperature = 0;
-            else if (!strcmp(optarg, "temperature"))
-                cf->lp_temperature = 1;
-            else
-                return al_cli_usage_error(
-                    "serve", "--logprobs-mode wants raw or temperature, got '%s'", optarg);
-            break;
-        case OPT_CKPT_ROOT:
-            if (cf->nroots == SERVE_MAX_ROOTS)
-                return al_cli_usage_error("serve", "at most %d --checkpoint-root flags",
-                                          (int)SERVE_MAX_ROOTS);
-            cf->roots_given[cf->nroots++] = optarg;
-            break;
-        case OPT_REDIRECTS:
-            if (!strcmp(optarg, "same-origin"))
-                cf->redirects = AL_SERVE_REDIRECTS_SAME_ORIGIN;
-            else if (!strcmp(optarg, "off"))
-                cf->redirects = AL_SERVE_REDIRECTS_OFF;
-            else
-                return al_cli_usage_error(
-                    "serve", "--policy-redirects wants same-origin or off, got '%s'", optarg);
-            break;
-        case OPT_LOW_SPEED:
-            if (parse_pos("serve", "--policy-low-speed-limit", optarg, 0, 1LL << 40,
-                          &cf->low_speed))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_LOW_SPEED_TIME:
-            if (parse_pos("serve", "--policy-low-speed-time", optarg, 1, 86400,
-                          &cf->low_speed_time))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_POLICY_WAIT:
-            if (parse_pos("serve", "--policy-wait", optarg, 0, 86400, &cf->policy_wait))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_CLIENT_TIMEOUT:
-            if (parse_pos("serve", "--client-timeout", optarg, 1, 3600, &cf->client_timeout))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_API_KEY:
-            cf->api_key_arg = optarg;
-            break;
-        case OPT_API_KEY_FILE:
-            cf->api_key_file = optarg;
-            break;
-        case OPT_MAX_CONNS:
-            if (parse_pos("serve", "--max-connections", optarg, 1, 1 << 20, &cf->max_conns))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_HELP:
-            fputs(usage_text, stdout);
-            return AL_EXIT_OK;
-        default: {
-            int r = al_cli_common_option(&cf->common, o, optarg);
-            if (r == 1) break;
-            if (r < 0) return AL_EXIT_USAGE;
-            return al_cli_usage_error("serve", "unknown option");
-        }
-        }
-    }
-    if (optind < argc) return al_cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
+    const al_flag flags[] = {
+        {"model", 0, AL_FLAG_STRING, &cf->model_dir, .arg = "DIR",
+         .help = "model directory: config.json, model.safetensors, tokenizer"},
+        {"tokenizer", 0, AL_FLAG_STRING, &cf->tok_dir, .arg = "DIR",
+         .help = "tokenizer.json (+ tokenizer_config.json) dir (default: --model)"},
+        {"listen", 0, AL_FLAG_STRING, &cf->listen, .arg = "HOST:PORT",
+         .help = "default 127.0.0.1:8000 (port 0: any free port); the bound\n"
+                 "address is printed as the first line of stdout"},
+        {"served-model-name", 0, AL_FLAG_STRING, &cf->name, .arg = "NAME",
+         .help = "model id in the API and the PolicyVersion model to follow\n"
+                 "(default: the model directory's base name)"},
+        {"policy-version", 0, AL_FLAG_I64, &cf->version, .lo = 0, .hi = INT64_MAX, .arg = "N",
+         .help = "version of the weights in --model (default 0)"},
+        {"follow-policy", 0, AL_FLAG_SWITCH, &cf->follow,
+         .help = "follow arclight.policy on --bootstrap (default off)"},
+        {"policy-topic", 0, AL_FLAG_STRING, &cf->topic, .arg = "TOPIC",
+         .help = "default arclight.policy"},
+        {"checkpoint-root", 0, AL_FLAG_FUNC, &cf->roots_given, .arg = "DIR",
+         .parse = serve_root_add,
+         .help = "file:// checkpoint URIs are read only under DIR (repeat for\n"
+                 "more); without it only as the trainer writes them:\n"
+                 ".../step-N/model.safetensors"},
+        {"policy-redirects", 0, AL_FLAG_STRING, &cf->redirect_mode, .arg = "MODE",
+         .choices = redirect_choices,
+         .help = "same-origin (default: a redirect may change the path only)\n"
+                 "or off (a redirect is an error)"},
+        {"policy-low-speed-limit", 0, AL_FLAG_I64, &cf->low_speed, .lo = 0, .hi = 1LL << 40,
+         .arg = "N", .help = "a weight download slower than N bytes/s (default 10240)"},
+        {"policy-low-speed-time", 0, AL_FLAG_INT, &cf->low_speed_time, .lo = 1, .hi = 86400,
+         .arg = "S", .help = "for S seconds (default 30) is abandoned"},
+        {"policy-wait", 0, AL_FLAG_INT, &cf->policy_wait, .lo = 0, .hi = 86400, .arg = "S",
+         .help = "at start, wait up to S seconds (default 30) for the policy\n"
+                 "topic to be read to its end and its newest version loaded\n"
+                 "before listening; then listen anyway and go on following"},
+        {"drain-timeout", 0, AL_FLAG_INT, &cf->drain, .lo = 0, .hi = 86400, .arg = "S",
+         .help = "on SIGTERM, let requests in flight finish for up to S\n"
+                 "seconds (default 30)"},
+        {"logprobs-mode", 0, AL_FLAG_STRING, &cf->lp_mode, .arg = "MODE",
+         .choices = lp_mode_choices, .help = "raw (default) or temperature"},
+        {"api-key", 0, AL_FLAG_STRING, &cf->api_key_arg, .arg = "KEY",
+         .help = "clients must send Authorization: Bearer KEY on /v1/ routes,\n"
+                 "/tokenize and /detokenize (as vLLM's --api-key); also\n"
+                 "$ARCLIGHT_SERVE_API_KEY or --api-key-file FILE (first line),\n"
+                 "which keep it out of ps"},
+        {"api-key-file", 0, AL_FLAG_STRING, &cf->api_key_file, .arg = "FILE",
+         .help = "the API key, from a file"},
+        {"client-timeout", 0, AL_FLAG_INT, &cf->client_timeout, .lo = 1, .hi = 3600, .arg = "S",
+         .help = "a request head must arrive whole within S seconds, and a\n"
+                 "body may pause at most S between reads (default 60): 408"},
+        {"max-connections", 0, AL_FLAG_INT, &cf->max_conns, .lo = 1, .hi = 1 << 20, .arg = "N",
+         .help = "client connections at once (default 1024); past it a new one\n"
+                 "gets 503"},
+        {"max-num-seqs", 0, AL_FLAG_INT, &cf->max_seqs, .lo = 1, .hi = 4096, .arg = "N",
+         .help = "sequences running or queued at once (default 64)"},
+        {"max-kv-mib", 0, AL_FLAG_INT, &cf->max_kv, .lo = 1, .hi = 1 << 24, .arg = "N",
+         .help = "KV cache all sequences may reserve (default 2048)"},
+        {"max-model-len", 0, AL_FLAG_INT, &cf->max_len, .lo = 2, .hi = 1 << 24, .arg = "N",
+         .help = "prompt + completion tokens (default: the model's\n"
+                 "max_position_embeddings)"},
+        {"threads", 0, AL_FLAG_INT, &cf->threads, .lo = 1, .hi = 1024, .arg = "N",
+         .help = "OpenMP threads of the engine (default: OMP_NUM_THREADS)"},
+        {"device", 0, AL_FLAG_STRING, &cf->device, .arg = "cuda|cpu|auto",
+         .choices = device_choices,
+         .help = "where the model runs (default auto: cuda when this build has\n"
+                 "the CUDA backend and a device is visible, else cpu)"},
+    };
+    const al_cmd_spec spec = {
+        "serve", "--model DIR [options]",
+        "OpenAI-compatible policy server (vLLM-style token ids and logprobs) that follows\n"
+        "arclight.policy and hot-swaps each new version of its model.\n",
+        flags, AL_ARRAY_LEN(flags), .common = 1};
+    int first;
+    int rc = al_flags_parse(&spec, &cf->common, argc, argv, &first);
+    if (rc != AL_FLAGS_GO) return rc;
+    if (first < argc) return al_cli_usage_error("serve", "unexpected argument '%s'", argv[first]);
+    if (cf->roots_given.n > SERVE_MAX_ROOTS)
+        return al_cli_usage_error("serve", "at most %d --checkpoint-root flags",
+                                  (int)SERVE_MAX_ROOTS);
     if (!cf->model_dir) return al_cli_usage_error("serve", "--model DIR is required");
+    cf->lp_temperature = strcmp(cf->lp_mode, "temperature") == 0;
+    cf->redirects = strcmp(cf->redirect_mode, "off") == 0 ? AL_SERVE_REDIRECTS_OFF
+                                                          : AL_SERVE_REDIRECTS_SAME_ORIGIN;
     return -1;
 }
 
@@ -389,17 +264,17 @@ static int serve_config_resolve(serve_config *cf)
     if (al_cli_parse_hostport(cf->listen, cf->host, sizeof cf->host, &cf->port) != 0 ||
         cf->port < 0 || cf->port > 65535)
         return al_cli_usage_error("serve", "--listen wants HOST:PORT, got '%s'", cf->listen);
-    for (size_t i = 0; i < cf->nroots; i++) {
+    for (size_t i = 0; i < cf->roots_given.n; i++) {
         struct stat sb;
-        if (!realpath(cf->roots_given[i], cf->roots_buf[i]) || stat(cf->roots_buf[i], &sb) != 0 ||
+        const char *given = cf->roots_given.given[i];
+        if (!realpath(given, cf->roots_buf[i]) || stat(cf->roots_buf[i], &sb) != 0 ||
             !S_ISDIR(sb.st_mode))
-            return al_cli_usage_error("serve", "--checkpoint-root '%s' is not a directory",
-                                      cf->roots_given[i]);
-        cf->roots[i] = cf->roots_buf[i];
+            return al_cli_usage_error("serve", "--checkpoint-root '%s' is not a directory", given);
+        cf->roots[cf->nroots++] = cf->roots_buf[i];
     }
     if (cf->threads > 0) {
         char t[24];
-        snprintf(t, sizeof t, "%lld", cf->threads);
+        snprintf(t, sizeof t, "%d", cf->threads);
         setenv("OMP_NUM_THREADS", t, 1);
     }
     return -1;
@@ -454,7 +329,7 @@ static int serve_load(serve_server *sv, serve_config *cf)
     sc->name = cf->name;
     sc->api_key = cf->key[0] ? cf->key : NULL;
     sc->drain_timeout_s = (double)cf->drain;
-    sc->max_model_len = cf->max_len ? (int)cf->max_len : sc->cfg.max_position_embeddings;
+    sc->max_model_len = cf->max_len ? cf->max_len : sc->cfg.max_position_embeddings;
     sv->be = al_backend_open(cf->device, err, sizeof err);
     if (!sv->be) {
         al_log_error(COMP, "--device %s: %s", cf->device, err);
@@ -462,7 +337,7 @@ static int serve_load(serve_server *sv, serve_config *cf)
         al_tokenizer_free(sc->tok);
         return -1;
     }
-    al_serve_engine_opts eo = {(int)cf->max_seqs, (size_t)cf->max_kv << 20, sc->max_model_len,
+    al_serve_engine_opts eo = {cf->max_seqs, (size_t)cf->max_kv << 20, sc->max_model_len,
                                cf->lp_temperature, sv->be};
     sv->max_weight_bytes = al_serve_weights_max_bytes(m);
     al_serve_weights *w = al_serve_weights_new(m, cf->version);
@@ -532,7 +407,7 @@ static int serve_follow(serve_server *sv, const serve_config *cf)
     }
     if (al_serve_policy_wait_ready(sv->pol, (double)cf->policy_wait, err, sizeof err) != 0)
         al_log_warn(COMP,
-                    "listening before the policy is known (--policy-wait %lld s passed): "
+                    "listening before the policy is known (--policy-wait %d s passed): "
                     "%s; serving version %" PRId64 " meanwhile",
                     cf->policy_wait, err, al_serve_engine_version(sv->sc.eng));
     return 0;
@@ -552,9 +427,9 @@ static int serve_start(serve_server *sv, serve_config *cf)
     /* No deadline while a generation runs (the reply may take minutes); the head, the body
      * and a reply that makes no progress each have one. */
     al_httpd_opts ho = {.max_body = MAX_BODY,
-                        .max_connections = (int)cf->max_conns,
-                        .head_timeout_ms = (int)cf->client_timeout * 1000,
-                        .body_timeout_ms = (int)cf->client_timeout * 1000,
+                        .max_connections = cf->max_conns,
+                        .head_timeout_ms = cf->client_timeout * 1000,
+                        .body_timeout_ms = cf->client_timeout * 1000,
                         .idle_timeout_ms = 75000,
                         .write_timeout_ms = 600000,
                         .error_body = serve_reply_http_error_body};
@@ -582,7 +457,7 @@ static int serve_start(serve_server *sv, serve_config *cf)
     event_add(sv->sigterm, NULL);
     printf("%s:%d\n", strchr(bind_host, ':') ? "[::1]" : bind_host, port);
     fflush(stdout);
-    al_log_info(COMP, "serving '%s' (policy version %lld, %s) on http://%s:%d%s%s", cf->name,
+    al_log_info(COMP, "serving '%s' (policy version %" PRId64 ", %s) on http://%s:%d%s%s", cf->name,
                 cf->version, cf->model_dir, bind_host, port, cf->follow ? ", following " : "",
                 cf->follow ? cf->topic : "");
     return 0;

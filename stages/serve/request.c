@@ -4,6 +4,7 @@
  */
 #include "request.h"
 
+#include "core/vec.h"
 #include "model/infer.h"
 
 #include <inttypes.h>
@@ -441,12 +442,9 @@ static int parse_completion_prompt(const al_serve_parse_ctx *sc, json_t *body, a
                 BAD("prompt", "prompt[%zu] is not a token id of this model (0..%d)", i,
                     sc->vocab_size - 1);
             int32_t id = (int32_t)json_integer_value(e);
-            if (p->prompt.len == p->prompt.cap) {
-                size_t cap = p->prompt.cap ? p->prompt.cap * 2 : 64;
-                int32_t *ids = realloc(p->prompt.ids, cap * sizeof *ids);
-                if (!ids) BAD("prompt", "out of memory");
-                p->prompt.ids = ids, p->prompt.cap = cap;
-            }
+            if (al_vec_grow((void **)&p->prompt.ids, &p->prompt.cap, p->prompt.len + 1,
+                            sizeof *p->prompt.ids) != 0)
+                BAD("prompt", "out of memory");
             p->prompt.ids[p->prompt.len++] = id;
         }
     } else if (json_is_array(pr) && json_array_size(pr) > 1) {

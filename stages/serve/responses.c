@@ -135,6 +135,7 @@ json_t *serve_response_full(http_call *c)
     json_t *choices = json_array();
     for (int i = 0; i < r->nseq; i++) {
         al_serve_seq *s = &r->seqs[i];
+        const char *text = s->text.data ? s->text.data : "";
         json_t *ch;
         if (c->chat) {
             al_chat_parsed pp = {0};
@@ -143,11 +144,10 @@ json_t *serve_response_full(http_call *c)
             json_object_set_new(msg, "role", json_string("assistant"));
             size_t ncalls = 0;
             if ((c->parse_tools || c->parse_reasoning) &&
-                al_chat_parse(s->text ? s->text : "", s->text_len, fl, &pp) == 0) {
+                al_chat_parse(text, s->text.len, fl, &pp) == 0) {
                 if (!c->parse_tools &&
                     pp.n_calls) { /* no tools asked for: the text stays as it is */
-                    json_object_set_new(msg, "content",
-                                        serve_json_bytes(s->text ? s->text : "", s->text_len));
+                    json_object_set_new(msg, "content", serve_json_bytes(text, s->text.len));
                 } else {
                     ncalls = pp.n_calls;
                     json_object_set_new(msg, "content",
@@ -161,8 +161,7 @@ json_t *serve_response_full(http_call *c)
                                         serve_json_bytes(pp.reasoning, strlen(pp.reasoning)));
                 al_chat_parsed_free(&pp);
             } else {
-                json_object_set_new(msg, "content",
-                                    serve_json_bytes(s->text ? s->text : "", s->text_len));
+                json_object_set_new(msg, "content", serve_json_bytes(text, s->text.len));
             }
             if (!json_object_get(msg, "tool_calls"))
                 json_object_set_new(msg, "tool_calls", json_array());
@@ -172,7 +171,7 @@ json_t *serve_response_full(http_call *c)
                            stop_reason_json(s));
         } else {
             ch = json_pack("{s:i,s:o,s:o,s:s,s:o}", "index", i, "text",
-                           serve_json_bytes(s->text ? s->text : "", s->text_len), "logprobs",
+                           serve_json_bytes(text, s->text.len), "logprobs",
                            c->logprobs ? completion_logprobs(sc, c, s, 0, s->n, 0) : json_null(),
                            "finish_reason", finish_name(s, c, 0), "stop_reason",
                            stop_reason_json(s));
@@ -222,7 +221,8 @@ json_t *serve_response_messages(http_call *c)
         "{s:[{s:s,s:o,s:o}],s:[{s:s,s:o,s:o}]}", "input_messages", "type", "raw_message_tokens",
         "message", serve_json_bytes(pt, pl), "tokens", serve_json_ids(r->prompt, r->nprompt),
         "output_messages", "type", "raw_message_tokens", "message",
-        serve_json_bytes(s->text ? s->text : "", s->text_len), "tokens", serve_json_ids(s->ids, s->n));
+        serve_json_bytes(s->text.data ? s->text.data : "", s->text.len), "tokens",
+        serve_json_ids(s->ids, s->n));
     free(pt);
     return o;
 }
@@ -270,11 +270,11 @@ static void stream_chunk(http_call *c, int i, int from, int to, size_t tto, int 
     al_serve_seq *s = &r->seqs[i];
     size_t tfrom = c->sent_text[i];
     if (tto < tfrom) tto = tfrom;
+    const char *txt = s->text.data ? s->text.data + tfrom : "";
+    size_t tl = tto - tfrom;
     json_t *ch;
     if (c->chat) {
         json_t *delta = json_object();
-        const char *txt = s->text ? s->text + tfrom : "";
-        size_t tl = tto - tfrom;
         if (c->parse_tools || c->parse_reasoning) {
             al_chat_delta d = {0};
             if (al_chat_stream_push(&c->cs[i], txt, tl, &d) == 0) {
@@ -317,8 +317,7 @@ static void stream_chunk(http_call *c, int i, int from, int to, size_t tto, int 
                             ending ? json_string(finish_name(s, c, ncalls > 0)) : json_null());
         if (ending) json_object_set_new(ch, "stop_reason", stop_reason_json(s));
     } else {
-        ch = json_pack("{s:i,s:o,s:o}", "index", i, "text",
-                       serve_json_bytes(s->text ? s->text + tfrom : "", tto - tfrom), "logprobs",
+        ch = json_pack("{s:i,s:o,s:o}", "index", i, "text", serve_json_bytes(txt, tl), "logprobs",
                        c->logprobs && to > from ? completion_logprobs(sc, c, s, from, to, tfrom)
                                                 : json_null());
         json_object_set_new(ch, "finish_reason",
@@ -366,7 +365,7 @@ int serve_response_stream_progress(http_call *c)
         while (c->sent_tok[i] < to || (ending && !c->finished_sent[i])) {
             int t = c->sent_tok[i];
             int last = t + 1 >= to;
-            size_t tend = t < to ? s->text_end[t] : s->text_len;
+            size_t tend = t < to ? s->text_end[t] : s->text.len;
             if (last || tend > s->safe_len) tend = s->safe_len;
             stream_chunk(c, i, t, t < to ? t + 1 : t, tend, ending && last);
             if (ending && last) c->finished_sent[i] = 1;

@@ -5,6 +5,7 @@
 
 #include "avro/codec.h"
 #include "core/util.h"
+#include "core/vec.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -19,10 +20,7 @@ typedef struct held_chunk {
     void *opaque;
 } held_chunk;
 
-typedef struct opaque_list {
-    void **v;
-    size_t n, cap;
-} opaque_list;
+typedef AL_VEC(void *) opaque_list;
 
 typedef struct pending_step {
     int64_t step;
@@ -51,18 +49,6 @@ struct al_train_ready_priv {
     float **masks;
     size_t n_masks;
 };
-
-static int list_push(opaque_list *l, void *p)
-{
-    if (l->n == l->cap) {
-        size_t nc = l->cap ? 2 * l->cap : 8;
-        void **nv = realloc(l->v, nc * sizeof *nv);
-        if (!nv) return -1;
-        l->v = nv, l->cap = nc;
-    }
-    l->v[l->n++] = p;
-    return 0;
-}
 
 static void chunk_free(al_batch_chunk *c)
 {
@@ -199,7 +185,7 @@ static int pending_restart(pending_step *p, const al_batch_chunk *c)
     if (!ns) return -1;
     for (int32_t i = 0; i < p->count; i++) {
         if (!p->slots[i].ch) continue;
-        if (list_push(&p->retired, p->slots[i].opaque) != 0) {
+        if (al_vec_push(&p->retired, p->slots[i].opaque) != 0) {
             free(ns);
             return -1;
         }
@@ -297,7 +283,7 @@ al_train_asm_result al_train_asm_add(al_train_asm *a, const void *value, size_t 
                 return AL_TRAIN_ASM_DUPLICATE;
             }
             /* other bytes under the same index: the later one belongs to the newer attempt */
-            if (list_push(&p->retired, h->opaque) != 0) goto oom;
+            if (al_vec_push(&p->retired, h->opaque) != 0) goto oom;
             chunk_free(h->ch);
             h->ch = NULL;
             p->got--;

@@ -4,6 +4,7 @@
 #include "ckpt_http.h"
 
 #include "core/util.h"
+#include "core/vec.h"
 #include "http/server.h"
 
 #include <dirent.h>
@@ -57,8 +58,7 @@ static void reply_listing(al_httpd_req *req, const char *dir, const char *key,
         reply_json(req, 404, "{\"error\":\"no such checkpoint\"}");
         return;
     }
-    char **names = NULL;
-    size_t n = 0, cap = 0;
+    AL_VEC(char *) names = {0};
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (!ok(e->d_name, strlen(e->d_name))) continue;
@@ -66,38 +66,36 @@ static void reply_listing(al_httpd_req *req, const char *dir, const char *key,
         struct stat sb;
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         if (stat(p, &sb) != 0 || (want_dirs ? !S_ISDIR(sb.st_mode) : !S_ISREG(sb.st_mode))) continue;
-        if (n == cap) {
-            size_t nc = cap ? 2 * cap : 16;
-            char **nn = realloc(names, nc * sizeof *nn);
-            if (!nn) break;
-            names = nn, cap = nc;
+        char *name = strdup(e->d_name);
+        if (!name || al_vec_push(&names, name) != 0) {
+            free(name);
+            break;
         }
-        if (!(names[n] = strdup(e->d_name))) break;
-        n++;
     }
     closedir(d);
     /* step-N by N, files by name */
-    for (size_t i = 1; i < n; i++)
+    for (size_t i = 1; i < names.n; i++)
         for (size_t j = i; j > 0; j--) {
-            int swap = want_dirs ? atoll(names[j - 1] + 5) > atoll(names[j] + 5)
-                                 : strcmp(names[j - 1], names[j]) > 0;
+            int swap = want_dirs ? atoll(names.v[j - 1] + 5) > atoll(names.v[j] + 5)
+                                 : strcmp(names.v[j - 1], names.v[j]) > 0;
             if (!swap) break;
-            char *t = names[j];
-            names[j] = names[j - 1];
-            names[j - 1] = t;
+            char *t = names.v[j];
+            names.v[j] = names.v[j - 1];
+            names.v[j - 1] = t;
         }
     struct evbuffer *b = evbuffer_new();
     if (b) {
         evbuffer_add_printf(b, "{\"%s\":[", key);
-        for (size_t i = 0; i < n; i++) evbuffer_add_printf(b, "%s\"%s\"", i ? "," : "", names[i]);
+        for (size_t i = 0; i < names.n; i++)
+            evbuffer_add_printf(b, "%s\"%s\"", i ? "," : "", names.v[i]);
         evbuffer_add_printf(b, "]}");
         al_httpd_send_buffer(req, 200, "application/json", b);
         evbuffer_free(b);
     } else {
         reply_json(req, 500, "{\"error\":\"out of memory\"}");
     }
-    for (size_t i = 0; i < n; i++) free(names[i]);
-    free(names);
+    for (size_t i = 0; i < names.n; i++) free(names.v[i]);
+    al_vec_free(&names);
 }
 
 static void on_request(al_httpd_req *req, void *arg)

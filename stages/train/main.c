@@ -41,8 +41,10 @@
 #include "avro/codec.h"
 #include "core/cli.h"
 #include "core/fault.h"
+#include "core/flags.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "core/vec.h"
 #include "http/metrics.h"
 #include "kafka/kafka.h"
 #include "kafka/stage.h"
@@ -55,7 +57,6 @@
 #include "model/trainer.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
@@ -66,14 +67,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-/* Trainer settings as flags: --NAME with '_' written '-', handed to al_trainer_config_set. */
-static const char *const setting_keys[] = {
-    "loss", "loss_agg", "eps_low", "eps_high", "dual_clip", "tis_cap", "kl", "kl_beta",
-    "entropy_coef", "ppo_epochs", "mini_batches", "temperature", "decay_1d", "lr", "beta1",
-    "beta2", "adam_eps", "weight_decay", "grad_clip", "lr_schedule", "warmup_steps",
-    "total_steps", "min_lr_ratio"};
-#define N_SETTINGS (sizeof setting_keys / sizeof setting_keys[0])
 
 static void metrics_init(train_metrics *m)
 {
@@ -311,112 +304,83 @@ static const al_stage_hooks train_hooks = {
 
 /* ---- flags ------------------------------------------------------------------------------------- */
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: arclight train --model DIR --out CKPT_DIR [flags]\n"
-            "Trains a policy on the steps of arclight.batches (BatchChunk) for its model and\n"
-            "publishes a PolicyVersion to arclight.policy after each update.\n\n"
-            "  --model DIR               initial weights (config.json + model.safetensors); also the\n"
-            "                            frozen reference model when --kl-beta > 0\n"
-            "  --out DIR                 versions go to DIR/step-N/ (N = version)\n"
-            "  --resume                  continue from the newest full checkpoint in --out (without\n"
-            "                            it, --out must hold no checkpoint)\n"
-            "  --model-name NAME         model name of the chunks and versions (default: basename\n"
-            "                            of --model)\n"
-            "  --checkpoint-every N      full checkpoint (weights + optimizer + state) every N updates;\n"
-            "                            weights only in between (default 1)\n"
-            "  --keep N                  keep the newest N versions on disk (default 5; 0: all)\n"
-            "  --listen HOST:PORT        serve GET /checkpoints/... there (port 0: any free one) and\n"
-            "                            publish http:// URIs; without it, file:// URIs\n"
-            "  --train-config FILE       trainer settings as a JSON object (flags below override;\n"
-            "                            unknown members are ignored)\n"
-            "  --input-topic T           default arclight.batches\n"
-            "  --policy-topic T          default arclight.policy\n"
-            "  --group ID                consumer group (default arclight-train-NAME)\n"
-            "  --steps N                 stop at version N (checkpointed and acknowledged: exit 0)\n"
-            "  --device cuda|cpu|auto    where the model trains (default auto: cuda when this build\n"
-            "                            has the CUDA backend and a device is visible, else cpu)\n"
-            "  --drain-timeout S         on SIGTERM, after the exit checkpoint, at most S seconds\n"
-            "                            (default 15) to publish, commit and leave the group,\n"
-            "                            whether or not Kafka answers\n"
-            "Loss:\n"
-            "  --loss ppo|gspo|cispo|sft (default ppo)\n"
-            "  --loss-agg token-mean|seq-mean-token-sum|seq-mean-token-mean (default token-mean)\n"
-            "  --eps-low E, --eps-high E clip range (default 0.2, 0.2; eps-high > eps-low: clip-higher)\n"
-            "  --dual-clip C             dual clip for negative advantages, C > 1 (default 0: off)\n"
-            "  --tis-cap C               truncated importance sampling vs the sampler (0: off)\n"
-            "  --kl k1|k2|k3, --kl-beta B  KL to the reference model (default k3, 0)\n"
-            "  --entropy-coef C          entropy bonus (default 0)\n"
-            "  --temperature T           the sampler's temperature (default 1)\n"
-            "Optimizer (AdamW):\n"
-            "  --lr LR (default 1e-6), --beta1, --beta2, --adam-eps\n"
-            "  --weight-decay W (default 0.01), --decay-1d 0|1 (decay norms and biases too)\n"
-            "  --grad-clip G             max global gradient norm (default 1; 0: off)\n"
-            "  --lr-schedule constant|cosine, --warmup-steps N, --total-steps N, --min-lr-ratio R\n"
-            "  --ppo-epochs N (alias --epochs), --mini-batches N  passes and updates per step\n"
-            "  --help\n" AL_CLI_COMMON_HELP);
-}
+/* A trainer setting given as a flag: its al_trainer_config_set key and value. */
+typedef struct train_setting {
+    const char *key, *value;
+} train_setting;
+typedef AL_VEC(train_setting) train_settings;
 
-enum {
-    O_MODEL = AL_CLI_OPT_USER, O_OUT, O_RESUME, O_NAME, O_EVERY, O_KEEP, O_LISTEN, O_TCONF,
-    O_IN, O_POLICY, O_GROUP, O_STEPS, O_EPOCHS, O_HELP, O_DEVICE, O_DRAIN,
-    O_SETTING = AL_CLI_OPT_USER + 100
+/* A setting flag's row: --NAME stands for the setting key (its '_' written '-'). */
+typedef struct train_setting_flag {
+    const char *name, *key, *arg, *help;
+} train_setting_flag;
+
+static const train_setting_flag setting_flags[] = {
+    {"loss", "loss", "ppo|gspo|cispo|sft", "the loss (default ppo)"},
+    {"loss-agg", "loss_agg", "token-mean|seq-mean-token-sum|seq-mean-token-mean",
+     "how the loss is averaged (default token-mean)"},
+    {"eps-low", "eps_low", "E", "clip range below (default 0.2)"},
+    {"eps-high", "eps_high", "E",
+     "clip range above (default 0.2; eps-high > eps-low: clip-higher)"},
+    {"dual-clip", "dual_clip", "C", "dual clip for negative advantages, C > 1 (default 0: off)"},
+    {"tis-cap", "tis_cap", "C", "truncated importance sampling vs the sampler (0: off)"},
+    {"kl", "kl", "k1|k2|k3", "KL estimator to the reference model (default k3)"},
+    {"kl-beta", "kl_beta", "B", "KL coefficient (default 0)"},
+    {"entropy-coef", "entropy_coef", "C", "entropy bonus (default 0)"},
+    {"temperature", "temperature", "T", "the sampler's temperature (default 1)"},
+    {"lr", "lr", "LR", "AdamW's learning rate (default 1e-6)"},
+    {"beta1", "beta1", "B", "AdamW's beta1"},
+    {"beta2", "beta2", "B", "AdamW's beta2"},
+    {"adam-eps", "adam_eps", "E", "AdamW's epsilon"},
+    {"weight-decay", "weight_decay", "W", "AdamW's weight decay (default 0.01)"},
+    {"decay-1d", "decay_1d", "0|1", "decay norms and biases too"},
+    {"grad-clip", "grad_clip", "G", "max global gradient norm (default 1; 0: off)"},
+    {"lr-schedule", "lr_schedule", "S", "the learning rate's schedule: constant or cosine"},
+    {"warmup-steps", "warmup_steps", "N", "steps of the schedule's warm-up"},
+    {"total-steps", "total_steps", "N", "steps of the whole schedule"},
+    {"min-lr-ratio", "min_lr_ratio", "R", "the schedule's lowest learning rate, over --lr"},
+    {"ppo-epochs", "ppo_epochs", "N", "passes over each step (alias --epochs)"},
+    {"epochs", "ppo_epochs", "N", "the same as --ppo-epochs"},
+    {"mini-batches", "mini_batches", "N", "updates per step"},
 };
+#define N_SETTING_FLAGS AL_ARRAY_LEN(setting_flags)
 
-/* The getopt table: the fixed flags, then one per trainer setting (O_SETTING + its index). */
-static const struct option *train_options(void)
-{
-    static char flag_names[N_SETTINGS][32];
-    static struct option opts[N_SETTINGS + 32];
-    static const struct option fixed[] = {
-        {"model", required_argument, 0, O_MODEL},
-        {"out", required_argument, 0, O_OUT},
-        {"resume", no_argument, 0, O_RESUME},
-        {"model-name", required_argument, 0, O_NAME},
-        {"checkpoint-every", required_argument, 0, O_EVERY},
-        {"keep", required_argument, 0, O_KEEP},
-        {"listen", required_argument, 0, O_LISTEN},
-        {"train-config", required_argument, 0, O_TCONF},
-        {"input-topic", required_argument, 0, O_IN},
-        {"policy-topic", required_argument, 0, O_POLICY},
-        {"group", required_argument, 0, O_GROUP},
-        {"steps", required_argument, 0, O_STEPS},
-        {"epochs", required_argument, 0, O_EPOCHS},
-        {"device", required_argument, 0, O_DEVICE},
-        {"drain-timeout", required_argument, 0, O_DRAIN},
-        {"help", no_argument, 0, O_HELP},
-        AL_CLI_COMMON_OPTIONS,
-    };
-    size_t no = 0;
-    for (size_t i = 0; i < AL_ARRAY_LEN(fixed); i++) opts[no++] = fixed[i];
-    for (size_t i = 0; i < N_SETTINGS; i++) {
-        snprintf(flag_names[i], sizeof flag_names[i], "%s", setting_keys[i]);
-        for (char *s = flag_names[i]; *s; s++)
-            if (*s == '_') *s = '-';
-        opts[no++] = (struct option){flag_names[i], required_argument, 0, O_SETTING + (int)i};
-    }
-    opts[no] = (struct option){0, 0, 0, 0};
-    return opts;
-}
+/* Where a setting flag's value goes: its key, and the list the values keep their order in. */
+typedef struct train_setting_dest {
+    const char *key;
+    train_settings *given;
+} train_setting_dest;
 
 /* The command line as parsed: the options, the common flags, the trainer settings given as
  * flags (applied after --train-config, in their order) and the drain timeout. */
 typedef struct train_cli {
     train_opts o;
     al_cli_common common;
-    const char *set_keys[256], *set_vals[256];
-    int nset;
+    train_settings given;
+    train_setting_dest dests[N_SETTING_FLAGS];
     int64_t drain_s;
     char namebuf[PATH_MAX];       /* the default --model-name */
     char groupbuf[PATH_MAX + 32]; /* the default --group */
 } train_cli;
 
-/* Parses argv into cli (which it initializes) and checks the names. -1: go on; otherwise
- * the exit code (--help, or a usage error already printed). */
+/* A setting flag (AL_FLAG_FUNC): its value joins the list, checked once the defaults and
+ * --train-config are in (train_cli_settings). */
+static int train_setting_given(void *dest, const char *value, char *err, size_t errlen)
+{
+    train_setting_dest *d = dest;
+    if (al_vec_push(d->given, ((train_setting){d->key, value})) != 0)
+        return snprintf(err, errlen, "is one setting too many (out of memory)"), -1;
+    return 0;
+}
+
+static const char *const device_choices[] = {"cuda", "cpu", "auto", NULL};
+
+/* Parses argv into cli (which it initializes; al_vec_free(&cli->given) once the settings
+ * are applied) by the flag table (the fixed flags, then one row per setting flag), then
+ * checks the names. -1: go on;
+ * otherwise the exit code (--help, or a usage error already printed). */
 static int train_cli_parse(train_cli *cli, int argc, char **argv)
 {
-    const struct option *opts = train_options();
     train_opts *o = &cli->o;
     memset(cli, 0, sizeof *cli);
     al_cli_common_init(&cli->common);
@@ -429,59 +393,71 @@ static int train_cli_parse(train_cli *cli, int argc, char **argv)
         .kill_version = -1,
     };
     cli->drain_s = AL_STAGE_DRAIN_DEFAULT_S;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        const char *name = NULL;
-        int bad = 0;
-        if (c >= O_SETTING && c < O_SETTING + (int)N_SETTINGS) {
-            if (cli->nset >= 256) return al_cli_usage_error("train", "too many settings");
-            cli->set_keys[cli->nset] = setting_keys[c - O_SETTING];
-            cli->set_vals[cli->nset++] = optarg;
-            continue;
-        }
-        switch (c) {
-        case O_MODEL: o->model_dir = optarg; break;
-        case O_DEVICE:
-            if (strcmp(optarg, "cuda") && strcmp(optarg, "cpu") && strcmp(optarg, "auto"))
-                return al_cli_usage_error("train", "--device must be cuda, cpu or auto, not '%s'", optarg);
-            o->device = optarg;
-            break;
-        case O_OUT: o->out_dir = optarg; break;
-        case O_RESUME: o->resume = 1; break;
-        case O_NAME: o->model_name = optarg; break;
-        case O_EVERY: name = "--checkpoint-every"; bad = al_stage_parse_i64(optarg, 1, &o->checkpoint_every); break;
-        case O_KEEP: name = "--keep"; bad = al_stage_parse_i64(optarg, 0, &o->keep); break;
-        case O_LISTEN: o->listen = optarg; break;
-        case O_TCONF: o->train_config = optarg; break;
-        case O_IN: o->input_topic = optarg; break;
-        case O_POLICY: o->policy_topic = optarg; break;
-        case O_GROUP: o->group = optarg; break;
-        case O_STEPS: name = "--steps"; bad = al_stage_parse_i64(optarg, 1, &o->stop_after); break;
-        case O_DRAIN: name = "--drain-timeout"; bad = al_stage_parse_i64(optarg, 0, &cli->drain_s); break;
-        case O_EPOCHS:
-            if (cli->nset >= 256) return al_cli_usage_error("train", "too many settings");
-            cli->set_keys[cli->nset] = "ppo_epochs";
-            cli->set_vals[cli->nset++] = optarg;
-            break;
-        case O_HELP:
-        case 'h': usage(stdout); return AL_EXIT_OK;
-        default: {
-            int r = al_cli_common_option(&cli->common, c, optarg);
-            if (r < 0) return AL_EXIT_USAGE;
-            if (r == 0) return al_cli_usage_error("train", "unknown flag (see --help)");
-        }
-        }
-        if (bad) return al_cli_usage_error("train", "%s wants a number, not '%s'", name, optarg);
+    const al_flag fixed[] = {
+        {"model", 0, AL_FLAG_STRING, &o->model_dir, .arg = "DIR",
+         .help = "initial weights (config.json + model.safetensors); also the\n"
+                 "frozen reference model when --kl-beta > 0"},
+        {"out", 0, AL_FLAG_STRING, &o->out_dir, .arg = "DIR",
+         .help = "versions go to DIR/step-N/ (N = version)"},
+        {"resume", 0, AL_FLAG_SWITCH, &o->resume,
+         .help = "continue from the newest full checkpoint in --out (without\n"
+                 "it, --out must hold no checkpoint)"},
+        {"model-name", 0, AL_FLAG_STRING, &o->model_name, .arg = "NAME",
+         .help = "model name of the chunks and versions (default: basename\nof --model)"},
+        {"checkpoint-every", 0, AL_FLAG_I64, &o->checkpoint_every, .lo = 1, .hi = INT64_MAX,
+         .arg = "N",
+         .help = "full checkpoint (weights + optimizer + state) every N updates;\n"
+                 "weights only in between (default 1)"},
+        {"keep", 0, AL_FLAG_I64, &o->keep, .lo = 0, .hi = INT64_MAX, .arg = "N",
+         .help = "keep the newest N versions on disk (default 5; 0: all)"},
+        {"listen", 0, AL_FLAG_STRING, &o->listen, .arg = "HOST:PORT",
+         .help = "serve GET /checkpoints/... there (port 0: any free one) and\n"
+                 "publish http:// URIs; without it, file:// URIs"},
+        {"train-config", 0, AL_FLAG_STRING, &o->train_config, .arg = "FILE",
+         .help = "trainer settings as a JSON object (flags below override;\n"
+                 "unknown members are ignored)"},
+        {"input-topic", 0, AL_FLAG_STRING, &o->input_topic, .arg = "T",
+         .help = "default arclight.batches"},
+        {"policy-topic", 0, AL_FLAG_STRING, &o->policy_topic, .arg = "T",
+         .help = "default arclight.policy"},
+        {"group", 0, AL_FLAG_STRING, &o->group, .arg = "ID",
+         .help = "consumer group (default arclight-train-NAME)"},
+        {"steps", 0, AL_FLAG_I64, &o->stop_after, .lo = 1, .hi = INT64_MAX, .arg = "N",
+         .help = "stop at version N (checkpointed and acknowledged: exit 0)"},
+        {"device", 0, AL_FLAG_STRING, &o->device, .arg = "cuda|cpu|auto",
+         .choices = device_choices,
+         .help = "where the model trains (default auto: cuda when this build\n"
+                 "has the CUDA backend and a device is visible, else cpu)"},
+        {"drain-timeout", 0, AL_FLAG_I64, &cli->drain_s, .lo = 0, .hi = INT64_MAX, .arg = "S",
+         .help = "on SIGTERM, after the exit checkpoint, at most S seconds\n"
+                 "(default 15) to publish, commit and leave the group,\n"
+                 "whether or not Kafka answers"},
+    };
+    al_flag flags[AL_ARRAY_LEN(fixed) + N_SETTING_FLAGS];
+    size_t n = 0;
+    for (size_t i = 0; i < AL_ARRAY_LEN(fixed); i++) flags[n++] = fixed[i];
+    for (size_t i = 0; i < N_SETTING_FLAGS; i++) {
+        const train_setting_flag *sf = &setting_flags[i];
+        cli->dests[i] = (train_setting_dest){sf->key, &cli->given};
+        flags[n++] = (al_flag){sf->name, 0, AL_FLAG_FUNC, &cli->dests[i], .arg = sf->arg,
+                               .help = sf->help, .parse = train_setting_given};
     }
-    if (optind < argc) return al_cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
+    const al_cmd_spec spec = {
+        "train", "--model DIR --out CKPT_DIR [flags]",
+        "Trains a policy on the steps of arclight.batches (BatchChunk) for its model and\n"
+        "publishes a PolicyVersion to arclight.policy after each update.\n",
+        flags, n, .common = 1};
+    int first;
+    int rc = al_flags_parse(&spec, &cli->common, argc, argv, &first);
+    if (rc != AL_FLAGS_GO) return rc;
+    if (first < argc) return al_cli_usage_error("train", "unexpected argument '%s'", argv[first]);
     if (!o->model_dir) return al_cli_usage_error("train", "--model DIR is required");
     if (!o->out_dir) return al_cli_usage_error("train", "--out CKPT_DIR is required");
     if (!o->model_name) {
         char tmp[PATH_MAX];
         snprintf(tmp, sizeof tmp, "%s", o->model_dir);
-        size_t n = strlen(tmp);
-        while (n > 1 && tmp[n - 1] == '/') tmp[--n] = '\0';
+        size_t len = strlen(tmp);
+        while (len > 1 && tmp[len - 1] == '/') tmp[--len] = '\0';
         const char *b = strrchr(tmp, '/');
         snprintf(cli->namebuf, sizeof cli->namebuf, "%s", b ? b + 1 : tmp);
         o->model_name = cli->namebuf;
@@ -518,9 +494,11 @@ static int train_cli_settings(train_cli *cli, al_trainer_config *tc)
         free(text);
         if (r != 0) return al_cli_usage_error("train", "--train-config %s: %s", cli->o.train_config, err);
     }
-    for (int i = 0; i < cli->nset; i++)
-        if (al_trainer_config_set(tc, cli->set_keys[i], cli->set_vals[i], err, sizeof err) != 0)
+    for (size_t i = 0; i < cli->given.n; i++) {
+        const train_setting *st = &cli->given.v[i];
+        if (al_trainer_config_set(tc, st->key, st->value, err, sizeof err) != 0)
             return al_cli_usage_error("train", "%s", err);
+    }
     /* A fault point (core/fault.h): "VERSION:checkpoint" SIGKILLs the trainer once that
      * version is on disk, before its PolicyVersion is sent; "VERSION:ack" once its
      * PolicyVersion is acknowledged, before its chunks' offsets are stored. */
@@ -608,6 +586,7 @@ int cmd_train(int argc, char **argv)
     int rc = train_cli_parse(&cli, argc, argv);
     al_trainer_config tc;
     if (rc < 0) rc = train_cli_settings(&cli, &tc);
+    al_vec_free(&cli.given); /* in tc now */
     if (rc >= 0) return rc;
     train_worker w = {.o = &cli.o, .batch_step = -1};
     al_stage_init(&w.st, COMP, "the trainer stopped on an error", 1);
