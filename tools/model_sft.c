@@ -25,6 +25,7 @@
  * written to --out (config.json + model.safetensors, f32) at the end. Bad lines are errors
  * naming the line; nothing is skipped.
  */
+#include "api/translate.h"
 #include "core/cli.h"
 #include "core/flags.h"
 #include "core/hash.h"
@@ -55,36 +56,6 @@ static int parse_role(const char *s, al_chat_role *r)
     else if (!strcmp(s, "assistant")) *r = AL_CHAT_ASSISTANT;
     else if (!strcmp(s, "tool")) *r = AL_CHAT_TOOL;
     else return -1;
-    return 0;
-}
-
-/* A message's content as serve takes it: a string, null/absent, or an array of {"type":
- * "text", "text": ...} parts (joined). 0 with *out (malloc'd, or NULL for none), -1 when it
- * is something else or memory ran out. */
-static int sft_content(json_t *c, char **out)
-{
-    *out = NULL;
-    if (!c || json_is_null(c)) return 0;
-    if (json_is_string(c)) return (*out = strdup(json_string_value(c))) ? 0 : -1;
-    if (!json_is_array(c)) return -1;
-    size_t len = 0, i;
-    json_t *part;
-    json_array_foreach(c, i, part)
-    {
-        const char *type = json_string_value(json_object_get(part, "type"));
-        if (!json_is_string(json_object_get(part, "text")) || (type && strcmp(type, "text")))
-            return -1;
-        len += json_string_length(json_object_get(part, "text"));
-    }
-    if (!(*out = malloc(len + 1))) return -1;
-    len = 0;
-    json_array_foreach(c, i, part)
-    {
-        json_t *t = json_object_get(part, "text");
-        memcpy(*out + len, json_string_value(t), json_string_length(t));
-        len += json_string_length(t);
-    }
-    (*out)[len] = 0;
     return 0;
 }
 
@@ -141,7 +112,7 @@ static int sft_conv_read(json_t *j, sft_conv *c, char *errstr, size_t errlen)
             return al_err(errstr, errlen, "message %zu: \"tool_calls\" must be an array, on an "
                                           "assistant message", i);
         int has_calls = json_array_size(tc) > 0;
-        if (sft_content(json_object_get(x, "content"), &text))
+        if (al_api_content_text(json_object_get(x, "content"), NULL, &text, NULL))
             return al_err(errstr, errlen, "message %zu: content must be a string or an array of "
                                           "text parts", i);
         if (!text && !has_calls)
