@@ -68,7 +68,7 @@ arclight_fuzz(fuzz_proxy_translate TEST t1010_proxy_translate_fuzz CORPUS transl
   SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_proxy_translate.c
     ${PROJECT_SOURCE_DIR}/lib/api/translate.c ${PROJECT_SOURCE_DIR}/lib/api/responses.c
     ${PROJECT_SOURCE_DIR}/lib/api/messages.c
-    ${PROJECT_SOURCE_DIR}/lib/api/common.c
+    ${PROJECT_SOURCE_DIR}/lib/api/common.c ${PROJECT_SOURCE_DIR}/lib/core/buf.c
   DEPENDS ${PROJECT_SOURCE_DIR}/lib/api/translate.h
     ${PROJECT_SOURCE_DIR}/lib/api/translate_int.h
   LIBS -ljansson)

@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include "broker_bind.h"
 #include "core/cli.h"
+#include "core/flags.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "kafka/kafka.h"
@@ -58,28 +59,6 @@ typedef struct control_client {
 } control_client;
 
 #define CONTROL_MAX_CLIENTS 16
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: arclight broker [--listen HOST:PORT] [--brokers N] [--topics FILE]\n"
-               "                       [--control HOST:PORT]\n"
-               "\n"
-               "Runs the embedded Kafka broker (librdkafka's mock cluster) until SIGINT/SIGTERM.\n"
-               "Prints the bootstrap address as the first line of stdout. It keeps about 5 MiB\n"
-               "per partition in memory and drops the oldest data beyond that: for a first run,\n"
-               "demos and tests; anything meant to last runs on Kafka.\n"
-               "\n"
-               "  --listen HOST:PORT   loopback address of broker 1 (default 127.0.0.1:9092);\n"
-               "                       broker i listens on PORT+i-1; port 0 picks free ports\n"
-               "  --brokers N          number of brokers (default 1)\n"
-               "  --topics FILE        topics to create (default broker-config/topics.conf)\n"
-               "  --control HOST:PORT  loopback line protocol to take brokers down/up:\n"
-               "                       'down ID', 'up ID', 'rtt ID MS', 'brokers', 'ping',\n"
-               "                       'create TOPIC PARTITIONS [REPLICATION]',\n"
-               "                       'error APIKEY CODE [COUNT]' (fail the next requests)\n"
-               "  --log-level LEVEL    error, warn, info (default) or debug\n"
-               "  --help               this text\n");
-}
 
 /* Runs one control command line; writes the reply (with newline) into reply. */
 static void control_exec(rd_kafka_mock_cluster_t *mc, int nbrokers, char *line, char *reply,
@@ -277,56 +256,46 @@ static int broker_create_topics(rd_kafka_mock_cluster_t *mc, int nbrokers, const
 
 int cmd_broker(int argc, char **argv)
 {
-    enum { OPT_LISTEN = AL_CLI_OPT_USER, OPT_BROKERS, OPT_TOPICS, OPT_CONTROL, OPT_HELP };
-    static const struct option opts[] = {
-        {"listen", required_argument, 0, OPT_LISTEN},
-        {"brokers", required_argument, 0, OPT_BROKERS},
-        {"topics", required_argument, 0, OPT_TOPICS},
-        {"control", required_argument, 0, OPT_CONTROL},
-        {"help", no_argument, 0, OPT_HELP},
-        AL_CLI_COMMON_OPTIONS,
-        {0, 0, 0, 0},
-    };
     /* the mock cluster copies every produced batch and builds every fetch answer in fresh
      * buffers: keeping freed memory makes its first runs as fast as its warm ones */
     al_stage_keep_freed_memory();
     al_cli_common common;
-    const char *listen_arg = "127.0.0.1:9092", *control_arg = NULL;
+    const char *listen_arg = "127.0.0.1:9092", *control_arg = NULL, *topics_file = NULL;
     char topics_path[4096], host[256], chost[256], errstr[512];
-    int port, cport = 0, nbrokers = 1, opt;
-    al_kafka_config_file_path("topics.conf", topics_path, sizeof topics_path);
+    int port, cport = 0, nbrokers = 1;
+    const al_flag flags[] = {
+        {"listen", 0, AL_FLAG_STRING, &listen_arg, .arg = "HOST:PORT",
+         .help = "loopback address of broker 1 (default 127.0.0.1:9092);\n"
+                 "broker i listens on PORT+i-1; port 0 picks free ports"},
+        {"brokers", 0, AL_FLAG_INT, &nbrokers, .lo = 1, .hi = 16, .arg = "N",
+         .help = "number of brokers (default 1)"},
+        {"topics", 0, AL_FLAG_STRING, &topics_file, .arg = "FILE",
+         .help = "topics to create (default broker-config/topics.conf)"},
+        {"control", 0, AL_FLAG_STRING, &control_arg, .arg = "HOST:PORT",
+         .help = "loopback line protocol to take brokers down/up:\n"
+                 "'down ID', 'up ID', 'rtt ID MS', 'brokers', 'ping',\n"
+                 "'create TOPIC PARTITIONS [REPLICATION]',\n"
+                 "'error APIKEY CODE [COUNT]' (fail the next requests)"},
+    };
+    const al_cmd_spec spec = {
+        "broker",
+        "[--listen HOST:PORT] [--brokers N] [--topics FILE]\n"
+        "                       [--control HOST:PORT]",
+        "Runs the embedded Kafka broker (librdkafka's mock cluster) until SIGINT/SIGTERM.\n"
+        "Prints the bootstrap address as the first line of stdout. It keeps about 5 MiB\n"
+        "per partition in memory and drops the oldest data beyond that: for a first run,\n"
+        "demos and tests; anything meant to last runs on Kafka.\n",
+        flags, AL_ARRAY_LEN(flags), .common = 1};
+    int first;
     al_cli_common_init(&common);
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        char *end;
-        switch (opt) {
-        case OPT_LISTEN:
-            listen_arg = optarg;
-            break;
-        case OPT_BROKERS:
-            nbrokers = (int)strtol(optarg, &end, 10);
-            if (*end || nbrokers < 1 || nbrokers > 16)
-                return al_cli_usage_error("broker", "--brokers wants 1..16, got '%s'", optarg);
-            break;
-        case OPT_TOPICS:
-            snprintf(topics_path, sizeof topics_path, "%s", optarg);
-            break;
-        case OPT_CONTROL:
-            control_arg = optarg;
-            break;
-        case OPT_HELP:
-        case 'h':
-            usage(stdout);
-            return AL_EXIT_OK;
-        default: {
-            int r = al_cli_common_option(&common, opt, optarg);
-            if (r < 0) return AL_EXIT_USAGE;
-            if (r == 0) return al_cli_usage_error("broker", "unknown option");
-        }
-        }
-    }
-    if (optind < argc)
-        return al_cli_usage_error("broker", "unexpected argument '%s'", argv[optind]);
+    int prc = al_flags_parse(&spec, &common, argc, argv, &first);
+    if (prc != AL_FLAGS_GO) return prc;
+    if (topics_file)
+        snprintf(topics_path, sizeof topics_path, "%s", topics_file);
+    else
+        al_kafka_config_file_path("topics.conf", topics_path, sizeof topics_path);
+    if (first < argc)
+        return al_cli_usage_error("broker", "unexpected argument '%s'", argv[first]);
     struct in_addr addr;
     if (al_cli_parse_hostport(listen_arg, host, sizeof host, &port) != 0 ||
         inet_pton(AF_INET, host, &addr) != 1)

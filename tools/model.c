@@ -13,12 +13,14 @@
  * Uses lib/model and lib/core only.
  */
 #include "core/cli.h"
+#include "core/flags.h"
+#include "core/util.h"
+#include "model.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,65 +32,56 @@ static const char model_usage[] =
     "       arclight model info DIR\n"
     "       arclight model sft --model DIR --data FILE --out DIR [flags] (see its --help)\n"
     "\n"
-    "init  writes a random model (normal(0, 0.02) weights, unit norms, zero biases, the same\n"
-    "      for the same seed on every machine) as DIR/config.json + DIR/model.safetensors.\n"
-    "      CONFIG.json is a Hugging Face config (Qwen2ForCausalLM, Qwen3ForCausalLM or\n"
-    "      LlamaForCausalLM); tests/model/tiny-qwen2.json and tiny-qwen3.json are tiny ones.\n"
-    "  --config FILE   the model's config.json (or a directory holding one)\n"
-    "  --out DIR       output directory (created if missing)\n"
-    "  --seed S        random seed (unsigned integer)\n"
-    "  --dtype D       f32 (default) or bf16\n"
+    "init  writes a random model as DIR/config.json + DIR/model.safetensors (see its --help).\n"
     "info  loads DIR (config.json + model.safetensors or a sharded index) and prints its\n"
     "      architecture, sizes, parameter count and tensors.\n";
 
-static int model_init(int argc, char **argv)
+int model_parse_seed(void *dest, const char *v, char *err, size_t errlen)
 {
-    static const struct option opts[] = {
-        {"config", required_argument, 0, 'c'}, {"out", required_argument, 0, 'o'},
-        {"seed", required_argument, 0, 's'},   {"dtype", required_argument, 0, 'd'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
-    };
-    const char *config = NULL, *out = NULL, *seed_s = NULL, *dtype_s = "f32";
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "c:o:s:d:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            config = optarg;
-            break;
-        case 'o':
-            out = optarg;
-            break;
-        case 's':
-            seed_s = optarg;
-            break;
-        case 'd':
-            dtype_s = optarg;
-            break;
-        case 'h':
-            fputs(model_usage, stdout);
-            return AL_EXIT_OK;
-        default:
-            return al_cli_usage_error("model init", "unknown option");
-        }
-    }
-    if (optind < argc)
-        return al_cli_usage_error("model init", "unexpected argument '%s'", argv[optind]);
-    if (!config) return al_cli_usage_error("model init", "--config CONFIG.json is required");
-    if (!out) return al_cli_usage_error("model init", "--out DIR is required");
-    if (!seed_s) return al_cli_usage_error("model init", "--seed S is required");
     char *end;
     errno = 0;
-    unsigned long long seed = strtoull(seed_s, &end, 10);
-    if (!*seed_s || *end || seed_s[0] == '-' || errno)
-        return al_cli_usage_error("model init", "--seed '%s' is not an unsigned integer", seed_s);
-    al_st_dtype dtype;
-    if (!strcmp(dtype_s, "f32") || !strcmp(dtype_s, "float32"))
-        dtype = AL_ST_DTYPE_F32;
-    else if (!strcmp(dtype_s, "bf16") || !strcmp(dtype_s, "bfloat16"))
-        dtype = AL_ST_DTYPE_BF16;
-    else
-        return al_cli_usage_error("model init", "--dtype '%s': expected f32 or bf16", dtype_s);
+    unsigned long long x = strtoull(v, &end, 10);
+    if (!*v || *end || v[0] == '-' || errno) {
+        snprintf(err, errlen, "wants an unsigned integer");
+        return -1;
+    }
+    ((model_seed *)dest)->value = x;
+    ((model_seed *)dest)->given = 1;
+    return 0;
+}
+
+static const char *const model_dtypes[] = {"f32", "float32", "bf16", "bfloat16", NULL};
+
+static int model_init(int argc, char **argv)
+{
+    const char *config = NULL, *out = NULL, *dtype_s = "f32";
+    model_seed seed = {0, 0};
+    const al_flag flags[] = {
+        {"config", 'c', AL_FLAG_STRING, &config, .arg = "FILE",
+         .help = "the model's config.json (or a directory holding one)"},
+        {"out", 'o', AL_FLAG_STRING, &out, .arg = "DIR",
+         .help = "output directory (created if missing)"},
+        {"seed", 's', AL_FLAG_FUNC, &seed, .arg = "S", .help = "random seed (unsigned integer)",
+         .parse = model_parse_seed},
+        {"dtype", 'd', AL_FLAG_STRING, &dtype_s, .arg = "D", .choices = model_dtypes,
+         .help = "f32 (default) or bf16"},
+    };
+    const al_cmd_spec spec = {
+        "model init", "--config CONFIG.json --out DIR --seed S [--dtype f32|bf16]",
+        "Writes a random model (normal(0, 0.02) weights, unit norms, zero biases, the same\n"
+        "for the same seed on every machine) as DIR/config.json + DIR/model.safetensors.\n"
+        "CONFIG.json is a Hugging Face config (Qwen2ForCausalLM, Qwen3ForCausalLM or\n"
+        "LlamaForCausalLM); tests/model/tiny-qwen2.json and tiny-qwen3.json are tiny ones.\n",
+        flags, AL_ARRAY_LEN(flags), .common = 0};
+    int first;
+    int rc = al_flags_parse(&spec, NULL, argc, argv, &first);
+    if (rc != AL_FLAGS_GO) return rc;
+    if (first < argc)
+        return al_cli_usage_error("model init", "unexpected argument '%s'", argv[first]);
+    if (!config) return al_cli_usage_error("model init", "--config CONFIG.json is required");
+    if (!out) return al_cli_usage_error("model init", "--out DIR is required");
+    if (!seed.given) return al_cli_usage_error("model init", "--seed S is required");
+    al_st_dtype dtype = dtype_s[0] == 'f' ? AL_ST_DTYPE_F32 : AL_ST_DTYPE_BF16;
 
     char err[1024];
     al_model_config cfg;
@@ -101,8 +94,8 @@ static int model_init(int argc, char **argv)
         fprintf(stderr, "arclight model init: %s\n", err);
         return AL_EXIT_FAILURE;
     }
-    al_model_init_random(m, seed);
-    int rc = al_model_save_dir(m, out, dtype, err, sizeof err);
+    al_model_init_random(m, seed.value);
+    rc = al_model_save_dir(m, out, dtype, err, sizeof err);
     if (rc)
         fprintf(stderr, "arclight model init: %s\n", err);
     else
@@ -112,7 +105,6 @@ static int model_init(int argc, char **argv)
     return rc ? AL_EXIT_FAILURE : AL_EXIT_OK;
 }
 
-int model_sft(int argc, char **argv); /* model_sft.c */
 
 static int model_info(int argc, char **argv)
 {

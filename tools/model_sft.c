@@ -25,16 +25,19 @@
  * written to --out (config.json + model.safetensors, f32) at the end. Bad lines are errors
  * naming the line; nothing is skipped.
  */
+#include "api/translate.h"
 #include "core/cli.h"
+#include "core/flags.h"
 #include "core/hash.h"
+#include "core/parse.h"
 #include "core/util.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "text/tokenizer.h"
 #include "model/trainer.h"
+#include "model.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,23 +48,6 @@ typedef struct sft_example {
     int n, nprompt;
 } sft_example;
 
-static const char sft_usage[] =
-    "usage: arclight model sft --model DIR --data FILE --out DIR [flags]\n"
-    "Supervised fine-tuning from a JSONL file of conversations ({\"messages\": [...]}, the\n"
-    "last one the assistant's target: text or tool_calls; optional \"tools\" as in a chat\n"
-    "request), rendered with the tokenizer's chat template as serve renders a request.\n"
-    "  --model DIR       the weights to start from (config.json + model.safetensors)\n"
-    "  --tokenizer DIR   tokenizer.json dir (default: --model)\n"
-    "  --data FILE       the conversations\n"
-    "  --out DIR         where the tuned weights go\n"
-    "  --steps N         updates (default: --epochs passes over the data)\n"
-    "  --epochs E        passes over the data when --steps is not given (default 1)\n"
-    "  --batch B         conversations per update (default 16)\n"
-    "  --lr LR           AdamW learning rate (default 1e-3)\n"
-    "  --lr-schedule S   cosine (default): from LR down to LR x --min-lr-ratio (default 0)\n"
-    "                    at the last step; or constant\n"
-    "  --seed S          order of the conversations (default 1)\n";
-
 static int parse_role(const char *s, al_chat_role *r)
 {
     if (!s) return -1;
@@ -70,36 +56,6 @@ static int parse_role(const char *s, al_chat_role *r)
     else if (!strcmp(s, "assistant")) *r = AL_CHAT_ASSISTANT;
     else if (!strcmp(s, "tool")) *r = AL_CHAT_TOOL;
     else return -1;
-    return 0;
-}
-
-/* A message's content as serve takes it: a string, null/absent, or an array of {"type":
- * "text", "text": ...} parts (joined). 0 with *out (malloc'd, or NULL for none), -1 when it
- * is something else or memory ran out. */
-static int sft_content(json_t *c, char **out)
-{
-    *out = NULL;
-    if (!c || json_is_null(c)) return 0;
-    if (json_is_string(c)) return (*out = strdup(json_string_value(c))) ? 0 : -1;
-    if (!json_is_array(c)) return -1;
-    size_t len = 0, i;
-    json_t *part;
-    json_array_foreach(c, i, part)
-    {
-        const char *type = json_string_value(json_object_get(part, "type"));
-        if (!json_is_string(json_object_get(part, "text")) || (type && strcmp(type, "text")))
-            return -1;
-        len += json_string_length(json_object_get(part, "text"));
-    }
-    if (!(*out = malloc(len + 1))) return -1;
-    len = 0;
-    json_array_foreach(c, i, part)
-    {
-        json_t *t = json_object_get(part, "text");
-        memcpy(*out + len, json_string_value(t), json_string_length(t));
-        len += json_string_length(t);
-    }
-    (*out)[len] = 0;
     return 0;
 }
 
@@ -156,7 +112,7 @@ static int sft_conv_read(json_t *j, sft_conv *c, char *errstr, size_t errlen)
             return al_err(errstr, errlen, "message %zu: \"tool_calls\" must be an array, on an "
                                           "assistant message", i);
         int has_calls = json_array_size(tc) > 0;
-        if (sft_content(json_object_get(x, "content"), &text))
+        if (al_api_content_text(json_object_get(x, "content"), NULL, &text, NULL))
             return al_err(errstr, errlen, "message %zu: content must be a string or an array of "
                                           "text parts", i);
         if (!text && !has_calls)
@@ -285,69 +241,63 @@ out:
     return rc;
 }
 
+/* --min-lr-ratio: a number in [0, 1], kept as text for the trainer's config. */
+static int sft_parse_ratio(void *dest, const char *v, char *err, size_t errlen)
+{
+    double x;
+    if (al_parse_double(v, 0, 1, &x) != 0) {
+        snprintf(err, errlen, "wants a number in [0, 1]");
+        return -1;
+    }
+    *(const char **)dest = v;
+    return 0;
+}
+
+static const char *const sft_schedules[] = {"constant", "cosine", NULL};
+
 int model_sft(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},  {"tokenizer", required_argument, 0, 't'},
-        {"data", required_argument, 0, 'd'},   {"out", required_argument, 0, 'o'},
-        {"steps", required_argument, 0, 'n'},  {"epochs", required_argument, 0, 'e'},
-        {"batch", required_argument, 0, 'b'},  {"lr", required_argument, 0, 'l'},
-        {"seed", required_argument, 0, 's'},   {"help", no_argument, 0, 'h'},
-        {"lr-schedule", required_argument, 0, 'S'}, {"min-lr-ratio", required_argument, 0, 'R'},
-        {0, 0, 0, 0},
-    };
     const char *model_dir = NULL, *tok_dir = NULL, *data = NULL, *out = NULL;
-    long steps = 0, epochs = 1, batch = 16;
-    unsigned long long seed = 1;
+    int64_t steps = 0, epochs = 1, batch = 16;
+    model_seed seed_flag = {1, 0};
     const char *lr = "1e-3", *schedule = "cosine", *min_lr_ratio = "0";
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        char *end = NULL;
-        switch (c) {
-        case 'm': model_dir = optarg; break;
-        case 't': tok_dir = optarg; break;
-        case 'd': data = optarg; break;
-        case 'o': out = optarg; break;
-        case 'l': lr = optarg; break;
-        case 'S': schedule = optarg; break;
-        case 'R': min_lr_ratio = optarg; break;
-        case 'n':
-        case 'e':
-        case 'b': {
-            errno = 0;
-            long v = strtol(optarg, &end, 10);
-            if (errno || *end || v < 1 || v > 10000000)
-                return al_cli_usage_error("model sft", "--%s wants a positive integer, got '%s'",
-                                          c == 'n' ? "steps" : c == 'e' ? "epochs" : "batch", optarg);
-            *(c == 'n' ? &steps : c == 'e' ? &epochs : &batch) = v;
-            break;
-        }
-        case 's':
-            errno = 0;
-            seed = strtoull(optarg, &end, 10);
-            if (errno || *end || optarg[0] == '-')
-                return al_cli_usage_error("model sft", "--seed wants an unsigned integer");
-            break;
-        case 'h': fputs(sft_usage, stdout); return AL_EXIT_OK;
-        default: return al_cli_usage_error("model sft", "unknown option (see --help)");
-        }
-    }
-    if (optind < argc)
-        return al_cli_usage_error("model sft", "unexpected argument '%s'", argv[optind]);
+    const al_flag flags[] = {
+        {"model", 0, AL_FLAG_STRING, &model_dir, .arg = "DIR",
+         .help = "the weights to start from (config.json + model.safetensors)"},
+        {"tokenizer", 0, AL_FLAG_STRING, &tok_dir, .arg = "DIR",
+         .help = "tokenizer.json dir (default: --model)"},
+        {"data", 0, AL_FLAG_STRING, &data, .arg = "FILE", .help = "the conversations"},
+        {"out", 0, AL_FLAG_STRING, &out, .arg = "DIR", .help = "where the tuned weights go"},
+        {"steps", 0, AL_FLAG_I64, &steps, .lo = 1, .hi = 10000000, .arg = "N",
+         .help = "updates (default: --epochs passes over the data)"},
+        {"epochs", 0, AL_FLAG_I64, &epochs, .lo = 1, .hi = 10000000, .arg = "E",
+         .help = "passes over the data when --steps is not given (default 1)"},
+        {"batch", 0, AL_FLAG_I64, &batch, .lo = 1, .hi = 10000000, .arg = "B",
+         .help = "conversations per update (default 16)"},
+        {"lr", 0, AL_FLAG_STRING, &lr, .arg = "LR", .help = "AdamW learning rate (default 1e-3)"},
+        {"lr-schedule", 0, AL_FLAG_STRING, &schedule, .arg = "S", .choices = sft_schedules,
+         .help = "cosine (default): from LR down to LR x --min-lr-ratio (default 0)\n"
+                 "at the last step; or constant"},
+        {"min-lr-ratio", 0, AL_FLAG_FUNC, &min_lr_ratio, .arg = "R",
+         .help = "the cosine's floor, a fraction of LR (default 0)", .parse = sft_parse_ratio},
+        {"seed", 0, AL_FLAG_FUNC, &seed_flag, .arg = "S",
+         .help = "order of the conversations (default 1)", .parse = model_parse_seed},
+    };
+    const al_cmd_spec spec = {
+        "model sft", "--model DIR --data FILE --out DIR [flags]",
+        "Supervised fine-tuning from a JSONL file of conversations ({\"messages\": [...]}, the\n"
+        "last one the assistant's target: text or tool_calls; optional \"tools\" as in a chat\n"
+        "request), rendered with the tokenizer's chat template as serve renders a request.\n",
+        flags, AL_ARRAY_LEN(flags), .common = 0};
+    int first;
+    int prc = al_flags_parse(&spec, NULL, argc, argv, &first);
+    if (prc != AL_FLAGS_GO) return prc;
+    if (first < argc)
+        return al_cli_usage_error("model sft", "unexpected argument '%s'", argv[first]);
     if (!model_dir || !data || !out)
         return al_cli_usage_error("model sft", "--model, --data and --out are required");
     if (!tok_dir) tok_dir = model_dir;
-    if (strcmp(schedule, "constant") && strcmp(schedule, "cosine"))
-        return al_cli_usage_error("model sft", "--lr-schedule wants constant or cosine, got '%s'",
-                                  schedule);
-    {
-        char *end = NULL;
-        double r = strtod(min_lr_ratio, &end);
-        if (end == min_lr_ratio || *end || !(r >= 0 && r <= 1))
-            return al_cli_usage_error("model sft", "--min-lr-ratio wants a number in [0, 1], got '%s'",
-                                      min_lr_ratio);
-    }
+    uint64_t seed = seed_flag.value;
 
     char err[1024];
     int rc = AL_EXIT_FAILURE;

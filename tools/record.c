@@ -8,6 +8,7 @@
  */
 #include "avro/registry.h"
 #include "core/cli.h"
+#include "core/flags.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "http/server.h"
@@ -27,28 +28,6 @@ static void record_on_signal(int sig)
 {
     record_stop = 1;
 }
-
-static const char record_usage[] =
-    "usage: arclight record TOPIC... -o FILE [--from-beginning | --start-offset N |\n"
-    "                       --start-time T] [--end-offset N | --end-time T]\n"
-    "                       [--codec deflate|snappy|null] [--follow] [--partition P]\n"
-    "\n"
-    "Writes the topics' messages (keys, values, headers, timestamps, partitions, offsets)\n"
-    "into an Avro object container file of ai.arclight.Recording records\n"
-    "(schemas/Recording.avsc). Never joins a consumer group.\n"
-    "\n"
-    "  -o, --output FILE   the recording (replaced if it exists)\n"
-    "  --from-beginning    start at the oldest message on the broker (the default)\n"
-    "  --start-offset N    start at offset N in every partition\n"
-    "  --start-time T      start at the first message with timestamp >= T\n"
-    "  --end-offset N      stop before offset N in every partition\n"
-    "  --end-time T        stop at the first message with timestamp > T\n"
-    "                      (T: milliseconds since the epoch or 2026-11-29T18:00:00Z)\n"
-    "  --codec C           block compression: deflate (default), snappy or null\n"
-    "  -f, --follow        keep recording new messages until interrupted (Ctrl-C closes\n"
-    "                      the file cleanly); default: stop at the end of each partition\n"
-    "                      as it was when record started\n"
-    "  -p, --partition P   record only partition P\n" AL_CLI_COMMON_HELP;
 
 #define RECORD_BLOCK_SIZE (4u << 20)
 
@@ -175,121 +154,74 @@ static int recorder_append(recorder *w, size_t approx_size, char *errstr, size_t
     return 0;
 }
 
-/* Parses a non-negative offset flag value; -1 when invalid. */
-static int64_t parse_offset(const char *s)
+/* --start-time, --end-time: milliseconds since the epoch or an ISO time (topic_reader.h). */
+static int record_parse_time(void *dest, const char *v, char *err, size_t errlen)
 {
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (*end || end == s || v < 0) return -1;
-    return v;
+    if (al_topic_parse_time(v, dest) == 0) return 0;
+    snprintf(err, errlen, "wants milliseconds since the epoch or YYYY-MM-DDTHH:MM:SSZ");
+    return -1;
 }
+
+/* --partition: a partition number (topic_reader.h's rule). */
+static int record_parse_partition(void *dest, const char *v, char *err, size_t errlen)
+{
+    if (al_topic_parse_partition(v, dest) == 0) return 0;
+    snprintf(err, errlen, "wants a partition number");
+    return -1;
+}
+
+static const char *const record_codecs[] = {"deflate", "snappy", "null", NULL};
 
 int cmd_record(int argc, char **argv)
 {
-    enum {
-        OPT_FROM_BEGINNING = AL_CLI_OPT_USER,
-        OPT_START_OFFSET,
-        OPT_START_TIME,
-        OPT_END_OFFSET,
-        OPT_END_TIME,
-        OPT_CODEC,
-        OPT_HELP,
-    };
-    static const struct option opts[] = {
-        {"output", required_argument, 0, 'o'},
-        {"from-beginning", no_argument, 0, OPT_FROM_BEGINNING},
-        {"start-offset", required_argument, 0, OPT_START_OFFSET},
-        {"start-time", required_argument, 0, OPT_START_TIME},
-        {"end-offset", required_argument, 0, OPT_END_OFFSET},
-        {"end-time", required_argument, 0, OPT_END_TIME},
-        {"codec", required_argument, 0, OPT_CODEC},
-        {"follow", no_argument, 0, 'f'},
-        {"partition", required_argument, 0, 'p'},
-        {"help", no_argument, 0, OPT_HELP},
-        AL_CLI_COMMON_OPTIONS,
-        {0, 0, 0, 0},
-    };
     al_cli_common common;
     al_topic_reader_opts ro = {
         .partition = -1, .start = AL_TOPIC_START_BEGINNING, .end_offset = -1, .end_time_ms = -1};
     recorder w = {.codec = "deflate"};
-    int nstart = 0, opt;
+    int from_beginning = 0;
+    int64_t start_offset = -1, start_time = -1;
+    const al_flag flags[] = {
+        {"output", 'o', AL_FLAG_STRING, &w.path, .arg = "FILE",
+         .help = "the recording (replaced if it exists)"},
+        {"from-beginning", 0, AL_FLAG_SWITCH, &from_beginning,
+         .help = "start at the oldest message on the broker (the default)"},
+        {"start-offset", 0, AL_FLAG_I64, &start_offset, .lo = 0, .hi = INT64_MAX, .arg = "N",
+         .help = "start at offset N in every partition"},
+        {"start-time", 0, AL_FLAG_FUNC, &start_time, .arg = "T",
+         .help = "start at the first message with timestamp >= T", .parse = record_parse_time},
+        {"end-offset", 0, AL_FLAG_I64, &ro.end_offset, .lo = 0, .hi = INT64_MAX, .arg = "N",
+         .help = "stop before offset N in every partition"},
+        {"end-time", 0, AL_FLAG_FUNC, &ro.end_time_ms, .arg = "T",
+         .help = "stop at the first message with timestamp > T\n"
+                 "(T: milliseconds since the epoch or 2026-11-29T18:00:00Z)",
+         .parse = record_parse_time},
+        {"codec", 0, AL_FLAG_STRING, &w.codec, .arg = "C", .choices = record_codecs,
+         .help = "block compression: deflate (default), snappy or null"},
+        {"follow", 'f', AL_FLAG_SWITCH, &ro.follow,
+         .help = "keep recording new messages until interrupted (Ctrl-C closes\n"
+                 "the file cleanly); default: stop at the end of each partition\n"
+                 "as it was when record started"},
+        {"partition", 'p', AL_FLAG_FUNC, &ro.partition, .arg = "P",
+         .help = "record only partition P", .parse = record_parse_partition},
+    };
+    const al_cmd_spec spec = {
+        "record",
+        "TOPIC... -o FILE [--from-beginning | --start-offset N |\n"
+        "                       --start-time T] [--end-offset N | --end-time T]\n"
+        "                       [--codec deflate|snappy|null] [--follow] [--partition P]",
+        "Writes the topics' messages (keys, values, headers, timestamps, partitions, offsets)\n"
+        "into an Avro object container file of ai.arclight.Recording records\n"
+        "(schemas/Recording.avsc). Never joins a consumer group.\n",
+        flags, AL_ARRAY_LEN(flags), .common = 1};
+    int first;
 
     al_cli_common_init(&common);
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":o:fp:h", opts, NULL)) != -1) {
-        switch (opt) {
-        case 'o':
-            w.path = optarg;
-            break;
-        case OPT_FROM_BEGINNING:
-            ro.start = AL_TOPIC_START_BEGINNING;
-            nstart++;
-            break;
-        case OPT_START_OFFSET:
-            ro.start = AL_TOPIC_START_OFFSET;
-            if ((ro.start_offset = parse_offset(optarg)) < 0)
-                return al_cli_usage_error("record",
-                                          "--start-offset wants an offset >= 0, got "
-                                          "'%s'",
-                                          optarg);
-            nstart++;
-            break;
-        case OPT_START_TIME:
-            ro.start = AL_TOPIC_START_TIME;
-            if (al_topic_parse_time(optarg, &ro.start_time_ms) != 0)
-                return al_cli_usage_error("record",
-                                          "--start-time wants milliseconds since the "
-                                          "epoch or YYYY-MM-DDTHH:MM:SSZ, got '%s'",
-                                          optarg);
-            nstart++;
-            break;
-        case OPT_END_OFFSET:
-            if ((ro.end_offset = parse_offset(optarg)) < 0)
-                return al_cli_usage_error("record", "--end-offset wants an offset >= 0, got '%s'",
-                                          optarg);
-            break;
-        case OPT_END_TIME:
-            if (al_topic_parse_time(optarg, &ro.end_time_ms) != 0)
-                return al_cli_usage_error("record",
-                                          "--end-time wants milliseconds since the "
-                                          "epoch or YYYY-MM-DDTHH:MM:SSZ, got '%s'",
-                                          optarg);
-            break;
-        case OPT_CODEC:
-            if (strcmp(optarg, "deflate") && strcmp(optarg, "snappy") && strcmp(optarg, "null"))
-                return al_cli_usage_error("record",
-                                          "--codec wants deflate, snappy or null, got "
-                                          "'%s'",
-                                          optarg);
-            w.codec = optarg;
-            break;
-        case 'f':
-            ro.follow = 1;
-            break;
-        case 'p':
-            if (al_topic_parse_partition(optarg, &ro.partition) != 0)
-                return al_cli_usage_error("record", "--partition wants a partition number, got '%s'",
-                                          optarg);
-            break;
-        case 'h':
-        case OPT_HELP:
-            fputs(record_usage, stdout);
-            return AL_EXIT_OK;
-        case ':':
-            return al_cli_usage_error("record", "%s needs a value", argv[optind - 1]);
-        case '?':
-            return al_cli_usage_error("record", "unknown option '%s'", argv[optind - 1]);
-        default: {
-            int r = al_cli_common_option(&common, opt, optarg);
-            if (r < 0) return AL_EXIT_USAGE;
-            if (r == 0)
-                return al_cli_usage_error("record", "unknown option '%s'", argv[optind - 1]);
-        }
-        }
-    }
-    if (optind >= argc) return al_cli_usage_error("record", "name at least one TOPIC");
+    int rc = al_flags_parse(&spec, &common, argc, argv, &first);
+    if (rc != AL_FLAGS_GO) return rc;
+    int nstart = from_beginning + (start_offset >= 0) + (start_time >= 0);
+    if (start_offset >= 0) ro.start = AL_TOPIC_START_OFFSET, ro.start_offset = start_offset;
+    if (start_time >= 0) ro.start = AL_TOPIC_START_TIME, ro.start_time_ms = start_time;
+    if (first >= argc) return al_cli_usage_error("record", "name at least one TOPIC");
     if (!w.path || !*w.path) return al_cli_usage_error("record", "-o FILE is required");
     if (nstart > 1)
         return al_cli_usage_error("record", "give at most one of --from-beginning, "
@@ -299,8 +231,8 @@ int cmd_record(int argc, char **argv)
                                   (long long)ro.end_offset, (long long)ro.start_offset);
     if (ro.start == AL_TOPIC_START_TIME && ro.end_time_ms >= 0 && ro.end_time_ms < ro.start_time_ms)
         return al_cli_usage_error("record", "--end-time is before --start-time");
-    ro.topics = (const char *const *)argv + optind;
-    ro.ntopics = (size_t)(argc - optind);
+    ro.topics = (const char *const *)argv + first;
+    ro.ntopics = (size_t)(argc - first);
 
     char err[1024];
     al_kafka_conf *kc = al_kafka_conf_from_cli(&common, err, sizeof err);
@@ -308,7 +240,7 @@ int cmd_record(int argc, char **argv)
         al_log_error("record", "%s", err);
         return AL_EXIT_FAILURE;
     }
-    int rc = AL_EXIT_OK;
+    rc = AL_EXIT_OK;
     al_topic_reader *r = NULL;
     al_http_server *srv = NULL;
     al_metrics *metrics = al_metrics_new();

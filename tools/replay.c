@@ -6,6 +6,8 @@
  * the broker takes them. Exit status 1 when any message was not acknowledged.
  */
 #include "core/cli.h"
+#include "core/flags.h"
+#include "core/parse.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "http/server.h"
@@ -25,21 +27,6 @@ static void replay_on_signal(int sig)
 {
     replay_stop = 1;
 }
-
-static const char replay_usage[] =
-    "usage: arclight replay FILE [--topic-map OLD=NEW ...] [--rate recorded|N|max]\n"
-    "                       [--timestamps original|now]\n"
-    "\n"
-    "Publishes a recording made by 'arclight record' back into a cluster. Keys, values and\n"
-    "headers are kept; a message goes to its recorded partition when the target topic has\n"
-    "that many partitions, else it is partitioned by key.\n"
-    "\n"
-    "  --topic-map OLD=NEW  publish OLD's messages to NEW (repeatable; others keep their topic)\n"
-    "  --rate R             recorded: the recorded gaps between timestamps; N: N messages\n"
-    "                       per second; max: as fast as the broker takes them (default)\n"
-    "  --timestamps T       original: keep the recorded timestamps (default); now: let the\n"
-    "                       producer stamp them (mind retention.ms on old "
-    "recordings)\n" AL_CLI_COMMON_HELP;
 
 typedef struct topic_map {
     const char *from, *to;
@@ -146,92 +133,92 @@ static void wait_until(al_producer *p, int64_t until_us)
     }
 }
 
+/* The --topic-map flags given so far. */
+typedef struct replay_maps {
+    topic_map v[64];
+    size_t n;
+} replay_maps;
+
+/* --topic-map OLD=NEW, repeatable: split in place (argv strings are ours to edit). */
+static int replay_parse_topic_map(void *dest, const char *v, char *err, size_t errlen)
+{
+    replay_maps *maps = dest;
+    const char *eq = strchr(v, '=');
+    if (!eq || eq == v || !eq[1] || strchr(eq + 1, '=')) {
+        snprintf(err, errlen, "wants OLD=NEW");
+        return -1;
+    }
+    if (maps->n == AL_ARRAY_LEN(maps->v)) {
+        snprintf(err, errlen, "is given more than %zu times", AL_ARRAY_LEN(maps->v));
+        return -1;
+    }
+    ((char *)eq)[0] = '\0';
+    maps->v[maps->n].from = v;
+    maps->v[maps->n].to = eq + 1;
+    maps->n++;
+    return 0;
+}
+
+/* --rate: the recorded gaps, as fast as the broker takes them, or N messages per second. */
+typedef struct replay_rate {
+    double per_s; /* messages/s; 0: max */
+    int recorded; /* the recorded gaps */
+} replay_rate;
+
+static int replay_parse_rate(void *dest, const char *v, char *err, size_t errlen)
+{
+    replay_rate *r = dest;
+    double x;
+    r->recorded = strcmp(v, "recorded") == 0;
+    r->per_s = 0;
+    if (r->recorded || strcmp(v, "max") == 0) return 0;
+    if (al_parse_double(v, 0, 1e9, &x) != 0 || !(x > 0)) {
+        snprintf(err, errlen, "wants recorded, max or a number of messages per second");
+        return -1;
+    }
+    r->per_s = x;
+    return 0;
+}
+
+static const char *const replay_timestamp_modes[] = {"original", "now", NULL};
+
 int cmd_replay(int argc, char **argv)
 {
-    enum { OPT_TOPIC_MAP = AL_CLI_OPT_USER, OPT_RATE, OPT_TIMESTAMPS, OPT_HELP };
-    static const struct option opts[] = {
-        {"topic-map", required_argument, 0, OPT_TOPIC_MAP},
-        {"rate", required_argument, 0, OPT_RATE},
-        {"timestamps", required_argument, 0, OPT_TIMESTAMPS},
-        {"help", no_argument, 0, OPT_HELP},
-        AL_CLI_COMMON_OPTIONS,
-        {0, 0, 0, 0},
-    };
     al_cli_common common;
-    topic_map maps[64];
-    size_t nmaps = 0;
-    double rate = 0;       /* messages/s; 0: max */
-    int rate_recorded = 0; /* the recorded gaps */
-    int keep_timestamps = 1;
-    int opt;
-    char *end;
+    replay_maps maps = {.n = 0};
+    replay_rate rate = {0, 0};
+    const char *timestamps = "original";
+    const al_flag flags[] = {
+        {"topic-map", 0, AL_FLAG_FUNC, &maps, .arg = "OLD=NEW",
+         .help = "publish OLD's messages to NEW (repeatable; others keep their topic)",
+         .parse = replay_parse_topic_map},
+        {"rate", 0, AL_FLAG_FUNC, &rate, .arg = "R",
+         .help = "recorded: the recorded gaps between timestamps; N: N messages\n"
+                 "per second; max: as fast as the broker takes them (default)",
+         .parse = replay_parse_rate},
+        {"timestamps", 0, AL_FLAG_STRING, &timestamps, .arg = "T",
+         .choices = replay_timestamp_modes,
+         .help = "original: keep the recorded timestamps (default); now: let the\n"
+                 "producer stamp them (mind retention.ms on old recordings)"},
+    };
+    const al_cmd_spec spec = {
+        "replay",
+        "FILE [--topic-map OLD=NEW ...] [--rate recorded|N|max]\n"
+        "                       [--timestamps original|now]",
+        "Publishes a recording made by 'arclight record' back into a cluster. Keys, values and\n"
+        "headers are kept; a message goes to its recorded partition when the target topic has\n"
+        "that many partitions, else it is partitioned by key.\n",
+        flags, AL_ARRAY_LEN(flags), .common = 1};
+    int first;
 
     al_cli_common_init(&common);
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        switch (opt) {
-        case OPT_TOPIC_MAP: {
-            const char *eq = strchr(optarg, '=');
-            if (!eq || eq == optarg || !eq[1] || strchr(eq + 1, '='))
-                return al_cli_usage_error("replay", "--topic-map wants OLD=NEW, got '%s'", optarg);
-            if (nmaps == sizeof maps / sizeof maps[0])
-                return al_cli_usage_error("replay", "too many --topic-map flags (at most 64)");
-            /* split in place: argv strings are ours to edit */
-            ((char *)eq)[0] = '\0';
-            maps[nmaps].from = optarg;
-            maps[nmaps].to = eq + 1;
-            nmaps++;
-            break;
-        }
-        case OPT_RATE:
-            if (strcmp(optarg, "recorded") == 0) {
-                rate_recorded = 1;
-                rate = 0;
-            } else if (strcmp(optarg, "max") == 0) {
-                rate_recorded = 0;
-                rate = 0;
-            } else {
-                rate = strtod(optarg, &end);
-                if (*end || end == optarg || !(rate > 0) || rate > 1e9)
-                    return al_cli_usage_error("replay",
-                                              "--rate wants recorded, max or a number "
-                                              "of messages per second, got '%s'",
-                                              optarg);
-                rate_recorded = 0;
-            }
-            break;
-        case OPT_TIMESTAMPS:
-            if (strcmp(optarg, "original") == 0)
-                keep_timestamps = 1;
-            else if (strcmp(optarg, "now") == 0)
-                keep_timestamps = 0;
-            else
-                return al_cli_usage_error("replay",
-                                          "--timestamps wants original or now, got "
-                                          "'%s'",
-                                          optarg);
-            break;
-        case 'h':
-        case OPT_HELP:
-            fputs(replay_usage, stdout);
-            return AL_EXIT_OK;
-        case ':':
-            return al_cli_usage_error("replay", "%s needs a value", argv[optind - 1]);
-        case '?':
-            return al_cli_usage_error("replay", "unknown option '%s'", argv[optind - 1]);
-        default: {
-            int r = al_cli_common_option(&common, opt, optarg);
-            if (r < 0) return AL_EXIT_USAGE;
-            if (r == 0)
-                return al_cli_usage_error("replay", "unknown option '%s'", argv[optind - 1]);
-        }
-        }
-    }
-    if (optind >= argc) return al_cli_usage_error("replay", "name the recording FILE");
-    if (argc - optind > 1)
-        return al_cli_usage_error("replay", "one FILE at a time (got '%s' too)", argv[optind + 1]);
-    const char *path = argv[optind];
+    int rc = al_flags_parse(&spec, &common, argc, argv, &first);
+    if (rc != AL_FLAGS_GO) return rc;
+    int keep_timestamps = strcmp(timestamps, "now") != 0;
+    if (first >= argc) return al_cli_usage_error("replay", "name the recording FILE");
+    if (argc - first > 1)
+        return al_cli_usage_error("replay", "one FILE at a time (got '%s' too)", argv[first + 1]);
+    const char *path = argv[first];
 
     char err[1024];
     replay_state s = {.tty = isatty(STDERR_FILENO)};
@@ -247,7 +234,7 @@ int cmd_replay(int argc, char **argv)
         return AL_EXIT_FAILURE;
     }
 
-    int rc = AL_EXIT_OK;
+    rc = AL_EXIT_OK;
     al_http_server *srv = NULL;
     al_metrics *metrics = al_metrics_new();
     s.m_acked =
@@ -293,8 +280,8 @@ int cmd_replay(int argc, char **argv)
         }
         if (more <= 0) break;
         const char *topic = r.topic;
-        for (size_t i = 0; i < nmaps; i++)
-            if (strcmp(maps[i].from, topic) == 0) topic = maps[i].to;
+        for (size_t i = 0; i < maps.n; i++)
+            if (strcmp(maps.v[i].from, topic) == 0) topic = maps.v[i].to;
         target *t = target_get(&s, topic);
         if (!t) {
             al_log_error("replay", "out of memory");
@@ -312,11 +299,11 @@ int cmd_replay(int argc, char **argv)
             t->warned = 1;
         }
 
-        if (rate_recorded && r.timestamp >= 0) {
+        if (rate.recorded && r.timestamp >= 0) {
             if (ts0 < 0) ts0 = r.timestamp;
             if (r.timestamp > ts0) wait_until(s.producer, t0 + (r.timestamp - ts0) * 1000);
-        } else if (rate > 0) {
-            wait_until(s.producer, t0 + (int64_t)((double)index * 1e6 / rate));
+        } else if (rate.per_s > 0) {
+            wait_until(s.producer, t0 + (int64_t)((double)index * 1e6 / rate.per_s));
         }
         if (replay_stop) break;
 

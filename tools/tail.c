@@ -12,6 +12,7 @@
  */
 #include "avro/codec.h"
 #include "core/cli.h"
+#include "core/flags.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "http/server.h"
@@ -32,19 +33,6 @@ static void tail_on_signal(int sig)
 {
     tail_stop = 1;
 }
-
-static const char tail_usage[] =
-    "usage: arclight tail TOPIC... [--from-beginning] [--follow] [--max N] [--partition P]\n"
-    "\n"
-    "Prints each message of the topics as one JSON object per line: topic, partition,\n"
-    "offset, timestamp, key, headers and the decoded Avro value. A value that does not\n"
-    "decode prints {\"error\":...,\"value_base64\":...} instead. Never joins a consumer group.\n"
-    "\n"
-    "  --from-beginning   start at the oldest message (default: only new messages)\n"
-    "  -f, --follow       keep waiting for new messages (default: stop at the end of each\n"
-    "                     partition as it was when tail started)\n"
-    "  -n, --max N        stop after N messages\n"
-    "  -p, --partition P  read only partition P\n" AL_CLI_COMMON_HELP;
 
 /* Standard base64 of n bytes, malloc'd; NULL when out of memory. */
 static char *base64_encode(const unsigned char *p, size_t n)
@@ -150,63 +138,46 @@ static char *tail_format(const rd_kafka_message_t *m, int *decode_failed)
     return line;
 }
 
+/* --partition: a partition number (topic_reader.h's rule). */
+static int tail_parse_partition(void *dest, const char *v, char *err, size_t errlen)
+{
+    if (al_topic_parse_partition(v, dest) == 0) return 0;
+    snprintf(err, errlen, "wants a partition number");
+    return -1;
+}
+
 int cmd_tail(int argc, char **argv)
 {
-    enum { OPT_FROM_BEGINNING = AL_CLI_OPT_USER, OPT_HELP };
-    static const struct option opts[] = {
-        {"from-beginning", no_argument, 0, OPT_FROM_BEGINNING},
-        {"follow", no_argument, 0, 'f'},
-        {"max", required_argument, 0, 'n'},
-        {"partition", required_argument, 0, 'p'},
-        {"help", no_argument, 0, OPT_HELP},
-        AL_CLI_COMMON_OPTIONS,
-        {0, 0, 0, 0},
-    };
     al_cli_common common;
     al_topic_reader_opts ro = {.partition = -1, .end_offset = -1, .end_time_ms = -1};
-    long long max = -1;
-    int opt;
-    char *end;
+    int64_t max = -1;
+    int from_beginning = 0;
+    const al_flag flags[] = {
+        {"from-beginning", 0, AL_FLAG_SWITCH, &from_beginning,
+         .help = "start at the oldest message (default: only new messages)"},
+        {"follow", 'f', AL_FLAG_SWITCH, &ro.follow,
+         .help = "keep waiting for new messages (default: stop at the end of each\n"
+                 "partition as it was when tail started)"},
+        {"max", 'n', AL_FLAG_I64, &max, .lo = 1, .hi = INT64_MAX, .arg = "N",
+         .help = "stop after N messages"},
+        {"partition", 'p', AL_FLAG_FUNC, &ro.partition, .arg = "P",
+         .help = "read only partition P", .parse = tail_parse_partition},
+    };
+    const al_cmd_spec spec = {
+        "tail", "TOPIC... [--from-beginning] [--follow] [--max N] [--partition P]",
+        "Prints each message of the topics as one JSON object per line: topic, partition,\n"
+        "offset, timestamp, key, headers and the decoded Avro value. A value that does not\n"
+        "decode prints {\"error\":...,\"value_base64\":...} instead. Never joins a consumer group.\n",
+        flags, AL_ARRAY_LEN(flags), .common = 1};
+    int first;
 
     al_cli_common_init(&common);
-    optind = 1;
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, ":fn:p:h", opts, NULL)) != -1) {
-        switch (opt) {
-        case OPT_FROM_BEGINNING:
-            ro.start = AL_TOPIC_START_BEGINNING;
-            break;
-        case 'f':
-            ro.follow = 1;
-            break;
-        case 'n':
-            max = strtoll(optarg, &end, 10);
-            if (*end || end == optarg || max < 1)
-                return al_cli_usage_error("tail", "--max wants a positive count, got '%s'", optarg);
-            break;
-        case 'p':
-            if (al_topic_parse_partition(optarg, &ro.partition) != 0)
-                return al_cli_usage_error("tail", "--partition wants a partition number, got '%s'",
-                                          optarg);
-            break;
-        case 'h':
-        case OPT_HELP:
-            fputs(tail_usage, stdout);
-            return AL_EXIT_OK;
-        case ':':
-            return al_cli_usage_error("tail", "%s needs a value", argv[optind - 1]);
-        case '?':
-            return al_cli_usage_error("tail", "unknown option '%s'", argv[optind - 1]);
-        default: {
-            int r = al_cli_common_option(&common, opt, optarg);
-            if (r < 0) return AL_EXIT_USAGE;
-            if (r == 0) return al_cli_usage_error("tail", "unknown option '%s'", argv[optind - 1]);
-        }
-        }
-    }
-    if (optind >= argc) return al_cli_usage_error("tail", "name at least one TOPIC");
-    ro.topics = (const char *const *)argv + optind;
-    ro.ntopics = (size_t)(argc - optind);
+    int rc = al_flags_parse(&spec, &common, argc, argv, &first);
+    if (rc != AL_FLAGS_GO) return rc;
+    if (first >= argc) return al_cli_usage_error("tail", "name at least one TOPIC");
+    if (from_beginning) ro.start = AL_TOPIC_START_BEGINNING;
+    ro.topics = (const char *const *)argv + first;
+    ro.ntopics = (size_t)(argc - first);
 
     char err[1024];
     al_kafka_conf *kc = al_kafka_conf_from_cli(&common, err, sizeof err);
@@ -220,7 +191,7 @@ int cmd_tail(int argc, char **argv)
     al_counter *undecodable = al_metrics_counter(metrics, "arclight_tail_decode_errors_total",
                                                  "Messages whose value did not decode.", NULL);
     al_http_server *srv = NULL;
-    int rc = AL_EXIT_OK;
+    rc = AL_EXIT_OK;
     al_topic_reader *r = NULL;
     /* The reader first: it fixes where each partition starts (the end, unless told
      * otherwise), so that once /healthz answers, every message produced after is shown. The
@@ -246,7 +217,7 @@ int cmd_tail(int argc, char **argv)
     /* Followers usually sit behind a pipe (jq, grep): show each line as it comes. */
     if (ro.follow) setvbuf(stdout, NULL, _IOLBF, 0);
 
-    long long count = 0;
+    int64_t count = 0;
     while (!tail_stop && (max < 0 || count < max)) {
         rd_kafka_message_t *m;
         int n = al_topic_reader_next(r, 200, &m, err, sizeof err);

@@ -10,6 +10,7 @@
  * single-node development cluster and a production one.
  */
 #include "core/cli.h"
+#include "core/flags.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "kafka/kafka.h"
@@ -17,22 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: arclight topics create [--topics FILE] [--timeout S] [shared flags]\n"
-            "       arclight topics list [--timeout S] [shared flags]\n"
-            "\n"
-            "create: creates the topics of FILE (default broker-config/topics.conf: lines of\n"
-            "        NAME PARTITIONS REPLICATION [key=value ...]) on the cluster with their\n"
-            "        settings; existing topics are reported, not changed. Replication and\n"
-            "        min.insync.replicas are capped at the cluster's broker count.\n"
-            "list:   prints NAME PARTITIONS for every topic of the cluster.\n"
-            "\n"
-            "  --topics FILE   topics file\n"
-            "  --timeout S     how long to wait for the cluster (default 30)\n" AL_CLI_COMMON_HELP);
-}
 
 /* A client handle for admin requests: the layered settings without the producer's
  * idempotence (which would ask the cluster for a producer id for nothing). */
@@ -207,49 +192,39 @@ out:
 
 int cmd_topics(int argc, char **argv)
 {
-    enum { OPT_TOPICS = AL_CLI_OPT_USER, OPT_TIMEOUT, OPT_HELP };
-    static const struct option opts[] = {
-        {"topics", required_argument, 0, OPT_TOPICS},
-        {"timeout", required_argument, 0, OPT_TIMEOUT},
-        {"help", no_argument, 0, OPT_HELP},
-        AL_CLI_COMMON_OPTIONS,
-        {0, 0, 0, 0},
-    };
     al_cli_common common;
     char topics_path[4096], errstr[512];
-    int timeout_s = 30, opt;
-    al_kafka_config_file_path("topics.conf", topics_path, sizeof topics_path);
+    const char *topics_file = NULL;
+    int timeout_s = 30;
+    const al_flag flags[] = {
+        {"topics", 0, AL_FLAG_STRING, &topics_file, .arg = "FILE", .help = "topics file"},
+        {"timeout", 0, AL_FLAG_INT, &timeout_s, .lo = 1, .hi = 3600, .arg = "S",
+         .help = "how long to wait for the cluster (default 30)"},
+    };
+    const al_cmd_spec spec = {
+        "topics",
+        "create [--topics FILE] [--timeout S] [shared flags]\n"
+        "       arclight topics list [--timeout S] [shared flags]",
+        "create: creates the topics of FILE (default broker-config/topics.conf: lines of\n"
+        "        NAME PARTITIONS REPLICATION [key=value ...]) on the cluster with their\n"
+        "        settings; existing topics are reported, not changed. Replication and\n"
+        "        min.insync.replicas are capped at the cluster's broker count.\n"
+        "list:   prints NAME PARTITIONS for every topic of the cluster.\n",
+        flags, AL_ARRAY_LEN(flags), .common = 1};
+    int first;
     al_cli_common_init(&common);
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        char *end;
-        switch (opt) {
-        case OPT_TOPICS:
-            snprintf(topics_path, sizeof topics_path, "%s", optarg);
-            break;
-        case OPT_TIMEOUT:
-            timeout_s = (int)strtol(optarg, &end, 10);
-            if (*end || timeout_s < 1 || timeout_s > 3600)
-                return al_cli_usage_error("topics", "--timeout wants 1..3600 seconds, got '%s'",
-                                          optarg);
-            break;
-        case OPT_HELP:
-        case 'h':
-            usage(stdout);
-            return AL_EXIT_OK;
-        default: {
-            int r = al_cli_common_option(&common, opt, optarg);
-            if (r < 0) return AL_EXIT_USAGE;
-            if (r == 0) return al_cli_usage_error("topics", "unknown option");
-        }
-        }
-    }
-    if (optind >= argc) return al_cli_usage_error("topics", "missing subcommand (create or list)");
-    const char *sub = argv[optind];
+    int prc = al_flags_parse(&spec, &common, argc, argv, &first);
+    if (prc != AL_FLAGS_GO) return prc;
+    if (topics_file)
+        snprintf(topics_path, sizeof topics_path, "%s", topics_file);
+    else
+        al_kafka_config_file_path("topics.conf", topics_path, sizeof topics_path);
+    if (first >= argc) return al_cli_usage_error("topics", "missing subcommand (create or list)");
+    const char *sub = argv[first];
     if (strcmp(sub, "create") && strcmp(sub, "list"))
         return al_cli_usage_error("topics", "unknown subcommand '%s' (create or list)", sub);
-    if (optind + 1 < argc)
-        return al_cli_usage_error("topics", "unexpected argument '%s'", argv[optind + 1]);
+    if (first + 1 < argc)
+        return al_cli_usage_error("topics", "unexpected argument '%s'", argv[first + 1]);
 
     if (!strcmp(sub, "create")) {
         /* Read the file first: a typo should not wait for a cluster. */

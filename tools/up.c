@@ -17,13 +17,14 @@
  */
 #define _GNU_SOURCE /* strsignal */
 #include "core/cli.h"
+#include "core/flags.h"
 #include "core/log.h"
+#include "core/parse.h"
 #include "core/util.h"
 #include "up_children.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -138,79 +139,6 @@ static void up_argv_common(up_argv *a, const char *bootstrap, const al_cli_commo
     a->v[a->n] = NULL;
 }
 
-static const char up_usage[] =
-    "usage: arclight up [options]\n"
-    "\n"
-    "Runs the whole loop on this machine: an embedded broker, serve (the policy), proxy,\n"
-    "credit, batch and train, then the agent with OPENAI_BASE_URL=http://PROXY/v1. Each\n"
-    "child's output lines carry its name. Ctrl-C (SIGINT/SIGTERM) stops everything; if a\n"
-    "child dies, up names it, stops the rest and exits 1.\n"
-    "\n"
-    "  --workdir DIR           model, checkpoints and spool (default: a new /tmp/arclight-up.*)\n"
-    "  --model DIR             the policy's initial weights (config.json + model.safetensors;\n"
-    "                          tokenizer files too unless --tokenizer)\n"
-    "  --model-config FILE     without --model: a random model from this config.json\n"
-    "                          (default tests/model/tiny-qwen2.json) in WORKDIR/tiny\n"
-    "  --tokenizer DIR         tokenizer.json dir (default: --model, or tests/tokenizer/tiny)\n"
-    "  --seed S                seed of the random model (default 1)\n"
-    "  --agent CMD             the agent, run by /bin/sh; with --tasks (and by default) once\n"
-    "                          per rollout by `arclight rollouts`, the rollout controller;\n"
-    "                          without --tasks once, driving itself; '' runs none\n"
-    "                          (default: the letters demo, examples/letters, over its tasks)\n"
-    "  --tasks FILE            the task dataset (JSONL) the controller runs the agent over\n"
-    "                          (default with the demo: examples/letters/tasks.jsonl)\n"
-    "  --warm-start FILE       supervised steps (`arclight model sft`) on these conversations\n"
-    "                          before RL (default with the demo: examples/letters/sft.jsonl;\n"
-    "                          '' for none)\n"
-    "  --warm-start-steps N    its updates of 16 conversations (default: two passes over the\n"
-    "                          file, 160 to 500); --warm-start-lr LR (default 1e-2)\n"
-    "  --kl-beta B             the trainer's KL penalty to its starting model, the warm start\n"
-    "                          (default 0.05 with a warm start, 0 without; docs/LEARNING.md)\n"
-    "  --listen-broker H:P     embedded broker (default 127.0.0.1:9092; port 0: any free);\n"
-    "                          with --bootstrap no broker is started and that cluster is used\n"
-    "  --listen-serve H:P      policy server (default 127.0.0.1:8000; port 0: any free)\n"
-    "  --listen-proxy H:P      capture proxy, where the agent connects (default\n"
-    "                          127.0.0.1:8080; port 0: any free)\n"
-    "  --steps N               exit 0 once policy version N is published (and, with the\n"
-    "                          controller, evaluated on the val tasks; default: run until\n"
-    "                          stopped)\n"
-    "  --group-size G          rollouts per task (GRPO group; default 8)\n"
-    "  --step-groups K         groups per trainer step (default 4)\n"
-    "  --lr LR                 trainer learning rate (default 2e-3, for the tiny model)\n"
-    "  --max-tokens N          demo agent's completion length (default 12)\n"
-    "  --stop-timeout S        seconds each child gets to stop before SIGKILL (default 20)\n"
-    "  --serve-args, --proxy-args, --credit-args, --batch-args, --train-args,\n"
-    "  --rollouts-args 'FLAGS'\n"
-    "                          more flags for that stage (whitespace-separated; they come\n"
-    "                          after up's own, so they override them), e.g.\n"
-    "                          --credit-args '--estimator rloo' --train-args '--loss gspo'\n"
-    "  --help\n" AL_CLI_COMMON_HELP;
-
-enum {
-    UP_OPT_WORKDIR = AL_CLI_OPT_USER,
-    UP_OPT_MODEL,
-    UP_OPT_MODEL_CONFIG,
-    UP_OPT_TOKENIZER,
-    UP_OPT_SEED,
-    UP_OPT_AGENT,
-    UP_OPT_LISTEN_BROKER,
-    UP_OPT_LISTEN_SERVE,
-    UP_OPT_LISTEN_PROXY,
-    UP_OPT_STEPS,
-    UP_OPT_GROUP_SIZE,
-    UP_OPT_STEP_GROUPS,
-    UP_OPT_LR,
-    UP_OPT_MAX_TOKENS,
-    UP_OPT_TASKS,
-    UP_OPT_WARM_START,
-    UP_OPT_WARM_STEPS,
-    UP_OPT_WARM_LR,
-    UP_OPT_KL_BETA,
-    UP_OPT_STOP_TIMEOUT,
-    UP_OPT_HELP,
-    UP_OPT_STAGE_ARGS, /* + UP_STAGE_* */
-};
-
 /* Stages whose command lines take --STAGE-args. */
 enum {
     UP_STAGE_serve,
@@ -222,26 +150,43 @@ enum {
     UP_NSTAGES
 };
 
-static int up_parse_long(const char *flag, const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        al_cli_usage_error("up", "%s wants an integer from %ld to %ld, got '%s'", flag, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int up_check_listen(const char *flag, const char *s)
+/* --listen-*: HOST:PORT with a port up to 65535 (0: any free). */
+static int up_parse_listen(void *dest, const char *v, char *err, size_t errlen)
 {
     char host[256];
     int port;
-    if (al_cli_parse_hostport(s, host, sizeof host, &port) < 0 || port < 0 || port > 65535)
-        return al_cli_usage_error("up", "%s wants HOST:PORT, got '%s'", flag, s);
+    if (al_cli_parse_hostport(v, host, sizeof host, &port) < 0 || port < 0 || port > 65535) {
+        snprintf(err, errlen, "wants HOST:PORT");
+        return -1;
+    }
+    *(const char **)dest = v;
     return 0;
+}
+
+/* A number flag kept as text for the children: its value must parse and lie in (lo, hi]
+ * (lo_open) or [lo, hi]. */
+static int up_parse_real(void *dest, const char *v, double lo, int lo_open, double hi, char *err,
+                         size_t errlen)
+{
+    double x;
+    if (al_parse_double(v, lo, hi, &x) != 0 || (lo_open && !(x > lo))) {
+        snprintf(err, errlen, "wants a number in %c%g, %g]", lo_open ? '(' : '[', lo, hi);
+        return -1;
+    }
+    *(const char **)dest = v;
+    return 0;
+}
+
+/* --lr, --warm-start-lr: a learning rate in (0, 1]. */
+static int up_parse_lr(void *dest, const char *v, char *err, size_t errlen)
+{
+    return up_parse_real(dest, v, 0, 1, 1, err, errlen);
+}
+
+/* --kl-beta: a penalty in [0, 100]. */
+static int up_parse_kl(void *dest, const char *v, char *err, size_t errlen)
+{
+    return up_parse_real(dest, v, 0, 0, 100, err, errlen);
 }
 
 /* What the flags ask for, and what follows from them (up_config_resolve). */
@@ -251,11 +196,11 @@ typedef struct up_config {
     const char *workdir_arg, *model_arg, *model_config, *tokenizer_arg;
     const char *agent_arg, *tasks_arg, *listen_broker;
     const char *warm_arg, *warm_lr, *kl_arg;
-    long warm_steps; /* 0: two passes over the file, within UP_WARM_MIN/MAX_STEPS */
+    int64_t warm_steps; /* 0: two passes over the file, within UP_WARM_MIN/MAX_STEPS */
     const char *listen_serve, *listen_proxy;
     const char *lr;
     const char *stage_args[UP_NSTAGES];
-    long seed, steps, group_size, step_groups, max_tokens, stop_timeout;
+    int64_t seed, steps, group_size, step_groups, max_tokens, stop_timeout;
     /* resolved */
     char src[PATH_MAX];
     char model_dir[2 * PATH_MAX], tokenizer_dir[2 * PATH_MAX], config_path[2 * PATH_MAX];
@@ -282,161 +227,116 @@ static void up_config_init(up_config *c)
     c->stop_timeout = 20;
 }
 
-/* A number flag given as text (kept as text for the children): its value must parse and lie
- * in (lo, hi] (lo_open) or [lo, hi]. 0, or the usage error's exit code. */
-static int up_check_real(const char *flag, const char *s, double lo, int lo_open, double hi)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(lo_open ? v > lo : v >= lo) || v > hi)
-        return al_cli_usage_error("up", "%s wants a number in %c%g, %g], got '%s'", flag,
-                                  lo_open ? '(' : '[', lo, hi, s);
-    return 0;
-}
-
-/* One flag (c, its getopt value, with optarg) into cfg. -1: go on; otherwise the exit code
- * to return at once (a usage error, or 0 after --help). */
-static int up_config_option(up_config *cfg, int c, const char *arg)
-{
-    switch (c) {
-    case UP_OPT_WORKDIR:
-        cfg->workdir_arg = arg;
-        break;
-    case UP_OPT_MODEL:
-        cfg->model_arg = arg;
-        break;
-    case UP_OPT_MODEL_CONFIG:
-        cfg->model_config = arg;
-        break;
-    case UP_OPT_TOKENIZER:
-        cfg->tokenizer_arg = arg;
-        break;
-    case UP_OPT_SEED:
-        if (up_parse_long("--seed", arg, 0, LONG_MAX, &cfg->seed)) return AL_EXIT_USAGE;
-        break;
-    case UP_OPT_AGENT:
-        cfg->agent_arg = arg;
-        break;
-    case UP_OPT_TASKS:
-        cfg->tasks_arg = arg;
-        break;
-    case UP_OPT_WARM_START:
-        cfg->warm_arg = arg;
-        break;
-    case UP_OPT_WARM_STEPS:
-        if (up_parse_long("--warm-start-steps", arg, 1, 1000000, &cfg->warm_steps))
-            return AL_EXIT_USAGE;
-        break;
-    case UP_OPT_WARM_LR:
-        if (up_check_real("--warm-start-lr", arg, 0, 1, 1)) return AL_EXIT_USAGE;
-        cfg->warm_lr = arg;
-        break;
-    case UP_OPT_KL_BETA:
-        if (up_check_real("--kl-beta", arg, 0, 0, 100)) return AL_EXIT_USAGE;
-        cfg->kl_arg = arg;
-        break;
-    case UP_OPT_LISTEN_BROKER:
-        if (up_check_listen("--listen-broker", arg)) return AL_EXIT_USAGE;
-        cfg->listen_broker = arg;
-        break;
-    case UP_OPT_LISTEN_SERVE:
-        if (up_check_listen("--listen-serve", arg)) return AL_EXIT_USAGE;
-        cfg->listen_serve = arg;
-        break;
-    case UP_OPT_LISTEN_PROXY:
-        if (up_check_listen("--listen-proxy", arg)) return AL_EXIT_USAGE;
-        cfg->listen_proxy = arg;
-        break;
-    case UP_OPT_STEPS:
-        if (up_parse_long("--steps", arg, 1, INT32_MAX, &cfg->steps)) return AL_EXIT_USAGE;
-        break;
-    case UP_OPT_GROUP_SIZE:
-        if (up_parse_long("--group-size", arg, 1, 4096, &cfg->group_size)) return AL_EXIT_USAGE;
-        break;
-    case UP_OPT_STEP_GROUPS:
-        if (up_parse_long("--step-groups", arg, 1, 4096, &cfg->step_groups)) return AL_EXIT_USAGE;
-        break;
-    case UP_OPT_LR:
-        if (up_check_real("--lr", arg, 0, 1, 1)) return AL_EXIT_USAGE;
-        cfg->lr = arg;
-        break;
-    case UP_OPT_MAX_TOKENS:
-        if (up_parse_long("--max-tokens", arg, 1, 4096, &cfg->max_tokens)) return AL_EXIT_USAGE;
-        break;
-    case UP_OPT_STOP_TIMEOUT:
-        if (up_parse_long("--stop-timeout", arg, 1, 3600, &cfg->stop_timeout))
-            return AL_EXIT_USAGE;
-        break;
-    case UP_OPT_HELP:
-        fputs(up_usage, stdout);
-        return AL_EXIT_OK;
-    case UP_OPT_STAGE_ARGS + UP_STAGE_serve:
-    case UP_OPT_STAGE_ARGS + UP_STAGE_proxy:
-    case UP_OPT_STAGE_ARGS + UP_STAGE_credit:
-    case UP_OPT_STAGE_ARGS + UP_STAGE_batch:
-    case UP_OPT_STAGE_ARGS + UP_STAGE_train:
-    case UP_OPT_STAGE_ARGS + UP_STAGE_rollouts:
-        if (strlen(arg) >= sizeof((up_argv *)0)->extra)
-            return al_cli_usage_error("up", "--*-args: at most 4095 characters");
-        cfg->stage_args[c - UP_OPT_STAGE_ARGS] = arg;
-        break;
-    default: {
-        if (c == AL_CLI_OPT_BOOTSTRAP) cfg->bootstrap_given = 1;
-        if (c == AL_CLI_OPT_METRICS)
-            return al_cli_usage_error("up", "up serves no metrics itself; give a stage its "
-                                            "own: --credit-args '--metrics HOST:PORT'");
-        int r = al_cli_common_option(&cfg->common, c, (char *)arg);
-        if (r < 0) return AL_EXIT_USAGE;
-        if (c == AL_CLI_OPT_LOG_LEVEL) setenv("ARCLIGHT_LOG_LEVEL", arg, 1); /* children */
-        if (r == 0) return al_cli_usage_error("up", "unknown option (see --help)");
-    }
-    }
-    return -1;
-}
+#define UP_STAGE_ARGS_HELP(stage) "more flags for " stage " (see below)"
 
 /* The command line into cfg (initialised here). -1: go on; otherwise the exit code to return
- * at once (a usage error, or 0 after --help). */
+ * at once (a usage error, or 0 after --help). The shared flags go to the children too:
+ * --bootstrap names the cluster (no embedded broker), --log-level their level; --metrics
+ * belongs to a stage, not to up. */
 static int up_config_parse(up_config *cfg, int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"workdir", required_argument, 0, UP_OPT_WORKDIR},
-        {"model", required_argument, 0, UP_OPT_MODEL},
-        {"model-config", required_argument, 0, UP_OPT_MODEL_CONFIG},
-        {"tokenizer", required_argument, 0, UP_OPT_TOKENIZER},
-        {"seed", required_argument, 0, UP_OPT_SEED},
-        {"agent", required_argument, 0, UP_OPT_AGENT},
-        {"listen-broker", required_argument, 0, UP_OPT_LISTEN_BROKER},
-        {"listen-serve", required_argument, 0, UP_OPT_LISTEN_SERVE},
-        {"listen-proxy", required_argument, 0, UP_OPT_LISTEN_PROXY},
-        {"steps", required_argument, 0, UP_OPT_STEPS},
-        {"group-size", required_argument, 0, UP_OPT_GROUP_SIZE},
-        {"step-groups", required_argument, 0, UP_OPT_STEP_GROUPS},
-        {"lr", required_argument, 0, UP_OPT_LR},
-        {"max-tokens", required_argument, 0, UP_OPT_MAX_TOKENS},
-        {"stop-timeout", required_argument, 0, UP_OPT_STOP_TIMEOUT},
-        {"help", no_argument, 0, UP_OPT_HELP},
-        {"serve-args", required_argument, 0, UP_OPT_STAGE_ARGS + UP_STAGE_serve},
-        {"proxy-args", required_argument, 0, UP_OPT_STAGE_ARGS + UP_STAGE_proxy},
-        {"credit-args", required_argument, 0, UP_OPT_STAGE_ARGS + UP_STAGE_credit},
-        {"batch-args", required_argument, 0, UP_OPT_STAGE_ARGS + UP_STAGE_batch},
-        {"train-args", required_argument, 0, UP_OPT_STAGE_ARGS + UP_STAGE_train},
-        {"rollouts-args", required_argument, 0, UP_OPT_STAGE_ARGS + UP_STAGE_rollouts},
-        {"tasks", required_argument, 0, UP_OPT_TASKS},
-        {"warm-start", required_argument, 0, UP_OPT_WARM_START},
-        {"warm-start-steps", required_argument, 0, UP_OPT_WARM_STEPS},
-        {"warm-start-lr", required_argument, 0, UP_OPT_WARM_LR},
-        {"kl-beta", required_argument, 0, UP_OPT_KL_BETA},
-        AL_CLI_COMMON_OPTIONS,
-        {0, 0, 0, 0},
-    };
     up_config_init(cfg);
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        int rc = up_config_option(cfg, c, optarg);
-        if (rc >= 0) return rc;
+    const al_flag flags[] = {
+        {"workdir", 0, AL_FLAG_STRING, &cfg->workdir_arg, .arg = "DIR",
+         .help = "model, checkpoints and spool (default: a new /tmp/arclight-up.*)"},
+        {"model", 0, AL_FLAG_STRING, &cfg->model_arg, .arg = "DIR",
+         .help = "the policy's initial weights (config.json + model.safetensors;\n"
+                 "tokenizer files too unless --tokenizer)"},
+        {"model-config", 0, AL_FLAG_STRING, &cfg->model_config, .arg = "FILE",
+         .help = "without --model: a random model from this config.json\n"
+                 "(default tests/model/tiny-qwen2.json) in WORKDIR/tiny"},
+        {"tokenizer", 0, AL_FLAG_STRING, &cfg->tokenizer_arg, .arg = "DIR",
+         .help = "tokenizer.json dir (default: --model, or tests/tokenizer/tiny)"},
+        {"seed", 0, AL_FLAG_I64, &cfg->seed, .lo = 0, .hi = INT64_MAX, .arg = "S",
+         .help = "seed of the random model (default 1)"},
+        {"agent", 0, AL_FLAG_STRING, &cfg->agent_arg, .arg = "CMD",
+         .help = "the agent, run by /bin/sh; with --tasks (and by default) once\n"
+                 "per rollout by `arclight rollouts`, the rollout controller;\n"
+                 "without --tasks once, driving itself; '' runs none\n"
+                 "(default: the letters demo, examples/letters, over its tasks)"},
+        {"tasks", 0, AL_FLAG_STRING, &cfg->tasks_arg, .arg = "FILE",
+         .help = "the task dataset (JSONL) the controller runs the agent over\n"
+                 "(default with the demo: examples/letters/tasks.jsonl)"},
+        {"warm-start", 0, AL_FLAG_STRING, &cfg->warm_arg, .arg = "FILE",
+         .help = "supervised steps (`arclight model sft`) on these conversations\n"
+                 "before RL (default with the demo: examples/letters/sft.jsonl;\n"
+                 "'' for none)"},
+        {"warm-start-steps", 0, AL_FLAG_I64, &cfg->warm_steps, .lo = 1, .hi = 1000000,
+         .arg = "N",
+         .help = "its updates of 16 conversations (default: two passes over the\n"
+                 "file, 160 to 500)"},
+        {"warm-start-lr", 0, AL_FLAG_FUNC, &cfg->warm_lr, .arg = "LR",
+         .help = "its learning rate (default 1e-2)", .parse = up_parse_lr},
+        {"kl-beta", 0, AL_FLAG_FUNC, &cfg->kl_arg, .arg = "B",
+         .help = "the trainer's KL penalty to its starting model, the warm start\n"
+                 "(default 0.05 with a warm start, 0 without; docs/LEARNING.md)",
+         .parse = up_parse_kl},
+        {"listen-broker", 0, AL_FLAG_FUNC, &cfg->listen_broker, .arg = "H:P",
+         .help = "embedded broker (default 127.0.0.1:9092; port 0: any free);\n"
+                 "with --bootstrap no broker is started and that cluster is used",
+         .parse = up_parse_listen},
+        {"listen-serve", 0, AL_FLAG_FUNC, &cfg->listen_serve, .arg = "H:P",
+         .help = "policy server (default 127.0.0.1:8000; port 0: any free)",
+         .parse = up_parse_listen},
+        {"listen-proxy", 0, AL_FLAG_FUNC, &cfg->listen_proxy, .arg = "H:P",
+         .help = "capture proxy, where the agent connects (default\n"
+                 "127.0.0.1:8080; port 0: any free)",
+         .parse = up_parse_listen},
+        {"steps", 0, AL_FLAG_I64, &cfg->steps, .lo = 1, .hi = INT32_MAX, .arg = "N",
+         .help = "exit 0 once policy version N is published (and, with the\n"
+                 "controller, evaluated on the val tasks; default: run until\n"
+                 "stopped)"},
+        {"group-size", 0, AL_FLAG_I64, &cfg->group_size, .lo = 1, .hi = 4096, .arg = "G",
+         .help = "rollouts per task (GRPO group; default 8)"},
+        {"step-groups", 0, AL_FLAG_I64, &cfg->step_groups, .lo = 1, .hi = 4096, .arg = "K",
+         .help = "groups per trainer step (default 4)"},
+        {"lr", 0, AL_FLAG_FUNC, &cfg->lr, .arg = "LR",
+         .help = "trainer learning rate (default 2e-3, for the tiny model)",
+         .parse = up_parse_lr},
+        {"max-tokens", 0, AL_FLAG_I64, &cfg->max_tokens, .lo = 1, .hi = 4096, .arg = "N",
+         .help = "demo agent's completion length (default 12)"},
+        {"stop-timeout", 0, AL_FLAG_I64, &cfg->stop_timeout, .lo = 1, .hi = 3600, .arg = "S",
+         .help = "seconds each child gets to stop before SIGKILL (default 20)"},
+        {"serve-args", 0, AL_FLAG_STRING, &cfg->stage_args[UP_STAGE_serve], .arg = "'FLAGS'",
+         .help = UP_STAGE_ARGS_HELP("serve")},
+        {"proxy-args", 0, AL_FLAG_STRING, &cfg->stage_args[UP_STAGE_proxy], .arg = "'FLAGS'",
+         .help = UP_STAGE_ARGS_HELP("proxy")},
+        {"credit-args", 0, AL_FLAG_STRING, &cfg->stage_args[UP_STAGE_credit], .arg = "'FLAGS'",
+         .help = UP_STAGE_ARGS_HELP("credit")},
+        {"batch-args", 0, AL_FLAG_STRING, &cfg->stage_args[UP_STAGE_batch], .arg = "'FLAGS'",
+         .help = UP_STAGE_ARGS_HELP("batch")},
+        {"train-args", 0, AL_FLAG_STRING, &cfg->stage_args[UP_STAGE_train], .arg = "'FLAGS'",
+         .help = UP_STAGE_ARGS_HELP("train")},
+        {"rollouts-args", 0, AL_FLAG_STRING, &cfg->stage_args[UP_STAGE_rollouts],
+         .arg = "'FLAGS'", .help = UP_STAGE_ARGS_HELP("rollouts")},
+    };
+    const al_cmd_spec spec = {
+        "up", "[options]",
+        "Runs the whole loop on this machine: an embedded broker, serve (the policy), proxy,\n"
+        "credit, batch and train, then the agent with OPENAI_BASE_URL=http://PROXY/v1. Each\n"
+        "child's output lines carry its name. Ctrl-C (SIGINT/SIGTERM) stops everything; if a\n"
+        "child dies, up names it, stops the rest and exits 1.\n",
+        flags, AL_ARRAY_LEN(flags), .common = 1,
+        .epilog = "--STAGE-args 'FLAGS': more flags for that stage (whitespace-separated; they\n"
+                  "come after up's own, so they override them), e.g.\n"
+                  "  --credit-args '--estimator rloo' --train-args '--loss gspo'\n"};
+    const char *default_bootstrap = cfg->common.bootstrap;
+    int level = al_log_level_current;
+    int first;
+    int rc = al_flags_parse(&spec, &cfg->common, argc, argv, &first);
+    if (rc != AL_FLAGS_GO) return rc;
+    if (cfg->common.metrics)
+        return al_cli_usage_error("up", "up serves no metrics itself; give a stage its "
+                                        "own: --credit-args '--metrics HOST:PORT'");
+    cfg->bootstrap_given = cfg->common.bootstrap != default_bootstrap;
+    if (al_log_level_current != level) { /* --log-level: the children's too */
+        static const char *const names[] = {"error", "warn", "info", "debug"};
+        setenv("ARCLIGHT_LOG_LEVEL", names[al_log_level_current], 1);
     }
-    if (optind < argc) return al_cli_usage_error("up", "unexpected argument '%s'", argv[optind]);
+    for (int i = 0; i < UP_NSTAGES; i++)
+        if (cfg->stage_args[i] && strlen(cfg->stage_args[i]) >= sizeof((up_argv *)0)->extra)
+            return al_cli_usage_error("up", "--*-args: at most 4095 characters");
+    if (first < argc) return al_cli_usage_error("up", "unexpected argument '%s'", argv[first]);
     if (cfg->model_arg && cfg->model_config)
         return al_cli_usage_error("up", "give --model or --model-config, not both");
     return -1;

@@ -56,30 +56,54 @@ int xl_sse(al_xbuf *out, const char *type, json_t *o)
     return rc ? -1 : 0;
 }
 
+/* Whether a content part's type is one of types, or, with types NULL, the chat API's rule:
+ * "text" or no type at all (a type that is not a string counts as none). */
+static int content_part_ok(json_t *part, const char *const *types)
+{
+    json_t *ty = json_object_get(part, "type");
+    const char *t = json_string_value(ty);
+    if (!types) return !t || (strlen(t) == json_string_length(ty) && !strcmp(t, "text"));
+    for (size_t k = 0; t && types[k]; k++)
+        if (!strcmp(t, types[k])) return 1;
+    return 0;
+}
+
+int al_api_content_text(json_t *c, const char *const *types, char **out, size_t *len)
+{
+    al_buf b = {0};
+    size_t i;
+    json_t *part;
+    *out = NULL;
+    if (len) *len = 0;
+    if (!c || json_is_null(c)) return 0;
+    if (json_is_string(c)) {
+        al_buf_append(&b, json_string_value(c), json_string_length(c));
+    } else if (json_is_array(c)) {
+        json_array_foreach(c, i, part)
+        {
+            json_t *tx = json_object_get(part, "text");
+            if (!content_part_ok(part, types) || !json_is_string(tx)) {
+                al_buf_free(&b);
+                return -1;
+            }
+            al_buf_append(&b, json_string_value(tx), json_string_length(tx));
+        }
+    } else {
+        return -1;
+    }
+    if (b.oom) {
+        al_buf_free(&b);
+        return -1;
+    }
+    *out = al_buf_detach(&b, len); /* an empty array gives "" */
+    return *out ? 0 : -1;
+}
+
 char *xl_text_of(json_t *content, const char *const *types)
 {
-    if (json_is_string(content)) return strdup(json_string_value(content));
-    if (!json_is_array(content)) return NULL;
-    al_xbuf b = {0};
-    size_t i;
-    json_t *p;
-    json_array_foreach(content, i, p)
-    {
-        const char *t = json_string_value(json_object_get(p, "type"));
-        int ok = 0;
-        for (size_t k = 0; t && types[k] && !ok; k++)
-            ok = !strcmp(t, types[k]);
-        json_t *tx = json_object_get(p, "text");
-        if (!ok || !json_is_string(tx)) {
-            free(b.p);
-            return NULL;
-        }
-        if (al_xbuf_add(&b, json_string_value(tx), json_string_length(tx))) {
-            free(b.p);
-            return NULL;
-        }
-    }
-    return b.p ? b.p : strdup("");
+    char *s;
+    if (!json_is_string(content) && !json_is_array(content)) return NULL;
+    return al_api_content_text(content, types, &s, NULL) == 0 ? s : NULL;
 }
 
 json_t *xl_args_object(const char *args)

@@ -72,7 +72,7 @@ static int add_message(json_t *msgs, json_t *m, size_t i, al_xl_err *err)
     if (!json_is_array(content))
         return xl_fail(err, 400, "invalid_request_error", NULL, NULL,
                        "messages.%zu.content: must be a string or an array of content blocks", i);
-    al_xbuf text = {0}, thinking = {0};
+    al_buf text = {0}, thinking = {0};
     json_t *parts = json_array(), *calls = json_array(), *b;
     int has_image = 0, rc = 0;
     size_t k;
@@ -84,7 +84,7 @@ static int add_message(json_t *msgs, json_t *m, size_t i, al_xl_err *err)
             rc = xl_fail(err, 400, "invalid_request_error", NULL, NULL,
                          "messages.%zu.content.%zu.type: Field required", i, k);
         } else if (!strcmp(ty, "text") && json_is_string(tx)) {
-            al_xbuf_add(&text, json_string_value(tx), json_string_length(tx));
+            al_buf_append(&text, json_string_value(tx), json_string_length(tx));
             json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", tx));
         } else if (!strcmp(ty, "image") && user) {
             json_t *p = image_part(json_object_get(b, "source"));
@@ -127,7 +127,7 @@ static int add_message(json_t *msgs, json_t *m, size_t i, al_xl_err *err)
             free(args);
         } else if (!strcmp(ty, "thinking") && !user) {
             const char *t = json_string_value(json_object_get(b, "thinking"));
-            if (t) al_xbuf_add(&thinking, t, strlen(t));
+            if (t) al_buf_puts(&thinking, t);
         } else if (!strcmp(ty, "redacted_thinking") && !user) {
             /* encrypted by another server: nothing a model here can read */
         } else {
@@ -141,18 +141,18 @@ static int add_message(json_t *msgs, json_t *m, size_t i, al_xl_err *err)
     if (!rc && user && json_array_size(parts))
         rc = json_array_append_new(
             msgs, json_pack("{s:s,s:o}", "role", "user", "content",
-                            has_image ? json_incref(parts) : json_string(text.p ? text.p : "")));
+                            has_image ? json_incref(parts) : json_string(text.data ? text.data : "")));
     if (!rc && !user) {
         json_t *a = json_pack("{s:s}", "role", "assistant");
-        json_object_set_new(a, "content", text.p ? json_string(text.p) : json_null());
-        if (thinking.p) json_object_set_new(a, "reasoning_content", json_string(thinking.p));
+        json_object_set_new(a, "content", text.data ? json_string(text.data) : json_null());
+        if (thinking.data) json_object_set_new(a, "reasoning_content", json_string(thinking.data));
         if (json_array_size(calls)) json_object_set(a, "tool_calls", calls);
         rc = json_array_append_new(msgs, a);
     }
     json_decref(parts);
     json_decref(calls);
-    free(text.p);
-    free(thinking.p);
+    al_buf_free(&text);
+    al_buf_free(&thinking);
     return rc;
 }
 
@@ -214,21 +214,21 @@ static int messages_request(al_xl *x, const al_xl_env *env, json_t **chat, al_xl
             s = strdup(json_string_value(sys));
         } else if (json_is_array(sys)) {
             /* text blocks, one after the other */
-            al_xbuf b = {0};
+            al_buf b = {0};
             size_t i;
             json_t *blk;
             json_array_foreach(sys, i, blk)
             {
                 const char *t = json_string_value(json_object_get(blk, "text"));
                 if (!t) {
-                    free(b.p);
+                    al_buf_free(&b);
                     return xl_fail(err, 400, "invalid_request_error", NULL, NULL,
                                    "system.%zu: must be a text block", i);
                 }
-                if (i) al_xbuf_add(&b, "\n", 1);
-                al_xbuf_add(&b, t, strlen(t));
+                if (i) al_buf_puts(&b, "\n");
+                al_buf_puts(&b, t);
             }
-            s = b.p ? b.p : strdup("");
+            s = b.data ? b.data : strdup("");
         }
         if (!s)
             return xl_fail(err, 400, "invalid_request_error", NULL, NULL,
@@ -383,14 +383,14 @@ static int messages_item_close(al_xl *x, al_xbuf *out, int emit)
 {
     json_t *b;
     if (x->open == XK_TEXT) {
-        b = json_pack("{s:s,s:s}", "type", "text", "text", x->text.p ? x->text.p : "");
+        b = json_pack("{s:s,s:s}", "type", "text", "text", x->text.data ? x->text.data : "");
     } else if (x->open == XK_REASONING) {
         b = json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking",
-                      x->reasoning.p ? x->reasoning.p : "", "signature", "");
+                      x->reasoning.data ? x->reasoning.data : "", "signature", "");
     } else {
         xl_tool *t = open_tool(x);
         b = json_pack("{s:s,s:s,s:s,s:o}", "type", "tool_use", "id", t->call_id, "name",
-                      t->name ? t->name : "", "input", xl_args_object(t->args.p));
+                      t->name ? t->name : "", "input", xl_args_object(t->args.data));
     }
     if (!b || json_array_append_new(x->output, b)) return -1;
     if (!emit) return 0;

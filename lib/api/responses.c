@@ -708,8 +708,8 @@ static int responses_piece(al_xl *x, const char *s, size_t n, json_t *lps, al_xb
 static int responses_item_close(al_xl *x, al_xbuf *out, int emit)
 {
     json_t *item;
-    const char *text = x->open == XK_TEXT ? (x->text.p ? x->text.p : "")
-                       : x->reasoning.p   ? x->reasoning.p
+    const char *text = x->open == XK_TEXT ? (x->text.data ? x->text.data : "")
+                       : x->reasoning.data ? x->reasoning.data
                                           : "";
     if (x->open == XK_TEXT) {
         item = json_pack("{s:s,s:s,s:s,s:s,s:[o]}", "id", x->open_id, "type", "message", "status",
@@ -746,7 +746,7 @@ static int responses_item_close(al_xl *x, al_xbuf *out, int emit)
         }
     } else {
         xl_tool *t = open_tool(x);
-        const char *args = t->args.p ? t->args.p : "";
+        const char *args = t->args.data ? t->args.data : "";
         if (is_custom(x, t->name)) {
             json_t *ao = xl_args_object(args);
             const char *in = json_string_value(json_object_get(ao, "input"));
@@ -821,7 +821,7 @@ static json_t *responses_conversation(const al_xl *x)
         json_decref(asst);
         return NULL;
     }
-    al_xbuf text = {0};
+    al_buf text = {0};
     size_t i;
     json_t *it;
     json_array_foreach(x->output, i, it)
@@ -831,7 +831,7 @@ static json_t *responses_conversation(const al_xl *x)
         if (!strcmp(ty, "message")) {
             json_t *p = json_array_get(json_object_get(it, "content"), 0);
             const char *t = json_string_value(json_object_get(p, "text"));
-            if (t) al_xbuf_add(&text, t, strlen(t));
+            if (t) al_buf_puts(&text, t);
         } else if (!strcmp(ty, "reasoning")) {
             char *t = reasoning_text(it);
             if (t) json_object_set_new(asst, "reasoning_content", json_string(t));
@@ -854,8 +854,8 @@ static json_t *responses_conversation(const al_xl *x)
             free(name);
         }
     }
-    if (text.p) json_object_set_new(asst, "content", json_string(text.p));
-    free(text.p);
+    if (text.data) json_object_set_new(asst, "content", json_string(text.data));
+    al_buf_free(&text);
     json_array_append_new(conv, asst);
     return conv;
 }

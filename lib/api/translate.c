@@ -80,13 +80,13 @@ void al_xl_free(al_xl *x)
     json_decref(x->conv);
     free(x->model);
     free(x->up_model);
-    free(x->text.p);
-    free(x->reasoning.p);
+    al_buf_free(&x->text);
+    al_buf_free(&x->reasoning);
     json_decref(x->text_lps);
     for (size_t i = 0; i < x->ntools; i++) {
         free(x->tools[i].call_id);
         free(x->tools[i].name);
-        free(x->tools[i].args.p);
+        al_buf_free(&x->tools[i].args);
     }
     free(x->tools);
     json_decref(x->output);
@@ -163,9 +163,8 @@ static int switch_to(al_xl *x, int kind, size_t tool, al_xbuf *out, int emit)
     x->open = kind;
     x->open_tool = tool;
     x->open_index = x->nout++;
-    x->text.n = x->reasoning.n = 0;
-    if (x->text.p) x->text.p[0] = '\0';
-    if (x->reasoning.p) x->reasoning.p[0] = '\0';
+    al_buf_reset(&x->text);
+    al_buf_reset(&x->reasoning);
     if (kind == XK_TOOL) {
         x->tools[tool].out_index = x->open_index;
         snprintf(x->open_id, sizeof x->open_id, "%s", x->tools[tool].item_id);
@@ -178,10 +177,10 @@ static int switch_to(al_xl *x, int kind, size_t tool, al_xbuf *out, int emit)
 
 static int piece(al_xl *x, const char *s, size_t n, json_t *lps, al_xbuf *out, int emit)
 {
-    al_xbuf *b = x->open == XK_TEXT        ? &x->text
+    al_buf *b = x->open == XK_TEXT        ? &x->text
                  : x->open == XK_REASONING ? &x->reasoning
                                            : &x->tools[x->open_tool].args;
-    if (al_xbuf_add(b, s, n)) return -1;
+    if (al_buf_append(b, s, n)) return -1;
     return x->ops->piece(x, s, n, lps, out, emit);
 }
 
@@ -258,9 +257,9 @@ static int feed(al_xl *x, json_t *d, json_t *lps, al_xbuf *out, int emit)
             argtext = json_dumps(args, JSON_COMPACT | JSON_PRESERVE_ORDER);
         const char *a = argtext ? argtext : json_string_value(args);
         if (t->closed) { /* a late piece of a call already closed: kept in the answer only */
-            int rc = a ? al_xbuf_add(&t->args, a, strlen(a)) : 0;
+            int rc = a ? al_buf_puts(&t->args, a) : 0;
             if (!rc && a && t->item)
-                json_object_set_new(t->item, "arguments", json_string(t->args.p));
+                json_object_set_new(t->item, "arguments", json_string(t->args.data));
             free(argtext);
             if (rc) return -1;
             continue;

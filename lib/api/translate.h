@@ -33,6 +33,14 @@ typedef struct al_xbuf {
 
 int al_xbuf_add(al_xbuf *b, const char *s, size_t n); /* 0, or -1 out of memory */
 
+/* The text of a message's content: a string (copied whole: a NUL inside is text), null or
+ * absent (*out NULL), or an array of parts whose "type" is one of types (NULL-terminated),
+ * their "text" strings joined ("" for an empty array); with types NULL, the chat API's rule:
+ * parts of type "text" or of none. 0 with *out malloc'd and NUL-terminated and *len (when
+ * given) its length; -1 for any other content or when out of memory (*out NULL). The one
+ * reading of content parts: lib/api's translators, serve's requests, model sft's data. */
+int al_api_content_text(json_t *c, const char *const *types, char **out, size_t *len);
+
 /* What to answer the agent when a translation fails: an HTTP status and an error in the
  * agent's API's terms. */
 typedef struct al_xl_err {

@@ -10,6 +10,7 @@
 #ifndef ARCLIGHT_API_TRANSLATE_INT_H
 #define ARCLIGHT_API_TRANSLATE_INT_H
 
+#include "core/buf.h"
 #include "translate.h"
 
 enum { XK_NONE = 0, XK_TEXT, XK_REASONING, XK_TOOL };
@@ -23,7 +24,7 @@ typedef struct xl_tool {
     char item_id[96];
     char *call_id; /* the upstream's id, or one made up */
     char *name;
-    al_xbuf args;
+    al_buf args;
     int closed;   /* its item is finished: later pieces only add to args */
     json_t *item; /* responses: the finished item in x->output (borrowed), once closed */
 } xl_tool;
@@ -47,7 +48,7 @@ struct al_xl {
     int open_index;
     size_t open_tool;
     char open_id[96];
-    al_xbuf text, reasoning; /* the open text or reasoning item's text */
+    al_buf text, reasoning; /* the open text or reasoning item's text */
     json_t *text_lps;        /* responses: the open text's logprobs */
     xl_tool *tools;
     size_t ntools, tools_cap;
