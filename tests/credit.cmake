@@ -13,7 +13,7 @@ add_dependencies(t0801_credit_kafka arclight)
 # libFuzzer target for the logic fed spans with any values a producer could write
 # (tests/fuzz/fuzz_credit.c; arclight_fuzz: CMakeLists.txt).
 arclight_fuzz(fuzz_credit TEST t0802_credit_fuzz CORPUS credit_corpus RUNS 50000 MAX_LEN 2048
-  SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_credit.c ${PROJECT_SOURCE_DIR}/stages/credit/credit.c
+  SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_credit.c ${PROJECT_SOURCE_DIR}/stages/credit/credit.c ${PROJECT_SOURCE_DIR}/lib/core/map.c
           ${AL_AVRO_FUZZ_SOURCES}
   DEPENDS ${PROJECT_SOURCE_DIR}/stages/credit/credit.h ${PROJECT_SOURCE_DIR}/lib/avro/codec.h
   INCLUDES ${PROJECT_SOURCE_DIR}/stages/credit

@@ -4,7 +4,9 @@
  */
 #include "batcher.h"
 
+#include "core/hash.h"
 #include "core/util.h"
+#include "core/vec.h"
 
 #include <float.h>
 #include <math.h>
@@ -20,6 +22,11 @@
 
 /* ---- duplicate window: FIFO ring of id hashes + linear-probing set ----------------------- */
 
+/* The window holds a million ids by default and is asked once per transition on the hot path:
+ * it keeps 8-byte hashes in an open-addressing table and a ring (24 MB for a million, nothing
+ * allocated per id) rather than the ids themselves in core's al_map (a malloc'd entry holding
+ * a copy of each id: some 100 MB for a million, and a malloc and a free per transition). */
+
 typedef struct dedup {
     uint64_t *table; /* 0: empty */
     size_t mask;
@@ -27,16 +34,11 @@ typedef struct dedup {
     size_t cap, head, len;
 } dedup;
 
+/* An id's hash for the window: FNV-1a mixed (its low bits index the table), never 0 (the
+ * table's empty slot). */
 static uint64_t id_hash(const char *s)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-    /* splitmix64 finaliser: FNV's low bits are weak for the table index */
-    h ^= h >> 30;
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 27;
-    h *= 0x94d049bb133111ebULL;
-    h ^= h >> 31;
+    uint64_t h = al_hash_mix(al_hash_str(s));
     return h ? h : 1;
 }
 
@@ -223,21 +225,9 @@ struct al_batcher {
     group **open;
     size_t n_open, cap_open;
     group **lanes; /* lanes[lane]: the open group that last received a transition there */
-    size_t n_lanes;
+    size_t n_lanes, cap_lanes;
     al_batcher_stats stats;
 };
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    size_t n = *cap ? *cap * 2 : 8;
-    while (n < need) n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = n;
-    return 0;
-}
 
 static void seq_free(seq *s)
 {
@@ -367,7 +357,8 @@ static int model_get(al_batcher *b, const char *name)
 {
     int m = model_find(b, name);
     if (m >= 0) return m;
-    if (grow((void **)&b->models, &b->cap_models, b->n_models + 1, sizeof *b->models)) return -1;
+    if (al_vec_grow((void **)&b->models, &b->cap_models, b->n_models + 1, sizeof *b->models))
+        return -1;
     model *md = &b->models[b->n_models];
     memset(md, 0, sizeof *md);
     if (!(md->name = strdup(name))) return -1;
@@ -498,7 +489,7 @@ static seq *seq_from_transition(const al_transition *t, void *opaque)
 
 static int group_add_seq(group *g, seq *s, const al_transition *t)
 {
-    if (grow((void **)&g->seqs, &g->cap_seqs, g->n_seqs + 1, sizeof *g->seqs)) return -1;
+    if (al_vec_grow((void **)&g->seqs, &g->cap_seqs, g->n_seqs + 1, sizeof *g->seqs)) return -1;
     g->seqs[g->n_seqs++] = s;
     g->n_tokens += s->n_tokens;
     const char *rid = t->rollout_id ? t->rollout_id : "";
@@ -506,9 +497,10 @@ static int group_add_seq(group *g, seq *s, const al_transition *t)
         if (g->attempts[i] == t->attempt && strcmp(g->rollouts[i], rid) == 0) return 0;
     if (g->n_rollouts >= (size_t)g->group_size) return 0; /* enough to decide */
     size_t cap = g->cap_rollouts;
-    if (grow((void **)&g->rollouts, &g->cap_rollouts, g->n_rollouts + 1, sizeof *g->rollouts))
+    if (al_vec_grow((void **)&g->rollouts, &g->cap_rollouts, g->n_rollouts + 1,
+                    sizeof *g->rollouts))
         return -1;
-    if (grow((void **)&g->attempts, &cap, g->n_rollouts + 1, sizeof *g->attempts)) return -1;
+    if (al_vec_grow((void **)&g->attempts, &cap, g->n_rollouts + 1, sizeof *g->attempts)) return -1;
     if (!(g->rollouts[g->n_rollouts] = strdup(rid))) return -1;
     g->attempts[g->n_rollouts++] = t->attempt;
     return 0;
@@ -519,7 +511,7 @@ static int close_open(al_batcher *b, size_t i)
 {
     group *g = b->open[i];
     model *m = &b->models[g->model];
-    if (grow((void **)&m->queue, &m->cap_queue, m->n_queue + 1, sizeof *m->queue)) return -1;
+    if (al_vec_grow((void **)&m->queue, &m->cap_queue, m->n_queue + 1, sizeof *m->queue)) return -1;
     m->queue[m->n_queue++] = g;
     m->queued_seqs += (int64_t)g->n_seqs;
     m->queued_tokens += g->n_tokens;
@@ -570,7 +562,7 @@ al_batch_add_result al_batcher_add(al_batcher *b, const al_transition *t, int32_
             m->queued_tokens += s->n_tokens;
         }
     if (!g) {
-        if (grow((void **)&b->open, &b->cap_open, b->n_open + 1, sizeof *b->open) ||
+        if (al_vec_grow((void **)&b->open, &b->cap_open, b->n_open + 1, sizeof *b->open) ||
             !(g = calloc(1, sizeof *g)) || !(g->group_id = strdup(t->group_id))) {
             free(g);
             seq_free(s);
@@ -597,10 +589,9 @@ al_batch_add_result al_batcher_add(al_batcher *b, const al_transition *t, int32_
     if (lane >= 0 && lane < 65536) {
         if ((size_t)lane >= b->n_lanes) {
             size_t n = (size_t)lane + 1;
-            group **l = realloc(b->lanes, n * sizeof *l);
-            if (!l) goto oom_added;
-            memset(l + b->n_lanes, 0, (n - b->n_lanes) * sizeof *l);
-            b->lanes = l;
+            if (al_vec_grow((void **)&b->lanes, &b->cap_lanes, n, sizeof *b->lanes))
+                goto oom_added;
+            memset(b->lanes + b->n_lanes, 0, (n - b->n_lanes) * sizeof *b->lanes);
             b->n_lanes = n;
         }
         group *prev = b->lanes[lane];

@@ -35,10 +35,10 @@
 
 #include "core/cli.h"
 #include "core/fault.h"
+#include "core/flags.h"
 #include "core/log.h"
 #include "core/util.h"
 
-#include <getopt.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -324,43 +324,100 @@ static const al_stage_hooks batch_hooks = {
 
 /* ---- flags ----------------------------------------------------------------------------------- */
 
-static void usage(FILE *f)
+/* What the flags set (batch_flags); cmd_batch puts the defaults in first. */
+static struct batch_args {
+    batch_opts o;
+    const char *stale;                    /* NULL: not given */
+    int64_t step_seq, step_tok, step_grp; /* -1: not given */
+    int64_t max_msg;                      /* -1: the output topic's limit */
+    int64_t dedup, drain_s;
+    int exactly_once;
+} arg;
+
+static const char *const stale_policies[] = {"drop", "keep", NULL};
+
+static const al_flag batch_flags[] = {
+    {"step-sequences", 0, AL_FLAG_I64, &arg.step_seq, .lo = 1, .hi = INT64_MAX, .arg = "N",
+     .help = "close a step at >= N sequences of whole groups (default 64)"},
+    {"step-tokens", 0, AL_FLAG_I64, &arg.step_tok, .lo = 1, .hi = INT64_MAX, .arg = "N",
+     .help = "close a step at >= N tokens instead"},
+    {"step-groups", 0, AL_FLAG_I64, &arg.step_grp, .lo = 1, .hi = INT64_MAX, .arg = "N",
+     .help = "close a step at N whole groups instead (what\n"
+             "`arclight rollouts --step-groups N` paces on)"},
+    {"micro-batch-tokens", 0, AL_FLAG_I64, &arg.o.cfg.micro_batch_tokens, .lo = 2,
+     .hi = INT64_MAX, .arg = "N", .help = "token budget of one micro-batch (default 16384)"},
+    {"max-message-bytes", 0, AL_FLAG_I64, &arg.max_msg, .lo = 1024, .hi = INT64_MAX, .arg = "N",
+     .help = "BatchChunk size limit (default: the output topic's\n"
+             "max.message.bytes in topics.conf minus 64 KiB)"},
+    {"max-staleness", 0, AL_FLAG_I64, &arg.o.cfg.max_staleness, .lo = -1, .hi = INT64_MAX,
+     .arg = "N",
+     .help = "versions a sample may lag the latest policy (default 4;\n"
+             "-1: no bound)"},
+    {"stale", 0, AL_FLAG_STRING, &arg.stale, .arg = "drop|keep", .choices = stale_policies,
+     .help = "a group with a stale sample: dropped and counted\n"
+             "(default), or kept and counted"},
+    {"whiten", 0, AL_FLAG_SWITCH, &arg.o.cfg.whiten,
+     .help = "whiten advantages over each step's loss tokens"},
+    {"group-idle-ms", 0, AL_FLAG_I64, &arg.o.group_idle_ms, .lo = 1, .hi = INT64_MAX,
+     .arg = "MS",
+     .help = "close a group after MS without a transition, once its\n"
+             "partition is read to its end (default 2000)"},
+    {"dedup-window", 0, AL_FLAG_I64, &arg.dedup, .lo = 0, .hi = INT64_MAX, .arg = "N",
+     .help = "transition ids remembered for duplicates (default 1000000)"},
+    {"recover-chunks", 0, AL_FLAG_I64, &arg.o.recover_chunks, .lo = 0, .hi = INT64_MAX,
+     .arg = "N", .help = "chunks per output partition read back at start (default 64)"},
+    {"input-topic", 0, AL_FLAG_STRING, &arg.o.input_topic, .arg = "T",
+     .help = "default arclight.transitions"},
+    {"output-topic", 0, AL_FLAG_STRING, &arg.o.output_topic, .arg = "T",
+     .help = "default arclight.batches"},
+    {"policy-topic", 0, AL_FLAG_STRING, &arg.o.policy_topic, .arg = "T",
+     .help = "default arclight.policy"},
+    {"group", 0, AL_FLAG_STRING, &arg.o.group, .arg = "ID",
+     .help = "consumer group (default arclight-batch); one worker per group"},
+    {"steps", 0, AL_FLAG_I64, &arg.o.stop_after_step, .lo = 1, .hi = INT64_MAX, .arg = "N",
+     .help = "exit 0 once step N-1 of a model is acknowledged"},
+    {"drain-timeout", 0, AL_FLAG_I64, &arg.drain_s, .lo = 0, .hi = INT64_MAX, .arg = "S",
+     .help = "on SIGTERM, at most S seconds (default 15) to flush\n"
+             "steps, commit and leave the group, whether or not\n"
+             "Kafka answers"},
+    {"exactly-once", 0, AL_FLAG_SWITCH, &arg.exactly_once,
+     .help = "Kafka transactions: each step's chunks and the offsets\n"
+             "of its transitions are committed together, and the\n"
+             "read-back at start sees committed chunks only, so no\n"
+             "chunk reaches a read_committed reader twice, also\n"
+             "across kill -9 (transactional.id: the worker's static\n"
+             "member id; real Kafka, see docs/RELIABILITY.md)"},
+};
+
+static const al_cmd_spec batch_spec = {
+    "batch",
+    "[flags]",
+    "Packs transitions into trainer steps: whole groups adding up to a target, cut into\n"
+    "token-budgeted micro-batches (sequence packing), sent as BatchChunk messages.\n",
+    batch_flags,
+    AL_ARRAY_LEN(batch_flags),
+    .common = 1,
+};
+
+/* The defaults of every flag. */
+static void batch_args_init(void)
 {
-    fprintf(f,
-            "usage: arclight batch [flags]\n"
-            "Packs transitions into trainer steps: whole groups adding up to a target, cut into\n"
-            "token-budgeted micro-batches (sequence packing), sent as BatchChunk messages.\n\n"
-            "  --step-sequences N        close a step at >= N sequences of whole groups (default 64)\n"
-            "  --step-tokens N           close a step at >= N tokens instead\n"
-            "  --step-groups N           close a step at N whole groups instead (what\n"
-            "                            `arclight rollouts --step-groups N` paces on)\n"
-            "  --micro-batch-tokens N    token budget of one micro-batch (default 16384)\n"
-            "  --max-message-bytes N     BatchChunk size limit (default: the output topic's\n"
-            "                            max.message.bytes in topics.conf minus 64 KiB)\n"
-            "  --max-staleness N         versions a sample may lag the latest policy (default 4;\n"
-            "                            -1: no bound)\n"
-            "  --stale drop|keep         a group with a stale sample: dropped and counted\n"
-            "                            (default), or kept and counted\n"
-            "  --whiten                  whiten advantages over each step's loss tokens\n"
-            "  --group-idle-ms MS        close a group after MS without a transition, once its\n"
-            "                            partition is read to its end (default 2000)\n"
-            "  --dedup-window N          transition ids remembered for duplicates (default 1000000)\n"
-            "  --recover-chunks N        chunks per output partition read back at start (default 64)\n"
-            "  --input-topic T           default arclight.transitions\n"
-            "  --output-topic T          default arclight.batches\n"
-            "  --policy-topic T          default arclight.policy\n"
-            "  --group ID                consumer group (default arclight-batch); one worker per group\n"
-            "  --steps N                 exit 0 once step N-1 of a model is acknowledged\n"
-            "  --drain-timeout S         on SIGTERM, at most S seconds (default 15) to flush\n"
-            "                            steps, commit and leave the group, whether or not\n"
-            "                            Kafka answers\n"
-            "  --exactly-once            Kafka transactions: each step's chunks and the offsets\n"
-            "                            of its transitions are committed together, and the\n"
-            "                            read-back at start sees committed chunks only, so no\n"
-            "                            chunk reaches a read_committed reader twice, also\n"
-            "                            across kill -9 (transactional.id: the worker's static\n"
-            "                            member id; real Kafka, see docs/RELIABILITY.md)\n"
-            "  --help\n" AL_CLI_COMMON_HELP);
+    memset(&arg, 0, sizeof arg);
+    arg.o = (batch_opts){
+        .input_topic = AL_TOPIC_TRANSITIONS,
+        .output_topic = AL_TOPIC_BATCHES,
+        .policy_topic = AL_TOPIC_POLICY,
+        .group = "arclight-batch",
+        .group_idle_ms = 2000,
+        .recover_chunks = 64,
+        .stop_after_step = -1,
+        .kill_step = -1,
+        .kill_chunk = -1,
+    };
+    al_batch_config_default(&arg.o.cfg);
+    arg.step_seq = arg.step_tok = arg.step_grp = arg.max_msg = -1;
+    arg.dedup = (int64_t)arg.o.cfg.dedup_window;
+    arg.drain_s = AL_STAGE_DRAIN_DEFAULT_S;
 }
 
 /* Default chunk limit: the output topic's max.message.bytes (topics.conf) less 64 KiB for
@@ -437,111 +494,37 @@ out:
 
 int cmd_batch(int argc, char **argv)
 {
-    enum {
-        O_STEP_SEQ = AL_CLI_OPT_USER, O_STEP_TOK, O_STEP_GRP, O_MB_TOK, O_MAX_MSG, O_STALENESS,
-        O_STALE, O_WHITEN, O_IDLE, O_DEDUP, O_RECOVER, O_IN, O_OUT, O_POLICY, O_GROUP, O_STEPS,
-        O_DRAIN, O_EXACTLY_ONCE, O_HELP
-    };
-    static const struct option opts[] = {
-        {"step-sequences", required_argument, 0, O_STEP_SEQ},
-        {"step-tokens", required_argument, 0, O_STEP_TOK},
-        {"step-groups", required_argument, 0, O_STEP_GRP},
-        {"micro-batch-tokens", required_argument, 0, O_MB_TOK},
-        {"max-message-bytes", required_argument, 0, O_MAX_MSG},
-        {"max-staleness", required_argument, 0, O_STALENESS},
-        {"stale", required_argument, 0, O_STALE},
-        {"whiten", no_argument, 0, O_WHITEN},
-        {"group-idle-ms", required_argument, 0, O_IDLE},
-        {"dedup-window", required_argument, 0, O_DEDUP},
-        {"recover-chunks", required_argument, 0, O_RECOVER},
-        {"input-topic", required_argument, 0, O_IN},
-        {"output-topic", required_argument, 0, O_OUT},
-        {"policy-topic", required_argument, 0, O_POLICY},
-        {"group", required_argument, 0, O_GROUP},
-        {"steps", required_argument, 0, O_STEPS},
-        {"drain-timeout", required_argument, 0, O_DRAIN},
-        {"exactly-once", no_argument, 0, O_EXACTLY_ONCE},
-        {"help", no_argument, 0, O_HELP},
-        AL_CLI_COMMON_OPTIONS,
-        {0, 0, 0, 0},
-    };
     al_cli_common common;
     al_cli_common_init(&common);
-    batch_opts o = {
-        .input_topic = AL_TOPIC_TRANSITIONS,
-        .output_topic = AL_TOPIC_BATCHES,
-        .policy_topic = AL_TOPIC_POLICY,
-        .group = "arclight-batch",
-        .group_idle_ms = 2000,
-        .recover_chunks = 64,
-        .stop_after_step = -1,
-        .kill_step = -1,
-        .kill_chunk = -1,
-    };
-    al_batch_config_default(&o.cfg);
-    int64_t v = 0, max_msg = -1, step_seq = -1, step_tok = -1, step_grp = -1;
-    int64_t drain_s = AL_STAGE_DRAIN_DEFAULT_S;
-    int c, exactly_once = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        const char *name = NULL;
-        int bad = 0;
-        switch (c) {
-        case O_STEP_SEQ: name = "--step-sequences"; bad = al_stage_parse_i64(optarg, 1, &step_seq); break;
-        case O_STEP_TOK: name = "--step-tokens"; bad = al_stage_parse_i64(optarg, 1, &step_tok); break;
-        case O_STEP_GRP: name = "--step-groups"; bad = al_stage_parse_i64(optarg, 1, &step_grp); break;
-        case O_MB_TOK: name = "--micro-batch-tokens"; bad = al_stage_parse_i64(optarg, 2, &o.cfg.micro_batch_tokens); break;
-        case O_MAX_MSG: name = "--max-message-bytes"; bad = al_stage_parse_i64(optarg, 1024, &max_msg); break;
-        case O_STALENESS: name = "--max-staleness"; bad = al_stage_parse_i64(optarg, -1, &o.cfg.max_staleness); break;
-        case O_STALE:
-            if (!strcmp(optarg, "drop")) o.cfg.stale_policy = AL_BATCH_STALE_DROP;
-            else if (!strcmp(optarg, "keep")) o.cfg.stale_policy = AL_BATCH_STALE_KEEP;
-            else return al_cli_usage_error("batch", "--stale takes drop or keep, not '%s'", optarg);
-            break;
-        case O_WHITEN: o.cfg.whiten = 1; break;
-        case O_IDLE: name = "--group-idle-ms"; bad = al_stage_parse_i64(optarg, 1, &o.group_idle_ms); break;
-        case O_DEDUP:
-            name = "--dedup-window";
-            bad = al_stage_parse_i64(optarg, 0, &v);
-            o.cfg.dedup_window = (size_t)v;
-            break;
-        case O_RECOVER: name = "--recover-chunks"; bad = al_stage_parse_i64(optarg, 0, &o.recover_chunks); break;
-        case O_IN: o.input_topic = optarg; break;
-        case O_OUT: o.output_topic = optarg; break;
-        case O_POLICY: o.policy_topic = optarg; break;
-        case O_GROUP: o.group = optarg; break;
-        case O_STEPS: name = "--steps"; bad = al_stage_parse_i64(optarg, 1, &o.stop_after_step); break;
-        case O_DRAIN: name = "--drain-timeout"; bad = al_stage_parse_i64(optarg, 0, &drain_s); break;
-        case O_EXACTLY_ONCE: exactly_once = 1; break;
-        case O_HELP:
-        case 'h': usage(stdout); return AL_EXIT_OK;
-        default: {
-            int r = al_cli_common_option(&common, c, optarg);
-            if (r < 0) return AL_EXIT_USAGE;
-            if (r == 0) return al_cli_usage_error("batch", "unknown flag (see --help)");
-        }
-        }
-        if (bad) return al_cli_usage_error("batch", "%s wants a number, not '%s'", name, optarg);
-    }
-    if (optind < argc) return al_cli_usage_error("batch", "unexpected argument '%s'", argv[optind]);
-    if ((step_seq > 0) + (step_tok > 0) + (step_grp > 0) > 1)
+    batch_args_init();
+    int first;
+    int rc = al_flags_parse(&batch_spec, &common, argc, argv, &first);
+    if (rc != AL_FLAGS_GO) return rc;
+    if (first < argc) return al_cli_usage_error("batch", "unexpected argument '%s'", argv[first]);
+    if ((arg.step_seq > 0) + (arg.step_tok > 0) + (arg.step_grp > 0) > 1)
         return al_cli_usage_error(
             "batch", "give one of --step-sequences, --step-tokens and --step-groups");
-    if (step_tok > 0) {
-        o.cfg.step_tokens = step_tok;
-        o.cfg.step_sequences = 0;
-    } else if (step_grp > 0) {
-        o.cfg.step_groups = step_grp;
-        o.cfg.step_sequences = 0;
-    } else if (step_seq > 0) {
-        o.cfg.step_sequences = step_seq;
+    batch_opts *o = &arg.o;
+    if (arg.stale)
+        o->cfg.stale_policy =
+            strcmp(arg.stale, "keep") ? AL_BATCH_STALE_DROP : AL_BATCH_STALE_KEEP;
+    o->cfg.dedup_window = (size_t)arg.dedup;
+    if (arg.step_tok > 0) {
+        o->cfg.step_tokens = arg.step_tok;
+        o->cfg.step_sequences = 0;
+    } else if (arg.step_grp > 0) {
+        o->cfg.step_groups = arg.step_grp;
+        o->cfg.step_sequences = 0;
+    } else if (arg.step_seq > 0) {
+        o->cfg.step_sequences = arg.step_seq;
     }
-    o.cfg.max_message_bytes = max_msg > 0 ? max_msg : default_max_message_bytes(o.output_topic);
+    o->cfg.max_message_bytes =
+        arg.max_msg > 0 ? arg.max_msg : default_max_message_bytes(o->output_topic);
     /* A fault point (core/fault.h): "STEP:CHUNK" SIGKILLs the worker once that chunk of that
      * step is acknowledged (CHUNK -1: the step's last chunk), before its inputs are released. */
     const char *kill_at = al_fault_spec("ARCLIGHT_BATCH_TEST_KILL_AT");
-    if (kill_at && sscanf(kill_at, "%" SCNd64 ":%" SCNd64, &o.kill_step, &o.kill_chunk) != 2)
-        o.kill_step = -1;
+    if (kill_at && sscanf(kill_at, "%" SCNd64 ":%" SCNd64, &o->kill_step, &o->kill_chunk) != 2)
+        o->kill_step = -1;
 
-    return batch_run(&o, &common, drain_s, exactly_once);
+    return batch_run(o, &common, arg.drain_s, arg.exactly_once);
 }

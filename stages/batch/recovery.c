@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "core/util.h"
+#include "core/vec.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -162,13 +163,8 @@ static int recovery_take_chunk(recovery *r)
     }
     for (size_t i = 0; i < ch->n_micro_batches; i++)
         for (size_t s = 0; s < ch->micro_batches[i].n_sequences; s++) {
-            if (m->n_ids == m->cap_ids) {
-                size_t nc = m->cap_ids ? 2 * m->cap_ids : 64;
-                char **ni = realloc(m->ids, nc * sizeof *ni);
-                if (!ni) return -1;
-                m->ids = ni;
-                m->cap_ids = nc;
-            }
+            if (al_vec_grow((void **)&m->ids, &m->cap_ids, m->n_ids + 1, sizeof *m->ids))
+                return -1;
             if (!(m->ids[m->n_ids] = strdup(ch->micro_batches[i].transition_ids[s]))) return -1;
             m->n_ids++;
         }

@@ -3,7 +3,7 @@
  * (see credit.h). No Kafka here: the unit tests drive it with hand-built spans.
  *
  * Data layout of a part:
- *   rollouts   hash (rollout id, attempt) -> open rollout; every tracked rollout (open, or
+ *   rollouts   map (rollout id, attempt) -> open rollout; every tracked rollout (open, or
  *              ended and waiting in a group) is also on `by_first`, in the order of its first
  *              span's offset (creation order), which gives the safe offset's lower bound
  *   open list  open rollouts by last activity (event clock at their latest span): the idle
@@ -11,15 +11,20 @@
  *   wait list  rollouts whose end span came before some of their spans (its sequence number
  *              says how many there are), by the time of the end: they settle when the last
  *              missing span arrives, or with what they have after the end wait (its head)
- *   groups     hash group key -> open group; also a FIFO by opening time for group timeouts
+ *   groups     map group key -> open group; also a FIFO by opening time for group timeouts
  *   intervals  sorted, disjoint [lo, hi] offset ranges of emitted groups' first spans that
  *              the safe offset must not fall into
- * Outputs never depend on hash order: groups emit their members in end order and each
- * rollout its calls in sequence order.
+ *   ended      map of recently ended rollouts' keys, with a ring of its entries in end order
+ *              (the oldest is forgotten first)
+ * Outputs never depend on hash order (the maps are only looked up, and iterated only to be
+ * freed): groups emit their members in end order and each rollout its calls in sequence
+ * order.
  */
 #include "credit.h"
 
+#include "core/map.h"
 #include "core/util.h"
+#include "core/vec.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -134,7 +139,7 @@ typedef struct cr_reward {
 
 typedef struct cr_rollout cr_rollout;
 struct cr_rollout {
-    char *key; /* rollout id \x1f attempt: the hash key */
+    al_map_entry *entry; /* in p->rollouts while open (key: rollout id \x1f attempt); then NULL */
     char *rollout_id, *task_id, *group_key;
     int32_t attempt;
     int64_t first_offset;
@@ -157,35 +162,21 @@ struct cr_rollout {
     int kept;
     double score; /* identical credit: R; discounted: the sum of imm (the metrics' value) */
     double *imm, *ret; /* discounted credit: r_k and G_k per call (one block of 2 ncalls) */
-    cr_rollout *hnext;                   /* hash chain */
     cr_rollout *open_prev, *open_next;   /* open list, or the wait list while waiting */
     cr_rollout *first_prev, *first_next; /* by_first list (until emitted) */
 };
 
 typedef struct cr_group cr_group;
 struct cr_group {
-    char *key;
+    al_map_entry *entry; /* in p->groups until it is emitted */
+    const char *key;     /* the entry's key */
     int32_t target;
     int target_set;
     cr_rollout **members; /* in end order */
     size_t nmembers, capmembers;
     int64_t opened; /* clock at its first member's end */
-    cr_group *hnext;
     cr_group *fifo_prev, *fifo_next;
 };
-
-typedef struct cr_baseline {
-    char *key;
-    double value;
-    struct cr_baseline *hnext;
-} cr_baseline;
-
-/* A recently ended rollout (its key), so that a span arriving after the end is told apart
- * from a new rollout. */
-typedef struct cr_ended {
-    char *key;
-    struct cr_ended *hnext;
-} cr_ended;
 
 #define CR_ENDED_MAX 65536 /* remembered ends per partition (oldest forgotten first) */
 
@@ -201,12 +192,9 @@ struct al_credit_part {
     int64_t clock;
     int64_t next_offset; /* one past the last span added; -1 before any */
     int64_t safe;        /* last safe offset returned (never decreases) */
-    cr_rollout **rtab;
-    size_t rcap, rcount;
-    cr_group **gtab;
-    size_t gcap, gcount;
-    cr_baseline **btab;
-    size_t bcap, bcount;
+    al_map rollouts;  /* open rollouts (cr_rollout *) by rollout id \x1f attempt */
+    al_map groups;    /* open groups (cr_group *) by group key */
+    al_map baselines; /* reinforce's running baselines (double *) by group key [\x1f position] */
     cr_rollout *open_head, *open_tail;
     cr_rollout *wait_head, *wait_tail;
     cr_rollout *first_head, *first_tail;
@@ -218,9 +206,11 @@ struct al_credit_part {
     int64_t *elo, *skip;
     size_t nelo, capelo, nskip;
     int suppress; /* the group being emitted was emitted before the restart */
-    cr_ended **etab; /* recently ended rollouts: hash + FIFO ring */
-    size_t ecap, ecount;
-    cr_ended **ering; /* ring of ecount ends from ehead, in end order; grows to CR_ENDED_MAX */
+    /* recently ended rollouts (keys, no values), so that a span arriving after the end is
+     * told apart from a new rollout; ering holds their entries in end order from ehead
+     * (ended.count of them) and grows to CR_ENDED_MAX */
+    al_map ended;
+    al_map_entry **ering;
     size_t ehead, eringcap;
     /* scratch buffers for building transitions, reused */
     int32_t *s_resp;
@@ -230,78 +220,6 @@ struct al_credit_part {
     int32_t *s_idx;
     size_t s_cap, s_idxcap;
 };
-
-static uint64_t str_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-    return h;
-}
-
-static int grow(void **arr, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap) return 0;
-    size_t nc = *cap ? *cap * 2 : 8;
-    while (nc < need)
-        nc *= 2;
-    void *n = realloc(*arr, nc * elem);
-    if (!n) return -1;
-    *arr = n;
-    *cap = nc;
-    return 0;
-}
-
-/* Generic chained hash tables of structs whose first members are `char *key` and whose
- * chain pointer is given by offset; kept at load <= 1. */
-#define TAB_FIND(tab, cap, type, k)                                                                \
-    ({                                                                                             \
-        type *_e = (cap) ? (tab)[str_hash(k) & ((cap)-1)] : NULL;                                  \
-        while (_e && strcmp(_e->key, (k)))                                                         \
-            _e = _e->hnext;                                                                        \
-        _e;                                                                                        \
-    })
-
-#define TAB_INSERT(tab, cap, count, type, e)                                                       \
-    ({                                                                                             \
-        int _rc = 0;                                                                               \
-        if ((count) + 1 > (cap)) {                                                                 \
-            size_t _nc = (cap) ? (cap)*2 : 64;                                                     \
-            type **_nt = calloc(_nc, sizeof *_nt);                                                 \
-            if (!_nt)                                                                              \
-                _rc = -1;                                                                          \
-            else {                                                                                 \
-                for (size_t _i = 0; _i < (cap); _i++)                                              \
-                    for (type *_x = (tab)[_i], *_nx; _x; _x = _nx) {                               \
-                        _nx = _x->hnext;                                                           \
-                        size_t _b = str_hash(_x->key) & (_nc - 1);                                 \
-                        _x->hnext = _nt[_b];                                                       \
-                        _nt[_b] = _x;                                                              \
-                    }                                                                              \
-                free(tab);                                                                         \
-                (tab) = _nt;                                                                       \
-                (cap) = _nc;                                                                       \
-            }                                                                                      \
-        }                                                                                          \
-        if (!_rc) {                                                                                \
-            size_t _b = str_hash((e)->key) & ((cap)-1);                                            \
-            (e)->hnext = (tab)[_b];                                                                \
-            (tab)[_b] = (e);                                                                       \
-            (count)++;                                                                             \
-        }                                                                                          \
-        _rc;                                                                                       \
-    })
-
-#define TAB_REMOVE(tab, cap, count, type, e)                                                       \
-    do {                                                                                           \
-        type **_pp = &(tab)[str_hash((e)->key) & ((cap)-1)];                                       \
-        while (*_pp && *_pp != (e))                                                                \
-            _pp = &(*_pp)->hnext;                                                                  \
-        if (*_pp) {                                                                                \
-            *_pp = (e)->hnext;                                                                     \
-            (count)--;                                                                             \
-        }                                                                                          \
-    } while (0)
 
 static void rollout_free(cr_rollout *r)
 {
@@ -315,7 +233,6 @@ static void rollout_free(cr_rollout *r)
     free(r->imm);
     free(r->rewards);
     free(r->other_seqs);
-    free(r->key);
     free(r->rollout_id);
     free(r->task_id);
     free(r->group_key);
@@ -328,7 +245,6 @@ static void group_free(cr_group *g)
     for (size_t i = 0; i < g->nmembers; i++)
         rollout_free(g->members[i]);
     free(g->members);
-    free(g->key);
     free(g);
 }
 
@@ -391,28 +307,18 @@ void al_credit_part_free(al_credit_part *p)
         n = r->first_next;
         rollout_free(r);
     }
-    for (size_t i = 0; i < p->gcap; i++)
-        for (cr_group *g = p->gtab[i], *n; g; g = n) {
-            n = g->hnext;
-            g->nmembers = 0; /* freed above */
-            group_free(g);
-        }
-    for (size_t i = 0; i < p->bcap; i++)
-        for (cr_baseline *b = p->btab[i], *n; b; b = n) {
-            n = b->hnext;
-            free(b->key);
-            free(b);
-        }
-    for (size_t i = 0; p->ering && i < p->ecount; i++) {
-        cr_ended *e = p->ering[(p->ehead + i) % p->eringcap];
-        free(e->key);
-        free(e);
+    al_map_iter it;
+    al_map_iter_init(&it, &p->groups);
+    for (al_map_entry *e; (e = al_map_iter_next(&it));) {
+        cr_group *g = e->value;
+        g->nmembers = 0; /* freed above */
+        group_free(g);
     }
+    al_map_free(&p->groups, NULL);
+    al_map_free(&p->rollouts, NULL);
+    al_map_free(&p->baselines, free);
+    al_map_free(&p->ended, NULL);
     free(p->ering);
-    free(p->etab);
-    free(p->rtab);
-    free(p->gtab);
-    free(p->btab);
     free(p->iv);
     free(p->elo);
     free(p->skip);
@@ -524,7 +430,7 @@ static int interval_add(al_credit_part *p, int64_t lo, int64_t hi)
         p->niv -= j - i - 1;
         return 0;
     }
-    if (grow((void **)&p->iv, &p->capiv, p->niv + 1, sizeof *p->iv)) return -1;
+    if (al_vec_grow((void **)&p->iv, &p->capiv, p->niv + 1, sizeof *p->iv)) return -1;
     memmove(&p->iv[i + 1], &p->iv[i], (p->niv - i) * sizeof *p->iv);
     p->iv[i].lo = lo;
     p->iv[i].hi = hi;
@@ -830,26 +736,24 @@ static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *
     return rc;
 }
 
-static cr_baseline *baseline_get(al_credit_part *p, const char *key, int *created)
+/* The running baseline of key, made (*created 1, value unset) when absent; NULL when out
+ * of memory. */
+static double *baseline_get(al_credit_part *p, const char *key, int *created)
 {
-    cr_baseline *b = TAB_FIND(p->btab, p->bcap, cr_baseline, key);
-    *created = 0;
-    if (b) return b;
-    b = calloc(1, sizeof *b);
-    if (!b || !(b->key = strdup(key)) || TAB_INSERT(p->btab, p->bcap, p->bcount, cr_baseline, b)) {
-        if (b) free(b->key);
-        free(b);
+    al_map_entry *e = al_map_upsertn(&p->baselines, key, strlen(key), created);
+    if (!e) return NULL;
+    if (*created && !(e->value = malloc(sizeof(double)))) {
+        al_map_remove_entry(&p->baselines, e);
         return NULL;
     }
-    *created = 1;
-    return b;
+    return e->value;
 }
 
 /* Records that the group whose earliest first span is at `lo` was emitted (lo increases
  * from group to group only roughly: kept sorted). 0, or -1 out of memory. */
 static int emitted_add(al_credit_part *p, int64_t lo)
 {
-    if (grow((void **)&p->elo, &p->capelo, p->nelo + 1, sizeof *p->elo)) return -1;
+    if (al_vec_grow((void **)&p->elo, &p->capelo, p->nelo + 1, sizeof *p->elo)) return -1;
     size_t i = p->nelo;
     while (i > 0 && p->elo[i - 1] > lo)
         i--;
@@ -872,11 +776,10 @@ static int skip_take(al_credit_part *p, int64_t lo)
 
 /* Completes group g: computes the statistics over its training members (kept, with a
  * call), emits their transitions (or drops the group), records its offset range, frees it.
- * 0, or -1 (errstr). */
+ * It leaves p->groups at the end, with its key (the map entry's). 0, or -1 (errstr). */
 static int group_emit(al_credit_part *p, cr_group *g, int timed_out, char *errstr, size_t errlen)
 {
     int rc = 0;
-    TAB_REMOVE(p->gtab, p->gcap, p->gcount, cr_group, g);
     fifo_unlink(p, g);
     p->stats.open_groups--;
     if (timed_out) p->stats.groups_timed_out++;
@@ -928,14 +831,14 @@ static int group_emit(al_credit_part *p, cr_group *g, int timed_out, char *errst
                 else
                     snprintf(key, sizeof key, "%s", g->key);
                 int created;
-                cr_baseline *b = baseline_get(p, key, &created);
+                double *b = baseline_get(p, key, &created);
                 if (!b) {
                     rc = al_err(errstr, errlen, "out of memory");
                     break;
                 }
-                if (created) b->value = mo[k].mean; /* its first group: its own mean */
-                base[k] = b->value;
-                b->value += p->cfg.reinforce_alpha * (mo[k].mean - b->value);
+                if (created) *b = mo[k].mean; /* its first group: its own mean */
+                base[k] = *b;
+                *b += p->cfg.reinforce_alpha * (mo[k].mean - *b);
             }
         /* The group id: the group key and the first member (in end order) to end. */
         const cr_rollout *f = g->members[0];
@@ -962,42 +865,37 @@ static int group_emit(al_credit_part *p, cr_group *g, int timed_out, char *errst
         rc = al_err(errstr, errlen, "out of memory");
     for (size_t i = 0; i < g->nmembers; i++)
         first_unlink(p, g->members[i]);
+    al_map_remove_entry(&p->groups, g->entry);
     group_free(g);
     return rc;
 }
 
-/* Remembers that the rollout with this key ended; the oldest memory goes beyond
+/* Remembers that the rollout with key[0..klen) ended; the oldest memory goes beyond
  * CR_ENDED_MAX. 0, or -1 out of memory. */
-static int ended_remember(al_credit_part *p, const char *key)
+static int ended_remember(al_credit_part *p, const char *key, size_t klen)
 {
-    if (TAB_FIND(p->etab, p->ecap, cr_ended, key)) return 0;
-    if (p->ecount == p->eringcap && p->eringcap < CR_ENDED_MAX) {
+    if (al_map_findn(&p->ended, key, klen)) return 0;
+    size_t n = p->ended.count;
+    if (n == p->eringcap && p->eringcap < CR_ENDED_MAX) {
         /* the ring grows with use (a full-size ring is 512 KB per partition) */
         size_t cap = p->eringcap ? p->eringcap * 2 : 64;
         if (cap > CR_ENDED_MAX) cap = CR_ENDED_MAX;
-        cr_ended **ring = malloc(cap * sizeof *ring);
+        al_map_entry **ring = malloc(cap * sizeof *ring);
         if (!ring) return -1;
-        for (size_t i = 0; i < p->ecount; i++)
+        for (size_t i = 0; i < n; i++)
             ring[i] = p->ering[(p->ehead + i) % p->eringcap];
         free(p->ering);
         p->ering = ring;
         p->eringcap = cap;
         p->ehead = 0;
     }
-    if (p->ecount == p->eringcap) {
-        cr_ended *old = p->ering[p->ehead];
-        TAB_REMOVE(p->etab, p->ecap, p->ecount, cr_ended, old);
+    if (n == p->eringcap) { /* full: the oldest goes */
+        al_map_remove_entry(&p->ended, p->ering[p->ehead]);
         p->ehead = (p->ehead + 1) % p->eringcap;
-        free(old->key);
-        free(old);
     }
-    cr_ended *e = calloc(1, sizeof *e);
-    if (!e || !(e->key = strdup(key)) || TAB_INSERT(p->etab, p->ecap, p->ecount, cr_ended, e)) {
-        if (e) free(e->key);
-        free(e);
-        return -1;
-    }
-    p->ering[(p->ehead + p->ecount - 1) % p->eringcap] = e;
+    al_map_entry *e = al_map_upsertn(&p->ended, key, klen, NULL);
+    if (!e) return -1;
+    p->ering[(p->ehead + p->ended.count - 1) % p->eringcap] = e;
     return 0;
 }
 
@@ -1006,13 +904,16 @@ static int ended_remember(al_credit_part *p, const char *key)
  * retried) or settles it and adds it to its group, which may complete. 0, or -1 (errstr). */
 static int rollout_end(al_credit_part *p, cr_rollout *r, int retried, char *errstr, size_t errlen)
 {
-    TAB_REMOVE(p->rtab, p->rcap, p->rcount, cr_rollout, r);
+    /* its key lives in its entry of p->rollouts: remembered before the entry goes */
+    int oom = ended_remember(p, r->entry->key, r->entry->klen);
+    al_map_remove_entry(&p->rollouts, r->entry);
+    r->entry = NULL;
     open_unlink(p, r);
     if (r->waiting) p->stats.rollouts_waiting--;
     r->waiting = 0;
     p->stats.open_rollouts--;
     r->ended = 1;
-    if (ended_remember(p, r->key)) return al_err(errstr, errlen, "out of memory");
+    if (oom) return al_err(errstr, errlen, "out of memory");
     if (!r->seen_seq0 || retried) { /* a remnant, or an attempt replaced by a new one */
         if (retried)
             p->stats.rollouts_retried++;
@@ -1027,17 +928,19 @@ static int rollout_end(al_credit_part *p, cr_rollout *r, int retried, char *errs
         rollout_free(r);
         return al_err(errstr, errlen, "out of memory");
     }
-    cr_group *g = TAB_FIND(p->gtab, p->gcap, cr_group, r->group_key);
+    int created;
+    al_map_entry *ge = al_map_upsertn(&p->groups, r->group_key, strlen(r->group_key), &created);
+    cr_group *g = ge ? ge->value : NULL;
+    if (ge && created && !(g = calloc(1, sizeof *g))) al_map_remove_entry(&p->groups, ge);
     if (!g) {
-        g = calloc(1, sizeof *g);
-        if (!g || !(g->key = strdup(r->group_key)) ||
-            TAB_INSERT(p->gtab, p->gcap, p->gcount, cr_group, g)) {
-            if (g) free(g->key);
-            free(g);
-            first_unlink(p, r);
-            rollout_free(r);
-            return al_err(errstr, errlen, "out of memory");
-        }
+        first_unlink(p, r);
+        rollout_free(r);
+        return al_err(errstr, errlen, "out of memory");
+    }
+    if (created) {
+        ge->value = g;
+        g->entry = ge;
+        g->key = ge->key;
         /* No task id: the rollout is its own group. */
         g->target = r->task_id[0] ? p->cfg.group_size : 1;
         g->opened = p->clock;
@@ -1053,7 +956,7 @@ static int rollout_end(al_credit_part *p, cr_rollout *r, int retried, char *errs
         g->target = r->group_size_hint; /* the first end that knows the size sets it */
         g->target_set = 1;
     }
-    if (grow((void **)&g->members, &g->capmembers, g->nmembers + 1, sizeof *g->members)) {
+    if (al_vec_grow((void **)&g->members, &g->capmembers, g->nmembers + 1, sizeof *g->members)) {
         first_unlink(p, r);
         rollout_free(r);
         return al_err(errstr, errlen, "out of memory");
@@ -1155,7 +1058,7 @@ static int add_call(cr_rollout *r, const al_span *s)
     size_t nlp = lc->n_response_logprobs ? c.nr : 0, nmodel = strlen(model) + 1;
     size_t bytes = (c.np + c.nr) * sizeof(int32_t) + nlp * sizeof(float) + nmodel;
     char *block = malloc(bytes);
-    if (!block || grow((void **)&r->calls, &r->capcalls, r->ncalls + 1, sizeof c)) {
+    if (!block || al_vec_grow((void **)&r->calls, &r->capcalls, r->ncalls + 1, sizeof c)) {
         free(block);
         return -1;
     }
@@ -1183,7 +1086,7 @@ static int add_reward(cr_rollout *r, const al_span *s)
                    .name = strdup(s->reward.name ? s->reward.name : ""),
                    .value = s->reward.value,
                    .after = s->reward.after_sequence};
-    if (!w.name || grow((void **)&r->rewards, &r->caprewards, r->nrewards + 1, sizeof w)) {
+    if (!w.name || al_vec_grow((void **)&r->rewards, &r->caprewards, r->nrewards + 1, sizeof w)) {
         free(w.name);
         return -1;
     }
@@ -1197,23 +1100,26 @@ static int add_reward(cr_rollout *r, const al_span *s)
     return 0;
 }
 
-static cr_rollout *rollout_new(al_credit_part *p, const al_span *s, const char *key, int64_t offset)
+/* A new open rollout of span s under key[0..klen) (absent from p->rollouts), first seen at
+ * offset; NULL when out of memory. */
+static cr_rollout *rollout_new(al_credit_part *p, const al_span *s, const char *key, size_t klen,
+                               int64_t offset)
 {
     cr_rollout *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     const char *task = s->task_id ? s->task_id : "";
-    r->key = strdup(key);
     r->rollout_id = strdup(s->rollout_id);
     r->task_id = strdup(task);
     r->group_key = strdup(task[0] ? task : s->rollout_id);
     r->attempt = s->attempt;
     r->first_offset = offset;
     r->status = AL_ROLLOUT_STATUS_UNKNOWN;
-    if (!r->key || !r->rollout_id || !r->task_id || !r->group_key ||
-        TAB_INSERT(p->rtab, p->rcap, p->rcount, cr_rollout, r)) {
+    if (!r->rollout_id || !r->task_id || !r->group_key ||
+        !(r->entry = al_map_upsertn(&p->rollouts, key, klen, NULL))) {
         rollout_free(r);
         return NULL;
     }
+    r->entry->value = r;
     r->first_prev = p->first_tail;
     if (p->first_tail)
         p->first_tail->first_next = r;
@@ -1314,8 +1220,9 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
     while (nd)
         key[kl++] = digits[--nd];
     key[kl] = '\0';
-    cr_rollout *r = TAB_FIND(p->rtab, p->rcap, cr_rollout, key);
-    if (!r && TAB_FIND(p->etab, p->ecap, cr_ended, key))
+    al_map_entry *open = al_map_findn(&p->rollouts, key, kl);
+    cr_rollout *r = open ? open->value : NULL;
+    if (!r && al_map_findn(&p->ended, key, kl))
         return reject(reason_code, "late_span", reason, reasonlen,
                       "span %lld of rollout %s attempt %d arrived after the rollout ended "
                       "(or timed out)",
@@ -1339,7 +1246,8 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
     if (bad && !r) return 1;
     /* A rejected call still belongs to its rollout: it marks sequence 0 as seen and keeps the
      * rollout alive, so that the rest of the rollout trains. */
-    if (!r && !(r = rollout_new(p, s, key, offset))) return al_err(errstr, errlen, "out of memory");
+    if (!r && !(r = rollout_new(p, s, key, kl, offset)))
+        return al_err(errstr, errlen, "out of memory");
     if (s->sequence == 0) r->seen_seq0 = 1;
     if (s->timestamp_us > r->max_ts) r->max_ts = s->timestamp_us;
     if (!r->waiting) { /* a waiting rollout's time runs from its end */
@@ -1361,7 +1269,7 @@ int al_credit_part_add(al_credit_part *p, int64_t offset, const al_span *s,
         break;
     }
     if (!oom && (rej || s->kind == AL_SPAN_KIND_ROLLOUT_END)) {
-        oom = grow((void **)&r->other_seqs, &r->capother, r->nother + 1, sizeof(int64_t));
+        oom = al_vec_grow((void **)&r->other_seqs, &r->capother, r->nother + 1, sizeof(int64_t));
         if (!oom) r->other_seqs[r->nother++] = s->sequence;
     }
     if (oom) return al_err(errstr, errlen, "out of memory");

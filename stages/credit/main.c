@@ -33,6 +33,7 @@
 
 #include "avro/codec.h"
 #include "core/cli.h"
+#include "core/flags.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "http/metrics.h"
@@ -40,110 +41,12 @@
 #include "kafka/stage.h"
 
 #include <dirent.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
-static const char credit_usage[] =
-    "usage: arclight credit [options]\n"
-    "\n"
-    "Turns rollouts (spans on arclight.spans) into transitions with advantages on\n"
-    "arclight.transitions. Scale out by running more workers with the same --group.\n"
-    "\n"
-    "  --group NAME            consumer group (default arclight-credit)\n"
-    "  --input TOPIC           spans topic (default arclight.spans)\n"
-    "  --output TOPIC          transitions topic (default arclight.transitions)\n"
-    "  --estimator E           grpo (default): (G - mean) / (std + eps), std the population\n"
-    "                          std; dr_grpo: G - mean; rloo: G - the mean of the others;\n"
-    "                          reinforce: G - the task's running baseline before the group\n"
-    "                          (starts at its first group's mean, moves by alpha (mean - b));\n"
-    "                          none: G. A set of returns whose std is <= 1e-9 * max |G|, or\n"
-    "                          of one rollout, has no spread: grpo, dr_grpo, rloo give 0\n"
-    "  --reward MODE           last (default): the rollout's reward span with the highest\n"
-    "                          sequence; sum: the sum of all of them\n"
-    "  --reward-name NAME      the last reward span called NAME (not with --reward)\n"
-    "  --credit MODE           identical (default): every call has reward = return = R, the\n"
-    "                          rollout's reward; the set is the group's R\n"
-    "                          discounted: every reward span (or each called NAME) belongs\n"
-    "                          to the last call at or before its after_sequence; r_k is what\n"
-    "                          call k got, G_k = r_k + gamma G_k+1; call k's set is the G_k\n"
-    "                          of the group's rollouts that have a k-th call (a set per call\n"
-    "                          position). A merged sequence has reward = the sum of its\n"
-    "                          calls' r_k, return and advantage of its first call, and\n"
-    "                          per-token advantages: each call's, 0 on the agent's tokens\n"
-    "  --gamma G               discount for --credit discounted (default 1)\n"
-    "  --merge                 merge consecutive calls whose prompt extends the previous\n"
-    "                          prompt + response into one sequence (agent tokens masked)\n"
-    "  --group-size N          rollouts per task group when end spans do not say (default 8);\n"
-    "                          a transition's group_size is the group's kept rollouts with\n"
-    "                          a call (dropped ones do not count)\n"
-    "  --idle-timeout S        a rollout silent for S seconds of span time times out\n"
-    "                          (default 600; 0: never)\n"
-    "  --group-timeout S       a group waits S seconds after its first end (default 1800; 0:\n"
-    "                          never)\n"
-    "  --end-wait S            an end span whose sequence number says spans of its rollout\n"
-    "                          are still to come (they overtook each other on the way)\n"
-    "                          waits S seconds of span time for them, then the rollout\n"
-    "                          settles without them (default 30; 0: never wait)\n"
-    "  --on-timeout drop|keep  timed-out rollouts (default drop: they count towards the\n"
-    "                          group's size but train nothing)\n"
-    "  --timeout-reward X      reward of a kept timed-out rollout without one (default 0;\n"
-    "                          discounted: at its last call); one with a reward keeps it\n"
-    "  --on-failed drop|keep   failed and aborted rollouts (default drop, as above)\n"
-    "  --failed-reward X       reward of a kept failed rollout without one (default 0)\n"
-    "  --drop-equal-groups     drop groups in which no set of returns has spread (see\n"
-    "                          --estimator), whatever the estimator\n"
-    "  --eps X                 added to grpo's std, not its variance (default 1e-6)\n"
-    "  --reinforce-alpha A     step of the per-task running baseline (default 0.1)\n"
-    "  --quiet-flush S         move a partition's clock by wall time after S quiet seconds\n"
-    "                          (default: the idle timeout; 0: never); time while Kafka does\n"
-    "                          not answer is not quiet\n"
-    "  --reward-window N       rollouts in the reward mean/std metrics (default 256)\n"
-    "  --max-spans N           stop after N consumed messages (benchmarks)\n"
-    "  --exit-idle S           stop after S seconds without a message (at least 30 s before\n"
-    "                          the first one; tests, benchmarks)\n"
-    "  --drain-timeout S       on SIGTERM, at most S seconds (default 15) to flush outputs,\n"
-    "                          commit and leave the group, whether or not Kafka answers\n"
-    "  --exactly-once          Kafka transactions: transitions and span offsets are committed\n"
-    "                          together every auto.commit.interval.ms, so that after kill -9\n"
-    "                          or a rebalance no transition reaches a read_committed reader\n"
-    "                          twice (transactional.id: the worker's static member id;\n"
-    "                          needs a real Kafka cluster, see docs/RELIABILITY.md)\n"
-    AL_CLI_COMMON_HELP;
-
-enum {
-    OPT_GROUP = AL_CLI_OPT_USER,
-    OPT_INPUT,
-    OPT_OUTPUT,
-    OPT_ESTIMATOR,
-    OPT_REWARD,
-    OPT_REWARD_NAME,
-    OPT_CREDIT,
-    OPT_GAMMA,
-    OPT_MERGE,
-    OPT_GROUP_SIZE,
-    OPT_IDLE_TIMEOUT,
-    OPT_GROUP_TIMEOUT,
-    OPT_END_WAIT,
-    OPT_ON_TIMEOUT,
-    OPT_TIMEOUT_REWARD,
-    OPT_ON_FAILED,
-    OPT_FAILED_REWARD,
-    OPT_DROP_EQUAL,
-    OPT_EPS,
-    OPT_ALPHA,
-    OPT_QUIET,
-    OPT_WINDOW,
-    OPT_MAX_SPANS,
-    OPT_EXIT_IDLE,
-    OPT_DRAIN,
-    OPT_EXACTLY_ONCE,
-    OPT_HELP,
-};
 
 /* The most metadata credit commits with an offset (the broker's offset.metadata.max.bytes
  * is 4096 by default). */
@@ -860,222 +763,206 @@ static const al_stage_hooks credit_hooks = {
  * Command
  * ------------------------------------------------------------------------------------------ */
 
-static int parse_double(const char *cmd, const char *flag, const char *arg, double lo, double hi,
-                        double *out)
+/* What the flags set (credit_flags); cmd_credit puts the defaults in first. */
+static struct credit_opts {
+    al_credit_config cfg; /* the flags of its own types go straight in */
+    const char *group, *input, *output;
+    const char *estimator, *reward, *credit, *on_timeout, *on_failed; /* NULL: not given */
+    int group_size, window, exactly_once;
+    double idle_s, group_timeout_s, end_wait_s, quiet_s; /* -1: not given */
+    double exit_idle_s, drain_s;
+    int64_t max_spans;
+} opt;
+
+static const char *const reward_modes[] = {"last", "sum", NULL};
+static const char *const credit_modes[] = {"identical", "discounted", NULL};
+static const char *const policies[] = {"drop", "keep", NULL};
+
+static const al_flag credit_flags[] = {
+    {"group", 0, AL_FLAG_STRING, &opt.group, .arg = "NAME",
+     .help = "consumer group (default arclight-credit)"},
+    {"input", 0, AL_FLAG_STRING, &opt.input, .arg = "TOPIC",
+     .help = "spans topic (default arclight.spans)"},
+    {"output", 0, AL_FLAG_STRING, &opt.output, .arg = "TOPIC",
+     .help = "transitions topic (default arclight.transitions)"},
+    {"estimator", 0, AL_FLAG_STRING, &opt.estimator, .arg = "E",
+     .help = "grpo (default): (G - mean) / (std + eps), std the population\n"
+             "std; dr_grpo: G - mean; rloo: G - the mean of the others;\n"
+             "reinforce: G - the task's running baseline before the group\n"
+             "(starts at its first group's mean, moves by alpha (mean - b));\n"
+             "none: G. A set of returns whose std is <= 1e-9 * max |G|, or\n"
+             "of one rollout, has no spread: grpo, dr_grpo, rloo give 0"},
+    {"reward", 0, AL_FLAG_STRING, &opt.reward, .arg = "MODE", .choices = reward_modes,
+     .help = "last (default): the rollout's reward span with the highest\n"
+             "sequence; sum: the sum of all of them"},
+    {"reward-name", 0, AL_FLAG_STRING, &opt.cfg.reward_name, .arg = "NAME",
+     .help = "the last reward span called NAME (not with --reward)"},
+    {"credit", 0, AL_FLAG_STRING, &opt.credit, .arg = "MODE", .choices = credit_modes,
+     .help = "identical (default): every call has reward = return = R, the\n"
+             "rollout's reward; the set is the group's R\n"
+             "discounted: every reward span (or each called NAME) belongs\n"
+             "to the last call at or before its after_sequence; r_k is what\n"
+             "call k got, G_k = r_k + gamma G_k+1; call k's set is the G_k\n"
+             "of the group's rollouts that have a k-th call (a set per call\n"
+             "position). A merged sequence has reward = the sum of its\n"
+             "calls' r_k, return and advantage of its first call, and\n"
+             "per-token advantages: each call's, 0 on the agent's tokens"},
+    {"gamma", 0, AL_FLAG_DOUBLE, &opt.cfg.gamma, .dlo = 0, .dhi = 1, .arg = "G",
+     .help = "discount for --credit discounted (default 1)"},
+    {"merge", 0, AL_FLAG_SWITCH, &opt.cfg.merge,
+     .help = "merge consecutive calls whose prompt extends the previous\n"
+             "prompt + response into one sequence (agent tokens masked)"},
+    {"group-size", 0, AL_FLAG_INT, &opt.group_size, .lo = 1, .hi = 1000000, .arg = "N",
+     .help = "rollouts per task group when end spans do not say (default 8);\n"
+             "a transition's group_size is the group's kept rollouts with\n"
+             "a call (dropped ones do not count)"},
+    {"idle-timeout", 0, AL_FLAG_DOUBLE, &opt.idle_s, .dlo = 0, .dhi = 1e9, .arg = "S",
+     .help = "a rollout silent for S seconds of span time times out\n"
+             "(default 600; 0: never)"},
+    {"group-timeout", 0, AL_FLAG_DOUBLE, &opt.group_timeout_s, .dlo = 0, .dhi = 1e9, .arg = "S",
+     .help = "a group waits S seconds after its first end (default 1800; 0:\n"
+             "never)"},
+    {"end-wait", 0, AL_FLAG_DOUBLE, &opt.end_wait_s, .dlo = 0, .dhi = 1e9, .arg = "S",
+     .help = "an end span whose sequence number says spans of its rollout\n"
+             "are still to come (they overtook each other on the way)\n"
+             "waits S seconds of span time for them, then the rollout\n"
+             "settles without them (default 30; 0: never wait)"},
+    {"on-timeout", 0, AL_FLAG_STRING, &opt.on_timeout, .arg = "drop|keep", .choices = policies,
+     .help = "timed-out rollouts (default drop: they count towards the\n"
+             "group's size but train nothing)"},
+    {"timeout-reward", 0, AL_FLAG_DOUBLE, &opt.cfg.timeout_reward, .dlo = -AL_REWARD_MAX,
+     .dhi = AL_REWARD_MAX, .arg = "X",
+     .help = "reward of a kept timed-out rollout without one (default 0;\n"
+             "discounted: at its last call); one with a reward keeps it"},
+    {"on-failed", 0, AL_FLAG_STRING, &opt.on_failed, .arg = "drop|keep", .choices = policies,
+     .help = "failed and aborted rollouts (default drop, as above)"},
+    {"failed-reward", 0, AL_FLAG_DOUBLE, &opt.cfg.failed_reward, .dlo = -AL_REWARD_MAX,
+     .dhi = AL_REWARD_MAX, .arg = "X",
+     .help = "reward of a kept failed rollout without one (default 0)"},
+    {"drop-equal-groups", 0, AL_FLAG_SWITCH, &opt.cfg.drop_equal_groups,
+     .help = "drop groups in which no set of returns has spread (see\n"
+             "--estimator), whatever the estimator"},
+    {"eps", 0, AL_FLAG_DOUBLE, &opt.cfg.eps, .dlo = 0, .dhi = 1, .arg = "X",
+     .help = "added to grpo's std, not its variance (default 1e-6)"},
+    {"reinforce-alpha", 0, AL_FLAG_DOUBLE, &opt.cfg.reinforce_alpha, .dlo = 1e-9, .dhi = 1,
+     .arg = "A", .help = "step of the per-task running baseline (default 0.1)"},
+    {"quiet-flush", 0, AL_FLAG_DOUBLE, &opt.quiet_s, .dlo = 0, .dhi = 1e9, .arg = "S",
+     .help = "move a partition's clock by wall time after S quiet seconds\n"
+             "(default: the idle timeout; 0: never); time while Kafka does\n"
+             "not answer is not quiet"},
+    {"reward-window", 0, AL_FLAG_INT, &opt.window, .lo = 0, .hi = 10000000, .arg = "N",
+     .help = "rollouts in the reward mean/std metrics (default 256)"},
+    {"max-spans", 0, AL_FLAG_I64, &opt.max_spans, .lo = 1, .hi = 1000000000000000, .arg = "N",
+     .help = "stop after N consumed messages (benchmarks)"},
+    {"exit-idle", 0, AL_FLAG_DOUBLE, &opt.exit_idle_s, .dlo = 0.001, .dhi = 1e9, .arg = "S",
+     .help = "stop after S seconds without a message (at least 30 s before\n"
+             "the first one; tests, benchmarks)"},
+    {"drain-timeout", 0, AL_FLAG_DOUBLE, &opt.drain_s, .dlo = 0, .dhi = 3600, .arg = "S",
+     .help = "on SIGTERM, at most S seconds (default 15) to flush outputs,\n"
+             "commit and leave the group, whether or not Kafka answers"},
+    {"exactly-once", 0, AL_FLAG_SWITCH, &opt.exactly_once,
+     .help = "Kafka transactions: transitions and span offsets are committed\n"
+             "together every auto.commit.interval.ms, so that after kill -9\n"
+             "or a rebalance no transition reaches a read_committed reader\n"
+             "twice (transactional.id: the worker's static member id;\n"
+             "needs a real Kafka cluster, see docs/RELIABILITY.md)"},
+};
+
+static const al_cmd_spec credit_spec = {
+    "credit",
+    "[options]",
+    "Turns rollouts (spans on arclight.spans) into transitions with advantages on\n"
+    "arclight.transitions. Scale out by running more workers with the same --group.\n",
+    credit_flags,
+    AL_ARRAY_LEN(credit_flags),
+    .common = 1,
+};
+
+/* The defaults of every flag. */
+static void credit_opts_init(void)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(arg, &end);
-    if (errno || end == arg || *end || !(v >= lo && v <= hi))
-        return al_cli_usage_error(cmd, "%s %s: want a number in [%g, %g]", flag, arg, lo, hi);
-    *out = v;
-    return 0;
+    memset(&opt, 0, sizeof opt);
+    al_credit_config_init(&opt.cfg);
+    opt.group = "arclight-credit";
+    opt.input = AL_TOPIC_SPANS;
+    opt.output = AL_TOPIC_TRANSITIONS;
+    opt.group_size = opt.cfg.group_size;
+    opt.window = 256;
+    opt.idle_s = opt.group_timeout_s = opt.end_wait_s = opt.quiet_s = -1;
+    opt.drain_s = AL_STAGE_DRAIN_DEFAULT_S;
 }
 
-static int parse_policy(const char *cmd, const char *flag, const char *arg, al_credit_policy *out)
+/* The configuration the flags make, checked for what the table cannot say (the estimator's
+ * name, --reward with --reward-name, operands); 0, or the usage error's exit status. */
+static int credit_opts_config(int argc, char **argv, int first, al_credit_config *cfg)
 {
-    if (!strcmp(arg, "drop"))
-        *out = AL_CREDIT_POLICY_DROP;
-    else if (!strcmp(arg, "keep"))
-        *out = AL_CREDIT_POLICY_KEEP;
-    else
-        return al_cli_usage_error(cmd, "%s %s: want drop or keep", flag, arg);
+    const char *cmd = "credit";
+    *cfg = opt.cfg;
+    /* a string row, checked here: the message names the value ("--estimator ppo: want ...") */
+    if (opt.estimator) {
+        int e = al_credit_estimator_parse(opt.estimator);
+        if (e < 0)
+            return al_cli_usage_error(cmd, "--estimator %s: want grpo, dr_grpo, rloo, reinforce "
+                                           "or none",
+                                      opt.estimator);
+        cfg->estimator = (al_credit_estimator)e;
+    }
+    if (opt.reward)
+        cfg->reward_mode = strcmp(opt.reward, "sum") ? AL_CREDIT_REWARD_LAST
+                                                     : AL_CREDIT_REWARD_SUM;
+    if (cfg->reward_name) {
+        if (!*cfg->reward_name) return al_cli_usage_error(cmd, "--reward-name: empty name");
+        cfg->reward_mode = AL_CREDIT_REWARD_NAMED;
+    }
+    if (opt.credit)
+        cfg->assign = strcmp(opt.credit, "discounted") ? AL_CREDIT_ASSIGN_IDENTICAL
+                                                       : AL_CREDIT_ASSIGN_DISCOUNTED;
+    if (opt.on_timeout)
+        cfg->timeout_policy = strcmp(opt.on_timeout, "keep") ? AL_CREDIT_POLICY_DROP
+                                                             : AL_CREDIT_POLICY_KEEP;
+    if (opt.on_failed)
+        cfg->failed_policy = strcmp(opt.on_failed, "keep") ? AL_CREDIT_POLICY_DROP
+                                                           : AL_CREDIT_POLICY_KEEP;
+    cfg->group_size = opt.group_size;
+    if (opt.idle_s >= 0) cfg->idle_timeout_us = (int64_t)(opt.idle_s * 1e6);
+    if (opt.group_timeout_s >= 0) cfg->group_timeout_us = (int64_t)(opt.group_timeout_s * 1e6);
+    if (opt.end_wait_s >= 0) cfg->end_wait_us = (int64_t)(opt.end_wait_s * 1e6);
+    if (first < argc) return al_cli_usage_error(cmd, "unexpected argument '%s'", argv[first]);
+    if (opt.reward && cfg->reward_name)
+        return al_cli_usage_error(cmd, "--reward and --reward-name do not combine (--reward-name "
+                                       "NAME takes the last reward span called NAME)");
     return 0;
 }
 
 int cmd_credit(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        AL_CLI_COMMON_OPTIONS,
-        {"group", required_argument, 0, OPT_GROUP},
-        {"input", required_argument, 0, OPT_INPUT},
-        {"output", required_argument, 0, OPT_OUTPUT},
-        {"estimator", required_argument, 0, OPT_ESTIMATOR},
-        {"reward", required_argument, 0, OPT_REWARD},
-        {"reward-name", required_argument, 0, OPT_REWARD_NAME},
-        {"credit", required_argument, 0, OPT_CREDIT},
-        {"gamma", required_argument, 0, OPT_GAMMA},
-        {"merge", no_argument, 0, OPT_MERGE},
-        {"group-size", required_argument, 0, OPT_GROUP_SIZE},
-        {"idle-timeout", required_argument, 0, OPT_IDLE_TIMEOUT},
-        {"group-timeout", required_argument, 0, OPT_GROUP_TIMEOUT},
-        {"end-wait", required_argument, 0, OPT_END_WAIT},
-        {"on-timeout", required_argument, 0, OPT_ON_TIMEOUT},
-        {"timeout-reward", required_argument, 0, OPT_TIMEOUT_REWARD},
-        {"on-failed", required_argument, 0, OPT_ON_FAILED},
-        {"failed-reward", required_argument, 0, OPT_FAILED_REWARD},
-        {"drop-equal-groups", no_argument, 0, OPT_DROP_EQUAL},
-        {"eps", required_argument, 0, OPT_EPS},
-        {"reinforce-alpha", required_argument, 0, OPT_ALPHA},
-        {"quiet-flush", required_argument, 0, OPT_QUIET},
-        {"reward-window", required_argument, 0, OPT_WINDOW},
-        {"max-spans", required_argument, 0, OPT_MAX_SPANS},
-        {"exit-idle", required_argument, 0, OPT_EXIT_IDLE},
-        {"drain-timeout", required_argument, 0, OPT_DRAIN},
-        {"exactly-once", no_argument, 0, OPT_EXACTLY_ONCE},
-        {"help", no_argument, 0, OPT_HELP},
-        {0, 0, 0, 0},
-    };
-    const char *cmd = "credit";
     al_cli_common common;
     al_cli_common_init(&common);
     credit_ctx x;
     memset(&x, 0, sizeof x);
     al_stage_init(&x.st, "credit", NULL, 0); /* the worker logs the reason at its end */
     al_stage_keep_freed_memory();
-    al_credit_config_init(&x.cfg);
-    const char *group = "arclight-credit", *input = AL_TOPIC_SPANS;
-    x.output = AL_TOPIC_TRANSITIONS;
-    double d = 0, drain_s = AL_STAGE_DRAIN_DEFAULT_S, quiet_s = -1, exit_idle_s = 0,
-           max_spans = 0, window = 256;
-    int opt, reward_flag = 0;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (opt) {
-        case OPT_HELP:
-        case 'h':
-            fputs(credit_usage, stdout);
-            return AL_EXIT_OK;
-        case OPT_GROUP:
-            group = optarg;
-            break;
-        case OPT_INPUT:
-            input = optarg;
-            break;
-        case OPT_OUTPUT:
-            x.output = optarg;
-            break;
-        case OPT_ESTIMATOR: {
-            int e = al_credit_estimator_parse(optarg);
-            if (e < 0)
-                return al_cli_usage_error(cmd,
-                                          "--estimator %s: want grpo, dr_grpo, rloo, "
-                                          "reinforce or none",
-                                          optarg);
-            x.cfg.estimator = (al_credit_estimator)e;
-            break;
-        }
-        case OPT_REWARD:
-            reward_flag = 1;
-            if (!strcmp(optarg, "last"))
-                x.cfg.reward_mode = AL_CREDIT_REWARD_LAST;
-            else if (!strcmp(optarg, "sum"))
-                x.cfg.reward_mode = AL_CREDIT_REWARD_SUM;
-            else
-                return al_cli_usage_error(cmd,
-                                          "--reward %s: want last or sum (or --reward-name "
-                                          "NAME)",
-                                          optarg);
-            break;
-        case OPT_REWARD_NAME:
-            if (!*optarg) return al_cli_usage_error(cmd, "--reward-name: empty name");
-            x.cfg.reward_mode = AL_CREDIT_REWARD_NAMED;
-            x.cfg.reward_name = optarg;
-            break;
-        case OPT_CREDIT:
-            if (!strcmp(optarg, "identical"))
-                x.cfg.assign = AL_CREDIT_ASSIGN_IDENTICAL;
-            else if (!strcmp(optarg, "discounted"))
-                x.cfg.assign = AL_CREDIT_ASSIGN_DISCOUNTED;
-            else
-                return al_cli_usage_error(cmd, "--credit %s: want identical or discounted", optarg);
-            break;
-        case OPT_GAMMA:
-            if (parse_double(cmd, "--gamma", optarg, 0, 1, &x.cfg.gamma)) return AL_EXIT_USAGE;
-            break;
-        case OPT_MERGE:
-            x.cfg.merge = 1;
-            break;
-        case OPT_GROUP_SIZE:
-            if (parse_double(cmd, "--group-size", optarg, 1, 1000000, &d) || d != floor(d))
-                return al_cli_usage_error(cmd, "--group-size %s: want a whole number >= 1", optarg);
-            x.cfg.group_size = (int32_t)d;
-            break;
-        case OPT_IDLE_TIMEOUT:
-            if (parse_double(cmd, "--idle-timeout", optarg, 0, 1e9, &d)) return AL_EXIT_USAGE;
-            x.cfg.idle_timeout_us = (int64_t)(d * 1e6);
-            break;
-        case OPT_GROUP_TIMEOUT:
-            if (parse_double(cmd, "--group-timeout", optarg, 0, 1e9, &d)) return AL_EXIT_USAGE;
-            x.cfg.group_timeout_us = (int64_t)(d * 1e6);
-            break;
-        case OPT_END_WAIT:
-            if (parse_double(cmd, "--end-wait", optarg, 0, 1e9, &d)) return AL_EXIT_USAGE;
-            x.cfg.end_wait_us = (int64_t)(d * 1e6);
-            break;
-        case OPT_ON_TIMEOUT:
-            if (parse_policy(cmd, "--on-timeout", optarg, &x.cfg.timeout_policy))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_TIMEOUT_REWARD:
-            if (parse_double(cmd, "--timeout-reward", optarg, -AL_REWARD_MAX,
-                             AL_REWARD_MAX, &x.cfg.timeout_reward))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_ON_FAILED:
-            if (parse_policy(cmd, "--on-failed", optarg, &x.cfg.failed_policy))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_FAILED_REWARD:
-            if (parse_double(cmd, "--failed-reward", optarg, -AL_REWARD_MAX,
-                             AL_REWARD_MAX, &x.cfg.failed_reward))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_DROP_EQUAL:
-            x.cfg.drop_equal_groups = 1;
-            break;
-        case OPT_EPS:
-            if (parse_double(cmd, "--eps", optarg, 0, 1, &x.cfg.eps)) return AL_EXIT_USAGE;
-            break;
-        case OPT_ALPHA:
-            if (parse_double(cmd, "--reinforce-alpha", optarg, 1e-9, 1, &x.cfg.reinforce_alpha))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_DRAIN:
-            if (parse_double(cmd, "--drain-timeout", optarg, 0, 3600, &drain_s))
-                return AL_EXIT_USAGE;
-            break;
-        case OPT_EXACTLY_ONCE:
-            x.exactly_once = 1;
-            break;
-        case OPT_QUIET:
-            if (parse_double(cmd, "--quiet-flush", optarg, 0, 1e9, &quiet_s)) return AL_EXIT_USAGE;
-            break;
-        case OPT_WINDOW:
-            if (parse_double(cmd, "--reward-window", optarg, 0, 1e7, &window)) return AL_EXIT_USAGE;
-            break;
-        case OPT_MAX_SPANS:
-            if (parse_double(cmd, "--max-spans", optarg, 1, 1e15, &max_spans)) return AL_EXIT_USAGE;
-            break;
-        case OPT_EXIT_IDLE:
-            if (parse_double(cmd, "--exit-idle", optarg, 0.001, 1e9, &exit_idle_s))
-                return AL_EXIT_USAGE;
-            break;
-        default: {
-            int r = al_cli_common_option(&common, opt, optarg);
-            if (r < 0) return AL_EXIT_USAGE;
-            if (r == 0) return al_cli_usage_error(cmd, "unknown option");
-        }
-        }
-    }
-    if (optind < argc) return al_cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
-    if (reward_flag && x.cfg.reward_name)
-        return al_cli_usage_error(cmd, "--reward and --reward-name do not combine (--reward-name "
-                                       "NAME takes the last reward span called NAME)");
-    if (quiet_s < 0) quiet_s = (double)x.cfg.idle_timeout_us / 1e6;
+    credit_opts_init();
+    int first;
+    int rc = al_flags_parse(&credit_spec, &common, argc, argv, &first);
+    if (rc != AL_FLAGS_GO) return rc;
+    if (credit_opts_config(argc, argv, first, &x.cfg) != 0) return AL_EXIT_USAGE;
+    x.output = opt.output;
+    x.exactly_once = opt.exactly_once;
+    /* the quiet flush waits the idle timeout unless told */
+    x.quiet_s = opt.quiet_s < 0 ? (double)x.cfg.idle_timeout_us / 1e6 : opt.quiet_s;
+    x.exit_idle_s = opt.exit_idle_s;
+    x.max_spans = (double)opt.max_spans;
+    x.wcap = (size_t)opt.window;
 
     char err[1024];
     /* Validate the configuration before touching Kafka. */
     al_credit_sink probe = {.transition = on_transition, .ud = &x};
     al_credit_part *check = al_credit_part_new(&x.cfg, &probe, err, sizeof err);
-    if (!check) return al_cli_usage_error(cmd, "%s", err);
+    if (!check) return al_cli_usage_error("credit", "%s", err);
     al_credit_part_free(check);
 
-    x.quiet_s = quiet_s;
-    x.exit_idle_s = exit_idle_s;
-    x.max_spans = max_spans;
-    x.wcap = (size_t)window;
-    int rc = AL_EXIT_FAILURE;
+    rc = AL_EXIT_FAILURE;
     if (x.wcap && !(x.window = calloc(x.wcap, sizeof *x.window))) goto out;
     if (!(x.metrics = al_metrics_new())) goto out;
     metrics_init(&x);
@@ -1087,13 +974,13 @@ int cmd_credit(int argc, char **argv)
     const char *outs[] = {x.output, NULL};
     al_stage_spec spec = {
         .common = &common,
-        .group = group,
-        .input = input,
+        .group = opt.group,
+        .input = opt.input,
         .outputs = outs,
         .conf_defaults = conf_defaults,
         .metrics = x.metrics,
         .poll_ms = 100,
-        .drain_s = drain_s,
+        .drain_s = opt.drain_s,
         .hooks = &credit_hooks,
         .ud = &x,
         .exactly_once = x.exactly_once,
