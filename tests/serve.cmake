@@ -20,6 +20,7 @@ add_dependencies(t1104_serve_proxy arclight)
 arclight_fuzz(fuzz_serve_request TEST t1105_serve_request_fuzz CORPUS serve_corpus RUNS 50000
   MAX_LEN 2048
   SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_serve_request.c ${PROJECT_SOURCE_DIR}/stages/serve/request.c
+          ${PROJECT_SOURCE_DIR}/lib/api/common.c
           ${ARCLIGHT_MODEL_FUZZ_SOURCES}
   DEPENDS ${PROJECT_SOURCE_DIR}/stages/serve/request.h ${PROJECT_SOURCE_DIR}/lib/text/tokenizer.h
           ${PROJECT_SOURCE_DIR}/lib/model/infer.h

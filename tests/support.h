@@ -60,8 +60,9 @@ static inline int al_test_rmtree(const char *path)
         char sub[4096];
         while ((e = readdir(d))) {
             if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            if (al_test_rmtree(sub) != 0) rc = -1;
+            if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) >= (int)sizeof sub ||
+                al_test_rmtree(sub) != 0)
+                rc = -1;
         }
         closedir(d);
     }

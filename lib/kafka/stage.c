@@ -133,16 +133,6 @@ int al_stage_partitions_taken(const al_stage *s, al_rebalance_event ev,
     return 1;
 }
 
-int al_stage_parse_i64(const char *s, int64_t lo, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo) return -1;
-    *out = v;
-    return 0;
-}
-
 /* ------------------------------------------------------------------------------------------
  * The worker
  * ------------------------------------------------------------------------------------------ */

@@ -226,8 +226,4 @@ int al_stage_stop_requested(void);
 int al_stage_partitions_taken(const al_stage *s, al_rebalance_event ev,
                               const rd_kafka_topic_partition_list_t *parts, int *count);
 
-/* A stage flag's whole decimal number, at least lo: 0 with *out set, or -1 (not a number,
- * trailing text, out of range, below lo) leaving *out as it was. */
-int al_stage_parse_i64(const char *s, int64_t lo, int64_t *out);
-
 #endif

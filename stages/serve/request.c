@@ -4,6 +4,7 @@
  */
 #include "request.h"
 
+#include "api/translate.h"
 #include "core/vec.h"
 #include "model/infer.h"
 
@@ -211,45 +212,6 @@ static int parse_sampling(const al_serve_parse_ctx *sc, json_t *body, al_serve_r
     return 0;
 }
 
-/* Message content: a string, null, or an array of {"type": "text", "text": ...} parts, into
- * *out (malloc'd, NUL-terminated) and *len (NUL bytes inside count: the text of a token such
- * as id 0 may be one, and what serve generated must be accepted back). */
-static int content_text(json_t *c, char **out, size_t *olen)
-{
-    *out = NULL;
-    *olen = 0;
-    if (!c || json_is_null(c)) return 0;
-    if (json_is_string(c)) {
-        size_t n = json_string_length(c);
-        if (!(*out = malloc(n + 1))) return -1;
-        memcpy(*out, json_string_value(c), n + 1);
-        *olen = n;
-        return 0;
-    }
-    if (!json_is_array(c)) return -1;
-    size_t cap = 1, len = 0;
-    size_t i;
-    json_t *part;
-    json_array_foreach(c, i, part)
-    {
-        json_t *t = json_object_get(part, "text");
-        json_t *ty = json_object_get(part, "type");
-        const char *tv = json_is_string(ty) ? str_value(ty) : "text";
-        if (!json_is_string(t) || !tv || strcmp(tv, "text") != 0) return -1;
-        cap += json_string_length(t);
-    }
-    *out = malloc(cap);
-    json_array_foreach(c, i, part)
-    {
-        json_t *t = json_object_get(part, "text");
-        memcpy(*out + len, json_string_value(t), json_string_length(t));
-        len += json_string_length(t);
-    }
-    (*out)[len] = 0;
-    *olen = len;
-    return 0;
-}
-
 /* Message i of a chat request (o) into *mi: its role, its content (malloc'd, appended to
  * owned), its reasoning and its tool calls (appended to calls, their arguments written out
  * appended to args_owned; *nown and *ncalls count what the caller frees). 0, or -1 with err. */
@@ -286,7 +248,7 @@ static int parse_chat_message(json_t *o, size_t i, al_chat_message *mi, char **o
     }
     char *text;
     size_t text_len;
-    if (content_text(json_object_get(o, "content"), &text, &text_len) != 0) {
+    if (al_api_content_text(json_object_get(o, "content"), NULL, &text, &text_len) != 0) {
         snprintf(err, errlen,
                  "messages[%zu].content must be a string or an array of text parts", i);
         return -1;
