@@ -195,15 +195,15 @@ static void run_fixture(const char *name)
     CHECK(json_is_true(json_object_get(chat, "stream")));
     CHECK(al_xl_stream(x));
     json_decref(chat);
-    al_xbuf out = {0};
+    al_buf out = {0};
     json_t *c;
     json_array_foreach(json_object_get(f, "chat_stream"), i, c) CHECK(al_xl_chunk(x, c, &out) == 0);
     CHECK(al_xl_final(x) == NULL);
     CHECK(al_xl_end(x, NULL, &out) == 0);
-    size_t len = out.n;
+    size_t len = out.len;
     CHECK(al_xl_end(x, NULL, &out) == 0); /* idempotent */
-    CHECK(out.n == len);
-    json_t *evs = parse_events(out.p);
+    CHECK(out.len == len);
+    json_t *evs = parse_events(out.data);
     check_events(f, api, evs);
     json_decref(evs);
     json_t *final = al_xl_final(x);
@@ -211,12 +211,12 @@ static void run_fixture(const char *name)
     if (json_object_get(f, "final")) CHECK_SUBSET(json_object_get(f, "final"), final, "final");
     /* the Responses stream's last event carries the final answer whole */
     if (api == AL_API_RESPONSES && final) {
-        json_t *evs2 = parse_events(out.p);
+        json_t *evs2 = parse_events(out.data);
         json_t *last = json_array_get(evs2, json_array_size(evs2) - 1);
         CHECK(json_equal(json_object_get(json_array_get(last, 1), "response"), final));
         json_decref(evs2);
     }
-    free(out.p);
+    al_buf_free(&out);
     al_xl_free(x);
     /* a follow-up request */
     json_t *next = json_object_get(f, "next_request");
@@ -342,10 +342,10 @@ TEST(a_failed_stream_ends_with_the_apis_failure_event)
         json_decref(chat);
         json_t *c =
             json_loads("{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"par\"}}]}", 0, NULL);
-        al_xbuf out = {0};
+        al_buf out = {0};
         CHECK(al_xl_chunk(x, c, &out) == 0);
         CHECK(al_xl_end(x, "upstream went away", &out) == 0);
-        json_t *evs = parse_events(out.p);
+        json_t *evs = parse_events(out.data);
         json_t *last = json_array_get(evs, json_array_size(evs) - 1);
         const char *type = json_string_value(json_array_get(last, 0));
         json_t *data = json_array_get(last, 1);
@@ -364,7 +364,7 @@ TEST(a_failed_stream_ends_with_the_apis_failure_event)
         }
         json_decref(evs);
         json_decref(c);
-        free(out.p);
+        al_buf_free(&out);
         al_xl_free(x);
     }
 }
@@ -397,16 +397,16 @@ TEST(an_empty_answer_is_an_empty_message)
     x = al_xl_request(AL_API_RESPONSES, b, strlen(b), &env, &chat, &err);
     REQUIRE(x);
     json_decref(chat);
-    al_xbuf out = {0};
+    al_buf out = {0};
     CHECK(al_xl_end(x, NULL, &out) == 0);
-    json_t *evs = parse_events(out.p);
+    json_t *evs = parse_events(out.data);
     CHECK_EQ_INT(json_array_size(evs), 8);
     CHECK_EQ_STR(json_string_value(json_array_get(json_array_get(evs, 2), 0)),
                  "response.output_item.added");
     CHECK_EQ_STR(json_string_value(json_array_get(json_array_get(evs, 7), 0)),
                  "response.completed");
     json_decref(evs);
-    free(out.p);
+    al_buf_free(&out);
     al_xl_free(x);
 }
 

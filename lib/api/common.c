@@ -11,23 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int al_xbuf_add(al_xbuf *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->n + n + 1)
-            nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) return -1;
-        b->p = np;
-        b->cap = nc;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return 0;
-}
-
 int xl_fail(al_xl_err *e, int status, const char *type, const char *code, const char *param,
             const char *fmt, ...)
 {
@@ -43,17 +26,15 @@ int xl_fail(al_xl_err *e, int status, const char *type, const char *code, const 
     return -1;
 }
 
-int xl_sse(al_xbuf *out, const char *type, json_t *o)
+int xl_sse(al_buf *out, const char *type, json_t *o)
 {
     if (!o) return -1;
     char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(o);
     if (!s) return -1;
-    int rc = al_xbuf_add(out, "event: ", 7) || al_xbuf_add(out, type, strlen(type)) ||
-             al_xbuf_add(out, "\ndata: ", 7) || al_xbuf_add(out, s, strlen(s)) ||
-             al_xbuf_add(out, "\n\n", 2);
+    int rc = al_buf_printf(out, "event: %s\ndata: %s\n\n", type, s);
     free(s);
-    return rc ? -1 : 0;
+    return rc;
 }
 
 /* Whether a content part's type is one of types, or, with types NULL, the chat API's rule:

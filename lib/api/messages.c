@@ -330,7 +330,7 @@ static json_t *message_object(const al_xl *x, const char *stop, const char *seq,
     return o;
 }
 
-static int messages_open_stream(al_xl *x, al_xbuf *out)
+static int messages_open_stream(al_xl *x, al_buf *out)
 {
     json_t *m = message_object(x, NULL, NULL, x->prompt_ids);
     if (m) json_object_set_new(m, "content", json_array());
@@ -346,7 +346,7 @@ static xl_tool *open_tool(al_xl *x)
     return &x->tools[x->open_tool];
 }
 
-static int messages_item_open(al_xl *x, al_xbuf *out, int emit)
+static int messages_item_open(al_xl *x, al_buf *out, int emit)
 {
     if (!emit) return 0;
     json_t *b;
@@ -362,7 +362,7 @@ static int messages_item_open(al_xl *x, al_xbuf *out, int emit)
                             "content_block", b));
 }
 
-static int messages_piece(al_xl *x, const char *s, size_t n, json_t *lps, al_xbuf *out,
+static int messages_piece(al_xl *x, const char *s, size_t n, json_t *lps, al_buf *out,
                           int emit)
 {
     (void)lps; /* the Messages API has no logprobs */
@@ -379,7 +379,7 @@ static int messages_piece(al_xl *x, const char *s, size_t n, json_t *lps, al_xbu
                             "delta", delta));
 }
 
-static int messages_item_close(al_xl *x, al_xbuf *out, int emit)
+static int messages_item_close(al_xl *x, al_buf *out, int emit)
 {
     json_t *b;
     if (x->open == XK_TEXT) {
@@ -398,7 +398,7 @@ static int messages_item_close(al_xl *x, al_xbuf *out, int emit)
                   json_pack("{s:s,s:i}", "type", "content_block_stop", "index", x->open_index));
 }
 
-static int messages_end(al_xl *x, const char *error, al_xbuf *out, int emit)
+static int messages_end(al_xl *x, const char *error, al_buf *out, int emit)
 {
     const char *seq, *stop = stop_reason(x, &seq);
     int64_t in = x->have_usage ? x->in_tok : x->prompt_ids;

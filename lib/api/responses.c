@@ -582,7 +582,7 @@ static json_t *response_object(const al_xl *x, const char *status, json_t *error
     return o;
 }
 
-static int event(al_xl *x, al_xbuf *out, const char *type, json_t *o)
+static int event(al_xl *x, al_buf *out, const char *type, json_t *o)
 {
     if (!o) return -1;
     json_t *e = json_pack("{s:s}", "type", type);
@@ -596,7 +596,7 @@ static int event(al_xl *x, al_xbuf *out, const char *type, json_t *o)
     return xl_sse(out, type, e);
 }
 
-static int responses_open_stream(al_xl *x, al_xbuf *out)
+static int responses_open_stream(al_xl *x, al_buf *out)
 {
     json_t *r1 = response_object(x, "in_progress", NULL, NULL);
     json_t *r2 = response_object(x, "in_progress", NULL, NULL);
@@ -619,7 +619,7 @@ static xl_tool *open_tool(al_xl *x)
     return &x->tools[x->open_tool];
 }
 
-static int responses_item_open(al_xl *x, al_xbuf *out, int emit)
+static int responses_item_open(al_xl *x, al_buf *out, int emit)
 {
     if (x->open == XK_TEXT && x->lp_want) x->text_lps = json_array();
     if (!emit) return 0;
@@ -673,7 +673,7 @@ static json_t *lps_of(json_t *lps, int top)
     return out;
 }
 
-static int responses_piece(al_xl *x, const char *s, size_t n, json_t *lps, al_xbuf *out,
+static int responses_piece(al_xl *x, const char *s, size_t n, json_t *lps, al_buf *out,
                            int emit)
 {
     json_t *mine = NULL;
@@ -705,7 +705,7 @@ static int responses_piece(al_xl *x, const char *s, size_t n, json_t *lps, al_xb
                            "delta", d));
 }
 
-static int responses_item_close(al_xl *x, al_xbuf *out, int emit)
+static int responses_item_close(al_xl *x, al_buf *out, int emit)
 {
     json_t *item;
     const char *text = x->open == XK_TEXT ? (x->text.data ? x->text.data : "")
@@ -789,7 +789,7 @@ static int responses_item_close(al_xl *x, al_xbuf *out, int emit)
     return rc;
 }
 
-static int responses_end(al_xl *x, const char *error, al_xbuf *out, int emit)
+static int responses_end(al_xl *x, const char *error, al_buf *out, int emit)
 {
     const char *status = "completed", *type = "response.completed";
     json_t *err = NULL, *inc = NULL;

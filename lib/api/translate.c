@@ -143,7 +143,7 @@ json_t *al_xl_conversation(const al_xl *x)
  * Building the answer
  * ------------------------------------------------------------------------------------------ */
 
-static int item_close(al_xl *x, al_xbuf *out, int emit)
+static int item_close(al_xl *x, al_buf *out, int emit)
 {
     if (!x->open) return 0;
     int rc = x->ops->item_close(x, out, emit);
@@ -156,7 +156,7 @@ static int item_close(al_xl *x, al_xbuf *out, int emit)
 }
 
 /* Makes an item of kind (tool: x->tools[tool]) the open one. */
-static int switch_to(al_xl *x, int kind, size_t tool, al_xbuf *out, int emit)
+static int switch_to(al_xl *x, int kind, size_t tool, al_buf *out, int emit)
 {
     if (x->open == kind && (kind != XK_TOOL || x->open_tool == tool)) return 0;
     if (item_close(x, out, emit)) return -1;
@@ -175,7 +175,7 @@ static int switch_to(al_xl *x, int kind, size_t tool, al_xbuf *out, int emit)
     return x->ops->item_open(x, out, emit);
 }
 
-static int piece(al_xl *x, const char *s, size_t n, json_t *lps, al_xbuf *out, int emit)
+static int piece(al_xl *x, const char *s, size_t n, json_t *lps, al_buf *out, int emit)
 {
     al_buf *b = x->open == XK_TEXT        ? &x->text
                  : x->open == XK_REASONING ? &x->reasoning
@@ -217,7 +217,7 @@ static const char *str_member(json_t *o, const char *k)
 
 /* One delta (stream) or message (whole answer): its reasoning, its text, its tool calls,
  * in that order. lps: the chat logprobs.content of this piece of text (may be NULL). */
-static int feed(al_xl *x, json_t *d, json_t *lps, al_xbuf *out, int emit)
+static int feed(al_xl *x, json_t *d, json_t *lps, al_buf *out, int emit)
 {
     if (!json_is_object(d)) return 0;
     json_t *r = json_object_get(d, "reasoning_content");
@@ -321,7 +321,7 @@ static int set_up_model(al_xl *x, json_t *o)
     return 0;
 }
 
-static int finish(al_xl *x, const char *error, al_xbuf *out, int emit)
+static int finish(al_xl *x, const char *error, al_buf *out, int emit)
 {
     if (x->ended) return 0;
     /* a model that said nothing (an end token first) still answers with a message, empty,
@@ -353,7 +353,7 @@ json_t *al_xl_answer(al_xl *x, json_t *completion, al_xl_err *err)
     return json_incref(x->final);
 }
 
-int al_xl_chunk(al_xl *x, json_t *chunk, al_xbuf *out)
+int al_xl_chunk(al_xl *x, json_t *chunk, al_buf *out)
 {
     if (x->ended || !json_is_object(chunk)) return 0;
     json_t *pids = json_object_get(chunk, "prompt_token_ids");
@@ -372,7 +372,7 @@ int al_xl_chunk(al_xl *x, json_t *chunk, al_xbuf *out)
     return read_finish(x, c0);
 }
 
-int al_xl_end(al_xl *x, const char *error, al_xbuf *out)
+int al_xl_end(al_xl *x, const char *error, al_buf *out)
 {
     if (x->ended) return 0;
     if (!x->started) {

@@ -19,19 +19,13 @@
 #ifndef ARCLIGHT_API_TRANSLATE_H
 #define ARCLIGHT_API_TRANSLATE_H
 
+#include "core/buf.h"
+
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
 typedef enum al_api { AL_API_CHAT = 0, AL_API_RESPONSES, AL_API_MESSAGES } al_api;
-
-/* A growable byte buffer for SSE output. Zero-initialise; free(p) when done. */
-typedef struct al_xbuf {
-    char *p;
-    size_t n, cap;
-} al_xbuf;
-
-int al_xbuf_add(al_xbuf *b, const char *s, size_t n); /* 0, or -1 out of memory */
 
 /* The text of a message's content: a string (copied whole: a NUL inside is text), null or
  * absent (*out NULL), or an array of parts whose "type" is one of types (NULL-terminated),
@@ -84,10 +78,10 @@ json_t *al_xl_answer(al_xl *x, json_t *completion, al_xl_err *err);
 /* One upstream stream chunk (a chat.completion.chunk object); appends the agent's SSE
  * events to out. The first call also sends the stream's opening events. 0, or -1 when out
  * of memory. */
-int al_xl_chunk(al_xl *x, json_t *chunk, al_xbuf *out);
+int al_xl_chunk(al_xl *x, json_t *chunk, al_buf *out);
 /* The end of the upstream's stream: closes what is open and sends the final events, or,
  * with error set, the API's failure event carrying it. Idempotent. 0 or -1 (memory). */
-int al_xl_end(al_xl *x, const char *error, al_xbuf *out);
+int al_xl_end(al_xl *x, const char *error, al_buf *out);
 /* The answer as the agent has it after al_xl_end (borrowed; NULL before the end). */
 json_t *al_xl_final(const al_xl *x);
 

@@ -10,7 +10,6 @@
 #ifndef ARCLIGHT_API_TRANSLATE_INT_H
 #define ARCLIGHT_API_TRANSLATE_INT_H
 
-#include "core/buf.h"
 #include "translate.h"
 
 enum { XK_NONE = 0, XK_TEXT, XK_REASONING, XK_TOOL };
@@ -73,11 +72,11 @@ struct xl_ops {
     /* Events: the stream's opening; an item opening, a piece of it (lps: the piece's chat
      * logprobs, or NULL), its closing (the item is then appended to x->output); the end
      * (error NULL: success; sets x->final). emit 0: build, send nothing. 0, or -1 (memory). */
-    int (*open_stream)(al_xl *x, al_xbuf *out);
-    int (*item_open)(al_xl *x, al_xbuf *out, int emit);
-    int (*piece)(al_xl *x, const char *s, size_t n, json_t *lps, al_xbuf *out, int emit);
-    int (*item_close)(al_xl *x, al_xbuf *out, int emit);
-    int (*end)(al_xl *x, const char *error, al_xbuf *out, int emit);
+    int (*open_stream)(al_xl *x, al_buf *out);
+    int (*item_open)(al_xl *x, al_buf *out, int emit);
+    int (*piece)(al_xl *x, const char *s, size_t n, json_t *lps, al_buf *out, int emit);
+    int (*item_close)(al_xl *x, al_buf *out, int emit);
+    int (*end)(al_xl *x, const char *error, al_buf *out, int emit);
     /* The conversation a later call continues (al_xl_conversation), or NULL; the member
      * itself NULL: the API keeps no conversations (nothing is stored). */
     json_t *(*conversation)(const al_xl *x);
@@ -95,7 +94,7 @@ int xl_fail(al_xl_err *e, int status, const char *type, const char *code, const 
             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 /* Appends "event: TYPE\ndata: JSON\n\n" (takes the reference to o). 0 or -1. */
-int xl_sse(al_xbuf *out, const char *type, json_t *o);
+int xl_sse(al_buf *out, const char *type, json_t *o);
 
 /* A text of the agent's: the string itself, or the concatenated "text" of an array of
  * parts whose type is one of types (NULL-terminated); NULL for anything else. Malloc'd. */

@@ -251,8 +251,8 @@ int px_xl_answer(call *k, const char **agent)
 
 static void stream_out(call *k)
 {
-    if (k->c && k->xout.n) k->emit(k, k->xout.p, k->xout.n);
-    k->xout.n = 0;
+    if (k->c && k->xout.len) k->emit(k, k->xout.data, k->xout.len);
+    al_buf_reset(&k->xout);
 }
 
 void px_xl_chunk(call *k, json_t *chunk)

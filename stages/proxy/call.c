@@ -63,7 +63,7 @@ static void call_free(call *k)
     free(k->s_model);
     free(k->error);
     al_xl_free(k->xl);
-    free(k->xout.p);
+    al_buf_free(&k->xout);
     free(k->agent_answer);
     json_decref(k->nat_msg);
     free(k);

@@ -339,7 +339,7 @@ struct call {
      * agent, and the answer the agent got (for the span) */
     al_api api;
     al_xl *xl;
-    al_xbuf xout;
+    al_buf xout;
     char *agent_answer;
     /* a passed-through call (native.c): the agent's API served by the upstream itself, and
      * whether the agent asked for input/output_messages and output_text logprobs itself */

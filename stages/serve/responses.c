@@ -235,11 +235,11 @@ void serve_response_emit(http_call *c, json_t *o)
         sse_send(c->req, o);
         return;
     }
-    al_xbuf out = {0};
+    al_buf out = {0};
     if (al_xl_chunk(c->xl, o, &out) != 0) al_log_warn(COMP, "out of memory translating a stream");
     json_decref(o);
-    if (out.n) al_httpd_send_chunk(c->req, out.p, out.n);
-    free(out.p);
+    if (out.len) al_httpd_send_chunk(c->req, out.data, out.len);
+    al_buf_free(&out);
 }
 
 /* The end of a /v1/responses stream: the closing events (error: response.failed). Under
@@ -247,10 +247,10 @@ void serve_response_emit(http_call *c, json_t *o)
 void serve_response_emit_end(http_call *c, const char *error)
 {
     if (c->response_messages && !error) al_xl_set_final_members(c->xl, serve_response_messages(c));
-    al_xbuf out = {0};
+    al_buf out = {0};
     if (al_xl_end(c->xl, error, &out) != 0) al_log_warn(COMP, "out of memory translating a stream");
-    if (out.n) al_httpd_send_chunk(c->req, out.p, out.n);
-    free(out.p);
+    if (out.len) al_httpd_send_chunk(c->req, out.data, out.len);
+    al_buf_free(&out);
 }
 
 json_t *serve_response_chunk(http_call *c, json_t *choices)

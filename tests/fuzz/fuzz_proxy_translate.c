@@ -35,9 +35,9 @@ static json_t *lookup(void *ud, const char *id)
                       0, NULL);
 }
 
-static void check_sse(const al_xbuf *out)
+static void check_sse(const al_buf *out)
 {
-    const char *p = out->p;
+    const char *p = out->data;
     while (p && *p) {
         const char *end = strstr(p, "\n\n");
         const char *nl = end ? memchr(p, '\n', (size_t)(end - p)) : NULL;
@@ -70,7 +70,7 @@ static al_xl *request(al_api api, const char *body, size_t n, json_t **chat)
 
 static void stream(al_xl *x, const char *p, size_t n)
 {
-    al_xbuf out = {0};
+    al_buf out = {0};
     while (n) {
         const char *nl = memchr(p, '\n', n);
         size_t len = nl ? (size_t)(nl - p) : n;
@@ -87,7 +87,7 @@ static void stream(al_xl *x, const char *p, size_t n)
     if (!s) abort();
     free(s);
     json_decref(al_xl_conversation(x));
-    free(out.p);
+    al_buf_free(&out);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
