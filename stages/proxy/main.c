@@ -15,6 +15,7 @@
 #include "proxy.h"
 
 #include "core/cli.h"
+#include "core/flags.h"
 #include "core/log.h"
 #include "http/server.h"
 #include "kafka/kafka.h"
@@ -25,6 +26,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,9 +103,7 @@ static int health(void *ud, char *reason, size_t n)
     return 0;
 }
 
-static const char proxy_usage[] =
-    "usage: arclight proxy --upstream URL [options]\n"
-    "\n"
+static const char proxy_about[] =
     "Capture proxy: forwards an agent's calls to the upstream model server (chat completions\n"
     "and completions as they are; the Responses API and the Anthropic Messages API translated\n"
     "to chat completions) and publishes every call, reward and rollout end as a span on\n"
@@ -111,87 +111,7 @@ static const char proxy_usage[] =
     "agent at http://LISTEN/r/{task}/{rollout}/v1 (or /v1 with X-Arclight-Task/-Rollout\n"
     "headers, or a key from POST /v1/sessions as its API key). Held-out evaluation:\n"
     "/e/{task}/{rollout}/v1 (greedy) or /e:T/{task}/{rollout}/v1 (temperature T), or the\n"
-    "X-Arclight-Eval: 1 and X-Arclight-Eval-Temperature headers; its spans carry eval.\n"
-    "\n"
-    "  --listen HOST:PORT        where agents connect (default 127.0.0.1:8080; port 0: any;\n"
-    "                            the bound address is printed on stdout)\n"
-    "  --upstream URL            model server base URL, e.g. http://127.0.0.1:8000; repeat for\n"
-    "                            several (sticky per rollout, failover on connection errors)\n"
-    "  --upstream-kind KIND      arclight, vllm (default), sglang or openai: what to ask for\n"
-    "                            (vLLM-style return_token_ids + logprobs; openai: nothing,\n"
-    "                            text and usage only)\n"
-    "  --upstream-native ROUTES  responses and/or messages (comma-separated): the upstream\n"
-    "                            serves those routes itself; the proxy passes the agent's\n"
-    "                            request through, asking for token ids the way vLLM's\n"
-    "                            Responses API gives them (enable_response_messages, include\n"
-    "                            message.output_text.logprobs), and gives the agent the answer\n"
-    "                            without them (default: none, both translated to chat\n"
-    "                            completions)\n"
-    "  --upstream-key-env NAME   environment variable holding the upstream API key (default\n"
-    "                            ARCLIGHT_UPSTREAM_API_KEY); sent as Authorization: Bearer\n"
-    "  --forward-agent-auth      send the agent's own Authorization upstream (when no key is\n"
-    "                            configured)\n"
-    "  --agent-key KEY           accept only agents with this Bearer key (repeatable; session\n"
-    "                            keys are accepted too); also $ARCLIGHT_PROXY_AGENT_KEYS\n"
-    "                            (comma-separated) and --agent-key-file, which keep the keys\n"
-    "                            out of ps\n"
-    "  --agent-key-file FILE     agent keys, one a line ('#' comments)\n"
-    "  --session-ttl S           a key from POST /v1/sessions expires S seconds after it was\n"
-    "                            made (default 86400)\n"
-    "  --max-sessions-per-key N  session keys one agent key (or, without --agent-key, all\n"
-    "                            agents) may hold; beyond it POST /v1/sessions is 429\n"
-    "                            (default 10000)\n"
-    "  --agent-name NAME         agent name recorded in spans (X-Arclight-Agent overrides)\n"
-    "  --topic TOPIC             spans topic (default arclight.spans)\n"
-    "  --spool-dir DIR           on-disk spool of spans (default ./arclight-spool)\n"
-    "  --spool-max-bytes N       spool bound; beyond it new calls get 503 (default 1 GiB)\n"
-    "  --spool-fsync MODE        never, interval (default: every second) or always\n"
-    "  --max-body-bytes N        request body limit (default 1 MiB, as nginx)\n"
-    "  --max-header-bytes N      request head limit (default 32 KiB, as nginx's 4 x 8k)\n"
-    "  --max-headers N           header count limit (default 100)\n"
-    "  --max-connections N       concurrent agent connections (default 1024)\n"
-    "  --client-timeout S        reading a request / idle keep-alive (default 60, as nginx)\n"
-    "  --connect-timeout-ms N    upstream connect timeout (default 5000)\n"
-    "  --upstream-timeout S      whole upstream call (default 600)\n"
-    "  --drain-timeout S         on SIGTERM, wait this long for calls and spans (default 30)\n"
-    "  --no-access-log           no per-call access log line\n"
-    "  --response-store-mib N    memory for Responses API answers kept for previous_response_id\n"
-    "                            (default 256; oldest first out; 0: previous_response_id is\n"
-    "                            refused with 400)\n"
-    "  --upstream-client C       auto (default: the proxy's own keep-alive HTTP/1.1 client for\n"
-    "                            http:// upstreams at an IP address or localhost, curl for the\n"
-    "                            rest) or curl (curl for every upstream)\n"
-    "  --help\n" AL_CLI_COMMON_HELP;
-
-enum {
-    OPT_LISTEN = AL_CLI_OPT_USER,
-    OPT_NATIVE,
-    OPT_UPSTREAM,
-    OPT_KIND,
-    OPT_KEY_ENV,
-    OPT_FWD_AUTH,
-    OPT_AGENT_KEY,
-    OPT_AGENT_NAME,
-    OPT_TOPIC,
-    OPT_SPOOL_DIR,
-    OPT_SPOOL_MAX,
-    OPT_SPOOL_FSYNC,
-    OPT_MAX_BODY,
-    OPT_MAX_HEAD,
-    OPT_MAX_HEADERS,
-    OPT_MAX_CONNS,
-    OPT_CLIENT_TO,
-    OPT_CONNECT_TO,
-    OPT_UPSTREAM_TO,
-    OPT_DRAIN_TO,
-    OPT_NO_ACCESS,
-    OPT_UP_CLIENT,
-    OPT_RESP_STORE,
-    OPT_AGENT_KEY_FILE,
-    OPT_SESSION_TTL,
-    OPT_MAX_SESSIONS,
-    OPT_HELP,
-};
+    "X-Arclight-Eval: 1 and X-Arclight-Eval-Temperature headers; its spans carry eval.\n";
 
 /* Lowers the scheduling priority (nice +5) of every thread but the calling one (the event
  * loop): the spool's publisher and librdkafka's threads, and those they start later, which
@@ -215,16 +135,8 @@ static void background_threads_yield(void)
     closedir(d);
 }
 
-static int parse_num(const char *s, long long lo, long long hi, long long *out)
-{
-    char *e;
-    errno = 0;
-    long long v = strtoll(s, &e, 10);
-    if (errno || e == s || *e || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
+/* Adds an --upstream URL without its trailing slashes and /v1; -1 when it is no http(s) URL,
+ * there are 16 already, or out of memory. */
 static int add_upstream(pconf *cf, const char *u)
 {
     if (cf->n_upstreams >= AL_ARRAY_LEN(cf->upstreams)) return -1;
@@ -239,260 +151,240 @@ static int add_upstream(pconf *cf, const char *u)
     return 0;
 }
 
-int cmd_proxy(int argc, char **argv)
+/* What the flags give before it becomes the configuration (pconf): the values whose units or
+ * types differ from pconf's, the choices by name, and a key flag's error, said after parsing
+ * (in its own words, and never with a key in it). */
+typedef struct proxy_flags {
+    pconf *cf;
+    const char *kind, *native, *fsync, *client, *key_env;
+    int64_t spool_max, max_body, max_head, max_headers, connect_to_ms, upstream_to_s, store_mib;
+    int no_access_log;
+    char key_err[600]; /* the first --agent-key or --agent-key-file error */
+} proxy_flags;
+
+/* --upstream, repeatable: each adds one. */
+static int flag_upstream(void *dest, const char *v, char *err, size_t errlen)
 {
-    static const struct option opts[] = {
-        AL_CLI_COMMON_OPTIONS,
-        {"listen", required_argument, 0, OPT_LISTEN},
-        {"upstream", required_argument, 0, OPT_UPSTREAM},
-        {"upstream-kind", required_argument, 0, OPT_KIND},
-        {"upstream-native", required_argument, 0, OPT_NATIVE},
-        {"upstream-key-env", required_argument, 0, OPT_KEY_ENV},
-        {"forward-agent-auth", no_argument, 0, OPT_FWD_AUTH},
-        {"agent-key", required_argument, 0, OPT_AGENT_KEY},
-        {"agent-name", required_argument, 0, OPT_AGENT_NAME},
-        {"topic", required_argument, 0, OPT_TOPIC},
-        {"spool-dir", required_argument, 0, OPT_SPOOL_DIR},
-        {"spool-max-bytes", required_argument, 0, OPT_SPOOL_MAX},
-        {"spool-fsync", required_argument, 0, OPT_SPOOL_FSYNC},
-        {"max-body-bytes", required_argument, 0, OPT_MAX_BODY},
-        {"max-header-bytes", required_argument, 0, OPT_MAX_HEAD},
-        {"max-headers", required_argument, 0, OPT_MAX_HEADERS},
-        {"max-connections", required_argument, 0, OPT_MAX_CONNS},
-        {"client-timeout", required_argument, 0, OPT_CLIENT_TO},
-        {"connect-timeout-ms", required_argument, 0, OPT_CONNECT_TO},
-        {"upstream-timeout", required_argument, 0, OPT_UPSTREAM_TO},
-        {"drain-timeout", required_argument, 0, OPT_DRAIN_TO},
-        {"no-access-log", no_argument, 0, OPT_NO_ACCESS},
-        {"upstream-client", required_argument, 0, OPT_UP_CLIENT},
-        {"response-store-mib", required_argument, 0, OPT_RESP_STORE},
-        {"agent-key-file", required_argument, 0, OPT_AGENT_KEY_FILE},
-        {"session-ttl", required_argument, 0, OPT_SESSION_TTL},
-        {"max-sessions-per-key", required_argument, 0, OPT_MAX_SESSIONS},
-        {"help", no_argument, 0, OPT_HELP},
-        {0, 0, 0, 0},
-    };
-    al_cli_common common;
-    al_cli_common_init(&common);
-    proxy *px = calloc(1, sizeof *px);
-    if (!px) return AL_EXIT_FAILURE;
-    pthread_mutex_init(&px->collect_mu, NULL);
-    px->state_fd = -1;
+    proxy_flags *fl = dest;
+    if (add_upstream(fl->cf, v) == 0) return 0;
+    snprintf(err, errlen, "wants an http:// or https:// URL (at most 16 upstreams)");
+    return -1;
+}
+
+/* Records a key flag's usage error (the first one) for after parsing. */
+static void key_error(proxy_flags *fl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void key_error(proxy_flags *fl, const char *fmt, ...)
+{
+    if (fl->key_err[0]) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(fl->key_err, sizeof fl->key_err, fmt, ap);
+    va_end(ap);
+}
+
+/* --agent-key, repeatable. The keys keep their order with --agent-key-file's: a session's
+ * owner is a key's index, kept in the state file. */
+static int flag_agent_key(void *dest, const char *v, char *err, size_t errlen)
+{
+    proxy_flags *fl = dest;
+    pconf *cf = fl->cf;
+    (void)err, (void)errlen;
+    if (cf->n_agent_keys >= AL_ARRAY_LEN(cf->agent_keys) || !*v)
+        key_error(fl, "--agent-key: empty, or more than 16 keys");
+    else
+        cf->agent_keys[cf->n_agent_keys++] = strdup(v);
+    return 0;
+}
+
+/* --agent-key-file: its keys, one a line ('#' comments). */
+static int flag_agent_key_file(void *dest, const char *v, char *err, size_t errlen)
+{
+    proxy_flags *fl = dest;
+    pconf *cf = fl->cf;
+    (void)err, (void)errlen;
+    char kerr[512];
+    size_t kl = 0;
+    char *kf = al_file_read(v, &kl, kerr, sizeof kerr);
+    if (!kf) {
+        key_error(fl, "--agent-key-file: %s", kerr);
+        return 0;
+    }
+    char *save = NULL;
+    for (char *ln = strtok_r(kf, "\r\n", &save); ln; ln = strtok_r(NULL, "\r\n", &save)) {
+        al_str_trim(ln);
+        if (!*ln || *ln == '#') continue;
+        if (cf->n_agent_keys >= AL_ARRAY_LEN(cf->agent_keys)) {
+            key_error(fl, "--agent-key-file %s: more than 16 keys", v);
+            break;
+        }
+        cf->agent_keys[cf->n_agent_keys++] = strdup(ln);
+    }
+    free(kf);
+    return 0;
+}
+
+/* --upstream-native ROUTES into cf->native; -1 for a route it does not know. */
+static int native_routes(pconf *cf, const char *routes)
+{
+    char list[200];
+    snprintf(list, sizeof list, "%s", routes);
+    cf->native = 0;
+    for (char *sv = NULL, *t = strtok_r(list, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+        if (!strcmp(t, "responses"))
+            cf->native |= 1u << AL_API_RESPONSES;
+        else if (!strcmp(t, "messages"))
+            cf->native |= 1u << AL_API_MESSAGES;
+        else if (strcmp(t, "none") != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Fills px->cfg (defaults, then the flags, then the environment: the upstream key and
+ * $ARCLIGHT_PROXY_AGENT_KEYS) and common. AL_FLAGS_GO, or the exit status (0 after --help, 2
+ * after a usage error, said on stderr). */
+static int proxy_flags_parse(proxy *px, al_cli_common *common, int argc, char **argv)
+{
     pconf *cf = &px->cfg;
-    cf->listen = "127.0.0.1:8080";
-    cf->kind = UP_VLLM;
-    cf->max_body = 1u << 20;
-    cf->max_head = 32768;
-    cf->max_headers = 100;
-    cf->max_conns = 1024;
-    cf->client_timeout_s = 60;
-    cf->connect_timeout_ms = 5000;
-    cf->upstream_timeout_ms = 600000;
-    cf->spool_dir = "./arclight-spool";
-    cf->spool_max = 1ull << 30;
-    cf->fsync_mode = AL_SPOOL_FSYNC_INTERVAL;
-    cf->topic = AL_TOPIC_SPANS;
-    cf->drain_timeout_s = 30;
-    cf->access_log = 1;
-    cf->response_store_bytes = (size_t)256 << 20;
-    cf->session_ttl_s = 86400;
-    cf->max_sessions_per_key = 10000;
-    const char *key_env = "ARCLIGHT_UPSTREAM_API_KEY";
-    int rc = AL_EXIT_FAILURE, opt;
-    long long v;
-    al_kafka_conf *kc = NULL;
-    al_producer *producer = NULL;
-    al_http_server *msrv = NULL;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (opt) {
-        case OPT_LISTEN:
-            cf->listen = optarg;
-            break;
-        case OPT_UPSTREAM:
-            if (add_upstream(cf, optarg)) {
-                rc = al_cli_usage_error("proxy",
-                                        "--upstream %s: need an http:// or https:// URL "
-                                        "(at most 16 upstreams)",
-                                        optarg);
-                goto out;
-            }
-            break;
-        case OPT_KIND:
-            if (!strcmp(optarg, "arclight"))
-                cf->kind = UP_ARCLIGHT;
-            else if (!strcmp(optarg, "vllm"))
-                cf->kind = UP_VLLM;
-            else if (!strcmp(optarg, "sglang"))
-                cf->kind = UP_SGLANG;
-            else if (!strcmp(optarg, "openai"))
-                cf->kind = UP_OPENAI;
-            else {
-                rc = al_cli_usage_error("proxy",
-                                        "--upstream-kind %s: use arclight, vllm, sglang "
-                                        "or openai",
-                                        optarg);
-                goto out;
-            }
-            break;
-        case OPT_NATIVE: {
-            char list[200];
-            snprintf(list, sizeof list, "%s", optarg);
-            cf->native = 0;
-            for (char *sv = NULL, *t = strtok_r(list, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
-                if (!strcmp(t, "responses"))
-                    cf->native |= 1u << AL_API_RESPONSES;
-                else if (!strcmp(t, "messages"))
-                    cf->native |= 1u << AL_API_MESSAGES;
-                else if (strcmp(t, "none") != 0) {
-                    rc = al_cli_usage_error("proxy",
-                                            "--upstream-native %s: use responses, messages, "
-                                            "both comma-separated, or none",
-                                            optarg);
-                    goto out;
-                }
-            }
-            break;
-        }
-        case OPT_KEY_ENV:
-            key_env = optarg;
-            break;
-        case OPT_FWD_AUTH:
-            cf->forward_agent_auth = 1;
-            break;
-        case OPT_AGENT_KEY:
-            if (cf->n_agent_keys >= AL_ARRAY_LEN(cf->agent_keys) || !*optarg) {
-                rc = al_cli_usage_error("proxy", "--agent-key: empty, or more than 16 keys");
-                goto out;
-            }
-            cf->agent_keys[cf->n_agent_keys++] = strdup(optarg);
-            break;
-        case OPT_AGENT_KEY_FILE: {
-            char kerr[512];
-            size_t kl = 0;
-            char *kf = al_file_read(optarg, &kl, kerr, sizeof kerr);
-            if (!kf) {
-                rc = al_cli_usage_error("proxy", "--agent-key-file: %s", kerr);
-                goto out;
-            }
-            char *save = NULL;
-            for (char *ln = strtok_r(kf, "\r\n", &save); ln; ln = strtok_r(NULL, "\r\n", &save)) {
-                al_str_trim(ln);
-                if (!*ln || *ln == '#') continue;
-                if (cf->n_agent_keys >= AL_ARRAY_LEN(cf->agent_keys)) {
-                    free(kf);
-                    rc = al_cli_usage_error("proxy", "--agent-key-file %s: more than 16 keys",
-                                            optarg);
-                    goto out;
-                }
-                cf->agent_keys[cf->n_agent_keys++] = strdup(ln);
-            }
-            free(kf);
-            break;
-        }
-        case OPT_AGENT_NAME:
-            cf->agent_name = optarg;
-            break;
-        case OPT_TOPIC:
-            cf->topic = optarg;
-            break;
-        case OPT_SPOOL_DIR:
-            cf->spool_dir = optarg;
-            break;
-        case OPT_SPOOL_FSYNC:
-            if (!strcmp(optarg, "never"))
-                cf->fsync_mode = AL_SPOOL_FSYNC_NEVER;
-            else if (!strcmp(optarg, "interval"))
-                cf->fsync_mode = AL_SPOOL_FSYNC_INTERVAL;
-            else if (!strcmp(optarg, "always"))
-                cf->fsync_mode = AL_SPOOL_FSYNC_ALWAYS;
-            else {
-                rc = al_cli_usage_error("proxy", "--spool-fsync %s: use never, interval or always",
-                                        optarg);
-                goto out;
-            }
-            break;
-        case OPT_SPOOL_MAX:
-        case OPT_MAX_BODY:
-        case OPT_MAX_HEAD:
-        case OPT_MAX_HEADERS:
-        case OPT_MAX_CONNS:
-        case OPT_CLIENT_TO:
-        case OPT_CONNECT_TO:
-        case OPT_UPSTREAM_TO:
-        case OPT_DRAIN_TO:
-        case OPT_RESP_STORE:
-        case OPT_SESSION_TTL:
-        case OPT_MAX_SESSIONS: {
-            long long lo = 1, hi = 1LL << 50;
-            if (opt == OPT_MAX_HEADERS) hi = AL_HTTP_HEADERS_CAP;
-            if (opt == OPT_MAX_HEAD) lo = 256, hi = 1 << 20;
-            if (opt == OPT_MAX_BODY) hi = 256LL << 20;
-            if (opt == OPT_MAX_CONNS) hi = 1000000;
-            if (opt == OPT_CLIENT_TO || opt == OPT_UPSTREAM_TO || opt == OPT_DRAIN_TO) hi = 86400;
-            if (opt == OPT_DRAIN_TO || opt == OPT_RESP_STORE) lo = 0;
-            if (opt == OPT_RESP_STORE) hi = 1 << 20;
-            if (opt == OPT_SPOOL_MAX) lo = 4096;
-            if (opt == OPT_SESSION_TTL) hi = 365LL * 86400;
-            if (opt == OPT_MAX_SESSIONS) hi = 1000000;
-            if (parse_num(optarg, lo, hi, &v)) {
-                rc = al_cli_usage_error("proxy", "--%s %s: need an integer from %lld to %lld",
-                                        opts[opt - OPT_LISTEN + 4].name, optarg, lo, hi);
-                goto out;
-            }
-            if (opt == OPT_SPOOL_MAX) cf->spool_max = (uint64_t)v;
-            if (opt == OPT_MAX_BODY) cf->max_body = (size_t)v;
-            if (opt == OPT_MAX_HEAD) cf->max_head = (size_t)v;
-            if (opt == OPT_MAX_HEADERS) cf->max_headers = (size_t)v;
-            if (opt == OPT_MAX_CONNS) cf->max_conns = (int)v;
-            if (opt == OPT_CLIENT_TO) cf->client_timeout_s = (int)v;
-            if (opt == OPT_CONNECT_TO) cf->connect_timeout_ms = (long)v;
-            if (opt == OPT_UPSTREAM_TO) cf->upstream_timeout_ms = (long)v * 1000;
-            if (opt == OPT_DRAIN_TO) cf->drain_timeout_s = (int)v;
-            if (opt == OPT_RESP_STORE) cf->response_store_bytes = (size_t)v << 20;
-            if (opt == OPT_SESSION_TTL) cf->session_ttl_s = (int)v;
-            if (opt == OPT_MAX_SESSIONS) cf->max_sessions_per_key = (int)v;
-            break;
-        }
-        case OPT_UP_CLIENT:
-            if (!strcmp(optarg, "curl"))
-                cf->curl_only = 1;
-            else if (strcmp(optarg, "auto") != 0) {
-                rc = al_cli_usage_error("proxy", "--upstream-client %s: use auto or curl", optarg);
-                goto out;
-            }
-            break;
-        case OPT_NO_ACCESS:
-            cf->access_log = 0;
-            break;
-        case OPT_HELP:
-            fputs(proxy_usage, stdout);
-            rc = AL_EXIT_OK;
-            goto out;
-        default: {
-            int r = al_cli_common_option(&common, opt, optarg);
-            if (r == 1) break;
-            if (r == 0) fputs(proxy_usage, stderr);
-            rc = AL_EXIT_USAGE;
-            goto out;
-        }
-        }
-    }
-    if (optind < argc) {
-        rc = al_cli_usage_error("proxy", "unexpected argument '%s'", argv[optind]);
-        goto out;
-    }
-    if (!cf->n_upstreams) {
-        rc = al_cli_usage_error("proxy", "--upstream URL is required (the model server)");
-        goto out;
-    }
-    char host[256];
-    int port;
-    if (al_cli_parse_hostport(cf->listen, host, sizeof host, &port) != 0) {
-        rc = al_cli_usage_error("proxy", "--listen %s: need HOST:PORT", cf->listen);
-        goto out;
-    }
-    const char *kv = getenv(key_env);
+    *cf = (pconf){
+        .listen = "127.0.0.1:8080",
+        .max_conns = 1024,
+        .client_timeout_s = 60,
+        .spool_dir = "./arclight-spool",
+        .topic = AL_TOPIC_SPANS,
+        .drain_timeout_s = 30,
+        .session_ttl_s = 86400,
+        .max_sessions_per_key = 10000,
+    };
+    proxy_flags fl = {
+        .cf = cf,
+        .kind = "vllm",
+        .fsync = "interval",
+        .client = "auto",
+        .key_env = "ARCLIGHT_UPSTREAM_API_KEY",
+        .spool_max = 1LL << 30,
+        .max_body = 1 << 20,
+        .max_head = 32768,
+        .max_headers = 100,
+        .connect_to_ms = 5000,
+        .upstream_to_s = 600,
+        .store_mib = 256,
+    };
+    static const char *const kinds[] = {"arclight", "vllm", "sglang", "openai", NULL};
+    static const char *const fsyncs[] = {"never", "interval", "always", NULL};
+    static const char *const clients[] = {"auto", "curl", NULL};
+    const int64_t big = 1LL << 50;
+    const al_flag flags[] = {
+        {"listen", 0, AL_FLAG_STRING, &cf->listen, .arg = "HOST:PORT",
+         .help = "where agents connect (default 127.0.0.1:8080; port 0: any;\n"
+                 "the bound address is printed on stdout)"},
+        {"upstream", 0, AL_FLAG_FUNC, &fl, .arg = "URL", .parse = flag_upstream,
+         .help = "model server base URL, e.g. http://127.0.0.1:8000; repeat for\n"
+                 "several (sticky per rollout, failover on connection errors)"},
+        {"upstream-kind", 0, AL_FLAG_STRING, &fl.kind, .arg = "KIND", .choices = kinds,
+         .help = "arclight, vllm (default), sglang or openai: what to ask for\n"
+                 "(vLLM-style return_token_ids + logprobs; openai: nothing,\n"
+                 "text and usage only)"},
+        {"upstream-native", 0, AL_FLAG_STRING, &fl.native, .arg = "ROUTES",
+         .help = "responses and/or messages (comma-separated): the upstream\n"
+                 "serves those routes itself; the proxy passes the agent's\n"
+                 "request through, asking for token ids the way vLLM's\n"
+                 "Responses API gives them (enable_response_messages, include\n"
+                 "message.output_text.logprobs), and gives the agent the answer\n"
+                 "without them (default: none, both translated to chat\n"
+                 "completions)"},
+        {"upstream-key-env", 0, AL_FLAG_STRING, &fl.key_env, .arg = "NAME",
+         .help = "environment variable holding the upstream API key (default\n"
+                 "ARCLIGHT_UPSTREAM_API_KEY); sent as Authorization: Bearer"},
+        {"forward-agent-auth", 0, AL_FLAG_SWITCH, &cf->forward_agent_auth,
+         .help = "send the agent's own Authorization upstream (when no key is\n"
+                 "configured)"},
+        {"agent-key", 0, AL_FLAG_FUNC, &fl, .arg = "KEY", .parse = flag_agent_key,
+         .help = "accept only agents with this Bearer key (repeatable; session\n"
+                 "keys are accepted too); also $ARCLIGHT_PROXY_AGENT_KEYS\n"
+                 "(comma-separated) and --agent-key-file, which keep the keys\n"
+                 "out of ps"},
+        {"agent-key-file", 0, AL_FLAG_FUNC, &fl, .arg = "FILE", .parse = flag_agent_key_file,
+         .help = "agent keys, one a line ('#' comments)"},
+        {"session-ttl", 0, AL_FLAG_INT, &cf->session_ttl_s, .lo = 1, .hi = 365LL * 86400,
+         .arg = "S",
+         .help = "a key from POST /v1/sessions expires S seconds after it was\n"
+                 "made (default 86400)"},
+        {"max-sessions-per-key", 0, AL_FLAG_INT, &cf->max_sessions_per_key, .lo = 1,
+         .hi = 1000000, .arg = "N",
+         .help = "session keys one agent key (or, without --agent-key, all\n"
+                 "agents) may hold; beyond it POST /v1/sessions is 429\n"
+                 "(default 10000)"},
+        {"agent-name", 0, AL_FLAG_STRING, &cf->agent_name, .arg = "NAME",
+         .help = "agent name recorded in spans (X-Arclight-Agent overrides)"},
+        {"topic", 0, AL_FLAG_STRING, &cf->topic, .arg = "TOPIC",
+         .help = "spans topic (default arclight.spans)"},
+        {"spool-dir", 0, AL_FLAG_STRING, &cf->spool_dir, .arg = "DIR",
+         .help = "on-disk spool of spans (default ./arclight-spool)"},
+        {"spool-max-bytes", 0, AL_FLAG_I64, &fl.spool_max, .lo = 4096, .hi = big, .arg = "N",
+         .help = "spool bound; beyond it new calls get 503 (default 1 GiB)"},
+        {"spool-fsync", 0, AL_FLAG_STRING, &fl.fsync, .arg = "MODE", .choices = fsyncs,
+         .help = "never, interval (default: every second) or always"},
+        {"max-body-bytes", 0, AL_FLAG_I64, &fl.max_body, .lo = 1, .hi = 256LL << 20, .arg = "N",
+         .help = "request body limit (default 1 MiB, as nginx)"},
+        {"max-header-bytes", 0, AL_FLAG_I64, &fl.max_head, .lo = 256, .hi = 1 << 20, .arg = "N",
+         .help = "request head limit (default 32 KiB, as nginx's 4 x 8k)"},
+        {"max-headers", 0, AL_FLAG_I64, &fl.max_headers, .lo = 1, .hi = AL_HTTP_HEADERS_CAP,
+         .arg = "N", .help = "header count limit (default 100)"},
+        {"max-connections", 0, AL_FLAG_INT, &cf->max_conns, .lo = 1, .hi = 1000000, .arg = "N",
+         .help = "concurrent agent connections (default 1024)"},
+        {"client-timeout", 0, AL_FLAG_INT, &cf->client_timeout_s, .lo = 1, .hi = 86400,
+         .arg = "S", .help = "reading a request / idle keep-alive (default 60, as nginx)"},
+        {"connect-timeout-ms", 0, AL_FLAG_I64, &fl.connect_to_ms, .lo = 1, .hi = big,
+         .arg = "N", .help = "upstream connect timeout (default 5000)"},
+        {"upstream-timeout", 0, AL_FLAG_I64, &fl.upstream_to_s, .lo = 1, .hi = 86400,
+         .arg = "S", .help = "whole upstream call (default 600)"},
+        {"drain-timeout", 0, AL_FLAG_INT, &cf->drain_timeout_s, .lo = 0, .hi = 86400,
+         .arg = "S", .help = "on SIGTERM, wait this long for calls and spans (default 30)"},
+        {"no-access-log", 0, AL_FLAG_SWITCH, &fl.no_access_log,
+         .help = "no per-call access log line"},
+        {"response-store-mib", 0, AL_FLAG_I64, &fl.store_mib, .lo = 0, .hi = 1 << 20,
+         .arg = "N",
+         .help = "memory for Responses API answers kept for previous_response_id\n"
+                 "(default 256; oldest first out; 0: previous_response_id is\n"
+                 "refused with 400)"},
+        {"upstream-client", 0, AL_FLAG_STRING, &fl.client, .arg = "C", .choices = clients,
+         .help = "auto (default: the proxy's own keep-alive HTTP/1.1 client for\n"
+                 "http:// upstreams at an IP address or localhost, curl for the\n"
+                 "rest) or curl (curl for every upstream)"},
+    };
+    const al_cmd_spec spec = {"proxy", "--upstream URL [options]", proxy_about, flags,
+                              AL_ARRAY_LEN(flags), 1, NULL};
+    int first;
+    int rc = al_flags_parse(&spec, common, argc, argv, &first);
+    if (rc != AL_FLAGS_GO) return rc;
+    if (fl.key_err[0]) return al_cli_usage_error("proxy", "%s", fl.key_err);
+    if (fl.native && native_routes(cf, fl.native) != 0)
+        return al_cli_usage_error("proxy",
+                                  "--upstream-native %s: use responses, messages, "
+                                  "both comma-separated, or none",
+                                  fl.native);
+    if (first < argc) return al_cli_usage_error("proxy", "unexpected argument '%s'", argv[first]);
+    if (!cf->n_upstreams)
+        return al_cli_usage_error("proxy", "--upstream URL is required (the model server)");
+    static const upkind kind_of[] = {UP_ARCLIGHT, UP_VLLM, UP_SGLANG, UP_OPENAI};
+    for (size_t i = 0; kinds[i]; i++)
+        if (!strcmp(fl.kind, kinds[i])) cf->kind = kind_of[i];
+    static const al_spool_fsync fsync_of[] = {AL_SPOOL_FSYNC_NEVER, AL_SPOOL_FSYNC_INTERVAL,
+                                              AL_SPOOL_FSYNC_ALWAYS};
+    for (size_t i = 0; fsyncs[i]; i++)
+        if (!strcmp(fl.fsync, fsyncs[i])) cf->fsync_mode = fsync_of[i];
+    cf->curl_only = !strcmp(fl.client, "curl");
+    cf->access_log = !fl.no_access_log;
+    cf->spool_max = (uint64_t)fl.spool_max;
+    cf->max_body = (size_t)fl.max_body;
+    cf->max_head = (size_t)fl.max_head;
+    cf->max_headers = (size_t)fl.max_headers;
+    cf->connect_timeout_ms = (long)fl.connect_to_ms;
+    cf->upstream_timeout_ms = (long)fl.upstream_to_s * 1000;
+    cf->response_store_bytes = (size_t)fl.store_mib << 20;
+
+    const char *kv = getenv(fl.key_env);
     if (kv && *kv) cf->upstream_key = strdup(kv);
     const char *ak = getenv("ARCLIGHT_PROXY_AGENT_KEYS");
     if (ak && *ak) {
@@ -501,6 +393,33 @@ int cmd_proxy(int argc, char **argv)
              t = strtok_r(NULL, ",", &save))
             if (*t) cf->agent_keys[cf->n_agent_keys++] = strdup(t);
         free(dup);
+    }
+    return AL_FLAGS_GO;
+}
+
+int cmd_proxy(int argc, char **argv)
+{
+    al_cli_common common;
+    al_cli_common_init(&common);
+    proxy *px = calloc(1, sizeof *px);
+    if (!px) return AL_EXIT_FAILURE;
+    pthread_mutex_init(&px->collect_mu, NULL);
+    px->state_fd = -1;
+    pconf *cf = &px->cfg;
+    int rc = AL_EXIT_FAILURE;
+    al_kafka_conf *kc = NULL;
+    al_producer *producer = NULL;
+    al_http_server *msrv = NULL;
+    int frc = proxy_flags_parse(px, &common, argc, argv);
+    if (frc != AL_FLAGS_GO) {
+        rc = frc;
+        goto out;
+    }
+    char host[256];
+    int port;
+    if (al_cli_parse_hostport(cf->listen, host, sizeof host, &port) != 0) {
+        rc = al_cli_usage_error("proxy", "--listen %s: need HOST:PORT", cf->listen);
+        goto out;
     }
 
     char err[1024];
