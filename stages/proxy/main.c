@@ -240,6 +240,45 @@ static int native_routes(pconf *cf, const char *routes)
     return 0;
 }
 
+static const char *const kinds[] = {"arclight", "vllm", "sglang", "openai", NULL};
+static const upkind kind_of[] = {UP_ARCLIGHT, UP_VLLM, UP_SGLANG, UP_OPENAI};
+static const char *const fsyncs[] = {"never", "interval", "always", NULL};
+static const al_spool_fsync fsync_of[] = {AL_SPOOL_FSYNC_NEVER, AL_SPOOL_FSYNC_INTERVAL,
+                                          AL_SPOOL_FSYNC_ALWAYS};
+static const char *const clients[] = {"auto", "curl", NULL};
+
+/* The parsed flags into the configuration, and the environment's keys: the upstream's
+ * ($ARCLIGHT_UPSTREAM_API_KEY or --upstream-key-env's) and $ARCLIGHT_PROXY_AGENT_KEYS after
+ * the flags' agent keys. */
+static void proxy_flags_apply(const proxy_flags *fl)
+{
+    pconf *cf = fl->cf;
+    for (size_t i = 0; kinds[i]; i++)
+        if (!strcmp(fl->kind, kinds[i])) cf->kind = kind_of[i];
+    for (size_t i = 0; fsyncs[i]; i++)
+        if (!strcmp(fl->fsync, fsyncs[i])) cf->fsync_mode = fsync_of[i];
+    cf->curl_only = !strcmp(fl->client, "curl");
+    cf->access_log = !fl->no_access_log;
+    cf->spool_max = (uint64_t)fl->spool_max;
+    cf->max_body = (size_t)fl->max_body;
+    cf->max_head = (size_t)fl->max_head;
+    cf->max_headers = (size_t)fl->max_headers;
+    cf->connect_timeout_ms = (long)fl->connect_to_ms;
+    cf->upstream_timeout_ms = (long)fl->upstream_to_s * 1000;
+    cf->response_store_bytes = (size_t)fl->store_mib << 20;
+
+    const char *kv = getenv(fl->key_env);
+    if (kv && *kv) cf->upstream_key = strdup(kv);
+    const char *ak = getenv("ARCLIGHT_PROXY_AGENT_KEYS");
+    if (ak && *ak) {
+        char *dup = strdup(ak), *save = NULL;
+        for (char *t = strtok_r(dup, ",", &save); t && cf->n_agent_keys < 16;
+             t = strtok_r(NULL, ",", &save))
+            if (*t) cf->agent_keys[cf->n_agent_keys++] = strdup(t);
+        free(dup);
+    }
+}
+
 /* Fills px->cfg (defaults, then the flags, then the environment: the upstream key and
  * $ARCLIGHT_PROXY_AGENT_KEYS) and common. AL_FLAGS_GO, or the exit status (0 after --help, 2
  * after a usage error, said on stderr). */
@@ -270,9 +309,6 @@ static int proxy_flags_parse(proxy *px, al_cli_common *common, int argc, char **
         .upstream_to_s = 600,
         .store_mib = 256,
     };
-    static const char *const kinds[] = {"arclight", "vllm", "sglang", "openai", NULL};
-    static const char *const fsyncs[] = {"never", "interval", "always", NULL};
-    static const char *const clients[] = {"auto", "curl", NULL};
     const int64_t big = 1LL << 50;
     const al_flag flags[] = {
         {"listen", 0, AL_FLAG_STRING, &cf->listen, .arg = "HOST:PORT",
@@ -367,93 +403,50 @@ static int proxy_flags_parse(proxy *px, al_cli_common *common, int argc, char **
     if (first < argc) return al_cli_usage_error("proxy", "unexpected argument '%s'", argv[first]);
     if (!cf->n_upstreams)
         return al_cli_usage_error("proxy", "--upstream URL is required (the model server)");
-    static const upkind kind_of[] = {UP_ARCLIGHT, UP_VLLM, UP_SGLANG, UP_OPENAI};
-    for (size_t i = 0; kinds[i]; i++)
-        if (!strcmp(fl.kind, kinds[i])) cf->kind = kind_of[i];
-    static const al_spool_fsync fsync_of[] = {AL_SPOOL_FSYNC_NEVER, AL_SPOOL_FSYNC_INTERVAL,
-                                              AL_SPOOL_FSYNC_ALWAYS};
-    for (size_t i = 0; fsyncs[i]; i++)
-        if (!strcmp(fl.fsync, fsyncs[i])) cf->fsync_mode = fsync_of[i];
-    cf->curl_only = !strcmp(fl.client, "curl");
-    cf->access_log = !fl.no_access_log;
-    cf->spool_max = (uint64_t)fl.spool_max;
-    cf->max_body = (size_t)fl.max_body;
-    cf->max_head = (size_t)fl.max_head;
-    cf->max_headers = (size_t)fl.max_headers;
-    cf->connect_timeout_ms = (long)fl.connect_to_ms;
-    cf->upstream_timeout_ms = (long)fl.upstream_to_s * 1000;
-    cf->response_store_bytes = (size_t)fl.store_mib << 20;
-
-    const char *kv = getenv(fl.key_env);
-    if (kv && *kv) cf->upstream_key = strdup(kv);
-    const char *ak = getenv("ARCLIGHT_PROXY_AGENT_KEYS");
-    if (ak && *ak) {
-        char *dup = strdup(ak), *save = NULL;
-        for (char *t = strtok_r(dup, ",", &save); t && cf->n_agent_keys < 16;
-             t = strtok_r(NULL, ",", &save))
-            if (*t) cf->agent_keys[cf->n_agent_keys++] = strdup(t);
-        free(dup);
-    }
+    proxy_flags_apply(&fl);
     return AL_FLAGS_GO;
 }
 
-int cmd_proxy(int argc, char **argv)
+/* Opens the Kafka producer and the spool it publishes from (the spool owns the producer from
+ * then on), lowers the background threads' priority, and reads and rewrites the state file.
+ * *kc gets the Kafka configuration (the caller frees it, also after a failure). 0, or -1
+ * after logging why. */
+static int proxy_spool_open(proxy *px, const al_cli_common *common, al_kafka_conf **kc)
 {
-    al_cli_common common;
-    al_cli_common_init(&common);
-    proxy *px = calloc(1, sizeof *px);
-    if (!px) return AL_EXIT_FAILURE;
-    pthread_mutex_init(&px->collect_mu, NULL);
-    px->state_fd = -1;
     pconf *cf = &px->cfg;
-    int rc = AL_EXIT_FAILURE;
-    al_kafka_conf *kc = NULL;
-    al_producer *producer = NULL;
-    al_http_server *msrv = NULL;
-    int frc = proxy_flags_parse(px, &common, argc, argv);
-    if (frc != AL_FLAGS_GO) {
-        rc = frc;
-        goto out;
-    }
-    char host[256];
-    int port;
-    if (al_cli_parse_hostport(cf->listen, host, sizeof host, &port) != 0) {
-        rc = al_cli_usage_error("proxy", "--listen %s: need HOST:PORT", cf->listen);
-        goto out;
-    }
-
     char err[1024];
-    signal(SIGPIPE, SIG_IGN);
-    if (getrandom(&px->rng, sizeof px->rng, 0) != sizeof px->rng || !px->rng)
-        px->rng = (uint64_t)al_now_us() | 1;
-    kc = al_kafka_conf_from_cli(&common, err, sizeof err);
-    if (!kc) {
+    *kc = al_kafka_conf_from_cli(common, err, sizeof err);
+    if (!*kc) {
         al_log_error(COMP, "%s", err);
-        goto out;
+        return -1;
     }
-    producer = al_producer_new(kc, err, sizeof err);
+    al_producer *producer = al_producer_new(*kc, err, sizeof err);
     if (!producer) {
         al_log_error(COMP, "%s", err);
-        goto out;
+        return -1;
     }
-    {
-        /* the first spans should not wait a second for librdkafka to notice the topic; a
-         * broker that is down only costs this second here (spans spool meanwhile) */
-        const char *outs[] = {cf->topic, NULL};
-        if (al_producer_prepare(producer, outs, 1000, err, sizeof err) != 0)
-            al_log_warn(COMP, "%s (spans spool until Kafka answers)", err);
-    }
+    /* the first spans should not wait a second for librdkafka to notice the topic; a broker
+     * that is down only costs this second here (spans spool meanwhile) */
+    const char *outs[] = {cf->topic, NULL};
+    if (al_producer_prepare(producer, outs, 1000, err, sizeof err) != 0)
+        al_log_warn(COMP, "%s (spans spool until Kafka answers)", err);
     px->spool = al_spool_open(cf->spool_dir, cf->spool_max, cf->fsync_mode, producer, cf->topic,
                               err, sizeof err);
     if (!px->spool) {
         al_log_error(COMP, "%s", err);
         al_producer_free(producer);
-        goto out;
+        return -1;
     }
     background_threads_yield();
     snprintf(px->state_path, sizeof px->state_path, "%s/proxy-state", cf->spool_dir);
     px_state_load(px);
     px_state_compact(px);
+    return 0;
+}
+
+/* The proxy's own series (the routes' request counters are made as they are first used). */
+static void proxy_metrics_init(proxy *px)
+{
     px->metrics = al_metrics_new();
     al_metrics_add_process_metrics(px->metrics);
     px->spans_spooled = al_metrics_counter(px->metrics, "arclight_proxy_spans_spooled_total",
@@ -484,12 +477,36 @@ int cmd_proxy(int argc, char **argv)
                                           "Upstream call latency", al_metrics_latency_buckets,
                                           al_metrics_latency_buckets_len, NULL);
     al_metrics_on_collect(px->metrics, collect, px);
-    if (common.metrics &&
-        !(msrv = al_http_server_start(common.metrics, px->metrics, health, px, err, sizeof err))) {
-        al_log_error(COMP, "%s", err);
-        goto out;
-    }
+}
 
+/* host:port as a socket address (localhost: 127.0.0.1); its length, or 0 when host is not
+ * numeric. */
+static int listen_addr(const char *host, int port, struct sockaddr_storage *ss)
+{
+    memset(ss, 0, sizeof *ss);
+    const char *h4 = strcmp(host, "localhost") ? host : "127.0.0.1";
+    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, h4, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+        return (int)sizeof *s4;
+    }
+    if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)port);
+        return (int)sizeof *s6;
+    }
+    return 0;
+}
+
+/* Makes the event loop and everything on it: the calls' multi handle, the response store,
+ * the listener on host:port (px->port gets the bound port), the signals, the sweep timer and
+ * the turn's events. AL_FLAGS_GO, or the exit status after saying why (2 for a --listen
+ * address that is not numeric). */
+static int proxy_loop_open(proxy *px, const char *host, int port)
+{
+    pconf *cf = &px->cfg;
     /* the changelist folds curl's remove/re-add of pooled upstream sockets within one loop
      * turn into at most one epoll_ctl */
     struct event_config *ecfg = event_config_new();
@@ -499,40 +516,25 @@ int cmd_proxy(int argc, char **argv)
     if (!px->base) px->base = event_base_new();
     if (!px->base) {
         al_log_error(COMP, "cannot create the event loop");
-        goto out;
+        return AL_EXIT_FAILURE;
     }
-    if (px_calls_init(px) != 0) goto out;
+    if (px_calls_init(px) != 0) return AL_EXIT_FAILURE;
     if (cf->response_store_bytes && !(px->store = px_store_new(cf->response_store_bytes))) {
         al_log_error(COMP, "out of memory");
-        goto out;
+        return AL_EXIT_FAILURE;
     }
-
     struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof ss);
-    int sl;
-    const char *h4 = strcmp(host, "localhost") ? host : "127.0.0.1";
-    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, h4, &s4->sin_addr) == 1) {
-        s4->sin_family = AF_INET;
-        s4->sin_port = htons((uint16_t)port);
-        sl = (int)sizeof *s4;
-    } else if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
-        s6->sin6_family = AF_INET6;
-        s6->sin6_port = htons((uint16_t)port);
-        sl = (int)sizeof *s6;
-    } else {
-        rc = al_cli_usage_error("proxy", "--listen %s: need a numeric address HOST:PORT",
-                                cf->listen);
-        goto out;
-    }
+    int sl = listen_addr(host, port, &ss);
+    if (!sl)
+        return al_cli_usage_error("proxy", "--listen %s: need a numeric address HOST:PORT",
+                                  cf->listen);
     px->hooks = (px_conn_hooks){px_spool_flush_cb, px_dispatch, px_call_detach, px_call_resume};
     px->listener = evconnlistener_new_bind(px->base, px_accept_cb, px,
                                            LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 1024,
                                            (struct sockaddr *)&ss, sl);
     if (!px->listener) {
         al_log_error(COMP, "cannot listen on %s: %s", cf->listen, strerror(errno));
-        goto out;
+        return AL_EXIT_FAILURE;
     }
     struct sockaddr_storage bound;
     socklen_t bl = sizeof bound;
@@ -550,9 +552,15 @@ int cmd_proxy(int argc, char **argv)
     px->out_ev = event_new(px->base, -1, 0, px_conn_flush_turn, px);
     if (!px->sweep_timer || !px->flush_ev || !px->out_ev) {
         al_log_error(COMP, "out of memory");
-        goto out;
+        return AL_EXIT_FAILURE;
     }
+    return AL_FLAGS_GO;
+}
 
+/* Runs the loop until the drain ends it. */
+static void proxy_run(proxy *px, const char *host)
+{
+    pconf *cf = &px->cfg;
     char up[512];
     px_url_public(cf->upstreams[0], up, sizeof up);
     printf("%s:%d\n",
@@ -562,16 +570,20 @@ int cmd_proxy(int argc, char **argv)
     al_log_info(COMP, "listening on port %d; upstream %s (+%zu more); spans to %s via spool %s",
                 px->port, up, cf->n_upstreams - 1, cf->topic, cf->spool_dir);
     event_base_dispatch(px->base);
-    rc = AL_EXIT_OK;
     /* the final flush is bounded by --drain-timeout; a second SIGTERM must not cut it */
     event_free(px->sig_term);
     event_free(px->sig_int);
     px->sig_term = px->sig_int = NULL;
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
+}
 
-out:
-    /* calls cut off by the drain timeout still get their (failed) span */
+/* Ends what is left (calls cut off by the drain timeout still get their failed span) and
+ * waits up to --drain-timeout for the spool to be published, whatever point the start got
+ * to. */
+static void proxy_stop(proxy *px, int rc)
+{
+    pconf *cf = &px->cfg;
     for (conn *c = px->conns; c; c = c->next)
         if (c->call) {
             c->call->c = NULL;
@@ -587,7 +599,13 @@ out:
         long left = al_spool_close(px->spool, cf->drain_timeout_s * 1000);
         if (left == 0 && rc == AL_EXIT_OK) al_log_info(COMP, "every span published; bye");
     }
-    al_http_server_stop(msrv);
+}
+
+/* Frees px and everything it holds (after proxy_stop, and after the metrics server, which
+ * renders px's series, has stopped). */
+static void proxy_free(proxy *px)
+{
+    pconf *cf = &px->cfg;
     if (px->listener) evconnlistener_free(px->listener);
     if (px->curl_timer) event_free(px->curl_timer);
     if (px->sig_term) event_free(px->sig_term);
@@ -605,7 +623,6 @@ out:
     px_store_free(px->store);
     if (px->base) event_base_free(px->base);
     al_metrics_free(px->metrics);
-    al_kafka_conf_free(kc);
     px_identity_free(px);
     for (size_t i = 0; i < cf->n_upstreams; i++)
         free(cf->upstreams[i]);
@@ -616,5 +633,46 @@ out:
     al_buf_free(&px->strip);
     pthread_mutex_destroy(&px->collect_mu);
     free(px);
+}
+
+/* arclight proxy: flags, spool, metrics, loop; runs until SIGTERM's drain ends; 0, 1 or 2. */
+int cmd_proxy(int argc, char **argv)
+{
+    al_cli_common common;
+    al_cli_common_init(&common);
+    proxy *px = calloc(1, sizeof *px);
+    if (!px) return AL_EXIT_FAILURE;
+    pthread_mutex_init(&px->collect_mu, NULL);
+    px->state_fd = -1;
+    al_kafka_conf *kc = NULL;
+    al_http_server *msrv = NULL;
+    char host[256], err[1024];
+    int port;
+    int rc = proxy_flags_parse(px, &common, argc, argv);
+    if (rc != AL_FLAGS_GO) goto out;
+    if (al_cli_parse_hostport(px->cfg.listen, host, sizeof host, &port) != 0) {
+        rc = al_cli_usage_error("proxy", "--listen %s: need HOST:PORT", px->cfg.listen);
+        goto out;
+    }
+    rc = AL_EXIT_FAILURE;
+    signal(SIGPIPE, SIG_IGN);
+    if (getrandom(&px->rng, sizeof px->rng, 0) != sizeof px->rng || !px->rng)
+        px->rng = (uint64_t)al_now_us() | 1;
+    if (proxy_spool_open(px, &common, &kc) != 0) goto out;
+    proxy_metrics_init(px);
+    if (common.metrics &&
+        !(msrv = al_http_server_start(common.metrics, px->metrics, health, px, err, sizeof err))) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    rc = proxy_loop_open(px, host, port);
+    if (rc != AL_FLAGS_GO) goto out;
+    proxy_run(px, host);
+    rc = AL_EXIT_OK;
+out:
+    proxy_stop(px, rc);
+    al_http_server_stop(msrv);
+    proxy_free(px);
+    al_kafka_conf_free(kc);
     return rc;
 }
