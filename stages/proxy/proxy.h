@@ -241,7 +241,10 @@ struct conn {
     struct event *rev; /* readable; registered while `reading` */
     struct event *wev; /* writable; registered only while an answer is blocked */
     struct event *tev; /* the read timeout (C_READ) or the write timeout (blocked answer) */
-    char *in;          /* bytes read ahead of the current request (kept across requests) */
+    /* bytes read ahead of the current request (kept across requests): read(2) straight into
+     * the free room, which stops growing at the read-ahead bound (conn_on_read); al_buf has
+     * no bound, so this one stays its own */
+    char *in;
     size_t in_len, in_cap;
     struct evbuffer *out;
     int state;
