@@ -77,7 +77,7 @@ arclight_fuzz(fuzz_proxy_native TEST t1012_proxy_native_fuzz CORPUS native_corpu
   RUNS 10000 MAX_LEN 8192
   SOURCES ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_proxy_native.c
     ${PROJECT_SOURCE_DIR}/stages/proxy/native.c ${PROJECT_SOURCE_DIR}/lib/core/log.c
-    ${PROJECT_SOURCE_DIR}/lib/core/util.c
+    ${PROJECT_SOURCE_DIR}/lib/core/util.c ${PROJECT_SOURCE_DIR}/lib/core/buf.c
   INCLUDES ${PROJECT_SOURCE_DIR}/stages/proxy ${PROJECT_SOURCE_DIR}/lib/http
   DEPENDS ${PROJECT_SOURCE_DIR}/stages/proxy/proxy.h
   LIBS -ljansson)

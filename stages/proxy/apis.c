@@ -11,6 +11,7 @@
 #include "proxy.h"
 
 #include "core/log.h"
+#include "core/map.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,12 +26,12 @@ typedef struct rs_ent {
     char id[96];
     json_t *conv;
     size_t bytes;
-    struct rs_ent *hnext, *newer, *older;
+    struct rs_ent *newer, *older;
 } rs_ent;
 
 struct px_store {
-    rs_ent **tab;
-    size_t tab_size, count, bytes, max_bytes;
+    al_map tab; /* id -> rs_ent */
+    size_t bytes, max_bytes;
     rs_ent *newest, *oldest;
 };
 
@@ -38,22 +39,8 @@ px_store *px_store_new(size_t max_bytes)
 {
     px_store *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    s->tab_size = 4096;
-    s->tab = calloc(s->tab_size, sizeof *s->tab);
-    if (!s->tab) {
-        free(s);
-        return NULL;
-    }
     s->max_bytes = max_bytes;
     return s;
-}
-
-static rs_ent **rs_slot(px_store *s, const char *id)
-{
-    rs_ent **pp = &s->tab[px_fnv1a(id) & (s->tab_size - 1)];
-    while (*pp && strcmp((*pp)->id, id) != 0)
-        pp = &(*pp)->hnext;
-    return pp;
 }
 
 static void rs_unlink(px_store *s, rs_ent *e)
@@ -71,11 +58,9 @@ static void rs_unlink(px_store *s, rs_ent *e)
 
 static void rs_drop(px_store *s, rs_ent *e)
 {
-    rs_ent **pp = rs_slot(s, e->id);
-    if (*pp == e) *pp = e->hnext;
+    al_map_remove(&s->tab, e->id);
     rs_unlink(s, e);
     s->bytes -= e->bytes;
-    s->count--;
     json_decref(e->conv);
     free(e);
 }
@@ -87,33 +72,31 @@ static void px_store_put(px_store *s, const char *id, json_t *conv, size_t bytes
         json_decref(conv);
         return;
     }
-    rs_ent **pp = rs_slot(s, id);
-    if (*pp) rs_drop(s, *pp);
+    rs_ent *old = al_map_get(&s->tab, id);
+    if (old) rs_drop(s, old);
     while (s->oldest && s->bytes + bytes > s->max_bytes)
         rs_drop(s, s->oldest);
     rs_ent *e = calloc(1, sizeof *e);
-    if (!e) {
+    if (!e || al_map_put(&s->tab, id, e) != 0) {
+        free(e);
         json_decref(conv);
         return;
     }
     snprintf(e->id, sizeof e->id, "%s", id);
     e->conv = conv;
     e->bytes = bytes;
-    pp = rs_slot(s, id);
-    *pp = e;
     e->older = s->newest;
     if (s->newest) s->newest->newer = e;
     s->newest = e;
     if (!s->oldest) s->oldest = e;
     s->bytes += bytes;
-    s->count++;
 }
 
 /* al_xl_lookup_fn over the store: a new reference, and the entry becomes the newest. */
 static json_t *store_lookup(void *ud, const char *id)
 {
     px_store *s = ud;
-    rs_ent *e = *rs_slot(s, id);
+    rs_ent *e = al_map_get(&s->tab, id);
     if (!e) return NULL;
     rs_unlink(s, e);
     e->older = s->newest;
@@ -128,7 +111,7 @@ void px_store_free(px_store *s)
     if (!s) return;
     while (s->oldest)
         rs_drop(s, s->oldest);
-    free(s->tab);
+    al_map_free(&s->tab, NULL);
     free(s);
 }
 

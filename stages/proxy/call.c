@@ -12,6 +12,7 @@
 
 #include "http/httpd.h"
 
+#include "core/hash.h"
 #include "core/log.h"
 
 #include <inttypes.h>
@@ -707,7 +708,7 @@ void px_start_llm_call(conn *c, ident *id)
     }
     call_upstream_headers(k, c);
     /* sticky routing: a rollout's calls go to one upstream (prefix-cache reuse) */
-    k->up_idx = (int)(px_fnv1a(id->rollout) % px->cfg.n_upstreams);
+    k->up_idx = (int)(al_hash_str(id->rollout) % px->cfg.n_upstreams);
     k->c = c;
     c->call = k;
     k->cnext = px->calls;

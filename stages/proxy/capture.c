@@ -17,28 +17,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Appends x (dropped when out of memory, as the span then is short of it). */
 static void ivec_push(ivec *a, int32_t x)
 {
-    if (a->n == a->cap) {
-        size_t nc = a->cap ? a->cap * 2 : 64;
-        int32_t *nv = realloc(a->v, nc * sizeof *nv);
-        if (!nv) return;
-        a->v = nv;
-        a->cap = nc;
-    }
-    a->v[a->n++] = x;
+    (void)al_vec_push(a, x);
 }
 
 static void fvec_push(fvec *a, float x)
 {
-    if (a->n == a->cap) {
-        size_t nc = a->cap ? a->cap * 2 : 64;
-        float *nv = realloc(a->v, nc * sizeof *nv);
-        if (!nv) return;
-        a->v = nv;
-        a->cap = nc;
-    }
-    a->v[a->n++] = x;
+    (void)al_vec_push(a, x);
 }
 
 /* A logprob as a float: beyond the float range it becomes an infinity (converting it would

@@ -436,7 +436,7 @@ void px_conn_free(conn *c)
     event_free(c->wev);
     event_free(c->tev);
     free(c->in);
-    free(c->cbody);
+    al_buf_free(&c->cbody);
     evbuffer_free(c->out);
     evutil_closesocket(c->fd);
     free(c->req);
@@ -446,17 +446,7 @@ void px_conn_free(conn *c)
 static int chunk_sink(void *ud, const char *data, size_t n)
 {
     conn *c = ud;
-    if (c->cbody_len + n + 1 > c->cbody_cap) {
-        size_t cap = c->cbody_cap ? c->cbody_cap * 2 : 4096;
-        while (cap < c->cbody_len + n + 1)
-            cap *= 2;
-        char *b = realloc(c->cbody, cap);
-        if (!b) return -1;
-        c->cbody = b, c->cbody_cap = cap;
-    }
-    memcpy(c->cbody + c->cbody_len, data, n);
-    c->cbody_len += n;
-    return 0;
+    return al_buf_append(&c->cbody, data, n);
 }
 
 /* A slice of the head moves from the input buffer to the request's copy (same offset); the
@@ -512,7 +502,7 @@ static void conn_read_cb(conn *c)
          * near the limit never fills the read-ahead bound */
         if (!c->in_chunked) {
             memset(&c->chunk, 0, sizeof c->chunk);
-            c->cbody_len = 0;
+            al_buf_reset(&c->cbody);
             c->in_chunked = 1;
         }
         size_t used = 0;
@@ -538,7 +528,7 @@ static void conn_read_cb(conn *c)
         }
         c->in_chunked = 0;
         consumed = (size_t)hl + used;
-        cl = (int64_t)c->cbody_len;
+        cl = (int64_t)c->cbody.len;
     } else {
         if (len < (size_t)hl + (size_t)cl) {
             c->in_body = 1;
@@ -559,7 +549,7 @@ static void conn_read_cb(conn *c)
         return;
     }
     memcpy(c->req, c->in, (size_t)hl);
-    memcpy(c->req + hl, c->head.chunked ? c->cbody : c->in + hl, (size_t)cl);
+    memcpy(c->req + hl, c->head.chunked ? c->cbody.data : c->in + hl, (size_t)cl);
     c->req[c->req_len] = '\0';
     /* the slices point into the input buffer: move them to our copy (same offsets) */
     al_http_head *h = &c->head;
@@ -572,11 +562,8 @@ static void conn_read_cb(conn *c)
         rebase(&h->headers[i].name, p, (size_t)hl, c->req);
         rebase(&h->headers[i].value, p, (size_t)hl, c->req);
     }
-    if (c->cbody_cap > 65536) { /* a large chunked body came through: do not keep its room */
-        free(c->cbody);
-        c->cbody = NULL;
-        c->cbody_cap = 0;
-    }
+    if (c->cbody.cap > 65536) /* a large chunked body came through: do not keep its room */
+        al_buf_free(&c->cbody);
     c->in_len -= consumed;
     if (c->in_len) {
         memmove(c->in, c->in + consumed, c->in_len);

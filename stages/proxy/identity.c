@@ -8,11 +8,12 @@
 #include "proxy.h"
 
 #include "core/log.h"
+#include "core/map.h"
+#include "core/vec.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,14 +66,6 @@ int px_id_valid(const char *p, size_t n)
     return 1;
 }
 
-uint64_t px_fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
-}
-
 /* ------------------------------------------------------------------------------------------
  * State file (spool_dir/proxy-state): what must outlive a restart besides the spans, so
  * that a rollout going on after a restart does not start again at sequence 0 and its
@@ -91,41 +84,23 @@ uint64_t px_fnv1a(const char *s)
 
 #define STATE_COMPACT_MIN (1u << 20)
 
+static int session_add(proxy *px, session_ent *s);
+
 static void state_mark(proxy *px, rollout_ent *e)
 {
     if (e->dirty || px->state_fd < 0) return;
-    if (px->ndirty == px->dirty_cap) {
-        size_t nc = px->dirty_cap ? px->dirty_cap * 2 : 256;
-        rollout_ent **nd = realloc(px->dirty, nc * sizeof *nd);
-        if (!nd) return; /* not recorded: after a restart this rollout restarts at 0 */
-        px->dirty = nd;
-        px->dirty_cap = nc;
-    }
+    /* not recorded when out of memory: after a restart this rollout restarts at 0 */
+    if (al_vec_push(&px->dirty, e) != 0) return;
     e->dirty = 1;
-    px->dirty[px->ndirty++] = e;
     if (px->flush_ev) event_active(px->flush_ev, EV_TIMEOUT, 1);
-}
-
-static void state_line(al_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void state_line(al_buf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || al_buf_reserve(b, (size_t)n + 1)) return;
-    va_start(ap, fmt);
-    vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
 }
 
 /* Appends s's line; returns its length. */
 static size_t session_line(al_buf *b, const session_ent *s)
 {
     size_t before = b->len;
-    state_line(b, "S\t%s\t%s\t%s\t%d\t%" PRId64 "\t%d\n", s->key, s->task, s->rollout,
-               s->attempt, s->created_us, s->owner);
+    al_buf_printf(b, "S\t%s\t%s\t%s\t%d\t%" PRId64 "\t%d\n", s->key, s->task, s->rollout,
+                  s->attempt, s->created_us, s->owner);
     return b->len - before;
 }
 
@@ -133,8 +108,8 @@ static size_t session_line(al_buf *b, const session_ent *s)
 static size_t rollout_line(al_buf *b, const rollout_ent *e)
 {
     size_t before = b->len;
-    state_line(b, "Q\t%s\t%" PRId64 "\t%" PRId64 "%s\n", e->key, e->next_seq, e->last_call_seq,
-               e->eval ? "\te" : "");
+    al_buf_printf(b, "Q\t%s\t%" PRId64 "\t%" PRId64 "%s\n", e->key, e->next_seq,
+                  e->last_call_seq, e->eval ? "\te" : "");
     return b->len - before;
 }
 
@@ -169,12 +144,16 @@ static int state_write(const char *path, const void *buf, size_t len, char *err,
 void px_state_compact(proxy *px)
 {
     al_buf b = {0};
-    for (size_t i = 0; i < px->rtab_size; i++)
-        for (rollout_ent *e = px->rtab[i]; e; e = e->next)
-            e->line_len = rollout_line(&b, e);
-    for (size_t i = 0; i < 1024; i++)
-        for (session_ent *s = px->sessions[i]; s; s = s->next)
-            s->line_len = session_line(&b, s);
+    al_map_iter it;
+    al_map_entry *me;
+    for (al_map_iter_init(&it, &px->rtab); (me = al_map_iter_next(&it));) {
+        rollout_ent *e = me->value;
+        e->line_len = rollout_line(&b, e);
+    }
+    for (al_map_iter_init(&it, &px->sessions); (me = al_map_iter_next(&it));) {
+        session_ent *s = me->value;
+        s->line_len = session_line(&b, s);
+    }
     char err[512];
     if (px->state_fd >= 0) close(px->state_fd);
     px->state_fd = -1;
@@ -195,16 +174,16 @@ void px_state_compact(proxy *px)
  * queued in state_pend. */
 void px_state_flush(proxy *px)
 {
-    for (size_t i = 0; i < px->ndirty; i++) {
-        rollout_ent *e = px->dirty[i];
+    for (size_t i = 0; i < px->dirty.n; i++) {
+        rollout_ent *e = px->dirty.v[i];
         size_t n = rollout_line(&px->state_pend, e);
         px->state_live += n - e->line_len; /* this line replaces its earlier one */
         e->line_len = n;
         e->dirty = 0;
     }
-    px->ndirty = 0;
+    px->dirty.n = 0;
     if (!px->state_pend.len || px->state_fd < 0) {
-        px->state_pend.len = 0;
+        al_buf_reset(&px->state_pend);
         return;
     }
     ssize_t w = write(px->state_fd, px->state_pend.data, px->state_pend.len);
@@ -214,7 +193,7 @@ void px_state_flush(proxy *px)
                     px->state_path, w < 0 ? strerror(errno) : "short write");
     }
     px->state_bytes += px->state_pend.len;
-    px->state_pend.len = 0;
+    al_buf_reset(&px->state_pend);
     if (px->state_bytes > STATE_COMPACT_MIN && px->state_bytes > 2 * px->state_live)
         px_state_compact(px);
 }
@@ -295,25 +274,22 @@ void px_state_load(proxy *px)
             if (!s) break;
             s->created_us = created;
             s->owner = (int)owner;
-            px->session_count[s->owner + 1]++;
             snprintf(s->key, sizeof s->key, "%s", f[1]);
             s->task = strdup(f[2]);
             s->rollout = strdup(f[3]);
             s->attempt = (int)at;
-            size_t h = px_fnv1a(s->key) & 1023;
-            s->next = px->sessions[h];
-            px->sessions[h] = s;
-            px->nsessions++;
+            if (session_add(px, s) != 0) break;
             ns++;
         } else {
             bad++;
         }
     }
     free(buf);
-    px->ndirty = 0; /* what was just read is on disk already */
-    for (size_t i = 0; i < px->rtab_size; i++)
-        for (rollout_ent *e = px->rtab[i]; e; e = e->next)
-            e->dirty = 0;
+    px->dirty.n = 0; /* what was just read is on disk already */
+    al_map_iter it;
+    al_map_entry *me;
+    for (al_map_iter_init(&it, &px->rtab); (me = al_map_iter_next(&it));)
+        ((rollout_ent *)me->value)->dirty = 0;
     if (nq || ns)
         al_log_info(COMP, "state: %zu rollouts' sequence numbers and %zu session keys from %s", nq,
                     ns, px->state_path);
@@ -326,39 +302,22 @@ void px_state_load(proxy *px)
 rollout_ent *px_rollout_get(proxy *px, const char *task, const char *rollout, int attempt)
 {
     char key[512];
-    snprintf(key, sizeof key, "%s\x1f%s\x1f%d", task, rollout, attempt);
-    if (px->rtab_count >= px->rtab_size) {
-        size_t ns = px->rtab_size ? px->rtab_size * 2 : 1024;
-        rollout_ent **nt = calloc(ns, sizeof *nt);
-        if (!nt) return NULL;
-        for (size_t i = 0; i < px->rtab_size; i++)
-            for (rollout_ent *e = px->rtab[i], *nx; e; e = nx) {
-                nx = e->next;
-                size_t b = px_fnv1a(e->key) & (ns - 1);
-                e->next = nt[b];
-                nt[b] = e;
-            }
-        free(px->rtab);
-        px->rtab = nt;
-        px->rtab_size = ns;
-    }
-    size_t b = px_fnv1a(key) & (px->rtab_size - 1);
-    for (rollout_ent *e = px->rtab[b]; e; e = e->next)
-        if (strcmp(e->key, key) == 0) {
-            e->last_used_mono = al_mono_us();
-            state_mark(px, e);
-            return e;
+    int kn = snprintf(key, sizeof key, "%s\x1f%s\x1f%d", task, rollout, attempt);
+    size_t klen = kn < 0 ? 0 : (size_t)kn < sizeof key ? (size_t)kn : sizeof key - 1;
+    int created;
+    al_map_entry *me = al_map_upsertn(&px->rtab, key, klen, &created);
+    if (!me) return NULL;
+    rollout_ent *e = me->value;
+    if (created) {
+        if (!(e = calloc(1, sizeof *e))) {
+            al_map_remove_entry(&px->rtab, me);
+            return NULL;
         }
-    rollout_ent *e = calloc(1, sizeof *e);
-    if (!e || !(e->key = strdup(key))) {
-        free(e);
-        return NULL;
+        me->value = e;
+        e->key = me->key;
+        e->last_call_seq = -1;
     }
-    e->last_call_seq = -1;
     e->last_used_mono = al_mono_us();
-    e->next = px->rtab[b];
-    px->rtab[b] = e;
-    px->rtab_count++;
     state_mark(px, e);
     return e;
 }
@@ -385,31 +344,43 @@ void px_sweep_cb(evutil_socket_t fd, short what, void *arg)
     int64_t cutoff = al_mono_us() - 3600LL * 1000000;
     px_state_flush(px); /* no dirty entry may be freed below */
     px_session_expire(px);
-    for (size_t i = 0; i < px->rtab_size; i++) {
-        rollout_ent **pp = &px->rtab[i];
-        while (*pp) {
-            rollout_ent *e = *pp;
-            if (e->last_used_mono < cutoff) {
-                *pp = e->next;
-                px->state_live -= e->line_len < px->state_live ? e->line_len : px->state_live;
-                free(e->key);
-                free(e);
-                px->rtab_count--;
-            } else {
-                pp = &e->next;
-            }
-        }
+    al_map_iter it;
+    al_map_entry *me;
+    for (al_map_iter_init(&it, &px->rtab); (me = al_map_iter_next(&it));) {
+        rollout_ent *e = me->value;
+        if (e->last_used_mono >= cutoff) continue;
+        px->state_live -= e->line_len < px->state_live ? e->line_len : px->state_live;
+        al_map_remove_entry(&px->rtab, me);
+        free(e);
     }
 }
 
-static void session_free(proxy *px, session_ent *s)
+/* Frees a session (its map entry already gone). */
+static void session_free(void *v)
 {
-    px->state_live -= s->line_len < px->state_live ? s->line_len : px->state_live;
-    px->session_count[s->owner + 1]--;
-    px->nsessions--;
+    session_ent *s = v;
     free(s->task);
     free(s->rollout);
     free(s);
+}
+
+/* Enters s under its key, counted for its owner (a key already there: that session goes);
+ * -1 when out of memory (s freed). */
+static int session_add(proxy *px, session_ent *s)
+{
+    al_map_entry *me = al_map_upsertn(&px->sessions, s->key, strlen(s->key), NULL);
+    if (!me) {
+        session_free(s);
+        return -1;
+    }
+    session_ent *old = me->value;
+    if (old) {
+        px->session_count[old->owner + 1]--;
+        session_free(old);
+    }
+    me->value = s;
+    px->session_count[s->owner + 1]++;
+    return 0;
 }
 
 static int session_expired(const proxy *px, const session_ent *s, int64_t now_us)
@@ -421,40 +392,30 @@ void px_session_expire(proxy *px)
 {
     int64_t now = al_now_us();
     size_t n = 0;
-    for (size_t i = 0; i < 1024; i++)
-        for (session_ent **pp = &px->sessions[i]; *pp;) {
-            session_ent *s = *pp;
-            if (session_expired(px, s, now)) {
-                *pp = s->next;
-                session_free(px, s);
-                n++;
-            } else {
-                pp = &s->next;
-            }
-        }
+    al_map_iter it;
+    al_map_entry *me;
+    for (al_map_iter_init(&it, &px->sessions); (me = al_map_iter_next(&it));) {
+        session_ent *s = me->value;
+        if (!session_expired(px, s, now)) continue;
+        px->state_live -= s->line_len < px->state_live ? s->line_len : px->state_live;
+        px->session_count[s->owner + 1]--;
+        al_map_remove_entry(&px->sessions, me);
+        session_free(s);
+        n++;
+    }
     if (n) al_log_info(COMP, "%zu session keys expired (--session-ttl %d s)", n, px->cfg.session_ttl_s);
 }
 
-/* Whether a[0..n) equals the NUL-terminated key, in time that depends on the lengths only:
- * a timing attack learns nothing of a key from how long a wrong guess took. */
-static int key_eq(const char *a, size_t n, const char *key)
-{
-    size_t kl = strlen(key);
-    unsigned char d = (unsigned char)(n != kl);
-    for (size_t i = 0; i < kl; i++)
-        d |= (unsigned char)(key[i] ^ (i < n ? a[i] : 0));
-    return d == 0;
-}
-
+/* The live session of key[0..n), or NULL. The map compares key bytes only once a whole 64-bit
+ * hash matched; al_secret_eq then confirms in constant time, so a wrong guess's timing says
+ * nothing of a key. */
 session_ent *px_session_find(proxy *px, const char *key, size_t n)
 {
-    if (n >= 80) return NULL;
-    char k[80];
-    memcpy(k, key, n);
-    k[n] = '\0';
-    for (session_ent *s = px->sessions[px_fnv1a(k) & 1023]; s; s = s->next)
-        if (key_eq(key, n, s->key)) return session_expired(px, s, al_now_us()) ? NULL : s;
-    return NULL;
+    if (n >= sizeof((session_ent *)0)->key) return NULL;
+    al_map_entry *me = al_map_findn(&px->sessions, key, n);
+    session_ent *s = me ? me->value : NULL;
+    if (!s || !al_secret_eq(key, n, s->key)) return NULL;
+    return session_expired(px, s, al_now_us()) ? NULL : s;
 }
 
 int px_session_room(const proxy *px, int owner)
@@ -506,7 +467,7 @@ static int agent_key_index(const proxy *px, al_slice tok)
 {
     int found = -1;
     for (size_t i = 0; i < px->cfg.n_agent_keys; i++)
-        if (key_eq(tok.p, tok.n, px->cfg.agent_keys[i]) && found < 0) found = (int)i;
+        if (al_secret_eq(tok.p, tok.n, px->cfg.agent_keys[i]) && found < 0) found = (int)i;
     return found;
 }
 
@@ -617,11 +578,7 @@ session_ent *px_session_new(proxy *px, const char *task, const char *rollout, in
     s->attempt = attempt;
     s->created_us = al_now_us();
     s->owner = owner >= -1 && owner < 16 ? owner : -1;
-    size_t b = px_fnv1a(s->key) & 1023;
-    s->next = px->sessions[b];
-    px->sessions[b] = s;
-    px->nsessions++;
-    px->session_count[s->owner + 1]++;
+    if (session_add(px, s) != 0) return NULL;
     if (px->state_fd >= 0) {
         s->line_len = session_line(&px->state_pend, s);
         px->state_live += s->line_len;
@@ -633,21 +590,7 @@ session_ent *px_session_new(proxy *px, const char *task, const char *rollout, in
 /* Frees the rollout table and the sessions (at exit). */
 void px_identity_free(proxy *px)
 {
-    for (size_t i = 0; i < px->rtab_size; i++)
-        for (rollout_ent *e = px->rtab[i], *nx; e; e = nx) {
-            nx = e->next;
-            free(e->key);
-            free(e);
-        }
-    free(px->rtab);
-    px->rtab = NULL;
-    for (size_t i = 0; i < 1024; i++)
-        for (session_ent *s = px->sessions[i], *nx; s; s = nx) {
-            nx = s->next;
-            free(s->task);
-            free(s->rollout);
-            free(s);
-        }
-    free(px->dirty);
-    px->dirty = NULL;
+    al_map_free(&px->rtab, free);
+    al_map_free(&px->sessions, session_free);
+    al_vec_free(&px->dirty);
 }

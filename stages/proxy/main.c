@@ -15,6 +15,7 @@
 #include "proxy.h"
 
 #include "core/cli.h"
+#include "core/flags.h"
 #include "core/log.h"
 #include "http/server.h"
 #include "kafka/kafka.h"
@@ -25,6 +26,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,9 +103,7 @@ static int health(void *ud, char *reason, size_t n)
     return 0;
 }
 
-static const char proxy_usage[] =
-    "usage: arclight proxy --upstream URL [options]\n"
-    "\n"
+static const char proxy_about[] =
     "Capture proxy: forwards an agent's calls to the upstream model server (chat completions\n"
     "and completions as they are; the Responses API and the Anthropic Messages API translated\n"
     "to chat completions) and publishes every call, reward and rollout end as a span on\n"
@@ -111,87 +111,7 @@ static const char proxy_usage[] =
     "agent at http://LISTEN/r/{task}/{rollout}/v1 (or /v1 with X-Arclight-Task/-Rollout\n"
     "headers, or a key from POST /v1/sessions as its API key). Held-out evaluation:\n"
     "/e/{task}/{rollout}/v1 (greedy) or /e:T/{task}/{rollout}/v1 (temperature T), or the\n"
-    "X-Arclight-Eval: 1 and X-Arclight-Eval-Temperature headers; its spans carry eval.\n"
-    "\n"
-    "  --listen HOST:PORT        where agents connect (default 127.0.0.1:8080; port 0: any;\n"
-    "                            the bound address is printed on stdout)\n"
-    "  --upstream URL            model server base URL, e.g. http://127.0.0.1:8000; repeat for\n"
-    "                            several (sticky per rollout, failover on connection errors)\n"
-    "  --upstream-kind KIND      arclight, vllm (default), sglang or openai: what to ask for\n"
-    "                            (vLLM-style return_token_ids + logprobs; openai: nothing,\n"
-    "                            text and usage only)\n"
-    "  --upstream-native ROUTES  responses and/or messages (comma-separated): the upstream\n"
-    "                            serves those routes itself; the proxy passes the agent's\n"
-    "                            request through, asking for token ids the way vLLM's\n"
-    "                            Responses API gives them (enable_response_messages, include\n"
-    "                            message.output_text.logprobs), and gives the agent the answer\n"
-    "                            without them (default: none, both translated to chat\n"
-    "                            completions)\n"
-    "  --upstream-key-env NAME   environment variable holding the upstream API key (default\n"
-    "                            ARCLIGHT_UPSTREAM_API_KEY); sent as Authorization: Bearer\n"
-    "  --forward-agent-auth      send the agent's own Authorization upstream (when no key is\n"
-    "                            configured)\n"
-    "  --agent-key KEY           accept only agents with this Bearer key (repeatable; session\n"
-    "                            keys are accepted too); also $ARCLIGHT_PROXY_AGENT_KEYS\n"
-    "                            (comma-separated) and --agent-key-file, which keep the keys\n"
-    "                            out of ps\n"
-    "  --agent-key-file FILE     agent keys, one a line ('#' comments)\n"
-    "  --session-ttl S           a key from POST /v1/sessions expires S seconds after it was\n"
-    "                            made (default 86400)\n"
-    "  --max-sessions-per-key N  session keys one agent key (or, without --agent-key, all\n"
-    "                            agents) may hold; beyond it POST /v1/sessions is 429\n"
-    "                            (default 10000)\n"
-    "  --agent-name NAME         agent name recorded in spans (X-Arclight-Agent overrides)\n"
-    "  --topic TOPIC             spans topic (default arclight.spans)\n"
-    "  --spool-dir DIR           on-disk spool of spans (default ./arclight-spool)\n"
-    "  --spool-max-bytes N       spool bound; beyond it new calls get 503 (default 1 GiB)\n"
-    "  --spool-fsync MODE        never, interval (default: every second) or always\n"
-    "  --max-body-bytes N        request body limit (default 1 MiB, as nginx)\n"
-    "  --max-header-bytes N      request head limit (default 32 KiB, as nginx's 4 x 8k)\n"
-    "  --max-headers N           header count limit (default 100)\n"
-    "  --max-connections N       concurrent agent connections (default 1024)\n"
-    "  --client-timeout S        reading a request / idle keep-alive (default 60, as nginx)\n"
-    "  --connect-timeout-ms N    upstream connect timeout (default 5000)\n"
-    "  --upstream-timeout S      whole upstream call (default 600)\n"
-    "  --drain-timeout S         on SIGTERM, wait this long for calls and spans (default 30)\n"
-    "  --no-access-log           no per-call access log line\n"
-    "  --response-store-mib N    memory for Responses API answers kept for previous_response_id\n"
-    "                            (default 256; oldest first out; 0: previous_response_id is\n"
-    "                            refused with 400)\n"
-    "  --upstream-client C       auto (default: the proxy's own keep-alive HTTP/1.1 client for\n"
-    "                            http:// upstreams at an IP address or localhost, curl for the\n"
-    "                            rest) or curl (curl for every upstream)\n"
-    "  --help\n" AL_CLI_COMMON_HELP;
-
-enum {
-    OPT_LISTEN = AL_CLI_OPT_USER,
-    OPT_NATIVE,
-    OPT_UPSTREAM,
-    OPT_KIND,
-    OPT_KEY_ENV,
-    OPT_FWD_AUTH,
-    OPT_AGENT_KEY,
-    OPT_AGENT_NAME,
-    OPT_TOPIC,
-    OPT_SPOOL_DIR,
-    OPT_SPOOL_MAX,
-    OPT_SPOOL_FSYNC,
-    OPT_MAX_BODY,
-    OPT_MAX_HEAD,
-    OPT_MAX_HEADERS,
-    OPT_MAX_CONNS,
-    OPT_CLIENT_TO,
-    OPT_CONNECT_TO,
-    OPT_UPSTREAM_TO,
-    OPT_DRAIN_TO,
-    OPT_NO_ACCESS,
-    OPT_UP_CLIENT,
-    OPT_RESP_STORE,
-    OPT_AGENT_KEY_FILE,
-    OPT_SESSION_TTL,
-    OPT_MAX_SESSIONS,
-    OPT_HELP,
-};
+    "X-Arclight-Eval: 1 and X-Arclight-Eval-Temperature headers; its spans carry eval.\n";
 
 /* Lowers the scheduling priority (nice +5) of every thread but the calling one (the event
  * loop): the spool's publisher and librdkafka's threads, and those they start later, which
@@ -215,16 +135,8 @@ static void background_threads_yield(void)
     closedir(d);
 }
 
-static int parse_num(const char *s, long long lo, long long hi, long long *out)
-{
-    char *e;
-    errno = 0;
-    long long v = strtoll(s, &e, 10);
-    if (errno || e == s || *e || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
+/* Adds an --upstream URL without its trailing slashes and /v1; -1 when it is no http(s) URL,
+ * there are 16 already, or out of memory. */
 static int add_upstream(pconf *cf, const char *u)
 {
     if (cf->n_upstreams >= AL_ARRAY_LEN(cf->upstreams)) return -1;
@@ -239,260 +151,123 @@ static int add_upstream(pconf *cf, const char *u)
     return 0;
 }
 
-int cmd_proxy(int argc, char **argv)
+/* What the flags give before it becomes the configuration (pconf): the values whose units or
+ * types differ from pconf's, the choices by name, and a key flag's error, said after parsing
+ * (in its own words, and never with a key in it). */
+typedef struct proxy_flags {
+    pconf *cf;
+    const char *kind, *native, *fsync, *client, *key_env;
+    int64_t spool_max, max_body, max_head, max_headers, connect_to_ms, upstream_to_s, store_mib;
+    int no_access_log;
+    char key_err[600]; /* the first --agent-key or --agent-key-file error */
+} proxy_flags;
+
+/* --upstream, repeatable: each adds one. */
+static int flag_upstream(void *dest, const char *v, char *err, size_t errlen)
 {
-    static const struct option opts[] = {
-        AL_CLI_COMMON_OPTIONS,
-        {"listen", required_argument, 0, OPT_LISTEN},
-        {"upstream", required_argument, 0, OPT_UPSTREAM},
-        {"upstream-kind", required_argument, 0, OPT_KIND},
-        {"upstream-native", required_argument, 0, OPT_NATIVE},
-        {"upstream-key-env", required_argument, 0, OPT_KEY_ENV},
-        {"forward-agent-auth", no_argument, 0, OPT_FWD_AUTH},
-        {"agent-key", required_argument, 0, OPT_AGENT_KEY},
-        {"agent-name", required_argument, 0, OPT_AGENT_NAME},
-        {"topic", required_argument, 0, OPT_TOPIC},
-        {"spool-dir", required_argument, 0, OPT_SPOOL_DIR},
-        {"spool-max-bytes", required_argument, 0, OPT_SPOOL_MAX},
-        {"spool-fsync", required_argument, 0, OPT_SPOOL_FSYNC},
-        {"max-body-bytes", required_argument, 0, OPT_MAX_BODY},
-        {"max-header-bytes", required_argument, 0, OPT_MAX_HEAD},
-        {"max-headers", required_argument, 0, OPT_MAX_HEADERS},
-        {"max-connections", required_argument, 0, OPT_MAX_CONNS},
-        {"client-timeout", required_argument, 0, OPT_CLIENT_TO},
-        {"connect-timeout-ms", required_argument, 0, OPT_CONNECT_TO},
-        {"upstream-timeout", required_argument, 0, OPT_UPSTREAM_TO},
-        {"drain-timeout", required_argument, 0, OPT_DRAIN_TO},
-        {"no-access-log", no_argument, 0, OPT_NO_ACCESS},
-        {"upstream-client", required_argument, 0, OPT_UP_CLIENT},
-        {"response-store-mib", required_argument, 0, OPT_RESP_STORE},
-        {"agent-key-file", required_argument, 0, OPT_AGENT_KEY_FILE},
-        {"session-ttl", required_argument, 0, OPT_SESSION_TTL},
-        {"max-sessions-per-key", required_argument, 0, OPT_MAX_SESSIONS},
-        {"help", no_argument, 0, OPT_HELP},
-        {0, 0, 0, 0},
-    };
-    al_cli_common common;
-    al_cli_common_init(&common);
-    proxy *px = calloc(1, sizeof *px);
-    if (!px) return AL_EXIT_FAILURE;
-    pthread_mutex_init(&px->collect_mu, NULL);
-    px->state_fd = -1;
-    pconf *cf = &px->cfg;
-    cf->listen = "127.0.0.1:8080";
-    cf->kind = UP_VLLM;
-    cf->max_body = 1u << 20;
-    cf->max_head = 32768;
-    cf->max_headers = 100;
-    cf->max_conns = 1024;
-    cf->client_timeout_s = 60;
-    cf->connect_timeout_ms = 5000;
-    cf->upstream_timeout_ms = 600000;
-    cf->spool_dir = "./arclight-spool";
-    cf->spool_max = 1ull << 30;
-    cf->fsync_mode = AL_SPOOL_FSYNC_INTERVAL;
-    cf->topic = AL_TOPIC_SPANS;
-    cf->drain_timeout_s = 30;
-    cf->access_log = 1;
-    cf->response_store_bytes = (size_t)256 << 20;
-    cf->session_ttl_s = 86400;
-    cf->max_sessions_per_key = 10000;
-    const char *key_env = "ARCLIGHT_UPSTREAM_API_KEY";
-    int rc = AL_EXIT_FAILURE, opt;
-    long long v;
-    al_kafka_conf *kc = NULL;
-    al_producer *producer = NULL;
-    al_http_server *msrv = NULL;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (opt) {
-        case OPT_LISTEN:
-            cf->listen = optarg;
-            break;
-        case OPT_UPSTREAM:
-            if (add_upstream(cf, optarg)) {
-                rc = al_cli_usage_error("proxy",
-                                        "--upstream %s: need an http:// or https:// URL "
-                                        "(at most 16 upstreams)",
-                                        optarg);
-                goto out;
-            }
-            break;
-        case OPT_KIND:
-            if (!strcmp(optarg, "arclight"))
-                cf->kind = UP_ARCLIGHT;
-            else if (!strcmp(optarg, "vllm"))
-                cf->kind = UP_VLLM;
-            else if (!strcmp(optarg, "sglang"))
-                cf->kind = UP_SGLANG;
-            else if (!strcmp(optarg, "openai"))
-                cf->kind = UP_OPENAI;
-            else {
-                rc = al_cli_usage_error("proxy",
-                                        "--upstream-kind %s: use arclight, vllm, sglang "
-                                        "or openai",
-                                        optarg);
-                goto out;
-            }
-            break;
-        case OPT_NATIVE: {
-            char list[200];
-            snprintf(list, sizeof list, "%s", optarg);
-            cf->native = 0;
-            for (char *sv = NULL, *t = strtok_r(list, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
-                if (!strcmp(t, "responses"))
-                    cf->native |= 1u << AL_API_RESPONSES;
-                else if (!strcmp(t, "messages"))
-                    cf->native |= 1u << AL_API_MESSAGES;
-                else if (strcmp(t, "none") != 0) {
-                    rc = al_cli_usage_error("proxy",
-                                            "--upstream-native %s: use responses, messages, "
-                                            "both comma-separated, or none",
-                                            optarg);
-                    goto out;
-                }
-            }
-            break;
-        }
-        case OPT_KEY_ENV:
-            key_env = optarg;
-            break;
-        case OPT_FWD_AUTH:
-            cf->forward_agent_auth = 1;
-            break;
-        case OPT_AGENT_KEY:
-            if (cf->n_agent_keys >= AL_ARRAY_LEN(cf->agent_keys) || !*optarg) {
-                rc = al_cli_usage_error("proxy", "--agent-key: empty, or more than 16 keys");
-                goto out;
-            }
-            cf->agent_keys[cf->n_agent_keys++] = strdup(optarg);
-            break;
-        case OPT_AGENT_KEY_FILE: {
-            char kerr[512];
-            size_t kl = 0;
-            char *kf = al_file_read(optarg, &kl, kerr, sizeof kerr);
-            if (!kf) {
-                rc = al_cli_usage_error("proxy", "--agent-key-file: %s", kerr);
-                goto out;
-            }
-            char *save = NULL;
-            for (char *ln = strtok_r(kf, "\r\n", &save); ln; ln = strtok_r(NULL, "\r\n", &save)) {
-                al_str_trim(ln);
-                if (!*ln || *ln == '#') continue;
-                if (cf->n_agent_keys >= AL_ARRAY_LEN(cf->agent_keys)) {
-                    free(kf);
-                    rc = al_cli_usage_error("proxy", "--agent-key-file %s: more than 16 keys",
-                                            optarg);
-                    goto out;
-                }
-                cf->agent_keys[cf->n_agent_keys++] = strdup(ln);
-            }
-            free(kf);
-            break;
-        }
-        case OPT_AGENT_NAME:
-            cf->agent_name = optarg;
-            break;
-        case OPT_TOPIC:
-            cf->topic = optarg;
-            break;
-        case OPT_SPOOL_DIR:
-            cf->spool_dir = optarg;
-            break;
-        case OPT_SPOOL_FSYNC:
-            if (!strcmp(optarg, "never"))
-                cf->fsync_mode = AL_SPOOL_FSYNC_NEVER;
-            else if (!strcmp(optarg, "interval"))
-                cf->fsync_mode = AL_SPOOL_FSYNC_INTERVAL;
-            else if (!strcmp(optarg, "always"))
-                cf->fsync_mode = AL_SPOOL_FSYNC_ALWAYS;
-            else {
-                rc = al_cli_usage_error("proxy", "--spool-fsync %s: use never, interval or always",
-                                        optarg);
-                goto out;
-            }
-            break;
-        case OPT_SPOOL_MAX:
-        case OPT_MAX_BODY:
-        case OPT_MAX_HEAD:
-        case OPT_MAX_HEADERS:
-        case OPT_MAX_CONNS:
-        case OPT_CLIENT_TO:
-        case OPT_CONNECT_TO:
-        case OPT_UPSTREAM_TO:
-        case OPT_DRAIN_TO:
-        case OPT_RESP_STORE:
-        case OPT_SESSION_TTL:
-        case OPT_MAX_SESSIONS: {
-            long long lo = 1, hi = 1LL << 50;
-            if (opt == OPT_MAX_HEADERS) hi = AL_HTTP_HEADERS_CAP;
-            if (opt == OPT_MAX_HEAD) lo = 256, hi = 1 << 20;
-            if (opt == OPT_MAX_BODY) hi = 256LL << 20;
-            if (opt == OPT_MAX_CONNS) hi = 1000000;
-            if (opt == OPT_CLIENT_TO || opt == OPT_UPSTREAM_TO || opt == OPT_DRAIN_TO) hi = 86400;
-            if (opt == OPT_DRAIN_TO || opt == OPT_RESP_STORE) lo = 0;
-            if (opt == OPT_RESP_STORE) hi = 1 << 20;
-            if (opt == OPT_SPOOL_MAX) lo = 4096;
-            if (opt == OPT_SESSION_TTL) hi = 365LL * 86400;
-            if (opt == OPT_MAX_SESSIONS) hi = 1000000;
-            if (parse_num(optarg, lo, hi, &v)) {
-                rc = al_cli_usage_error("proxy", "--%s %s: need an integer from %lld to %lld",
-                                        opts[opt - OPT_LISTEN + 4].name, optarg, lo, hi);
-                goto out;
-            }
-            if (opt == OPT_SPOOL_MAX) cf->spool_max = (uint64_t)v;
-            if (opt == OPT_MAX_BODY) cf->max_body = (size_t)v;
-            if (opt == OPT_MAX_HEAD) cf->max_head = (size_t)v;
-            if (opt == OPT_MAX_HEADERS) cf->max_headers = (size_t)v;
-            if (opt == OPT_MAX_CONNS) cf->max_conns = (int)v;
-            if (opt == OPT_CLIENT_TO) cf->client_timeout_s = (int)v;
-            if (opt == OPT_CONNECT_TO) cf->connect_timeout_ms = (long)v;
-            if (opt == OPT_UPSTREAM_TO) cf->upstream_timeout_ms = (long)v * 1000;
-            if (opt == OPT_DRAIN_TO) cf->drain_timeout_s = (int)v;
-            if (opt == OPT_RESP_STORE) cf->response_store_bytes = (size_t)v << 20;
-            if (opt == OPT_SESSION_TTL) cf->session_ttl_s = (int)v;
-            if (opt == OPT_MAX_SESSIONS) cf->max_sessions_per_key = (int)v;
-            break;
-        }
-        case OPT_UP_CLIENT:
-            if (!strcmp(optarg, "curl"))
-                cf->curl_only = 1;
-            else if (strcmp(optarg, "auto") != 0) {
-                rc = al_cli_usage_error("proxy", "--upstream-client %s: use auto or curl", optarg);
-                goto out;
-            }
-            break;
-        case OPT_NO_ACCESS:
-            cf->access_log = 0;
-            break;
-        case OPT_HELP:
-            fputs(proxy_usage, stdout);
-            rc = AL_EXIT_OK;
-            goto out;
-        default: {
-            int r = al_cli_common_option(&common, opt, optarg);
-            if (r == 1) break;
-            if (r == 0) fputs(proxy_usage, stderr);
-            rc = AL_EXIT_USAGE;
-            goto out;
-        }
-        }
+    proxy_flags *fl = dest;
+    if (add_upstream(fl->cf, v) == 0) return 0;
+    snprintf(err, errlen, "wants an http:// or https:// URL (at most 16 upstreams)");
+    return -1;
+}
+
+/* Records a key flag's usage error (the first one) for after parsing. */
+static void key_error(proxy_flags *fl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void key_error(proxy_flags *fl, const char *fmt, ...)
+{
+    if (fl->key_err[0]) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(fl->key_err, sizeof fl->key_err, fmt, ap);
+    va_end(ap);
+}
+
+/* --agent-key, repeatable. The keys keep their order with --agent-key-file's: a session's
+ * owner is a key's index, kept in the state file. */
+static int flag_agent_key(void *dest, const char *v, char *err, size_t errlen)
+{
+    proxy_flags *fl = dest;
+    pconf *cf = fl->cf;
+    (void)err, (void)errlen;
+    if (cf->n_agent_keys >= AL_ARRAY_LEN(cf->agent_keys) || !*v)
+        key_error(fl, "--agent-key: empty, or more than 16 keys");
+    else
+        cf->agent_keys[cf->n_agent_keys++] = strdup(v);
+    return 0;
+}
+
+/* --agent-key-file: its keys, one a line ('#' comments). */
+static int flag_agent_key_file(void *dest, const char *v, char *err, size_t errlen)
+{
+    proxy_flags *fl = dest;
+    pconf *cf = fl->cf;
+    (void)err, (void)errlen;
+    char kerr[512];
+    size_t kl = 0;
+    char *kf = al_file_read(v, &kl, kerr, sizeof kerr);
+    if (!kf) {
+        key_error(fl, "--agent-key-file: %s", kerr);
+        return 0;
     }
-    if (optind < argc) {
-        rc = al_cli_usage_error("proxy", "unexpected argument '%s'", argv[optind]);
-        goto out;
+    char *save = NULL;
+    for (char *ln = strtok_r(kf, "\r\n", &save); ln; ln = strtok_r(NULL, "\r\n", &save)) {
+        al_str_trim(ln);
+        if (!*ln || *ln == '#') continue;
+        if (cf->n_agent_keys >= AL_ARRAY_LEN(cf->agent_keys)) {
+            key_error(fl, "--agent-key-file %s: more than 16 keys", v);
+            break;
+        }
+        cf->agent_keys[cf->n_agent_keys++] = strdup(ln);
     }
-    if (!cf->n_upstreams) {
-        rc = al_cli_usage_error("proxy", "--upstream URL is required (the model server)");
-        goto out;
+    free(kf);
+    return 0;
+}
+
+/* --upstream-native ROUTES into cf->native; -1 for a route it does not know. */
+static int native_routes(pconf *cf, const char *routes)
+{
+    char list[200];
+    snprintf(list, sizeof list, "%s", routes);
+    cf->native = 0;
+    for (char *sv = NULL, *t = strtok_r(list, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+        if (!strcmp(t, "responses"))
+            cf->native |= 1u << AL_API_RESPONSES;
+        else if (!strcmp(t, "messages"))
+            cf->native |= 1u << AL_API_MESSAGES;
+        else if (strcmp(t, "none") != 0)
+            return -1;
     }
-    char host[256];
-    int port;
-    if (al_cli_parse_hostport(cf->listen, host, sizeof host, &port) != 0) {
-        rc = al_cli_usage_error("proxy", "--listen %s: need HOST:PORT", cf->listen);
-        goto out;
-    }
-    const char *kv = getenv(key_env);
+    return 0;
+}
+
+static const char *const kinds[] = {"arclight", "vllm", "sglang", "openai", NULL};
+static const upkind kind_of[] = {UP_ARCLIGHT, UP_VLLM, UP_SGLANG, UP_OPENAI};
+static const char *const fsyncs[] = {"never", "interval", "always", NULL};
+static const al_spool_fsync fsync_of[] = {AL_SPOOL_FSYNC_NEVER, AL_SPOOL_FSYNC_INTERVAL,
+                                          AL_SPOOL_FSYNC_ALWAYS};
+static const char *const clients[] = {"auto", "curl", NULL};
+
+/* The parsed flags into the configuration, and the environment's keys: the upstream's
+ * ($ARCLIGHT_UPSTREAM_API_KEY or --upstream-key-env's) and $ARCLIGHT_PROXY_AGENT_KEYS after
+ * the flags' agent keys. */
+static void proxy_flags_apply(const proxy_flags *fl)
+{
+    pconf *cf = fl->cf;
+    for (size_t i = 0; kinds[i]; i++)
+        if (!strcmp(fl->kind, kinds[i])) cf->kind = kind_of[i];
+    for (size_t i = 0; fsyncs[i]; i++)
+        if (!strcmp(fl->fsync, fsyncs[i])) cf->fsync_mode = fsync_of[i];
+    cf->curl_only = !strcmp(fl->client, "curl");
+    cf->access_log = !fl->no_access_log;
+    cf->spool_max = (uint64_t)fl->spool_max;
+    cf->max_body = (size_t)fl->max_body;
+    cf->max_head = (size_t)fl->max_head;
+    cf->max_headers = (size_t)fl->max_headers;
+    cf->connect_timeout_ms = (long)fl->connect_to_ms;
+    cf->upstream_timeout_ms = (long)fl->upstream_to_s * 1000;
+    cf->response_store_bytes = (size_t)fl->store_mib << 20;
+
+    const char *kv = getenv(fl->key_env);
     if (kv && *kv) cf->upstream_key = strdup(kv);
     const char *ak = getenv("ARCLIGHT_PROXY_AGENT_KEYS");
     if (ak && *ak) {
@@ -502,39 +277,176 @@ int cmd_proxy(int argc, char **argv)
             if (*t) cf->agent_keys[cf->n_agent_keys++] = strdup(t);
         free(dup);
     }
+}
 
+/* Fills px->cfg (defaults, then the flags, then the environment: the upstream key and
+ * $ARCLIGHT_PROXY_AGENT_KEYS) and common. AL_FLAGS_GO, or the exit status (0 after --help, 2
+ * after a usage error, said on stderr). */
+static int proxy_flags_parse(proxy *px, al_cli_common *common, int argc, char **argv)
+{
+    pconf *cf = &px->cfg;
+    *cf = (pconf){
+        .listen = "127.0.0.1:8080",
+        .max_conns = 1024,
+        .client_timeout_s = 60,
+        .spool_dir = "./arclight-spool",
+        .topic = AL_TOPIC_SPANS,
+        .drain_timeout_s = 30,
+        .session_ttl_s = 86400,
+        .max_sessions_per_key = 10000,
+    };
+    proxy_flags fl = {
+        .cf = cf,
+        .kind = "vllm",
+        .fsync = "interval",
+        .client = "auto",
+        .key_env = "ARCLIGHT_UPSTREAM_API_KEY",
+        .spool_max = 1LL << 30,
+        .max_body = 1 << 20,
+        .max_head = 32768,
+        .max_headers = 100,
+        .connect_to_ms = 5000,
+        .upstream_to_s = 600,
+        .store_mib = 256,
+    };
+    const int64_t big = 1LL << 50;
+    const al_flag flags[] = {
+        {"listen", 0, AL_FLAG_STRING, &cf->listen, .arg = "HOST:PORT",
+         .help = "where agents connect (default 127.0.0.1:8080; port 0: any;\n"
+                 "the bound address is printed on stdout)"},
+        {"upstream", 0, AL_FLAG_FUNC, &fl, .arg = "URL", .parse = flag_upstream,
+         .help = "model server base URL, e.g. http://127.0.0.1:8000; repeat for\n"
+                 "several (sticky per rollout, failover on connection errors)"},
+        {"upstream-kind", 0, AL_FLAG_STRING, &fl.kind, .arg = "KIND", .choices = kinds,
+         .help = "arclight, vllm (default), sglang or openai: what to ask for\n"
+                 "(vLLM-style return_token_ids + logprobs; openai: nothing,\n"
+                 "text and usage only)"},
+        {"upstream-native", 0, AL_FLAG_STRING, &fl.native, .arg = "ROUTES",
+         .help = "responses and/or messages (comma-separated): the upstream\n"
+                 "serves those routes itself; the proxy passes the agent's\n"
+                 "request through, asking for token ids the way vLLM's\n"
+                 "Responses API gives them (enable_response_messages, include\n"
+                 "message.output_text.logprobs), and gives the agent the answer\n"
+                 "without them (default: none, both translated to chat\n"
+                 "completions)"},
+        {"upstream-key-env", 0, AL_FLAG_STRING, &fl.key_env, .arg = "NAME",
+         .help = "environment variable holding the upstream API key (default\n"
+                 "ARCLIGHT_UPSTREAM_API_KEY); sent as Authorization: Bearer"},
+        {"forward-agent-auth", 0, AL_FLAG_SWITCH, &cf->forward_agent_auth,
+         .help = "send the agent's own Authorization upstream (when no key is\n"
+                 "configured)"},
+        {"agent-key", 0, AL_FLAG_FUNC, &fl, .arg = "KEY", .parse = flag_agent_key,
+         .help = "accept only agents with this Bearer key (repeatable; session\n"
+                 "keys are accepted too); also $ARCLIGHT_PROXY_AGENT_KEYS\n"
+                 "(comma-separated) and --agent-key-file, which keep the keys\n"
+                 "out of ps"},
+        {"agent-key-file", 0, AL_FLAG_FUNC, &fl, .arg = "FILE", .parse = flag_agent_key_file,
+         .help = "agent keys, one a line ('#' comments)"},
+        {"session-ttl", 0, AL_FLAG_INT, &cf->session_ttl_s, .lo = 1, .hi = 365LL * 86400,
+         .arg = "S",
+         .help = "a key from POST /v1/sessions expires S seconds after it was\n"
+                 "made (default 86400)"},
+        {"max-sessions-per-key", 0, AL_FLAG_INT, &cf->max_sessions_per_key, .lo = 1,
+         .hi = 1000000, .arg = "N",
+         .help = "session keys one agent key (or, without --agent-key, all\n"
+                 "agents) may hold; beyond it POST /v1/sessions is 429\n"
+                 "(default 10000)"},
+        {"agent-name", 0, AL_FLAG_STRING, &cf->agent_name, .arg = "NAME",
+         .help = "agent name recorded in spans (X-Arclight-Agent overrides)"},
+        {"topic", 0, AL_FLAG_STRING, &cf->topic, .arg = "TOPIC",
+         .help = "spans topic (default arclight.spans)"},
+        {"spool-dir", 0, AL_FLAG_STRING, &cf->spool_dir, .arg = "DIR",
+         .help = "on-disk spool of spans (default ./arclight-spool)"},
+        {"spool-max-bytes", 0, AL_FLAG_I64, &fl.spool_max, .lo = 4096, .hi = big, .arg = "N",
+         .help = "spool bound; beyond it new calls get 503 (default 1 GiB)"},
+        {"spool-fsync", 0, AL_FLAG_STRING, &fl.fsync, .arg = "MODE", .choices = fsyncs,
+         .help = "never, interval (default: every second) or always"},
+        {"max-body-bytes", 0, AL_FLAG_I64, &fl.max_body, .lo = 1, .hi = 256LL << 20, .arg = "N",
+         .help = "request body limit (default 1 MiB, as nginx)"},
+        {"max-header-bytes", 0, AL_FLAG_I64, &fl.max_head, .lo = 256, .hi = 1 << 20, .arg = "N",
+         .help = "request head limit (default 32 KiB, as nginx's 4 x 8k)"},
+        {"max-headers", 0, AL_FLAG_I64, &fl.max_headers, .lo = 1, .hi = AL_HTTP_HEADERS_CAP,
+         .arg = "N", .help = "header count limit (default 100)"},
+        {"max-connections", 0, AL_FLAG_INT, &cf->max_conns, .lo = 1, .hi = 1000000, .arg = "N",
+         .help = "concurrent agent connections (default 1024)"},
+        {"client-timeout", 0, AL_FLAG_INT, &cf->client_timeout_s, .lo = 1, .hi = 86400,
+         .arg = "S", .help = "reading a request / idle keep-alive (default 60, as nginx)"},
+        {"connect-timeout-ms", 0, AL_FLAG_I64, &fl.connect_to_ms, .lo = 1, .hi = big,
+         .arg = "N", .help = "upstream connect timeout (default 5000)"},
+        {"upstream-timeout", 0, AL_FLAG_I64, &fl.upstream_to_s, .lo = 1, .hi = 86400,
+         .arg = "S", .help = "whole upstream call (default 600)"},
+        {"drain-timeout", 0, AL_FLAG_INT, &cf->drain_timeout_s, .lo = 0, .hi = 86400,
+         .arg = "S", .help = "on SIGTERM, wait this long for calls and spans (default 30)"},
+        {"no-access-log", 0, AL_FLAG_SWITCH, &fl.no_access_log,
+         .help = "no per-call access log line"},
+        {"response-store-mib", 0, AL_FLAG_I64, &fl.store_mib, .lo = 0, .hi = 1 << 20,
+         .arg = "N",
+         .help = "memory for Responses API answers kept for previous_response_id\n"
+                 "(default 256; oldest first out; 0: previous_response_id is\n"
+                 "refused with 400)"},
+        {"upstream-client", 0, AL_FLAG_STRING, &fl.client, .arg = "C", .choices = clients,
+         .help = "auto (default: the proxy's own keep-alive HTTP/1.1 client for\n"
+                 "http:// upstreams at an IP address or localhost, curl for the\n"
+                 "rest) or curl (curl for every upstream)"},
+    };
+    const al_cmd_spec spec = {"proxy", "--upstream URL [options]", proxy_about, flags,
+                              AL_ARRAY_LEN(flags), 1, NULL};
+    int first;
+    int rc = al_flags_parse(&spec, common, argc, argv, &first);
+    if (rc != AL_FLAGS_GO) return rc;
+    if (fl.key_err[0]) return al_cli_usage_error("proxy", "%s", fl.key_err);
+    if (fl.native && native_routes(cf, fl.native) != 0)
+        return al_cli_usage_error("proxy",
+                                  "--upstream-native %s: use responses, messages, "
+                                  "both comma-separated, or none",
+                                  fl.native);
+    if (first < argc) return al_cli_usage_error("proxy", "unexpected argument '%s'", argv[first]);
+    if (!cf->n_upstreams)
+        return al_cli_usage_error("proxy", "--upstream URL is required (the model server)");
+    proxy_flags_apply(&fl);
+    return AL_FLAGS_GO;
+}
+
+/* Opens the Kafka producer and the spool it publishes from (the spool owns the producer from
+ * then on), lowers the background threads' priority, and reads and rewrites the state file.
+ * *kc gets the Kafka configuration (the caller frees it, also after a failure). 0, or -1
+ * after logging why. */
+static int proxy_spool_open(proxy *px, const al_cli_common *common, al_kafka_conf **kc)
+{
+    pconf *cf = &px->cfg;
     char err[1024];
-    signal(SIGPIPE, SIG_IGN);
-    if (getrandom(&px->rng, sizeof px->rng, 0) != sizeof px->rng || !px->rng)
-        px->rng = (uint64_t)al_now_us() | 1;
-    kc = al_kafka_conf_from_cli(&common, err, sizeof err);
-    if (!kc) {
+    *kc = al_kafka_conf_from_cli(common, err, sizeof err);
+    if (!*kc) {
         al_log_error(COMP, "%s", err);
-        goto out;
+        return -1;
     }
-    producer = al_producer_new(kc, err, sizeof err);
+    al_producer *producer = al_producer_new(*kc, err, sizeof err);
     if (!producer) {
         al_log_error(COMP, "%s", err);
-        goto out;
+        return -1;
     }
-    {
-        /* the first spans should not wait a second for librdkafka to notice the topic; a
-         * broker that is down only costs this second here (spans spool meanwhile) */
-        const char *outs[] = {cf->topic, NULL};
-        if (al_producer_prepare(producer, outs, 1000, err, sizeof err) != 0)
-            al_log_warn(COMP, "%s (spans spool until Kafka answers)", err);
-    }
+    /* the first spans should not wait a second for librdkafka to notice the topic; a broker
+     * that is down only costs this second here (spans spool meanwhile) */
+    const char *outs[] = {cf->topic, NULL};
+    if (al_producer_prepare(producer, outs, 1000, err, sizeof err) != 0)
+        al_log_warn(COMP, "%s (spans spool until Kafka answers)", err);
     px->spool = al_spool_open(cf->spool_dir, cf->spool_max, cf->fsync_mode, producer, cf->topic,
                               err, sizeof err);
     if (!px->spool) {
         al_log_error(COMP, "%s", err);
         al_producer_free(producer);
-        goto out;
+        return -1;
     }
     background_threads_yield();
     snprintf(px->state_path, sizeof px->state_path, "%s/proxy-state", cf->spool_dir);
     px_state_load(px);
     px_state_compact(px);
+    return 0;
+}
+
+/* The proxy's own series (the routes' request counters are made as they are first used). */
+static void proxy_metrics_init(proxy *px)
+{
     px->metrics = al_metrics_new();
     al_metrics_add_process_metrics(px->metrics);
     px->spans_spooled = al_metrics_counter(px->metrics, "arclight_proxy_spans_spooled_total",
@@ -565,12 +477,36 @@ int cmd_proxy(int argc, char **argv)
                                           "Upstream call latency", al_metrics_latency_buckets,
                                           al_metrics_latency_buckets_len, NULL);
     al_metrics_on_collect(px->metrics, collect, px);
-    if (common.metrics &&
-        !(msrv = al_http_server_start(common.metrics, px->metrics, health, px, err, sizeof err))) {
-        al_log_error(COMP, "%s", err);
-        goto out;
-    }
+}
 
+/* host:port as a socket address (localhost: 127.0.0.1); its length, or 0 when host is not
+ * numeric. */
+static int listen_addr(const char *host, int port, struct sockaddr_storage *ss)
+{
+    memset(ss, 0, sizeof *ss);
+    const char *h4 = strcmp(host, "localhost") ? host : "127.0.0.1";
+    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, h4, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+        return (int)sizeof *s4;
+    }
+    if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)port);
+        return (int)sizeof *s6;
+    }
+    return 0;
+}
+
+/* Makes the event loop and everything on it: the calls' multi handle, the response store,
+ * the listener on host:port (px->port gets the bound port), the signals, the sweep timer and
+ * the turn's events. AL_FLAGS_GO, or the exit status after saying why (2 for a --listen
+ * address that is not numeric). */
+static int proxy_loop_open(proxy *px, const char *host, int port)
+{
+    pconf *cf = &px->cfg;
     /* the changelist folds curl's remove/re-add of pooled upstream sockets within one loop
      * turn into at most one epoll_ctl */
     struct event_config *ecfg = event_config_new();
@@ -580,40 +516,25 @@ int cmd_proxy(int argc, char **argv)
     if (!px->base) px->base = event_base_new();
     if (!px->base) {
         al_log_error(COMP, "cannot create the event loop");
-        goto out;
+        return AL_EXIT_FAILURE;
     }
-    if (px_calls_init(px) != 0) goto out;
+    if (px_calls_init(px) != 0) return AL_EXIT_FAILURE;
     if (cf->response_store_bytes && !(px->store = px_store_new(cf->response_store_bytes))) {
         al_log_error(COMP, "out of memory");
-        goto out;
+        return AL_EXIT_FAILURE;
     }
-
     struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof ss);
-    int sl;
-    const char *h4 = strcmp(host, "localhost") ? host : "127.0.0.1";
-    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, h4, &s4->sin_addr) == 1) {
-        s4->sin_family = AF_INET;
-        s4->sin_port = htons((uint16_t)port);
-        sl = (int)sizeof *s4;
-    } else if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
-        s6->sin6_family = AF_INET6;
-        s6->sin6_port = htons((uint16_t)port);
-        sl = (int)sizeof *s6;
-    } else {
-        rc = al_cli_usage_error("proxy", "--listen %s: need a numeric address HOST:PORT",
-                                cf->listen);
-        goto out;
-    }
+    int sl = listen_addr(host, port, &ss);
+    if (!sl)
+        return al_cli_usage_error("proxy", "--listen %s: need a numeric address HOST:PORT",
+                                  cf->listen);
     px->hooks = (px_conn_hooks){px_spool_flush_cb, px_dispatch, px_call_detach, px_call_resume};
     px->listener = evconnlistener_new_bind(px->base, px_accept_cb, px,
                                            LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 1024,
                                            (struct sockaddr *)&ss, sl);
     if (!px->listener) {
         al_log_error(COMP, "cannot listen on %s: %s", cf->listen, strerror(errno));
-        goto out;
+        return AL_EXIT_FAILURE;
     }
     struct sockaddr_storage bound;
     socklen_t bl = sizeof bound;
@@ -631,9 +552,15 @@ int cmd_proxy(int argc, char **argv)
     px->out_ev = event_new(px->base, -1, 0, px_conn_flush_turn, px);
     if (!px->sweep_timer || !px->flush_ev || !px->out_ev) {
         al_log_error(COMP, "out of memory");
-        goto out;
+        return AL_EXIT_FAILURE;
     }
+    return AL_FLAGS_GO;
+}
 
+/* Runs the loop until the drain ends it. */
+static void proxy_run(proxy *px, const char *host)
+{
+    pconf *cf = &px->cfg;
     char up[512];
     px_url_public(cf->upstreams[0], up, sizeof up);
     printf("%s:%d\n",
@@ -643,16 +570,20 @@ int cmd_proxy(int argc, char **argv)
     al_log_info(COMP, "listening on port %d; upstream %s (+%zu more); spans to %s via spool %s",
                 px->port, up, cf->n_upstreams - 1, cf->topic, cf->spool_dir);
     event_base_dispatch(px->base);
-    rc = AL_EXIT_OK;
     /* the final flush is bounded by --drain-timeout; a second SIGTERM must not cut it */
     event_free(px->sig_term);
     event_free(px->sig_int);
     px->sig_term = px->sig_int = NULL;
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
+}
 
-out:
-    /* calls cut off by the drain timeout still get their (failed) span */
+/* Ends what is left (calls cut off by the drain timeout still get their failed span) and
+ * waits up to --drain-timeout for the spool to be published, whatever point the start got
+ * to. */
+static void proxy_stop(proxy *px, int rc)
+{
+    pconf *cf = &px->cfg;
     for (conn *c = px->conns; c; c = c->next)
         if (c->call) {
             c->call->c = NULL;
@@ -668,7 +599,13 @@ out:
         long left = al_spool_close(px->spool, cf->drain_timeout_s * 1000);
         if (left == 0 && rc == AL_EXIT_OK) al_log_info(COMP, "every span published; bye");
     }
-    al_http_server_stop(msrv);
+}
+
+/* Frees px and everything it holds (after proxy_stop, and after the metrics server, which
+ * renders px's series, has stopped). */
+static void proxy_free(proxy *px)
+{
+    pconf *cf = &px->cfg;
     if (px->listener) evconnlistener_free(px->listener);
     if (px->curl_timer) event_free(px->curl_timer);
     if (px->sig_term) event_free(px->sig_term);
@@ -686,7 +623,6 @@ out:
     px_store_free(px->store);
     if (px->base) event_base_free(px->base);
     al_metrics_free(px->metrics);
-    al_kafka_conf_free(kc);
     px_identity_free(px);
     for (size_t i = 0; i < cf->n_upstreams; i++)
         free(cf->upstreams[i]);
@@ -697,5 +633,46 @@ out:
     al_buf_free(&px->strip);
     pthread_mutex_destroy(&px->collect_mu);
     free(px);
+}
+
+/* arclight proxy: flags, spool, metrics, loop; runs until SIGTERM's drain ends; 0, 1 or 2. */
+int cmd_proxy(int argc, char **argv)
+{
+    al_cli_common common;
+    al_cli_common_init(&common);
+    proxy *px = calloc(1, sizeof *px);
+    if (!px) return AL_EXIT_FAILURE;
+    pthread_mutex_init(&px->collect_mu, NULL);
+    px->state_fd = -1;
+    al_kafka_conf *kc = NULL;
+    al_http_server *msrv = NULL;
+    char host[256], err[1024];
+    int port;
+    int rc = proxy_flags_parse(px, &common, argc, argv);
+    if (rc != AL_FLAGS_GO) goto out;
+    if (al_cli_parse_hostport(px->cfg.listen, host, sizeof host, &port) != 0) {
+        rc = al_cli_usage_error("proxy", "--listen %s: need HOST:PORT", px->cfg.listen);
+        goto out;
+    }
+    rc = AL_EXIT_FAILURE;
+    signal(SIGPIPE, SIG_IGN);
+    if (getrandom(&px->rng, sizeof px->rng, 0) != sizeof px->rng || !px->rng)
+        px->rng = (uint64_t)al_now_us() | 1;
+    if (proxy_spool_open(px, &common, &kc) != 0) goto out;
+    proxy_metrics_init(px);
+    if (common.metrics &&
+        !(msrv = al_http_server_start(common.metrics, px->metrics, health, px, err, sizeof err))) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
+    rc = proxy_loop_open(px, host, port);
+    if (rc != AL_FLAGS_GO) goto out;
+    proxy_run(px, host);
+    rc = AL_EXIT_OK;
+out:
+    proxy_stop(px, rc);
+    al_http_server_stop(msrv);
+    proxy_free(px);
+    al_kafka_conf_free(kc);
     return rc;
 }

@@ -38,26 +38,14 @@ static void ids_into(json_t *msgs, ivec *out)
             if (!json_is_integer(t)) continue;
             json_int_t v = json_integer_value(t);
             if (v < 0 || v > INT32_MAX) continue;
-            if (out->n == out->cap) {
-                size_t nc = out->cap ? out->cap * 2 : 64;
-                int32_t *nv = realloc(out->v, nc * sizeof *nv);
-                if (!nv) return;
-                out->v = nv, out->cap = nc;
-            }
-            out->v[out->n++] = (int32_t)v;
+            if (al_vec_push(out, (int32_t)v) != 0) return;
         }
     }
 }
 
 static void lp_push(fvec *a, double d)
 {
-    if (a->n == a->cap) {
-        size_t nc = a->cap ? a->cap * 2 : 64;
-        float *nv = realloc(a->v, nc * sizeof *nv);
-        if (!nv) return;
-        a->v = nv, a->cap = nc;
-    }
-    a->v[a->n++] = d > 3.0e38 ? 3.0e38f : d < -3.0e38 ? -3.0e38f : (float)d;
+    (void)al_vec_push(a, d > 3.0e38 ? 3.0e38f : d < -3.0e38 ? -3.0e38f : (float)d);
 }
 
 static int64_t count_of(json_t *o, const char *k)

@@ -39,7 +39,9 @@
 #include "upstream.h"
 
 #include "avro/codec.h"
+#include "core/map.h"
 #include "core/util.h"
+#include "core/vec.h"
 #include "http/metrics.h"
 
 #include <curl/curl.h>
@@ -133,15 +135,16 @@ typedef struct px_route {
 const px_route *px_route_find(al_slice path, int prefixed);
 extern const px_route px_route_unknown; /* an unknown route, or a request refused before one */
 
+/* A rollout's entry, the value of px->rtab under its key. */
 typedef struct rollout_ent {
-    char *key; /* task \x1f rollout \x1f attempt */
+    const char *key; /* task \x1f rollout \x1f attempt: its map entry's copy */
     int64_t next_seq, last_call_seq, last_used_mono;
     int dirty; /* its sequence numbers changed since the state file last had them */
     int eval;  /* a held-out evaluation rollout: every span of it carries eval */
     size_t line_len; /* of its latest line in the state file (0: none yet) */
-    struct rollout_ent *next;
 } rollout_ent;
 
+/* A session, the value of px->sessions under its key. */
 typedef struct session_ent {
     char key[80];
     char *task, *rollout;
@@ -149,7 +152,6 @@ typedef struct session_ent {
     int64_t created_us; /* wall clock; the session expires --session-ttl after it */
     int owner;          /* the --agent-key that made it (index), or -1 */
     size_t line_len;    /* of its line in the state file */
-    struct session_ent *next;
 } session_ent;
 
 typedef struct status_series {
@@ -189,10 +191,8 @@ typedef struct proxy {
     al_histogram *h_overhead, *h_upstream;
     status_series series[128];
     size_t nseries;
-    rollout_ent **rtab;
-    size_t rtab_size, rtab_count;
-    session_ent *sessions[1024];
-    size_t nsessions;
+    al_map rtab;     /* "task\x1frollout\x1fattempt" -> rollout_ent (identity.c) */
+    al_map sessions; /* session key -> session_ent (identity.c) */
     conn *conns;
     call *calls; /* every call in flight, attached to a connection or not */
     int nconns;
@@ -217,8 +217,7 @@ typedef struct proxy {
     int state_warned;
     int session_count[17]; /* live sessions per owner (agent key index + 1; 0: no key) */
     al_buf state_pend;
-    rollout_ent **dirty;
-    size_t ndirty, dirty_cap;
+    AL_VEC(rollout_ent *) dirty; /* rollouts whose numbers the state file lacks */
     size_t spool_pending; /* spans appended since the last flush */
     size_t n_easy_pool;
     int port;
@@ -242,7 +241,10 @@ struct conn {
     struct event *rev; /* readable; registered while `reading` */
     struct event *wev; /* writable; registered only while an answer is blocked */
     struct event *tev; /* the read timeout (C_READ) or the write timeout (blocked answer) */
-    char *in;          /* bytes read ahead of the current request (kept across requests) */
+    /* bytes read ahead of the current request (kept across requests): read(2) straight into
+     * the free room, which stops growing at the read-ahead bound (conn_on_read); al_buf has
+     * no bound, so this one stays its own */
+    char *in;
     size_t in_len, in_cap;
     struct evbuffer *out;
     int state;
@@ -260,8 +262,7 @@ struct conn {
     int in_chunked;
     int head_armed; /* the deadline of the request head being read is set (not re-armed) */
     int in_body;    /* the head is in; its body is being read (the timeout runs per read) */
-    char *cbody;
-    size_t cbody_len, cbody_cap;
+    al_buf cbody; /* a chunked request's body, decoded */
     al_http_head head;
     al_slice body;
     const px_route *route;
@@ -285,15 +286,8 @@ struct ident {
  * A call in flight (call.c), with what capture gathers from it (capture.c)
  * ------------------------------------------------------------------------------------------ */
 
-typedef struct ivec {
-    int32_t *v;
-    size_t n, cap;
-} ivec;
-
-typedef struct fvec {
-    float *v;
-    size_t n, cap;
-} fvec;
+typedef AL_VEC(int32_t) ivec;
+typedef AL_VEC(float) fvec;
 
 struct call {
     proxy *px;
@@ -388,7 +382,6 @@ json_t *px_conn_body_json(conn *c, int required);
 
 void px_rand_hex(proxy *px, char *out, size_t nhex); /* nhex random hex digits and a NUL */
 int px_id_valid(const char *p, size_t n);            /* 1..128 of [A-Za-z0-9._:@-] */
-uint64_t px_fnv1a(const char *s);
 /* The rollout's entry, made on first use; NULL when out of memory. */
 rollout_ent *px_rollout_get(proxy *px, const char *task, const char *rollout, int attempt);
 /* The same for a request's identity, with the rollout's eval mark (see identity.c). */

@@ -188,7 +188,7 @@ static void handle_session(conn *c, ident *id)
                       px->cfg.max_sessions_per_key, px->cfg.session_ttl_s);
         return;
     }
-    if (px->nsessions >= 1000000) {
+    if (px->sessions.count >= 1000000) {
         json_decref(o);
         px_conn_error(c, 503, "server_error", "too_many_sessions",
                       "the proxy holds 1000000 sessions already; restart it or use "

@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "core/util.h"
+#include "core/vec.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -105,13 +106,7 @@ static void seg_path(const al_spool *s, uint64_t id, char *buf, size_t n)
 
 static int seg_push(sseg *g, uint64_t off, uint32_t klen, uint32_t vlen)
 {
-    if (g->n == g->cap) {
-        size_t nc = g->cap ? g->cap * 2 : 256;
-        srec *r = realloc(g->recs, nc * sizeof *r);
-        if (!r) return -1;
-        g->recs = r;
-        g->cap = nc;
-    }
+    if (al_vec_grow((void **)&g->recs, &g->cap, g->n + 1, sizeof *g->recs) != 0) return -1;
     g->recs[g->n++] = (srec){off, klen, vlen, REC_UNSENT};
     return 0;
 }
@@ -164,12 +159,7 @@ static sseg *seg_recover(al_spool *s, uint64_t id)
             off + SPOOL_REC_HDR + klen + vlen > end)
             break;
         size_t need = (size_t)klen + vlen;
-        if (need > bcap) {
-            uint8_t *nb = realloc(buf, need ? need : 1);
-            if (!nb) break;
-            buf = nb;
-            bcap = need;
-        }
+        if (al_vec_grow((void **)&buf, &bcap, need ? need : 1, 1) != 0) break;
         if (pread(fd, buf, need, (off_t)(off + SPOOL_REC_HDR)) != (ssize_t)need) break;
         if (crc32_update(0, buf, need) != crc) break;
         if (seg_push(g, off, klen, vlen)) break;
@@ -329,12 +319,7 @@ static void produce_some(al_spool *s)
         for (i = 0; i < nb; i++) {
             pick *k = &batch[i];
             size_t need = (size_t)k->klen + k->vlen;
-            if (need > s->rcap) {
-                uint8_t *nbuf = realloc(s->rbuf, need);
-                if (!nbuf) break;
-                s->rbuf = nbuf;
-                s->rcap = need;
-            }
+            if (al_vec_grow((void **)&s->rbuf, &s->rcap, need, 1) != 0) break;
             if (pread(k->g->fd, s->rbuf, need, (off_t)(k->off + SPOOL_REC_HDR)) != (ssize_t)need) {
                 al_log_error("proxy", "spool: cannot read segment %016" PRIx64 ": %s", k->g->id,
                              strerror(errno));
@@ -470,8 +455,7 @@ al_spool *al_spool_open(const char *dir, uint64_t max_bytes, al_spool_fsync fsyn
         al_err(errstr, errlen, "cannot read spool directory %s: %s", dir, strerror(errno));
         goto fail;
     }
-    uint64_t *ids = NULL;
-    size_t nids = 0, capids = 0;
+    AL_VEC(uint64_t) ids = {0};
     struct dirent *de;
     while ((de = readdir(d))) {
         size_t l = strlen(de->d_name);
@@ -479,21 +463,15 @@ al_spool *al_spool_open(const char *dir, uint64_t max_bytes, al_spool_fsync fsyn
         char *endp;
         uint64_t id = strtoull(de->d_name, &endp, 16);
         if (endp != de->d_name + 16) continue;
-        if (nids == capids) {
-            capids = capids ? capids * 2 : 16;
-            uint64_t *ni = realloc(ids, capids * sizeof *ni);
-            if (!ni) break;
-            ids = ni;
-        }
-        ids[nids++] = id;
+        if (al_vec_push(&ids, id) != 0) break;
     }
     closedir(d);
-    if (nids) qsort(ids, nids, sizeof *ids, cmp_u64);
-    for (size_t i = 0; i < nids; i++) {
-        sseg *g = seg_recover(s, ids[i]);
+    if (ids.n) qsort(ids.v, ids.n, sizeof *ids.v, cmp_u64);
+    for (size_t i = 0; i < ids.n; i++) {
+        sseg *g = seg_recover(s, ids.v[i]);
         if (!g) {
             char p2[4096];
-            seg_path(s, ids[i], p2, sizeof p2);
+            seg_path(s, ids.v[i], p2, sizeof p2);
             unlink(p2);
             continue;
         }
@@ -501,9 +479,9 @@ al_spool *al_spool_open(const char *dir, uint64_t max_bytes, al_spool_fsync fsyn
         s->bytes += g->size;
         s->unacked += g->n;
         s->recovered += g->n;
-        if (ids[i] >= s->next_id) s->next_id = ids[i] + 1;
+        if (ids.v[i] >= s->next_id) s->next_id = ids.v[i] + 1;
     }
-    free(ids);
+    al_vec_free(&ids);
     if (s->recovered)
         al_log_info("proxy", "spool: %" PRIu64 " spans left by an earlier run in %s; publishing",
                     s->recovered, dir);
@@ -578,22 +556,9 @@ int al_spool_append(al_spool *s, const void *key, size_t keylen, const void *val
                       "record limit",
                       vlen, SPOOL_MAX_RECORD);
     size_t need = SPOOL_REC_HDR + keylen + vlen;
-    if (s->plen + need > s->pcap) {
-        size_t nc = s->pcap ? s->pcap : 65536;
-        while (nc < s->plen + need)
-            nc *= 2;
-        uint8_t *np = realloc(s->pend, nc);
-        if (!np) return al_err(errstr, errlen, "out of memory");
-        s->pend = np;
-        s->pcap = nc;
-    }
-    if (s->pn * 2 + 2 > s->pszcap) {
-        size_t nc = s->pszcap ? s->pszcap * 2 : 256;
-        uint32_t *nz = realloc(s->psz, nc * sizeof *nz);
-        if (!nz) return al_err(errstr, errlen, "out of memory");
-        s->psz = nz;
-        s->pszcap = nc;
-    }
+    if (al_vec_grow((void **)&s->pend, &s->pcap, s->plen + need, 1) != 0 ||
+        al_vec_grow((void **)&s->psz, &s->pszcap, s->pn * 2 + 2, sizeof *s->psz) != 0)
+        return al_err(errstr, errlen, "out of memory");
     uint8_t *h = s->pend + s->plen;
     put32(h, SPOOL_MAGIC);
     put32(h + 4, (uint32_t)keylen);

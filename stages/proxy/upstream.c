@@ -64,7 +64,8 @@ struct al_upc {
     size_t body_len, sent;
     int64_t deadline_ms; /* whole exchange; 0 none */
     long total_ms;
-    /* the answer */
+    /* the answer: read(2) straight into the free room (64 KiB first, then doubling; the
+     * consumed front moved out before growing), which al_buf's append does not do */
     char *in;
     size_t in_len, in_pos, in_cap;
     int got_bytes, head_done, keep_alive;
