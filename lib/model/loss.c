@@ -228,6 +228,10 @@ static float clampf(float x, float lo, float hi)
     return x < lo ? lo : (x > hi ? hi : x);
 }
 
+/* Longer than this project's functions usually are, on purpose: it is the loss's kernel, one
+ * pass over a chunk's tokens that computes every loss kind's value, its gradient and the
+ * statistics together, term for term as the PyTorch reference does (t0650, t0651); split up,
+ * the per-token state would travel through a struct in the hot loop. */
 int al_loss_compute(const al_loss_config *c, const al_loss_input *in, double norm,
                     double *loss_out, float *dlogp, float *dentropy, al_loss_stats *stats,
                     char *errstr, size_t errlen)
