@@ -254,6 +254,28 @@ static int broker_create_topics(rd_kafka_mock_cluster_t *mc, int nbrokers, const
     return 0;
 }
 
+/* Whether ports port..port+n-1 of addr can be bound (librdkafka aborts when a mock listener
+ * cannot bind, so a busy one is found here first): 0, or -1 after logging which is taken. */
+static int broker_ports_free(struct in_addr addr, const char *host, int port, int n)
+{
+    for (int i = 0; i < n; i++) {
+        struct sockaddr_in sin = {
+            .sin_family = AF_INET, .sin_addr = addr, .sin_port = htons((uint16_t)(port + i))};
+        int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&sin, sizeof sin) != 0) {
+            al_log_error("broker",
+                         "cannot listen on %s:%d: %s (port in use by another broker "
+                         "or program? pick another with --listen)",
+                         host, port + i, strerror(errno));
+            if (fd >= 0) close(fd);
+            return -1;
+        }
+        close(fd);
+    }
+    return 0;
+}
+
 int cmd_broker(int argc, char **argv)
 {
     /* the mock cluster copies every produced batch and builds every fetch answer in fresh
@@ -314,21 +336,7 @@ int cmd_broker(int argc, char **argv)
                                   control_arg);
 
     /* librdkafka aborts when a mock listener cannot bind: find a busy port first. */
-    for (int i = 0; port != 0 && i < nbrokers; i++) {
-        struct sockaddr_in sin = {
-            .sin_family = AF_INET, .sin_addr = addr, .sin_port = htons((uint16_t)(port + i))};
-        int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (fd < 0 || bind(fd, (struct sockaddr *)&sin, sizeof sin) != 0) {
-            al_log_error("broker",
-                         "cannot listen on %s:%d: %s (port in use by another broker "
-                         "or program? pick another with --listen)",
-                         host, port + i, strerror(errno));
-            if (fd >= 0) close(fd);
-            return AL_EXIT_FAILURE;
-        }
-        close(fd);
-    }
+    if (port != 0 && broker_ports_free(addr, host, port, nbrokers) != 0) return AL_EXIT_FAILURE;
 
     /* The handle the mock cluster lives in; it never connects anywhere itself. */
     al_kafka_conf *kc = al_kafka_conf_new();

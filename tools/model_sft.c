@@ -31,6 +31,7 @@
 #include "core/hash.h"
 #include "core/parse.h"
 #include "core/util.h"
+#include "core/vec.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "text/tokenizer.h"
@@ -255,6 +256,65 @@ static int sft_parse_ratio(void *dest, const char *v, char *err, size_t errlen)
 
 static const char *const sft_schedules[] = {"constant", "cosine", NULL};
 
+/* Reads the JSONL file of conversations into *ex (*nex of them; each example's ids and the
+ * array owned by the caller, as is *text, the file's bytes). 0; -1 after saying what was wrong
+ * (the file, a line); -2 when out of memory. */
+static int sft_read(const char *data, al_tokenizer *tok, int32_t end_id, char **text,
+                    sft_example **ex, size_t *nex)
+{
+    char err[1024];
+    size_t len, cap = 0;
+    if (!(*text = al_file_read(data, &len, err, sizeof err))) {
+        fprintf(stderr, "arclight model sft: %s\n", err);
+        return -1;
+    }
+    const char *t = *text;
+    int lineno = 0;
+    for (size_t pos = 0; pos < len;) {
+        const char *nl = memchr(t + pos, '\n', len - pos);
+        size_t e = nl ? (size_t)(nl - t) : len, n = e - pos;
+        const char *line = t + pos;
+        pos = e + 1;
+        lineno++;
+        while (n && (line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
+        if (!n || line[0] == '#') continue;
+        if (al_vec_grow((void **)ex, &cap, *nex + 1, sizeof **ex) != 0) return -2;
+        if (sft_line(tok, end_id, line, n, &(*ex)[*nex], err, sizeof err)) {
+            fprintf(stderr, "arclight model sft: %s:%d: %s\n", data, lineno, err);
+            return -1;
+        }
+        (*nex)++;
+    }
+    return 0;
+}
+
+/* Packs the next batch examples in the shuffled order into tokens, mask (1 on the target)
+ * and cu (batch + 1 offsets); a new pass reshuffles order with the generator *rs. Returns
+ * the tokens packed. */
+static int sft_pack(const sft_example *ex, size_t nex, size_t *order, size_t *at, uint64_t *rs,
+                    long batch, int32_t *tokens, float *mask, int32_t *cu)
+{
+    int T = 0;
+    cu[0] = 0;
+    for (long b = 0; b < batch; b++) {
+        if (*at == nex) { /* next pass: a new order */
+            for (size_t i = nex; i > 1; i--) {
+                size_t j = (size_t)(al_splitmix64(rs) % i), t = order[i - 1];
+                order[i - 1] = order[j];
+                order[j] = t;
+            }
+            *at = 0;
+        }
+        const sft_example *x = &ex[order[(*at)++]];
+        memcpy(tokens + T, x->ids, (size_t)x->n * sizeof *tokens);
+        for (int i = 0; i < x->n; i++)
+            mask[T + i] = i >= x->nprompt ? 1.0f : 0.0f;
+        T += x->n;
+        cu[b + 1] = T;
+    }
+    return T;
+}
+
 int model_sft(int argc, char **argv)
 {
     const char *model_dir = NULL, *tok_dir = NULL, *data = NULL, *out = NULL;
@@ -305,7 +365,7 @@ int model_sft(int argc, char **argv)
     al_tokenizer *tok = NULL;
     al_trainer *tr = NULL;
     sft_example *ex = NULL;
-    size_t nex = 0, cap = 0, *order = NULL;
+    size_t nex = 0, *order = NULL;
     char *text = NULL;
     int32_t *tokens = NULL, *cu = NULL;
     float *mask = NULL;
@@ -316,32 +376,9 @@ int model_sft(int argc, char **argv)
     }
     int32_t end_id = al_tokenizer_token_to_id(tok, "<|im_end|>", 10);
     if (end_id < 0) end_id = al_tokenizer_eos_id(tok);
-    size_t len;
-    if (!(text = al_file_read(data, &len, err, sizeof err))) {
-        fprintf(stderr, "arclight model sft: %s\n", err);
-        goto out;
-    }
-    int lineno = 0;
-    for (size_t pos = 0; pos < len;) {
-        const char *nl = memchr(text + pos, '\n', len - pos);
-        size_t e = nl ? (size_t)(nl - text) : len, n = e - pos;
-        const char *line = text + pos;
-        pos = e + 1;
-        lineno++;
-        while (n && (line[n - 1] == '\r' || line[n - 1] == ' ')) n--;
-        if (!n || line[0] == '#') continue;
-        if (nex == cap) {
-            cap = cap ? cap * 2 : 256;
-            sft_example *ne = realloc(ex, cap * sizeof *ne);
-            if (!ne) goto oom;
-            ex = ne;
-        }
-        if (sft_line(tok, end_id, line, n, &ex[nex], err, sizeof err)) {
-            fprintf(stderr, "arclight model sft: %s:%d: %s\n", data, lineno, err);
-            goto out;
-        }
-        nex++;
-    }
+    int rr = sft_read(data, tok, end_id, &text, &ex, &nex);
+    if (rr == -2) goto oom;
+    if (rr != 0) goto out;
     if (!nex) {
         fprintf(stderr, "arclight model sft: %s holds no conversations\n", data);
         goto out;
@@ -382,24 +419,7 @@ int model_sft(int argc, char **argv)
     printf("\n");
     fflush(stdout);
     for (long s = 0; s < steps; s++) {
-        int T = 0;
-        cu[0] = 0;
-        for (long b = 0; b < batch; b++) {
-            if (at == nex) { /* next pass: a new order */
-                for (size_t i = nex; i > 1; i--) {
-                    size_t j = (size_t)(al_splitmix64(&rs) % i), t = order[i - 1];
-                    order[i - 1] = order[j];
-                    order[j] = t;
-                }
-                at = 0;
-            }
-            const sft_example *x = &ex[order[at++]];
-            memcpy(tokens + T, x->ids, (size_t)x->n * sizeof *tokens);
-            for (int i = 0; i < x->n; i++)
-                mask[T + i] = i >= x->nprompt ? 1.0f : 0.0f;
-            T += x->n;
-            cu[b + 1] = T;
-        }
+        int T = sft_pack(ex, nex, order, &at, &rs, batch, tokens, mask, cu);
         al_train_chunk ch = {.T = T, .nseq = (int)batch, .tokens = tokens, .cu_seqlens = cu,
                              .mask = mask};
         al_train_stats st;

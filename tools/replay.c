@@ -182,6 +182,67 @@ static int replay_parse_rate(void *dest, const char *v, char *err, size_t errlen
 
 static const char *const replay_timestamp_modes[] = {"original", "now", NULL};
 
+/* Publishes one recorded message: to its mapped topic, its recorded partition where the
+ * target has it, at the pace --rate asks for (ts0: the first recorded timestamp, -1 until
+ * seen). 0 to go on, 1 when a stop was asked for while waiting, -1 on a failure that ends the
+ * replay (out of memory, a fatal producer error); other publish errors are counted. */
+static int replay_publish(replay_state *s, const al_recorded *rp, const replay_maps *maps,
+                          const replay_rate *rate, int keep_timestamps, int64_t t0, int64_t *ts0,
+                          long long index)
+{
+    al_recorded r = *rp;
+    const char *topic = r.topic;
+    for (size_t i = 0; i < maps->n; i++)
+        if (strcmp(maps->v[i].from, topic) == 0) topic = maps->v[i].to;
+    target *t = target_get(s, topic);
+    if (!t) {
+        al_log_error("replay", "out of memory");
+        return -1;
+    }
+    int32_t partition = AL_KAFKA_PARTITION_ANY;
+    if (r.partition >= 0 && r.partition < t->partitions) {
+        partition = r.partition;
+    } else if (t->partitions > 0 && !t->warned) {
+        al_log_warn("replay",
+                    "topic '%s' has %d partitions, the recording names partition "
+                    "%d: such messages are partitioned by key",
+                    topic, t->partitions, (int)r.partition);
+        t->warned = 1;
+    }
+
+    if (rate->recorded && r.timestamp >= 0) {
+        if (*ts0 < 0) *ts0 = r.timestamp;
+        if (r.timestamp > *ts0) wait_until(s->producer, t0 + (r.timestamp - *ts0) * 1000);
+    } else if (rate->per_s > 0) {
+        wait_until(s->producer, t0 + (int64_t)((double)index * 1e6 / rate->per_s));
+    }
+    if (replay_stop) return 1;
+
+    rd_kafka_headers_t *hdrs = recorded_headers(&r);
+    al_kafka_out o = {
+        .topic = topic,
+        .partition = partition,
+        .key = r.key,
+        .keylen = r.key_len,
+        .value = r.value,
+        .len = r.value_len,
+        .headers = hdrs,
+        .timestamp_ms = keep_timestamps && r.timestamp > 0 ? r.timestamp : 0,
+    };
+    rd_kafka_resp_err_t perr = al_producer_produce(s->producer, &o);
+    if (hdrs) rd_kafka_headers_destroy(hdrs);
+    if (perr) {
+        s->produce_errors++;
+        if (s->produce_errors <= 5)
+            al_log_error("replay", "cannot publish %s [%d] offset %lld to %s: %s", r.topic,
+                         (int)r.partition, (long long)r.offset, topic, rd_kafka_err2str(perr));
+        if (al_kafka_error_classify(perr) == AL_KAFKA_ERRCLASS_FATAL) return -1;
+    } else {
+        s->sent++;
+    }
+    return 0;
+}
+
 int cmd_replay(int argc, char **argv)
 {
     al_cli_common common;
@@ -279,59 +340,9 @@ int cmd_replay(int argc, char **argv)
             rc = AL_EXIT_FAILURE;
         }
         if (more <= 0) break;
-        const char *topic = r.topic;
-        for (size_t i = 0; i < maps.n; i++)
-            if (strcmp(maps.v[i].from, topic) == 0) topic = maps.v[i].to;
-        target *t = target_get(&s, topic);
-        if (!t) {
-            al_log_error("replay", "out of memory");
-            rc = AL_EXIT_FAILURE;
-            break;
-        }
-        int32_t partition = AL_KAFKA_PARTITION_ANY;
-        if (r.partition >= 0 && r.partition < t->partitions) {
-            partition = r.partition;
-        } else if (t->partitions > 0 && !t->warned) {
-            al_log_warn("replay",
-                        "topic '%s' has %d partitions, the recording names partition "
-                        "%d: such messages are partitioned by key",
-                        topic, t->partitions, (int)r.partition);
-            t->warned = 1;
-        }
-
-        if (rate.recorded && r.timestamp >= 0) {
-            if (ts0 < 0) ts0 = r.timestamp;
-            if (r.timestamp > ts0) wait_until(s.producer, t0 + (r.timestamp - ts0) * 1000);
-        } else if (rate.per_s > 0) {
-            wait_until(s.producer, t0 + (int64_t)((double)index * 1e6 / rate.per_s));
-        }
-        if (replay_stop) break;
-
-        rd_kafka_headers_t *hdrs = recorded_headers(&r);
-        al_kafka_out o = {
-            .topic = topic,
-            .partition = partition,
-            .key = r.key,
-            .keylen = r.key_len,
-            .value = r.value,
-            .len = r.value_len,
-            .headers = hdrs,
-            .timestamp_ms = keep_timestamps && r.timestamp > 0 ? r.timestamp : 0,
-        };
-        rd_kafka_resp_err_t perr = al_producer_produce(s.producer, &o);
-        if (hdrs) rd_kafka_headers_destroy(hdrs);
-        if (perr) {
-            s.produce_errors++;
-            if (s.produce_errors <= 5)
-                al_log_error("replay", "cannot publish %s [%d] offset %lld to %s: %s", r.topic,
-                             (int)r.partition, (long long)r.offset, topic, rd_kafka_err2str(perr));
-            if (al_kafka_error_classify(perr) == AL_KAFKA_ERRCLASS_FATAL) {
-                rc = AL_EXIT_FAILURE;
-                break;
-            }
-        } else {
-            s.sent++;
-        }
+        int pr = replay_publish(&s, &r, &maps, &rate, keep_timestamps, t0, &ts0, index);
+        if (pr < 0) rc = AL_EXIT_FAILURE;
+        if (pr != 0) break;
         index++;
         al_producer_poll(s.producer, 0);
         int64_t now = al_mono_us();
