@@ -25,6 +25,14 @@ arclight_test(t1504_whole_loop SOURCES tests/t1504_whole_loop.c
   LIBS arclight_kafka arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL
   LABELS kafka faults TIMEOUT 600)
 add_dependencies(t1504_whole_loop arclight)
+# t1504_whole_loop_embedded: the same chaos on the embedded broker (no broker kills: it keeps
+# nothing across one); a restarted consumer stage has its partitions back within seconds
+# there too (lib/kafka/member.c).
+arclight_test(t1504_whole_loop_embedded SOURCES tests/t1504_whole_loop.c
+  LIBS arclight_kafka arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL
+  LABELS embedded faults TIMEOUT 600)
+target_compile_definitions(t1504_whole_loop_embedded PRIVATE WL_EMBEDDED=1)
+add_dependencies(t1504_whole_loop_embedded arclight)
 # t1505: the same loop for 10 minutes at a fixed rate, RSS sampled (label soak: not in
 # scripts/test.sh; `cd build-asan && ctest -L soak` runs it).
 arclight_test(t1505_whole_loop_soak SOURCES tests/t1504_whole_loop.c

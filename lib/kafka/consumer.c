@@ -509,6 +509,34 @@ static int consumer_open(al_consumer *c, char *errstr, size_t errlen)
     return 0;
 }
 
+/* On the embedded broker, which keeps no static members (member.c): the handle made again
+ * as a dynamic member with a session of at most AL_MEMBER_EMBEDDED_SESSION_MS. Elsewhere
+ * nothing changes. 0, or -1 with errstr (c->rk is then NULL). */
+static int consumer_embedded_dynamic(al_consumer *c, char *errstr, size_t errlen)
+{
+    if (al_kafka__keeps_static_members(c->rk)) return 0;
+    const char *given = al_kafka_conf_get(c->conf, "session.timeout.ms");
+    long ms = given ? atol(given) : 45000;
+    if (ms <= 0 || ms > AL_MEMBER_EMBEDDED_SESSION_MS) ms = AL_MEMBER_EMBEDDED_SESSION_MS;
+    char v[32];
+    snprintf(v, sizeof v, "%ld", ms);
+    rd_kafka_queue_destroy(c->queue);
+    rd_kafka_destroy_flags(c->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    c->rk = NULL;
+    c->queue = NULL;
+    if (al_kafka_conf_set(c->conf, "session.timeout.ms", v) != 0)
+        return al_err(errstr, errlen, "out of memory");
+    al_log_info("kafka",
+                "group %s: the embedded broker keeps no static members: joining as a dynamic "
+                "member with a %ld ms session (a restarted worker has its partitions back "
+                "within seconds)",
+                c->group, ms);
+    c->instance_id[0] = '\0';
+    if (c->member_lock_fd >= 0) close(c->member_lock_fd); /* no slot held for nothing */
+    c->member_lock_fd = -1;
+    return consumer_open(c, errstr, errlen);
+}
+
 static void consumer_release(al_consumer *c)
 {
     if (c->member_lock_fd >= 0) close(c->member_lock_fd); /* the slot is free again */
@@ -558,7 +586,8 @@ al_consumer *al_consumer_new(const al_kafka_conf *conf, const char *group, al_pr
         return NULL;
     }
     al_kafka__member_id(conf, group, c->instance_id, sizeof c->instance_id, &c->member_lock_fd);
-    if (consumer_open(c, errstr, errlen) != 0) {
+    if (consumer_open(c, errstr, errlen) != 0 ||
+        (c->instance_id[0] && consumer_embedded_dynamic(c, errstr, errlen) != 0)) {
         consumer_release(c);
         return NULL;
     }

@@ -24,6 +24,15 @@ void al_kafka__unreachable_message(rd_kafka_t *rk, const char *what, char *errst
 int al_kafka__member_id(const al_kafka_conf *conf, const char *group, char *id, size_t idlen,
                         int *lock_fd);
 
+/* Whether the cluster rk talks to keeps static group members: 0 on the embedded broker
+ * (librdkafka's mock cluster, which keeps none), 1 otherwise, also when it does not answer
+ * within 2 s (member.c). */
+int al_kafka__keeps_static_members(rd_kafka_t *rk);
+
+/* The longest session a consumer keeps on the embedded broker (member.c): a worker killed
+ * with SIGKILL hands its partitions on after this. */
+#define AL_MEMBER_EMBEDDED_SESSION_MS 4000
+
 /* Per-partition state of a consumer, shared by the al_input handles that point into it. It
  * outlives a revocation while inputs still refer to it. */
 typedef struct al_part_state {

@@ -18,6 +18,17 @@
  * A worker stopped for good leaves its partitions to the others only after session.timeout.ms
  * (45 s in broker-config/client.conf): a static member does not leave its group on close,
  * which is what lets its successor take over without a rebalance.
+ *
+ * The embedded broker (librdkafka's mock cluster, `arclight broker`) takes an instance id in
+ * JoinGroup but keeps no static members: a successor joining under the dead worker's id is a
+ * new member there, and the group waits out the dead one's whole session before it rebalances
+ * (45 s after one kill -9, two minutes after two in a row). So a consumer asks the cluster its
+ * id first (al_kafka__keeps_static_members): on the mock ("mockCluster...") it joins as a
+ * dynamic member with a session of at most AL_MEMBER_EMBEDDED_SESSION_MS, so that a restart
+ * after kill -9 has its partitions back within seconds, and a clean stop leaves the group at
+ * once (a dynamic member sends LeaveGroup). The id is still chosen as above: --exactly-once's
+ * transactional.id needs it stable across restarts on any broker. A broker that does not
+ * answer within the probe's time counts as real Kafka (static membership, as before).
  */
 #include "kafka/internal.h"
 
@@ -32,6 +43,15 @@
 #include <unistd.h>
 
 #define AL_MEMBER_SLOTS 256
+#define AL_MEMBER_PROBE_MS 2000
+
+int al_kafka__keeps_static_members(rd_kafka_t *rk)
+{
+    char *id = rd_kafka_clusterid(rk, AL_MEMBER_PROBE_MS);
+    int mock = id && !strncmp(id, "mockCluster", 11);
+    if (id) rd_kafka_mem_free(rk, id);
+    return !mock;
+}
 
 /* Copies s into out keeping what a Kafka id and a file name may safely hold. */
 static void member_clean(const char *s, char *out, size_t outlen)
