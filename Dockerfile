@@ -11,7 +11,7 @@ RUN apt-get update -q \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       build-essential cmake pkg-config ca-certificates curl \
       librdkafka-dev libavro-dev libjansson-dev libevent-dev libcurl4-openssl-dev \
-      libssl-dev libopenblas-dev zlib1g-dev \
+      libssl-dev libopenblas-dev zlib1g-dev libgloo-dev \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=node /usr/local/bin/node /usr/local/bin/node
 COPY --from=node /usr/local/lib/node_modules/npm /usr/local/lib/node_modules/npm

@@ -10,6 +10,7 @@ DEBIAN_PACKAGES=(
   clang libclang-rt-14-dev            # libFuzzer for the fuzz targets
   librdkafka-dev libavro-dev avro-bin libjansson-dev libevent-dev libcurl4-openssl-dev
   libssl-dev libopenblas-dev zlib1g-dev  # zlib: replay inflates deflate recordings
+  libgloo-dev                         # CPU data parallelism of the trainer (lib/model/dist.h)
   kcat nginx wrk                      # benchmark references
   python3-torch python3-numpy         # PyTorch reference for the model tests
   python3-yaml python3-kubernetes     # manifest checks: compose (t0003), deploy/k8s schema (t0004)

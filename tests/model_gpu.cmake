@@ -20,3 +20,7 @@ arclight_test(t1706_cuda_module SOURCES tests/t1706_cuda_module.c LIBS arclight_
 # library alone so that tests/gpu/run.sh builds it on a GPU machine (model-only).
 add_executable(bench_gpu bench/bench_gpu.c)
 target_link_libraries(bench_gpu PRIVATE arclight_model m)
+# Data parallelism on CPUs over gloo: 2 and 3 ranks against one process, and a rank killed
+# (issue 24). Skipped (77) in a build without gloo.
+arclight_test(t1707_dist_gloo SOURCES tests/t1707_dist_gloo.c LIBS arclight_model TIMEOUT 180)
+set_tests_properties(t1707_dist_gloo PROPERTIES SKIP_RETURN_CODE 77)

@@ -1,9 +1,14 @@
 /*
  * dist.c: the rendezvous of data-parallel replicas (dist.h) over TCP, and the calls into
- * the CUDA module's NCCL functions.
+ * the CUDA module's NCCL functions (GPUs) or into gloo (CPUs: gloo/dist_gloo.h, with rank
+ * 0's key-value store and membership links from dist_store.h).
  */
 #define _GNU_SOURCE
 #include "model/dist.h"
+#include "model/dist_store.h"
+#ifdef ARCLIGHT_HAVE_GLOO
+#include "model/gloo/dist_gloo.h"
+#endif
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -12,6 +17,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +40,59 @@ struct al_dist {
     free_fn comm_free;
     double *scratch; /* backend memory for host statistics */
     size_t scratch_n;
+    al_dist_store *store; /* CPU: rank 0's store and the membership links */
+    void *gloo;           /* CPU: al_gloo */
+    al_dist_lost_fn lost;
+    void *lost_ud;
 };
+
+/* A member gone (dist_store.h), when the caller gave no callback: say so and ask this
+ * process to stop (SIGTERM), as a pod's termination would. */
+static void dist_lost_default(void *ud, const char *why)
+{
+    (void)ud;
+    fprintf(stderr, "arclight: dist: %s: the group is broken; stopping (start the group again: "
+                    "it resumes from rank 0's newest full checkpoint)\n",
+            why);
+    raise(SIGTERM);
+}
+
+/* A collective that failed leaves the replicas in different places mid-step: nothing of this
+ * process can be kept, and the group restarts from the newest full checkpoint. */
+static void dist_broken(const char *err)
+{
+    fprintf(stderr, "arclight: dist: %s; the group is broken mid-step: exiting (start the "
+                    "group again: it resumes from rank 0's newest full checkpoint)\n",
+            err);
+    fflush(stderr);
+    _exit(1);
+}
+
+static void dist_lost(void *ud, const char *why)
+{
+    al_dist *d = ud;
+    (d->lost ? d->lost : dist_lost_default)(d->lost_ud, why);
+}
+
+/* The CPU group: rank 0's store, every rank joined, gloo's mesh. 0, or -1 with errstr. */
+static int dist_open_cpu(al_dist *d, const al_dist_opts *o, char *errstr, size_t errlen)
+{
+#ifdef ARCLIGHT_HAVE_GLOO
+    d->store = al_dist_store_open(o->addr, o->rank, o->world, o->timeout_s, dist_lost, d, errstr,
+                                  errlen);
+    if (!d->store) return -1;
+    d->gloo = al_gloo_new(d->store, o->rank, o->world, al_dist_store_local_host(d->store),
+                          o->timeout_s, errstr, errlen);
+    return d->gloo ? 0 : -1;
+#else
+    (void)d;
+    snprintf(errstr, errlen,
+             "dist: data parallelism over %d replicas needs --device cuda (NCCL), or a build "
+             "with gloo (libgloo-dev) for CPU replicas",
+             o->world);
+    return -1;
+#endif
+}
 
 static int env_int(const char *a, const char *b, int *out, char *errstr, size_t errlen)
 {
@@ -219,12 +277,16 @@ al_dist *al_dist_new(al_backend *be, const al_dist_opts *o, char *errstr, size_t
         return NULL;
     }
     d->rank = o->rank, d->world = o->world, d->be = be;
+    d->lost = o->lost, d->lost_ud = o->lost_ud;
     if (o->world == 1) return d;
     if (strcmp(be->ops->name, "cuda") != 0) {
-        snprintf(errstr, errlen, "dist: data parallelism over %d replicas needs --device cuda (NCCL)",
-                 o->world);
-        free(d);
-        return NULL;
+        if (strcmp(be->ops->name, "cpu") != 0 || dist_open_cpu(d, o, errstr, errlen) != 0) {
+            if (strcmp(be->ops->name, "cpu") != 0)
+                snprintf(errstr, errlen, "dist: no collectives for the %s backend", be->ops->name);
+            al_dist_free(d);
+            return NULL;
+        }
+        return d;
     }
     uid_fn uid = (uid_fn)al_backend_cuda_symbol("al_cuda_nccl_unique_id");
     init_fn init = (init_fn)al_backend_cuda_symbol("al_cuda_nccl_init");
@@ -249,6 +311,10 @@ al_dist *al_dist_new(al_backend *be, const al_dist_opts *o, char *errstr, size_t
 void al_dist_free(al_dist *d)
 {
     if (!d) return;
+#ifdef ARCLIGHT_HAVE_GLOO
+    al_gloo_free(d->gloo);
+#endif
+    al_dist_store_close(d->store); /* the others see this rank leave */
     if (d->comm) d->comm_free(d->comm);
     if (d->scratch) d->be->ops->free(d->be, d->scratch);
     free(d);
@@ -266,12 +332,26 @@ int al_dist_world(const al_dist *d)
 void al_dist_allreduce(al_dist *d, float *dev, size_t n)
 {
     if (!d || d->world == 1 || !n) return;
+#ifdef ARCLIGHT_HAVE_GLOO
+    char err[600];
+    if (d->gloo) {
+        if (al_gloo_allreduce_f32(d->gloo, dev, n, err, sizeof err)) dist_broken(err);
+        return;
+    }
+#endif
     d->reduce(d->comm, dev, n, 0, 0);
 }
 
 void al_dist_allreduce_host(al_dist *d, double *host, size_t n, int max)
 {
     if (!d || d->world == 1 || !n) return;
+#ifdef ARCLIGHT_HAVE_GLOO
+    char err[600];
+    if (d->gloo) {
+        if (al_gloo_allreduce_f64(d->gloo, host, n, max, err, sizeof err)) dist_broken(err);
+        return;
+    }
+#endif
     if (n > d->scratch_n) {
         if (d->scratch) d->be->ops->free(d->be, d->scratch);
         d->scratch = d->be->ops->alloc(d->be, sizeof(double) * n);
@@ -286,5 +366,12 @@ void al_dist_allreduce_host(al_dist *d, double *host, size_t n, int max)
 void al_dist_broadcast(al_dist *d, float *dev, size_t n, int root)
 {
     if (!d || d->world == 1 || !n) return;
+#ifdef ARCLIGHT_HAVE_GLOO
+    char err[600];
+    if (d->gloo) {
+        if (al_gloo_broadcast_f32(d->gloo, dev, n, root, err, sizeof err)) dist_broken(err);
+        return;
+    }
+#endif
     d->bcast(d->comm, dev, n, 0, root);
 }

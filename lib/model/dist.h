@@ -10,6 +10,16 @@
  * The NCCL communicator lives in the CUDA module; dist.c does the rendezvous: rank 0 listens
  * on ADDR (HOST:PORT), makes NCCL's unique id and hands it to every other rank, which
  * connects (retrying until the timeout: pods start in any order).
+ *
+ * On CPUs (--device cpu) the collectives are gloo's over TCP (gloo/dist_gloo.h): rank 0
+ * serves a key-value store on ADDR for the mesh's rendezvous and keeps a membership link to
+ * every rank (dist_store.h). Failure: a rank gone closes its link (the kernel closes a dead
+ * process's sockets; a vanished host fails the link's keepalive within ~4 s), and every
+ * other rank hears of it within a second (opts.lost; by default SIGTERM, so that a trainer
+ * stops after its last complete step); a collective that fails mid-step (a peer reset, or
+ * nothing within timeout_s) exits the process at once, since no replica's state mid-step
+ * can be kept. Either way the group is started again and resumes from rank 0's newest full
+ * checkpoint (stages/train).
  */
 #ifndef ARCLIGHT_MODEL_DIST_H
 #define ARCLIGHT_MODEL_DIST_H
@@ -22,6 +32,10 @@ typedef struct al_dist_opts {
     int rank, world;   /* 0 <= rank < world */
     const char *addr;  /* HOST:PORT where rank 0 listens for the others */
     double timeout_s;  /* how long ranks wait for each other (default 600) */
+    /* CPU groups: called once, from another thread, when a member is gone (why: which);
+     * NULL: a line on stderr and SIGTERM to this process */
+    void (*lost)(void *ud, const char *why);
+    void *lost_ud;
 } al_dist_opts;
 
 /* Fills o from the environment: ARCLIGHT_DIST_WORLD (or WORLD_SIZE), ARCLIGHT_DIST_RANK (or
@@ -32,9 +46,9 @@ int al_dist_opts_from_env(al_dist_opts *o, char *errstr, size_t errlen);
 
 typedef struct al_dist al_dist;
 
-/* Joins the group on backend be (which must be CUDA when world > 1). world 1 needs no
- * rendezvous and no NCCL. NULL with errstr (bad options, no CUDA, a rank that never came,
- * NCCL's own errors abort with their file and line). */
+/* Joins the group on backend be (CUDA: NCCL; CPU: gloo, when built with it). world 1
+ * needs no rendezvous. NULL with errstr (bad options, no collectives for the backend, a
+ * rank that never came; NCCL's own errors abort with their file and line). */
 al_dist *al_dist_new(al_backend *be, const al_dist_opts *o, char *errstr, size_t errlen);
 void al_dist_free(al_dist *d);
 int al_dist_rank(const al_dist *d);
