@@ -16,3 +16,9 @@ arclight_fuzz(fuzz_train_asm TEST t1203_train_asm_fuzz CORPUS train_corpus RUNS 
   DEPENDS ${PROJECT_SOURCE_DIR}/stages/train/assembler.h ${PROJECT_SOURCE_DIR}/lib/avro/codec.h
   INCLUDES ${PROJECT_SOURCE_DIR}/stages
   LIBS -ljansson -lcrypto)
+# t1203: `arclight train` as 2 and 3 data-parallel CPU replicas (gloo) against one process,
+# replicas that disagree, a replica killed mid-run (issue 24); skipped without gloo.
+arclight_test(t1203_train_replicas SOURCES tests/t1203_train_replicas.c
+  LIBS arclight_kafka arclight_avro arclight_model arclight_core PkgConfig::RDKAFKA TIMEOUT 400)
+set_tests_properties(t1203_train_replicas PROPERTIES SKIP_RETURN_CODE 77)
+add_dependencies(t1203_train_replicas arclight)

@@ -391,6 +391,8 @@ static int train_cli_parse(train_cli *cli, int argc, char **argv)
         .keep = 5,
         .stop_after = -1,
         .kill_version = -1,
+        .diverge_rank = -1,
+        .diverge_version = -1,
     };
     cli->drain_s = AL_STAGE_DRAIN_DEFAULT_S;
     const al_flag fixed[] = {
@@ -510,6 +512,11 @@ static int train_cli_settings(train_cli *cli, al_trainer_config *tc)
         else
             cli->o.kill_version = -1;
     }
+    /* "RANK:VERSION": that rank's weights are changed after that version, so that the
+     * group's comparison of the replicas' weights (steps.c) has something to find. */
+    const char *diverge = al_fault_spec("ARCLIGHT_TRAIN_TEST_DIVERGE_AT");
+    if (diverge && sscanf(diverge, "%d:%" SCNd64, &cli->o.diverge_rank, &cli->o.diverge_version) != 2)
+        cli->o.diverge_rank = -1, cli->o.diverge_version = -1;
     return -1;
 }
 

@@ -8,11 +8,13 @@
 #include "train.h"
 
 #include "core/fault.h"
+#include "core/hash.h"
 #include "core/log.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void train_held_release(void *ctx, void *opaque)
 {
@@ -44,6 +46,44 @@ static void ready_release(al_train_ready *r)
     al_train_ready_free(r);
 }
 
+/* The replicas of a data-parallel group must hold the same weights after every update
+ * (dist.h: the same start, the same summed gradients, the same AdamW). On the CPU each rank
+ * takes an order-free digest of its weights (a sum of mixed 64-bit words, GB/s: small next
+ * to a step) and the group compares them (the maximum and minimum of both 32-bit halves);
+ * replicas that disagree (a bug, a flipped bit, a rank on other weights) stop the group on
+ * that version, on every rank alike, before rank 0 writes or publishes it. A restart starts
+ * every rank from rank 0's newest full checkpoint. On CUDA the weights stay on the device
+ * and are not compared. 0 when they agree (or there is nothing to compare), -1 when not. */
+static int train_replicas_agree(train_worker *w)
+{
+    if (al_dist_world(w->dist) < 2 || strcmp(w->be->ops->name, "cpu") != 0) return 0;
+    float *p = al_model_params(w->policy);
+    size_t n = al_model_num_params(w->policy);
+    if (AL_FAULT_POINTS && w->o->diverge_rank == al_dist_rank(w->dist) &&
+        w->o->diverge_version == w->version)
+        p[0] += 1e-3f; /* the fault point: this rank's weights differ from here on */
+    uint64_t h = 0, word;
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        memcpy(&word, p + i, sizeof word);
+        h += al_hash_mix(word ^ (uint64_t)i);
+    }
+    if (n % 2) {
+        uint32_t last;
+        memcpy(&last, p + n - 1, sizeof last);
+        h += al_hash_mix(last ^ (uint64_t)n);
+    }
+    double hi = (double)(h >> 32), lo = (double)(h & 0xffffffffu);
+    double range[4] = {hi, lo, -hi, -lo}; /* max of each; min = -max of the negated */
+    al_dist_allreduce_host(w->dist, range, 4, 1);
+    if (range[0] == -range[2] && range[1] == -range[3]) return 0;
+    al_stage_fail(&w->st,
+                  "the replicas disagree on the weights after version %" PRId64 " (this rank, "
+                  "%d of %d, holds digest %016" PRIx64 "): the group stops before the version is "
+                  "written; restarted, every rank starts from rank 0's newest full checkpoint",
+                  w->version, al_dist_rank(w->dist), al_dist_world(w->dist), h);
+    return -1;
+}
+
 /* Trains on one complete step and publishes its version. Takes ownership of r. */
 void train_step_apply(train_worker *w, al_train_ready *r)
 {
@@ -62,6 +102,10 @@ void train_step_apply(train_worker *w, al_train_ready *r)
         int ok = al_trainer_step(w->tr, r->chunks, r->nchunks, &st, err, sizeof err) == 0;
         if (ok) w->version++, w->batch_step = r->step;
         else al_log_error(COMP, "step %" PRId64 ": the trainer refused it: %s", r->step, err);
+        if (ok && train_replicas_agree(w) != 0) {
+            ready_release(r);
+            return;
+        }
         al_log_info(COMP, "%s v%" PRId64 " (batch step %" PRId64 ", rank %d of %d)%s",
                     w->o->model_name, w->version, r->step, al_dist_rank(w->dist),
                     al_dist_world(w->dist), ok ? "" : ": refused");
@@ -79,6 +123,10 @@ void train_step_apply(train_worker *w, al_train_ready *r)
     }
     w->version++;
     w->batch_step = r->step;
+    if (train_replicas_agree(w) != 0) {
+        ready_release(r);
+        return;
+    }
     train_version_stats_json(&st, w, r->step, r->policy_version, r->reward_mean,
                              w->last_metrics, sizeof w->last_metrics);
     int full = w->version % w->o->checkpoint_every == 0;

@@ -29,6 +29,8 @@ typedef struct train_opts {
     int64_t checkpoint_every, keep, stop_after;
     int64_t kill_version;
     int kill_after_ack; /* fault point: 0 after the checkpoint, 1 after the PolicyVersion's ack */
+    int diverge_rank;        /* fault point: this rank's weights change after ... */
+    int64_t diverge_version; /* ... this version (-1: never) */
 } train_opts;
 
 typedef struct held_msg {
