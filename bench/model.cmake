@@ -9,3 +9,8 @@ add_custom_target(bench_train_step
   DEPENDS bench_train_step_c
   USES_TERMINAL)
 add_dependencies(bench bench_train_step)
+
+# Data parallelism on CPUs over gloo: 1..3 replicas, the all-reduce against the step.
+#   cmake --build build --target bench_dist && ./build/bench_dist 3 5
+add_executable(bench_dist bench/bench_dist.c)
+target_link_libraries(bench_dist PRIVATE arclight_model m)
