@@ -27,6 +27,7 @@ static al_test_broker g_broker;
 static sv_server g_a, g_b;
 static int g_b_port;
 static pid_t g_sync;
+static int g_metrics_port;
 static rd_kafka_t *g_prod;
 static const int32_t PROMPT[] = {11, 22, 33, 44};
 
@@ -70,13 +71,15 @@ static void setup(void)
     rd_kafka_conf_set(c, "bootstrap.servers", g_broker.bootstrap, err, sizeof err);
     g_prod = rd_kafka_new(RD_KAFKA_PRODUCER, c, err, sizeof err);
     REQUIRE(g_prod);
-    char ra[300], rb[300];
+    char ra[300], rb[300], metrics[64];
+    g_metrics_port = al_test_free_port();
+    snprintf(metrics, sizeof metrics, "127.0.0.1:%d", g_metrics_port);
     snprintf(ra, sizeof ra, "sglang=%s", g_a.url);
     snprintf(rb, sizeof rb, "vllm=%s", g_b.url);
     const char *argv[] = {al_test_bin(), "sync", "--bootstrap", g_broker.bootstrap, "--model",
                           "tiny", "--replica", ra, "--replica", rb, "--retry-min-ms", "100",
                           "--retry-max-ms", "400", "--request-timeout", "10", "--check-every", "0.5",
-                          NULL};
+                          "--metrics", metrics, NULL};
     g_sync = al_test_spawn(argv, NULL, 1);
     REQUIRE(g_sync > 0);
 }
@@ -197,6 +200,15 @@ TEST(versions_reach_both_back_ends_retried_caught_up_never_reversed)
     publish(1);
     usleep(1500000);
     CHECK(reported(&g_a, 0) == 3 && reported(&g_b, 1) == 3);
+
+    /* its metrics */
+    char series[400];
+    snprintf(series, sizeof series, "arclight_sync_replica_version{replica=\"%s\"}", g_b.url);
+    CHECK(al_test_metric_at(g_metrics_port, series) == 3);
+    snprintf(series, sizeof series, "arclight_sync_updates_total{replica=\"%s\",result=\"failed\"}",
+             g_a.url);
+    CHECK(al_test_metric_at(g_metrics_port, series) >= 1);
+    CHECK(al_test_metric_at(g_metrics_port, "arclight_sync_target_version") == 3);
 
     /* the record: every attempt, applied versions only going up per replica */
     kill(g_sync, SIGTERM);

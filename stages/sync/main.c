@@ -25,6 +25,10 @@
  * With "ok": true the replica serves version N from finished_us on (requests that began before
  * started_us ran on the older weights; between the two, either).
  *
+ * Metrics (--metrics): arclight_sync_target_version, and per replica (label replica=URL)
+ * arclight_sync_replica_version (-1: unknown) and arclight_sync_updates_total{result=ok|failed};
+ * /healthz is always ok (a replica that fails is retried, not a failure of sync).
+ *
  * Checkpoint URIs: file:///DIR/ (the trainer without --listen) name the directory; replicas
  * read it from a shared filesystem, at the same path or as --path-map FROM=TO rewrites its
  * prefix. http:// URIs (the trainer's --listen) are refused with that reason: SGLang's and
@@ -40,6 +44,8 @@
 #include "kafka/follower.h"
 #include "kafka/kafka.h"
 #include "kafka/stage.h"
+#include "http/metrics.h"
+#include "http/server.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -207,9 +213,11 @@ static void sync_one(al_producer *p, const sync_opts *o, sync_replica *r, const 
         al_log_info(COMP, "%s %s now serves version %" PRId64 " (%.0f ms)",
                     sync_kind_name(r->kind), r->url, t->version, (t1 - t0) / 1e3);
         r->version = t->version, r->failed_for = -1, r->attempts = 0;
+        if (r->c_ok) al_counter_inc(r->c_ok);
         return;
     }
     r->attempts++;
+    if (r->c_failed) al_counter_inc(r->c_failed);
     sync_record(p, o, r, t, err, t0, al_now_us());
     int64_t wait = o->retry_min_ms;
     for (int i = 1; i < r->attempts && wait < o->retry_max_ms; i++) wait *= 2;
@@ -273,9 +281,26 @@ static void sync_check(sync_opts *o, int64_t target)
     }
 }
 
+/* The metrics of each replica, in reg. */
+static void sync_metrics_init(sync_opts *o, al_metrics *reg)
+{
+    for (size_t i = 0; i < o->reps.n; i++) {
+        sync_replica *r = &o->reps.r[i];
+        r->g_version = al_metrics_gauge(reg, "arclight_sync_replica_version",
+                                        "Policy version each replica serves (-1: unknown)",
+                                        "replica", r->url, NULL);
+        r->c_ok = al_metrics_counter(reg, "arclight_sync_updates_total",
+                                     "Updates tried, by replica and result", "replica", r->url,
+                                     "result", "ok", NULL);
+        r->c_failed = al_metrics_counter(reg, "arclight_sync_updates_total",
+                                         "Updates tried, by replica and result", "replica",
+                                         r->url, "result", "failed", NULL);
+    }
+}
+
 /* The loop: follow, then bring the replicas that are behind to the target. Returns the exit
  * code. */
-static int sync_run(sync_opts *o, al_follower *f, al_producer *p)
+static int sync_run(sync_opts *o, al_follower *f, al_producer *p, al_gauge *g_target)
 {
     sync_target t = {.version = -1};
     int assigned = 0, said_ready = 0;
@@ -303,6 +328,9 @@ static int sync_run(sync_opts *o, al_follower *f, al_producer *p)
         }
         if (m) rd_kafka_message_destroy(m);
         al_producer_poll(p, 0);
+        if (g_target) al_gauge_set(g_target, (double)t.version);
+        for (size_t i = 0; i < o->reps.n; i++)
+            if (o->reps.r[i].g_version) al_gauge_set(o->reps.r[i].g_version, (double)o->reps.r[i].version);
         if (!assigned || !al_follower_caught_up(f)) continue;
         if (!said_ready) {
             said_ready = 1;
@@ -337,10 +365,19 @@ int cmd_sync(int argc, char **argv)
     al_follower_opts fo = {.topic = o->topic, .client = "arclight-sync", .timeout_ms = 1000};
     al_follower *f = kc ? al_follower_new(kc, &fo, err, sizeof err) : NULL;
     al_producer *p = f ? al_producer_new(kc, err, sizeof err) : NULL;
+    al_metrics *reg = al_metrics_new();
+    al_http_server *srv = NULL;
     rc = AL_EXIT_FAILURE;
-    if (!p) {
+    if (!reg) snprintf(err, sizeof err, "out of memory");
+    int up = p && reg &&
+             (!o->common.metrics ||
+              (srv = al_http_server_start(o->common.metrics, reg, NULL, NULL, err, sizeof err)));
+    if (!up) {
         al_log_error(COMP, "%s", err);
     } else {
+        sync_metrics_init(o, reg);
+        al_gauge *g_target = al_metrics_gauge(reg, "arclight_sync_target_version",
+                                              "Newest policy version of --model seen", NULL);
         al_stage_catch_signals();
         const char *outs[] = {o->sync_topic, NULL};
         if (al_producer_prepare(p, outs, 5000, err, sizeof err) != 0)
@@ -348,10 +385,12 @@ int cmd_sync(int argc, char **argv)
         sync_probe_all(o);
         al_log_info(COMP, "following %s for %s, %zu replica(s), recording on %s", o->topic,
                     o->model, o->reps.n, o->sync_topic);
-        rc = sync_run(o, f, p);
+        rc = sync_run(o, f, p, g_target);
         if (al_producer_flush(p, 5000, err, sizeof err) != 0) al_log_warn(COMP, "%s", err);
     }
     al_producer_free_within(p, 1000);
+    al_http_server_stop(srv);
+    al_metrics_free(reg);
     al_follower_free(f);
     al_kafka_conf_free(kc);
     free(o);

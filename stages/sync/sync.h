@@ -25,6 +25,9 @@ typedef struct sync_replica {
     int64_t failed_for;  /* the version the failures below are about; -1: none */
     int attempts;        /* failed attempts at failed_for */
     int64_t next_try_us; /* al_mono_us() before which it is not tried again */
+    /* metrics (main.c; NULL without a registry) */
+    struct al_gauge *g_version;
+    struct al_counter *c_ok, *c_failed;
 } sync_replica;
 
 /* Parses "KIND=URL" (kinds sglang, vllm, arclight; URL http://host:port). 0, or -1 with what
