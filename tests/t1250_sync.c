@@ -76,7 +76,7 @@ static void setup(void)
     snprintf(metrics, sizeof metrics, "127.0.0.1:%d", g_metrics_port);
     snprintf(ra, sizeof ra, "sglang=%s", g_a.url);
     snprintf(rb, sizeof rb, "vllm=%s", g_b.url);
-    const char *argv[] = {al_test_bin(), "sync", "--bootstrap", g_broker.bootstrap, "--model",
+    const char *argv[] = {al_test_bin(), "sync", "--bootstrap", g_broker.bootstrap, "--model-name",
                           "tiny", "--replica", ra, "--replica", rb, "--retry-min-ms", "100",
                           "--retry-max-ms", "400", "--request-timeout", "10", "--check-every", "0.5",
                           "--metrics", metrics, NULL};

@@ -4,7 +4,7 @@
  *
  * Delivery contract. sync follows arclight.policy (kafka/follower.h: every partition from its
  * beginning, no consumer group, nothing committed): a restart reads the topic again and starts
- * from the newest PolicyVersion of --model, so nothing is lost by a crash. Until the topic is
+ * from the newest PolicyVersion of --model-name, so nothing is lost by a crash. Until the topic is
  * read to the end it had at start, nothing is applied (an old version is never pushed first).
  * Versions only go up: a PolicyVersion not newer than the newest seen is ignored, and a replica
  * is only ever moved to the newest version, never back (one that was down skips the versions
@@ -102,7 +102,7 @@ static int sync_parse(sync_opts *o, int argc, char **argv)
          .help = "a serving replica (repeat): sglang=http://h:p, vllm=http://h:p\n"
                  "(VLLM_SERVER_DEV_MODE=1, disk weight transfer) or\n"
                  "arclight=http://h:p (arclight serve --weight-routes)"},
-        {"model", 0, AL_FLAG_STRING, &o->model, .arg = "NAME",
+        {"model-name", 0, AL_FLAG_STRING, &o->model, .arg = "NAME",
          .help = "the model whose PolicyVersions to follow (the trainer's\n--model-name)"},
         {"policy-topic", 0, AL_FLAG_STRING, &o->topic, .arg = "TOPIC",
          .help = "default arclight.policy"},
@@ -122,7 +122,7 @@ static int sync_parse(sync_opts *o, int argc, char **argv)
          .help = "the longest wait between tries (default 30000)"},
     };
     const al_cmd_spec spec = {
-        "sync", "--model NAME --replica KIND=URL [--replica ...] [flags]",
+        "sync", "--model-name NAME --replica KIND=URL [--replica ...] [flags]",
         "Follows arclight.policy and brings every serving replica (SGLang, vLLM or arclight\n"
         "serve) to each new policy version with its own weight-update routes; records each\n"
         "update on arclight.sync.\n",
@@ -131,7 +131,7 @@ static int sync_parse(sync_opts *o, int argc, char **argv)
     int rc = al_flags_parse(&spec, &o->common, argc, argv, &first);
     if (rc != AL_FLAGS_GO) return rc;
     if (first < argc) return al_cli_usage_error("sync", "unexpected argument '%s'", argv[first]);
-    if (!o->model) return al_cli_usage_error("sync", "--model NAME is required");
+    if (!o->model) return al_cli_usage_error("sync", "--model-name NAME is required");
     if (o->reps.n == 0) return al_cli_usage_error("sync", "give at least one --replica KIND=URL");
     if (o->reps.n > SYNC_MAX_REPLICAS)
         return al_cli_usage_error("sync", "at most %d --replica flags", SYNC_MAX_REPLICAS);
@@ -228,7 +228,7 @@ static void sync_one(al_producer *p, const sync_opts *o, sync_replica *r, const 
                 err);
 }
 
-/* One record of the policy topic: a newer PolicyVersion of --model becomes the target. */
+/* One record of the policy topic: a newer PolicyVersion of --model-name becomes the target. */
 static void sync_on_policy(const sync_opts *o, rd_kafka_message_t *m, sync_target *t)
 {
     al_policy_version pv = {0};
@@ -377,7 +377,7 @@ int cmd_sync(int argc, char **argv)
     } else {
         sync_metrics_init(o, reg);
         al_gauge *g_target = al_metrics_gauge(reg, "arclight_sync_target_version",
-                                              "Newest policy version of --model seen", NULL);
+                                              "Newest policy version of --model-name seen", NULL);
         al_stage_catch_signals();
         const char *outs[] = {o->sync_topic, NULL};
         if (al_producer_prepare(p, outs, 5000, err, sizeof err) != 0)
