@@ -167,6 +167,9 @@ TEST(versions_reach_both_back_ends_retried_caught_up_never_reversed)
     check_served(&g_a, d1, 1);
     check_served(&g_b, d1, 1);
 
+    /* a vLLM weight-update session left open (a sync that died mid-update) does not block b */
+    json_decref(sv_post_json(g_b.url, "/start_weight_update", "{}", NULL));
+
     /* version 2's directory is not there yet: refused, old weights kept, retried */
     publish(2);
     usleep(1500000);

@@ -169,7 +169,12 @@ static int apply_vllm(const sync_replica *r, const char *dir, const char *label,
 {
     if (post_ok(r, "/pause?mode=keep", "", t, err, errlen) != 0) return -1;
     int rc = post_ok(r, "/start_weight_update", "{}", t, err, errlen);
-    if (rc == 0) {
+    if (rc != 0) {
+        /* a session left open (by a sync that died mid-update): finishing it without a
+         * checkpoint closes it, so that the next try can start one */
+        char e2[256];
+        post_ok(r, "/finish_weight_update", "{}", t, e2, sizeof e2);
+    } else {
         json_t *o = json_pack("{s:{s:s}}", "update_info", "path", dir);
         char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
         json_decref(o);
