@@ -177,12 +177,15 @@ TEST(sglang_routes)
         json_decref(j);
     }
     /* loads that fail: 400 {"success": false}, the old weights keep serving */
-    char bodies[4][800];
+    char bodies[5][800];
     snprintf(bodies[0], sizeof bodies[0], "{\"model_path\":\"%s\",\"weight_version\":\"2\"}", g_bad);
     snprintf(bodies[1], sizeof bodies[1], "{\"model_path\":\"relative/dir\",\"weight_version\":\"2\"}");
     snprintf(bodies[2], sizeof bodies[2], "{\"model_path\":\"%s/missing\"}", g_dir);
     snprintf(bodies[3], sizeof bodies[3], "{\"model_path\":\"%s\",\"load_format\":\"gguf\"}", g_c);
-    for (int i = 0; i < 4; i++) {
+    /* a file far larger than the served weights is refused before it is read (sparse here) */
+    REQUIRE(sv_sh("truncate -s 2G %s/big.safetensors", g_dir) == 0);
+    snprintf(bodies[4], sizeof bodies[4], "{\"model_path\":\"%s/big.safetensors\"}", g_dir);
+    for (int i = 0; i < 5; i++) {
         j = post("/update_weights_from_disk", bodies[i], 400);
         CHECK(json_is_false(json_object_get(j, "success")));
         CHECKF(strncmp(str(j, "message") ? str(j, "message") : "", "Failed to update weights", 24) == 0,

@@ -118,6 +118,16 @@ static al_model *wapi_load(serve_ctx *sc, const char *path, char *err, size_t er
         al_err(err, errlen, "%s is not under a --checkpoint-root", path);
         return NULL;
     }
+    /* no larger than the served shape's weights as F32 (plus an lm_head a tied model's file
+     * may carry, headers and headroom), as the follower bounds a download (policy.h) */
+    size_t max = al_model_config_num_params(&sc->cfg) * 4 +
+                 (size_t)sc->cfg.vocab_size * (size_t)sc->cfg.hidden_size * 4;
+    max += max / 16 + (2u << 20);
+    if (stat(file, &sb) != 0 || !S_ISREG(sb.st_mode) || (size_t)sb.st_size > max) {
+        al_err(err, errlen, "%s is not a regular file of at most %zu bytes (the served model's "
+                            "weights as F32)", file, max);
+        return NULL;
+    }
     size_t len = 0;
     char *bytes = al_file_read(file, &len, err, errlen);
     if (!bytes) return NULL;
