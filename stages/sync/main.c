@@ -13,7 +13,9 @@
  * every --check-every seconds the replicas it believes up to date are asked again, so that one
  * restarted on older weights (or reloaded by someone else) is brought back to the target.
  *
- * Per replica: the update runs with its back end's routes (replica.c); a failure (the replica
+ * Per replica: the update runs with its back end's routes (replica.c), the replicas that are
+ * behind all at once (a thread each; the next round starts when the slowest is done); a
+ * failure (the replica
  * down, a refused load: the replica keeps its old weights) is retried after --retry-min-ms,
  * doubling up to --retry-max-ms, until it succeeds or a newer version replaces the target.
  *
@@ -50,6 +52,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,32 +203,72 @@ static void sync_record(al_producer *p, const sync_opts *o, const sync_replica *
     free(s);
 }
 
-/* Tries to bring replica r to the target now, records the attempt, and sets when to try again
- * after a failure. */
-static void sync_one(al_producer *p, const sync_opts *o, sync_replica *r, const sync_target *t)
-{
+/* One replica's update in a round: run on a thread of its own (HTTP only, nothing shared). */
+typedef struct sync_job {
+    const sync_replica *r;
+    const sync_target *t;
+    double timeout_s;
+    int rc;
     char err[1024];
-    int64_t t0 = al_now_us();
+    int64_t t0, t1; /* wall clock, µs */
+    pthread_t th;
+    int threaded;
+} sync_job;
+
+static void *sync_job_main(void *arg)
+{
+    sync_job *j = arg;
+    j->t0 = al_now_us();
+    j->rc = sync_replica_apply(j->r, j->t->dir, j->t->version, j->timeout_s, j->err, sizeof j->err);
+    j->t1 = al_now_us();
+    return NULL;
+}
+
+/* What an update came to: records the attempt, and after a failure sets when to try again. */
+static void sync_job_done(al_producer *p, const sync_opts *o, sync_replica *r, const sync_job *j)
+{
+    const sync_target *t = j->t;
     if (r->failed_for != t->version) r->failed_for = t->version, r->attempts = 0;
-    if (sync_replica_apply(r, t->dir, t->version, o->timeout_s, err, sizeof err) == 0) {
-        int64_t t1 = al_now_us();
-        sync_record(p, o, r, t, NULL, t0, t1);
+    if (j->rc == 0) {
+        sync_record(p, o, r, t, NULL, j->t0, j->t1);
         al_log_info(COMP, "%s %s now serves version %" PRId64 " (%.0f ms)",
-                    sync_kind_name(r->kind), r->url, t->version, (t1 - t0) / 1e3);
+                    sync_kind_name(r->kind), r->url, t->version, (j->t1 - j->t0) / 1e3);
         r->version = t->version, r->failed_for = -1, r->attempts = 0;
         if (r->c_ok) al_counter_inc(r->c_ok);
         return;
     }
     r->attempts++;
     if (r->c_failed) al_counter_inc(r->c_failed);
-    sync_record(p, o, r, t, err, t0, al_now_us());
+    sync_record(p, o, r, t, j->err, j->t0, j->t1);
     int64_t wait = o->retry_min_ms;
     for (int i = 1; i < r->attempts && wait < o->retry_max_ms; i++) wait *= 2;
     if (wait > o->retry_max_ms) wait = o->retry_max_ms;
     r->next_try_us = al_mono_us() + wait * 1000;
     al_log_warn(COMP, "%s %s: version %" PRId64 " not applied (attempt %d, next in %" PRId64
                       " ms): %s", sync_kind_name(r->kind), r->url, t->version, r->attempts, wait,
-                err);
+                j->err);
+}
+
+/* Updates every replica that is behind the target and due, all at once (a thread each; the
+ * round ends when the slowest is done), then records each. */
+static void sync_round(al_producer *p, const sync_opts *o, sync_replica *reps, size_t n,
+                       const sync_target *t)
+{
+    sync_job *jobs = calloc(n, sizeof *jobs);
+    if (!jobs) return;
+    int64_t now = al_mono_us();
+    for (size_t i = 0; i < n; i++) {
+        if (reps[i].version >= t->version || now < reps[i].next_try_us) continue;
+        jobs[i] = (sync_job){.r = &reps[i], .t = t, .timeout_s = o->timeout_s};
+        jobs[i].threaded = pthread_create(&jobs[i].th, NULL, sync_job_main, &jobs[i]) == 0;
+        if (!jobs[i].threaded) sync_job_main(&jobs[i]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!jobs[i].r) continue;
+        if (jobs[i].threaded) pthread_join(jobs[i].th, NULL);
+        sync_job_done(p, o, &reps[i], &jobs[i]);
+    }
+    free(jobs);
 }
 
 /* One record of the policy topic: a newer PolicyVersion of --model-name becomes the target. */
@@ -342,11 +385,7 @@ static int sync_run(sync_opts *o, al_follower *f, al_producer *p, al_gauge *g_ta
             sync_check(o, t.version);
             next_check = al_mono_us() + (int64_t)(o->check_every_s * 1e6);
         }
-        for (size_t i = 0; i < o->reps.n && !al_stage_stop_requested(); i++) {
-            sync_replica *r = &o->reps.r[i];
-            if (r->version >= t.version || al_mono_us() < r->next_try_us) continue;
-            sync_one(p, o, r, &t);
-        }
+        sync_round(p, o, o->reps.r, o->reps.n, &t);
     }
     return AL_EXIT_OK;
 }
