@@ -34,7 +34,8 @@
  * Checkpoint URIs: file:///DIR/ (the trainer without --listen) name the directory; replicas
  * read it from a shared filesystem, at the same path or as --path-map FROM=TO rewrites its
  * prefix. http:// URIs (the trainer's --listen) are refused with that reason: SGLang's and
- * vLLM's disk loads take a path.
+ * vLLM's disk loads take a path; unless --stage-dir DIR is given: sync then copies each such
+ * version into DIR/step-N (fetch.c; a volume it shares with the replicas) and hands them that.
  */
 #include "sync.h"
 
@@ -68,7 +69,7 @@ typedef struct sync_replicas {
 
 typedef struct sync_opts {
     al_cli_common common;
-    const char *topic, *sync_topic, *model, *path_map;
+    const char *topic, *sync_topic, *model, *path_map, *stage_dir;
     double timeout_s, check_every_s;
     int64_t retry_min_ms, retry_max_ms;
     sync_replicas reps;
@@ -80,6 +81,10 @@ typedef struct sync_target {
     int64_t version; /* -1: none yet */
     char uri[PATH_MAX + 64];
     char dir[PATH_MAX];
+    char sha256[65];
+    int staging;           /* an http:// version still to copy into --stage-dir */
+    int stage_fails;
+    int64_t stage_next_us; /* al_mono_us() of the next try */
 } sync_target;
 
 /* --replica KIND=URL: one more replica (AL_FLAG_FUNC). */
@@ -113,6 +118,10 @@ static int sync_parse(sync_opts *o, int argc, char **argv)
          .help = "where each update is recorded (default arclight.sync)"},
         {"path-map", 0, AL_FLAG_STRING, &o->path_map, .arg = "FROM=TO",
          .help = "a checkpoint directory under FROM is under TO on the\nreplicas"},
+        {"stage-dir", 0, AL_FLAG_STRING, &o->stage_dir, .arg = "DIR",
+         .help = "copy versions with http:// URIs (the trainer's --listen) into\n"
+                 "DIR/step-N first: a volume sync and the replicas share\n"
+                 "(--path-map applies to it)"},
         {"request-timeout", 0, AL_FLAG_DOUBLE, &o->timeout_s, .dlo = 0.1, .dhi = 86400,
          .arg = "S", .help = "each HTTP call to a replica (default 600: a load is slow)"},
         {"check-every", 0, AL_FLAG_DOUBLE, &o->check_every_s, .dlo = 0.1, .dhi = 86400,
@@ -164,7 +173,8 @@ static int sync_dir_of(const sync_opts *o, const char *uri, char *dir, size_t di
     if (!p)
         return al_err(err, errlen,
                       "checkpoint URI %.200s: replicas load from a path; run the trainer "
-                      "without --listen (file:// URIs) on a filesystem they share", uri);
+                      "without --listen (file:// URIs) on a filesystem they share, or give "
+                      "--stage-dir", uri);
     for (const char *c = p; *c; c++)
         if ((unsigned char)*c < 0x20 || *c == '?' || *c == '#')
             return al_err(err, errlen, "checkpoint URI %.200s: not a plain path", uri);
@@ -282,10 +292,16 @@ static void sync_on_policy(const sync_opts *o, rd_kafka_message_t *m, sync_targe
     }
     if (!strcmp(pv.model, o->model) && pv.version > t->version) {
         char dir[PATH_MAX];
-        if (sync_dir_of(o, pv.checkpoint_uri, dir, sizeof dir, err, sizeof err) != 0) {
+        int http = !strncmp(pv.checkpoint_uri, "http://", 7) || !strncmp(pv.checkpoint_uri, "https://", 8);
+        if (http && o->stage_dir) {
+            t->version = pv.version, t->staging = 1, t->stage_fails = 0, t->stage_next_us = 0;
+            snprintf(t->uri, sizeof t->uri, "%s", pv.checkpoint_uri);
+            snprintf(t->sha256, sizeof t->sha256, "%s", pv.sha256);
+            t->dir[0] = '\0';
+        } else if (sync_dir_of(o, pv.checkpoint_uri, dir, sizeof dir, err, sizeof err) != 0) {
             al_log_warn(COMP, "version %" PRId64 " skipped: %s", pv.version, err);
         } else {
-            t->version = pv.version;
+            t->version = pv.version, t->staging = 0;
             snprintf(t->uri, sizeof t->uri, "%s", pv.checkpoint_uri);
             snprintf(t->dir, sizeof t->dir, "%s", dir);
         }
@@ -304,6 +320,35 @@ static void sync_probe_all(sync_opts *o)
             r->version = -1;
         }
     }
+}
+
+/* --stage-dir: copies the target's directory from the trainer's checkpoint server when it is
+ * due; 1 once it is there (t->dir set, --path-map applied), 0 while it is not (retried after
+ * 1 s, doubling up to --retry-max-ms). */
+static int sync_stage(const sync_opts *o, sync_target *t)
+{
+    if (al_mono_us() < t->stage_next_us) return 0;
+    char staged[PATH_MAX], uri[PATH_MAX + 64], err[1024];
+    if (sync_stage_fetch(t->uri, t->sha256, o->stage_dir, t->version, 3, o->timeout_s, staged,
+                         sizeof staged, err, sizeof err) != 0) {
+        int64_t wait = 1000;
+        for (int i = 0; i < t->stage_fails && wait < o->retry_max_ms; i++) wait *= 2;
+        if (wait > o->retry_max_ms) wait = o->retry_max_ms;
+        t->stage_fails++;
+        t->stage_next_us = al_mono_us() + wait * 1000;
+        al_log_warn(COMP, "version %" PRId64 " not staged (next try in %" PRId64 " ms): %s",
+                    t->version, wait, err);
+        return 0;
+    }
+    snprintf(uri, sizeof uri, "file://%s/", staged);
+    if (sync_dir_of(o, uri, t->dir, sizeof t->dir, err, sizeof err) != 0) {
+        al_log_warn(COMP, "version %" PRId64 ": %s", t->version, err);
+        t->stage_next_us = al_mono_us() + (int64_t)o->retry_max_ms * 1000;
+        return 0;
+    }
+    al_log_info(COMP, "version %" PRId64 " staged in %s", t->version, staged);
+    t->staging = 0;
+    return 1;
 }
 
 /* Asks the replicas sync believes up to date which version they serve; one that answers with
@@ -380,7 +425,7 @@ static int sync_run(sync_opts *o, al_follower *f, al_producer *p, al_gauge *g_ta
             al_log_info(COMP, "%s read to its end: newest version of %s is %" PRId64, o->topic,
                         o->model, t.version);
         }
-        if (t.version < 0) continue;
+        if (t.version < 0 || (t.staging && !sync_stage(o, &t))) continue;
         if (al_mono_us() >= next_check) {
             sync_check(o, t.version);
             next_check = al_mono_us() + (int64_t)(o->check_every_s * 1e6);

@@ -51,4 +51,14 @@ int sync_replica_probe(const sync_replica *r, double timeout_s, int64_t *version
 int sync_replica_apply(const sync_replica *r, const char *dir, int64_t version, double timeout_s,
                        char *err, size_t errlen);
 
+/* ---- fetch.c: --stage-dir ---- */
+
+/* Copies the version directory at http(s) uri (ending in '/': the trainer's checkpoint server)
+ * into root/step-N (N = version) whole or not at all, model.safetensors checked against sha256,
+ * and removes staged versions older than the newest keep. A directory staged before with the
+ * same sha256 is kept as it is. Fills dir (root/step-N). 0, or -1 with err. */
+int sync_stage_fetch(const char *uri, const char *sha256, const char *root, int64_t version,
+                     int keep, double timeout_s, char *dir, size_t dirlen, char *err,
+                     size_t errlen);
+
 #endif
