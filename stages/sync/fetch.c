@@ -5,7 +5,8 @@
  * they share no filesystem with: DIR is a volume sync and the replicas share.
  *
  * The file list is the checkpoint server's GET URI ({"files": [...]}, ckpt_http.h); each name
- * must be a plain file name (no '/', not hidden) and the files are fetched into
+ * must be a plain file name (no '/', not hidden); all but the optimizer state and
+ * trainer_state.json (a full checkpoint's, for resuming the trainer) are fetched into
  * DIR/.step-N.tmp-PID, model.safetensors checked against the PolicyVersion's sha256, then
  * renamed to DIR/step-N: a replica never sees half a directory. Older staged versions than the
  * newest `keep` are removed.
@@ -123,6 +124,9 @@ static int fetch_files(const char *uri, const char *tmp, double timeout_s, char 
             rc = al_err(err, errlen, "GET %.300s: listed a name that is no plain file name", uri);
             break;
         }
+        /* what only resuming the trainer needs stays behind (the moments are twice the
+         * weights' size) */
+        if (!strcmp(name, "optimizer.safetensors") || !strcmp(name, "trainer_state.json")) continue;
         char url[PATH_MAX + 512], path[PATH_MAX + 256];
         snprintf(url, sizeof url, "%s%s", uri, name);
         snprintf(path, sizeof path, "%s/%s", tmp, name);
