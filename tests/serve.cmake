@@ -51,3 +51,8 @@ add_dependencies(t1108_serve_http arclight)
 arclight_test(t1109_http_servers SOURCES tests/t1109_http_servers.c stages/train/ckpt_http.c
   LIBS arclight_http arclight_model PkgConfig::JANSSON PkgConfig::CURL PkgConfig::LIBEVENT TIMEOUT 180)
 add_dependencies(t1109_http_servers arclight)
+# SGLang's and vLLM's weight-update routes (issue 23; stages/serve/weights_api.c): answers field
+# by field as their servers give them, all-or-nothing loads, logprobs of the new weights.
+arclight_test(t1110_serve_weights_api SOURCES tests/t1110_serve_weights_api.c
+  LIBS arclight_model PkgConfig::JANSSON PkgConfig::CURL TIMEOUT 120)
+add_dependencies(t1110_serve_weights_api arclight)

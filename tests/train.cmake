@@ -22,3 +22,13 @@ arclight_test(t1203_train_replicas SOURCES tests/t1203_train_replicas.c
   LIBS arclight_kafka arclight_avro arclight_model arclight_core PkgConfig::RDKAFKA TIMEOUT 400)
 set_tests_properties(t1203_train_replicas PROPERTIES SKIP_RETURN_CODE 77)
 add_dependencies(t1203_train_replicas arclight)
+
+# Each version's directory is a Hugging Face model directory (issue 23): transformers 5 loads
+# the trainer's step-N and its logprobs equal `arclight serve`'s, Qwen2 and Qwen3. The Python
+# comes from $ARCLIGHT_PYTHON, ~/.cache/arclight/venv or tests/train/hf_venv.sh (a venv under
+# the build directory, made once from the local index: a couple of minutes); exit 77 = skipped.
+arclight_test(t1210_train_hf_dir SOURCES tests/t1210_train_hf_dir.c
+  LIBS arclight_model arclight_avro arclight_core PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL
+  TIMEOUT 600)
+add_dependencies(t1210_train_hf_dir arclight)
+set_tests_properties(t1210_train_hf_dir PROPERTIES SKIP_RETURN_CODE 77)

@@ -24,6 +24,7 @@ COMMAND_DECL(credit);
 COMMAND_DECL(batch);
 COMMAND_DECL(train);
 COMMAND_DECL(serve);
+COMMAND_DECL(sync);
 COMMAND_DECL(rollouts);
 COMMAND_DECL(up);
 COMMAND_DECL(model);
@@ -43,6 +44,7 @@ static const struct command {
     {"batch", cmd_batch, "pack transitions into trainer steps"},
     {"train", cmd_train, "update the policy from batches"},
     {"serve", cmd_serve, "OpenAI-compatible policy server"},
+    {"sync", cmd_sync, "bring SGLang / vLLM / arclight serve replicas to each new policy"},
     {"rollouts", cmd_rollouts, "run an agent over a task dataset (rollout controller)"},
     {"up", cmd_up, "run the whole loop on this machine"},
     {"model", cmd_model, "model utilities (init a random model, inspect)"},

@@ -24,6 +24,11 @@
 static const char *const ckpt_files[] = {"model.safetensors", "config.json",
                                          "optimizer.safetensors", "trainer_state.json"};
 
+const char *const al_checkpoint_companions[] = {
+    "tokenizer.json",  "tokenizer_config.json", "vocab.json",          "merges.txt",
+    "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+    "generation_config.json", NULL};
+
 static int ck_err(char *errstr, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int ck_err(char *errstr, size_t errlen, const char *fmt, ...)
@@ -67,7 +72,34 @@ static void remove_ckpt_dir(const char *dir)
         if (snprintf(p, sizeof p, "%s/%s", dir, ckpt_files[i]) >= (int)sizeof p) continue;
         unlink(p);
     }
+    for (size_t i = 0; al_checkpoint_companions[i]; i++) {
+        if (snprintf(p, sizeof p, "%s/%s", dir, al_checkpoint_companions[i]) >= (int)sizeof p)
+            continue;
+        unlink(p);
+    }
     rmdir(dir);
+}
+
+int al_checkpoint_copy_companions(const char *from, const char *to, char *errstr, size_t errlen)
+{
+    int copied = 0;
+    char src[4096], dst[4096];
+    for (size_t i = 0; al_checkpoint_companions[i]; i++) {
+        const char *name = al_checkpoint_companions[i];
+        struct stat sb;
+        if (snprintf(src, sizeof src, "%s/%s", from, name) >= (int)sizeof src ||
+            snprintf(dst, sizeof dst, "%s/%s", to, name) >= (int)sizeof dst)
+            return ck_err(errstr, errlen, "path too long: %s/%s", to, name);
+        if (stat(src, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+        size_t len = 0;
+        char *text = al_file_read(src, &len, errstr, errlen);
+        if (!text) return -1;
+        int rc = al_file_write_atomic(dst, text, len, errstr, errlen);
+        free(text);
+        if (rc != 0) return -1;
+        copied++;
+    }
+    return copied;
 }
 
 /* optimizer.safetensors: header with exp_avg and exp_avg_sq, then the moments, which are

@@ -54,9 +54,21 @@ int al_checkpoint_latest(const char *root, char *out, size_t outlen, int64_t *st
                          size_t errlen);
 
 /* Removes all but the newest `keep` complete checkpoints under ROOT (keep >= 1), and any
- * step-N.tmp-PID left by a crashed save. Only the files a checkpoint writes are deleted; a
- * directory holding anything else is left in place. Returns the number of checkpoints
- * removed, or -1 with errstr when ROOT cannot be read. */
+ * step-N.tmp-PID left by a crashed save. Only the files a checkpoint writes (and the
+ * companions below) are deleted; a directory holding anything else is left in place.
+ * Returns the number of checkpoints removed, or -1 with errstr when ROOT cannot be read. */
 int al_checkpoint_prune(const char *root, int keep, char *errstr, size_t errlen);
+
+/* The files besides config.json and model.safetensors that make a checkpoint directory a
+ * Hugging Face model directory that transformers, vLLM and SGLang load as it is: the
+ * tokenizer (tokenizer.json, tokenizer_config.json, the slow tokenizer's vocab.json and
+ * merges.txt, special_tokens_map.json, added_tokens.json, chat_template.jinja) and
+ * generation_config.json. NULL-terminated. */
+extern const char *const al_checkpoint_companions[];
+
+/* Copies each companion file present in `from` (a model directory) into `to` (replacing any
+ * there, each atomically). Returns how many were copied, or -1 with errstr naming the file
+ * that could not be read or written. */
+int al_checkpoint_copy_companions(const char *from, const char *to, char *errstr, size_t errlen);
 
 #endif

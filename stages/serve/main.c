@@ -10,6 +10,7 @@
  *                              vLLM's capture fields (below)
  *   GET  /v1/models, /health, /healthz, /metrics (Prometheus)
  *   POST /tokenize, /detokenize (vLLM's)
+ *   with --weight-routes: SGLang's and vLLM's routes for new weights (weights_api.c)
  *
  * Responses carry what vLLM's carry for training: logprobs / top_logprobs in OpenAI's shapes
  * (raw logprobs, see model/infer.h), and with "return_token_ids": true the prompt's ids
@@ -118,7 +119,7 @@ typedef struct serve_config {
     int max_seqs, max_kv, max_len, threads, drain;
     int low_speed_time, policy_wait, client_timeout, max_conns;
     const char *api_key_arg, *api_key_file;
-    int follow;
+    int follow, weight_routes;
     serve_roots roots_given;
     /* resolved */
     int lp_temperature, redirects;
@@ -171,6 +172,10 @@ static int serve_config_parse(serve_config *cf, int argc, char **argv)
          .help = "version of the weights in --model (default 0)"},
         {"follow-policy", 0, AL_FLAG_SWITCH, &cf->follow,
          .help = "follow arclight.policy on --bootstrap (default off)"},
+        {"weight-routes", 0, AL_FLAG_SWITCH, &cf->weight_routes,
+         .help = "serve SGLang's and vLLM's weight-update routes\n"
+                 "(/update_weights_from_disk, /pause, /update_weights, ...;\n"
+                 "paths only under --checkpoint-root when given)"},
         {"policy-topic", 0, AL_FLAG_STRING, &cf->topic, .arg = "TOPIC",
          .help = "default arclight.policy"},
         {"checkpoint-root", 0, AL_FLAG_FUNC, &cf->roots_given, .arg = "DIR",
@@ -422,6 +427,11 @@ static int serve_start(serve_server *sv, serve_config *cf)
     char err[1024];
     if (cf->follow && serve_follow(sv, cf) != 0) return -1;
     sc->policy = sv->pol;
+    if (cf->weight_routes &&
+        !(sc->wapi = serve_wapi_new(cf->roots, cf->nroots, cf->version, cf->model_dir))) {
+        al_log_error(COMP, "out of memory");
+        return -1;
+    }
     evthread_use_pthreads();
     sc->base = event_base_new();
     /* No deadline while a generation runs (the reply may take minutes); the head, the body
@@ -479,6 +489,7 @@ static void serve_stop(serve_server *sv)
     if (sv->sigint) event_free(sv->sigint);
     if (sv->sigterm) event_free(sv->sigterm);
     al_httpd_free(sc->http);
+    serve_wapi_free(sc->wapi);
     al_serve_engine_stop(sc->eng);
     al_backend_free(sv->be);
     if (sc->base) event_base_free(sc->base);

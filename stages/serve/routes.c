@@ -97,6 +97,12 @@ void serve_route_request(al_httpd_req *req, void *ud)
     }
     int is_post = al_httpd_req_method_is(req, "POST");
     int is_get = al_httpd_req_method_is(req, "GET") || al_httpd_req_method_is(req, "HEAD");
+    if (serve_wapi_route(sc, req, path)) return; /* weights_api.c, with --weight-routes */
+    if (serve_wapi_paused(sc->wapi) && is_post && !strncmp(path, "/v1/", 4)) {
+        al_httpd_add_header(req, "Retry-After", "1");
+        serve_reply_error(sc, req, 503, NULL, "generation is paused for a weight update");
+        return;
+    }
     if (!strcmp(path, "/v1/chat/completions") || !strcmp(path, "/v1/completions")) {
         if (!is_post) {
             serve_reply_error(sc, req, 405, NULL, "use POST for %s", path);

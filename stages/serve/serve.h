@@ -25,6 +25,7 @@
 #define MAX_N AL_SERVE_MAX_N
 
 typedef struct serve_ctx serve_ctx;
+typedef struct serve_wapi serve_wapi;
 
 /* One generation request in flight: its HTTP request, its engine request (a reference), what
  * the client asked for and what the stream has sent so far. Made by serve_call_generate,
@@ -70,6 +71,7 @@ struct serve_ctx {
     struct event *drain_timer;
     int open_replies; /* generation requests whose reply is not fully written yet */
     char *api_key;    /* --api-key & co.: /v1/, /tokenize and /detokenize need it; NULL: open */
+    serve_wapi *wapi; /* --weight-routes: SGLang's and vLLM's weight routes; NULL: off */
     al_counter *req_ok, *req_4xx, *req_429, *req_5xx, *gen_tokens, *prompt_tokens;
     al_gauge *g_running, *g_version, *g_kv;
     al_histogram *h_request, *h_ttft;
@@ -128,5 +130,19 @@ int serve_auth_check(const serve_ctx *sc, al_httpd_req *req, const char *path);
 
 /* httpd's request callback (ud: the serve_ctx). */
 void serve_route_request(al_httpd_req *req, void *ud);
+
+/* ---- weights_api.c: SGLang's and vLLM's weight-update routes (--weight-routes) ---- */
+
+/* The routes' state: paths read only under roots (borrowed; nroots 0: anywhere absolute), the
+ * weight version label starting at `version`, model_dir what /model_info names. NULL when out
+ * of memory. */
+serve_wapi *serve_wapi_new(const char *const *roots, size_t nroots, int64_t version,
+                           const char *model_dir);
+void serve_wapi_free(serve_wapi *w);
+/* Answers req when path is one of the weight routes: 1; else 0 (sc->wapi NULL: always 0). */
+int serve_wapi_route(serve_ctx *sc, al_httpd_req *req, const char *path);
+/* 1 while generation is paused (/pause_generation, /pause) until /continue_generation,
+ * /resume or a weight update without keep_pause. */
+int serve_wapi_paused(const serve_wapi *w);
 
 #endif

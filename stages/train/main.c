@@ -399,6 +399,10 @@ static int train_cli_parse(train_cli *cli, int argc, char **argv)
         {"model", 0, AL_FLAG_STRING, &o->model_dir, .arg = "DIR",
          .help = "initial weights (config.json + model.safetensors); also the\n"
                  "frozen reference model when --kl-beta > 0"},
+        {"tokenizer", 0, AL_FLAG_STRING, &o->tok_dir, .arg = "DIR",
+         .help = "where each version's tokenizer files come from (default\n"
+                 "--model): copied beside its weights, so that the version's\n"
+                 "directory loads in transformers, vLLM and SGLang"},
         {"out", 0, AL_FLAG_STRING, &o->out_dir, .arg = "DIR",
          .help = "versions go to DIR/step-N/ (N = version)"},
         {"resume", 0, AL_FLAG_SWITCH, &o->resume,

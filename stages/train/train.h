@@ -22,7 +22,7 @@
 #define COMP "train"
 
 typedef struct train_opts {
-    const char *model_dir, *out_dir, *model_name, *listen, *train_config;
+    const char *model_dir, *tok_dir, *out_dir, *model_name, *listen, *train_config;
     const char *input_topic, *policy_topic, *group;
     const char *device; /* cuda, cpu or auto (NULL: auto) */
     int resume;

@@ -3,6 +3,13 @@
  * --checkpoint-every updates, the weights and config alone in between, old ones pruned to
  * --keep), the URI a server loads them from, and the PolicyVersion sent to the policy topic
  * keyed by the model name (see main.c for when its chunks' offsets are stored).
+ *
+ * Every version's directory --out/step-N/ is a Hugging Face model directory: config.json,
+ * model.safetensors (f32, Hugging Face's tensor names) and the tokenizer files of --tokenizer
+ * (default --model; al_checkpoint_companions), so that transformers' from_pretrained, vLLM
+ * and SGLang load it as it is (`arclight sync` hands them its path). The PolicyVersion's
+ * checkpoint_uri names that directory (ending in '/'); `arclight serve --follow-policy`
+ * fetches model.safetensors from it, as it always did.
  */
 #include "train.h"
 
@@ -36,6 +43,10 @@ static void prune_snapshots(train_worker *w)
         unlink(f);
         snprintf(f, sizeof f, "%s/config.json", d);
         unlink(f);
+        for (size_t i = 0; al_checkpoint_companions[i]; i++) {
+            snprintf(f, sizeof f, "%s/%s", d, al_checkpoint_companions[i]);
+            unlink(f);
+        }
         rmdir(d);
     }
 }
@@ -138,8 +149,25 @@ void train_version_stats_json(const al_train_stats *st, train_worker *w, int64_t
 #undef F
 }
 
-/* Writes the weights of the current version: a full checkpoint or a weights-only snapshot.
- * Fills sha. 0 or -1 with errstr. */
+/* Copies the tokenizer files of --tokenizer (default --model) into the version's directory
+ * dir. Says once when there are none (the directory then loads in arclight serve, which takes
+ * its tokenizer from its own --model, but not in vLLM or SGLang). 0 or -1 with errstr. */
+static int copy_tokenizer(train_worker *w, const char *dir, char *errstr, size_t errlen)
+{
+    static int warned;
+    const char *from = w->o->tok_dir ? w->o->tok_dir : w->o->model_dir;
+    int n = al_checkpoint_copy_companions(from, dir, errstr, errlen);
+    if (n < 0) return -1;
+    if (n == 0 && !warned) {
+        warned = 1;
+        al_log_warn(COMP, "%s holds no tokenizer files: the versions' directories will not load "
+                          "in vLLM or SGLang (give --tokenizer DIR)", from);
+    }
+    return 0;
+}
+
+/* Writes the weights of the current version: a full checkpoint or a weights-only snapshot,
+ * with the tokenizer beside them. Fills sha. 0 or -1 with errstr. */
 int train_version_save(train_worker *w, int full, const char *metrics, char sha[65],
                        char *errstr, size_t errlen)
 {
@@ -148,6 +176,7 @@ int train_version_save(train_worker *w, int full, const char *metrics, char sha[
         if (al_checkpoint_save(w->tr, w->out_abs, w->version, metrics, &info, errstr, errlen) != 0)
             return -1;
         memcpy(sha, info.weights_sha256, 65);
+        if (copy_tokenizer(w, info.dir, errstr, errlen) != 0) return -1;
         w->last_full = w->version;
         char e[256];
         if (w->o->keep > 0 && al_checkpoint_prune(w->out_abs, (int)w->o->keep, e, sizeof e) < 0)
@@ -155,7 +184,9 @@ int train_version_save(train_worker *w, int full, const char *metrics, char sha[
     } else {
         char dir[PATH_MAX + 64], file[PATH_MAX + 96];
         snprintf(dir, sizeof dir, "%s/step-%" PRId64, w->out_abs, w->version);
-        if (al_model_save_dir(w->policy, dir, AL_ST_DTYPE_F32, errstr, errlen) != 0) return -1;
+        if (al_model_save_dir(w->policy, dir, AL_ST_DTYPE_F32, errstr, errlen) != 0 ||
+            copy_tokenizer(w, dir, errstr, errlen) != 0)
+            return -1;
         snprintf(file, sizeof file, "%s/model.safetensors", dir);
         if (al_sha256_file(file, sha, errstr, errlen) != 0) return -1;
     }
