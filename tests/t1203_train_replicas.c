@@ -13,6 +13,10 @@
  *     complete step; the group started again with --resume finishes with the same weights
  *     as the uninterrupted group, every version published, none skipped.
  *
+ *   - rank 0 killed with SIGKILL after writing version 2, before publishing it: rank 1
+ *     stops; the group resumed publishes version 2 and 3 once each and ends bitwise where
+ *     the uninterrupted group did.
+ *
  * Skipped (77) in a build without gloo.
  */
 #define TESTLIB_NO_MAIN
@@ -47,7 +51,7 @@ TEST(setup)
     FILE *f = fopen(topics, "w");
     REQUIRE(f);
     fputs("arclight.deadletter 1 1\n", f);
-    for (const char *t = "abcde"; *t; t++) fprintf(f, "r%c.batches 1 1\nr%c.policy 1 1\n", *t, *t);
+    for (const char *t = "abcdef"; *t; t++) fprintf(f, "r%c.batches 1 1\nr%c.policy 1 1\n", *t, *t);
     fclose(f);
     const char *extra[] = {"--topics", topics, NULL};
     REQUIRE(al_test_broker_start(&broker, extra) == 0);
@@ -172,6 +176,7 @@ static int log_has(char x, int rank, const char *text)
 
 TEST(two_and_three_replicas_train_as_one_process)
 {
+    REQUIRE(broker.bootstrap[0]);
     int st[4], c[4];
     for (const char *x = "abc"; *x; x++) {
         char topic[32];
@@ -199,6 +204,7 @@ TEST(two_and_three_replicas_train_as_one_process)
 
 TEST(replicas_that_disagree_stop_before_publishing)
 {
+    REQUIRE(broker.bootstrap[0]);
 #ifndef ARCLIGHT_FAULT_POINTS
     printf("  skipped: this build has no test fault points (ARCLIGHT_FAULT_POINTS)\n");
     return;
@@ -213,6 +219,7 @@ TEST(replicas_that_disagree_stop_before_publishing)
 
 TEST(a_killed_replica_costs_no_step)
 {
+    REQUIRE(broker.bootstrap[0]);
     int st[2], c[4];
     produce_steps("re.batches", 0, 1);
     int port = al_test_free_port();
@@ -235,6 +242,36 @@ TEST(a_killed_replica_costs_no_step)
     printf("  after the kill and restart, version 3 against the uninterrupted 2 replicas: rel L2 "
            "%.3g\n", e);
     CHECKF(e == 0, "rel L2 %.3g", e); /* the same group, the same sums: bitwise */
+}
+
+/* Rank 0 killed with SIGKILL once version 2 is on disk, before its PolicyVersion is sent:
+ * rank 1 stops on its own; the group started again goes on from version 2's checkpoint and
+ * ends bitwise where the uninterrupted group did, version 3 published once. */
+TEST(a_killed_rank_0_costs_no_step)
+{
+    REQUIRE(broker.bootstrap[0]);
+#ifndef ARCLIGHT_FAULT_POINTS
+    printf("  skipped: this build has no test fault points (ARCLIGHT_FAULT_POINTS)\n");
+    return;
+#endif
+    int st[2], c[4];
+    produce_steps("rf.batches", 0, 3);
+    run_group('f', 2, 1, "ARCLIGHT_TRAIN_TEST_KILL_AT=2:checkpoint", st);
+    /* rank 1 stops after its last step (its link closed: exit 0), or, inside step 3's
+     * all-reduce when rank 0 died, exits at once (1): nothing of it is kept either way */
+    CHECKF(st[0] == 128 + SIGKILL && (st[1] == 0 || st[1] == 1), "rank 0 ended %d (want %d), "
+           "rank 1 %d", st[0], 128 + SIGKILL, st[1]);
+    CHECK(log_has('f', 1, "the group is broken"));
+    versions('f', 1, c);
+    CHECKF(c[1] == 1 && c[2] == 0 && c[3] == 0, "after the kill: v1 x%d, v2 x%d, v3 x%d", c[1],
+           c[2], c[3]);
+    CHECKF(run_group('f', 2, 1, NULL, st) == 2, "after the restart: exits %d %d", st[0], st[1]);
+    versions('f', 3, c);
+    CHECKF(c[1] == 1 && c[2] == 1 && c[3] == 1, "v1 x%d, v2 x%d, v3 x%d", c[1], c[2], c[3]);
+    double e = weights_rel_l2('f', 'b');
+    printf("  rank 0 killed and the group restarted: version 3 against the uninterrupted group: "
+           "rel L2 %.3g\n", e);
+    CHECKF(e == 0, "rel L2 %.3g", e);
 }
 
 TEST(zz_teardown)
