@@ -392,23 +392,6 @@ static void conn_unqueue(conn *c)
     c->queued = 0;
 }
 
-static char *put_mem(char *o, const void *p, size_t n)
-{
-    memcpy(o, p, n);
-    return o + n;
-}
-
-static char *put_u64(char *o, uint64_t v)
-{
-    char t[24];
-    size_t i = sizeof t;
-    do {
-        t[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    return put_mem(o, t + i, sizeof t - i);
-}
-
 /* The reply's head: status line, Content-Type, the framing, Connection and the owner's
  * headers (in the order opts.connection_last says), the blank line. length: the
  * Content-Length, or -1 for a body in pieces. Built with memcpy, not the printf family
@@ -424,22 +407,22 @@ static void write_head(al_httpd_req *r, int status, const char *ctype, int64_t l
     size_t cl = ctype ? strlen(ctype) : 0, rl = strlen(reason);
     char small[1024], *head = cl + rl < sizeof small - 160 ? small : malloc(cl + rl + 160);
     if (!head) return;
-    char *p = put_mem(head, "HTTP/1.1 ", 9);
-    p = put_u64(p, (uint64_t)(status < 0 ? 0 : status));
+    char *p = al_put_mem(head, "HTTP/1.1 ", 9);
+    p = al_put_u64(p, (uint64_t)(status < 0 ? 0 : status));
     *p++ = ' ';
-    p = put_mem(p, reason, rl);
-    p = put_mem(p, "\r\n", 2);
+    p = al_put_mem(p, reason, rl);
+    p = al_put_mem(p, "\r\n", 2);
     if (ctype) {
-        p = put_mem(p, "Content-Type: ", 14);
-        p = put_mem(p, ctype, cl);
-        p = put_mem(p, "\r\n", 2);
+        p = al_put_mem(p, "Content-Type: ", 14);
+        p = al_put_mem(p, ctype, cl);
+        p = al_put_mem(p, "\r\n", 2);
     }
     if (length >= 0) {
-        p = put_mem(p, "Content-Length: ", 16);
-        p = put_u64(p, (uint64_t)length);
-        p = put_mem(p, "\r\n", 2);
+        p = al_put_mem(p, "Content-Length: ", 16);
+        p = al_put_u64(p, (uint64_t)length);
+        p = al_put_mem(p, "\r\n", 2);
     } else if (chunked) {
-        p = put_mem(p, "Transfer-Encoding: chunked\r\n", 28);
+        p = al_put_mem(p, "Transfer-Encoding: chunked\r\n", 28);
     }
     struct evbuffer *out = conn_out(c);
     if (o->connection_last) {
@@ -449,9 +432,9 @@ static void write_head(al_httpd_req *r, int status, const char *ctype, int64_t l
                      r->keep_alive ? 2 : 21);
     } else {
         if (!r->keep_alive)
-            p = put_mem(p, "Connection: close\r\n", 19);
+            p = al_put_mem(p, "Connection: close\r\n", 19);
         else if (r->http10)
-            p = put_mem(p, "Connection: keep-alive\r\n", 24);
+            p = al_put_mem(p, "Connection: keep-alive\r\n", 24);
         evbuffer_add(out, head, (size_t)(p - head));
         if (r->hdrs) evbuffer_add_buffer(out, r->hdrs);
         evbuffer_add(out, "\r\n", 2);

@@ -33,7 +33,6 @@
 #ifndef ARCLIGHT_PROXY_PROXY_H
 #define ARCLIGHT_PROXY_PROXY_H
 
-#include "http1.h"
 #include "json_edit.h"
 #include "spool.h"
 #include "api/translate.h"
