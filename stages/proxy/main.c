@@ -44,22 +44,23 @@ static void drain_check(evutil_socket_t fd, short what, void *arg)
     /* done when no call is in flight and every answer has left (a connection still
      * writing closes itself once written, since draining turns keep-alive off) */
     int writing = al_httpd_busy(px->srv);
-    if ((px->inflight == 0 && writing == 0) || al_mono_us() >= px->drain_deadline_mono) {
+    if ((px->inflight == 0 && writing == 0) || al_process_drain_over(&px->proc)) {
         if (px->inflight)
             al_log_warn(COMP, "drain timeout: %d calls still in flight are cut off", px->inflight);
         event_base_loopbreak(px->base);
     }
 }
 
-static void on_signal(evutil_socket_t sig, short what, void *arg)
+/* SIGTERM/SIGINT (the process skeleton's stop): no new connections; the calls in flight
+ * finish within --drain-timeout (drain_check). A second signal changes nothing. */
+static void on_stop(al_process *p, int sig, void *arg)
 {
     proxy *px = arg;
-    (void)what;
     if (px->draining) return;
     al_log_info(COMP, "signal %d: no new connections; draining %d calls in flight", (int)sig,
                 px->inflight);
     px->draining = 1;
-    px->drain_deadline_mono = al_mono_us() + (int64_t)px->cfg.drain_timeout_s * 1000000;
+    al_process_drain_start(p, px->cfg.drain_timeout_s);
     al_httpd_listen_stop(px->srv);
     struct timeval tv = {0, 20000};
     px->drain_timer = event_new(px->base, -1, EV_PERSIST, drain_check, px);
@@ -530,10 +531,8 @@ static int proxy_loop_open(proxy *px, const char *host, int port)
         al_log_error(COMP, "%s", err);
         return AL_EXIT_FAILURE;
     }
-    px->sig_term = evsignal_new(px->base, SIGTERM, on_signal, px);
-    px->sig_int = evsignal_new(px->base, SIGINT, on_signal, px);
-    event_add(px->sig_term, NULL);
-    event_add(px->sig_int, NULL);
+    if (al_process_signals_on_loop(&px->proc, px->base, on_stop, px) != 0)
+        return AL_EXIT_FAILURE;
     struct timeval sweep = {300, 0};
     px->sweep_timer = event_new(px->base, -1, EV_PERSIST, px_sweep_cb, px);
     event_add(px->sweep_timer, &sweep);
@@ -559,11 +558,7 @@ static void proxy_run(proxy *px, const char *host)
                 px->port, up, cf->n_upstreams - 1, cf->topic, cf->spool_dir);
     event_base_dispatch(px->base);
     /* the final flush is bounded by --drain-timeout; a second SIGTERM must not cut it */
-    event_free(px->sig_term);
-    event_free(px->sig_int);
-    px->sig_term = px->sig_int = NULL;
-    signal(SIGTERM, SIG_IGN);
-    signal(SIGINT, SIG_IGN);
+    al_process_signals_off(&px->proc, 1);
 }
 
 /* Ends what is left (calls cut off by the drain timeout still get their failed span) and
@@ -596,8 +591,7 @@ static void proxy_free(proxy *px)
     pconf *cf = &px->cfg;
     al_httpd_free(px->srv);
     if (px->curl_timer) event_free(px->curl_timer);
-    if (px->sig_term) event_free(px->sig_term);
-    if (px->sig_int) event_free(px->sig_int);
+    al_process_signals_off(&px->proc, 0);
     if (px->drain_timer) event_free(px->drain_timer);
     if (px->sweep_timer) event_free(px->sweep_timer);
     if (px->flush_ev) event_free(px->flush_ev);
@@ -630,10 +624,10 @@ int cmd_proxy(int argc, char **argv)
     proxy *px = calloc(1, sizeof *px);
     if (!px) return AL_EXIT_FAILURE;
     pthread_mutex_init(&px->collect_mu, NULL);
+    al_process_init(&px->proc, COMP, NULL, 0);
     px->state_fd = -1;
     al_kafka_conf *kc = NULL;
-    al_http_server *msrv = NULL;
-    char host[256], err[1024];
+    char host[256];
     int port;
     int rc = proxy_flags_parse(px, &common, argc, argv);
     if (rc != AL_FLAGS_GO) goto out;
@@ -647,18 +641,15 @@ int cmd_proxy(int argc, char **argv)
         px->rng = (uint64_t)al_now_us() | 1;
     if (proxy_spool_open(px, &common, &kc) != 0) goto out;
     proxy_metrics_init(px);
-    if (common.metrics &&
-        !(msrv = al_http_server_start(common.metrics, px->metrics, health, px, err, sizeof err))) {
-        al_log_error(COMP, "%s", err);
+    if (al_process_metrics_start(&px->proc, common.metrics, px->metrics, health, px) != 0)
         goto out;
-    }
     rc = proxy_loop_open(px, host, port);
     if (rc != AL_FLAGS_GO) goto out;
     proxy_run(px, host);
     rc = AL_EXIT_OK;
 out:
     proxy_stop(px, rc);
-    al_http_server_stop(msrv);
+    al_process_metrics_stop(&px->proc);
     proxy_free(px);
     al_kafka_conf_free(kc);
     return rc;

@@ -26,7 +26,8 @@
  *   spans.c       a span's trace context, encoding and spooling; the turn's flush to disk
  *   lib/api/      the translators themselves (pure code over jansson trees, shared with
  *                 serve's native routes: api/translate.h)
- *   main.c        flags, wiring, metrics, signals and the drain
+ *   main.c        flags, wiring, metrics and the drain, on the process skeleton
+ *                 (lib/http/process.h: signals, --metrics, the drain deadline)
  *   spool.c       the on-disk spool and its publisher thread (spool.h)
  *   json_edit.c   byte-preserving JSON reading and editing over slices (json_edit.h)
  */
@@ -44,6 +45,7 @@
 #include "core/vec.h"
 #include "http/httpd.h"
 #include "http/metrics.h"
+#include "http/process.h"
 
 #include <curl/curl.h>
 #include <event2/buffer.h>
@@ -179,7 +181,8 @@ typedef struct proxy {
     struct event_base *base;
     al_httpd *srv; /* the agents' HTTP server (server.c) */
     CURLM *multi;
-    struct event *curl_timer, *sig_term, *sig_int, *drain_timer, *sweep_timer;
+    struct event *curl_timer, *drain_timer, *sweep_timer;
+    al_process proc; /* signals, --metrics, the drain deadline (lib/http/process.h) */
     int running;
     al_spool *spool;
     al_metrics *metrics;
@@ -197,7 +200,6 @@ typedef struct proxy {
     call *calls; /* every call in flight, attached to a connection or not */
     int inflight;
     int draining;
-    int64_t drain_deadline_mono;
     uint64_t rng;
     al_buf enc;
     al_buf strip; /* the agent's copy of an answer (px_strip_for_agent), used at once: shared */
