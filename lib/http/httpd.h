@@ -1,12 +1,13 @@
 /*
- * httpd.h: the HTTP/1.1 server every arclight server runs on (serve's API, the trainer's
- * checkpoint server, --metrics), on a libevent loop the caller owns. Requests are read with
- * lib/http/http1.h, so every server refuses the same things with the same answers, within the
- * same limits:
+ * httpd.h: the HTTP/1.1 server every arclight server runs on (the capture proxy, serve's API,
+ * the trainer's checkpoint server, --metrics), on a libevent loop the caller owns. Requests
+ * are read with lib/http/http1.h, so every server refuses the same things with the same
+ * answers, within the same limits:
  *
  *   - a request head must arrive whole within head_timeout (a total deadline, as nginx's
  *     client_header_timeout, not re-armed by each byte): 408; a body may pause at most
- *     body_timeout between reads: 408; a kept-alive connection idle for idle_timeout is closed
+ *     body_timeout between reads: 408; a kept-alive connection idle for idle_timeout is closed;
+ *     an answer that makes no progress for write_timeout is cut
  *   - 414 / 431 / 400 / 501 / 505 as http1.h says; a body over max_body: 413 (from its
  *     Content-Length, before a byte of it is read; a chunked one as it arrives)
  *   - past max_connections a new connection gets 503 and is closed
