@@ -22,7 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The status line's phrase (the proxy's own since issue 3: agents' logs show it). */
+/* The status line's phrase: the proxy's own wording (413 "Payload Too Large", others by
+ * class), as agents have always seen it; lib/http's (al_http_reason) is serve's. */
 static const char *status_text(int st)
 {
     switch (st) {
@@ -69,6 +70,8 @@ static const char *status_text(int st)
     }
 }
 
+/* Counts an answer in arclight_proxy_requests_total{route, status}; a series is made on first
+ * use and kept in px->series. */
 static void count_request(proxy *px, const px_route *route, int status)
 {
     for (size_t i = 0; i < px->nseries; i++)
