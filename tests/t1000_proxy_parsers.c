@@ -5,7 +5,7 @@
  */
 #include "testlib.h"
 
-#include "../stages/proxy/http1.h"
+#include "http/http1.h"
 #include "../stages/proxy/json_edit.h"
 
 #include <string.h>

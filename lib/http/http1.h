@@ -19,6 +19,9 @@
  * Accepted as nginx and uvicorn accept them: bare LF line ends, empty lines before the request
  * line, absolute-form targets (http://host/path: the authority becomes the host), "*" for
  * OPTIONS, chunked bodies with extensions and trailers, Expect: 100-continue.
+ *
+ * At its end, the appenders that build the heads the servers and the proxy's upstream client
+ * write.
  */
 #ifndef ARCLIGHT_HTTP_HTTP1_H
 #define ARCLIGHT_HTTP_HTTP1_H
@@ -27,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define AL_HTTP_HEADERS_CAP 256
 
@@ -99,5 +103,32 @@ typedef struct al_http_chunked {
 int al_http_chunked_feed(al_http_chunked *c, const char *in, size_t n, size_t *used,
                          uint64_t max_body, al_http_sink_fn sink, void *ud, char *errstr,
                          size_t errlen);
+
+/* ---- writing heads ---------------------------------------------------------------------- */
+
+/* Appenders for the heads built per request (answers, requests upstream): memcpy instead of
+ * the printf family, which was ~4 % of the proxy's loop thread. The caller sizes the buffer;
+ * each returns the end of what it wrote. */
+static inline char *al_put_mem(char *o, const void *p, size_t n)
+{
+    memcpy(o, p, n);
+    return o + n;
+}
+
+static inline char *al_put_str(char *o, const char *s)
+{
+    return al_put_mem(o, s, strlen(s));
+}
+
+static inline char *al_put_u64(char *o, uint64_t v)
+{
+    char t[24];
+    size_t i = sizeof t;
+    do {
+        t[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return al_put_mem(o, t + i, sizeof t - i);
+}
 
 #endif

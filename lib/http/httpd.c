@@ -1,26 +1,30 @@
 /*
- * httpd.c: the HTTP/1.1 server (httpd.h) on libevent bufferevents.
+ * httpd.c: the HTTP/1.1 server (httpd.h) on plain socket events.
  *
  * A connection reads one request at a time: its head (into the request's own copy, so that
  * the request outlives the connection), then its body, then hands it to the handler and reads
- * no further request until the reply has been written (pipelined bytes wait in the input
- * buffer, which stops being read past one head and 64 KiB). One timer per connection carries
- * the deadline of its state: the idle wait, the whole head, the next piece of body.
+ * no further request until the reply has been written (pipelined bytes wait in the
+ * connection's read-ahead, which stops being read past one head and 64 KiB). One timer per
+ * connection carries the deadline of its state: the idle wait, the whole head, the next piece
+ * of body, an answer the client does not take. Answers are queued and written at the end of
+ * the loop turn (on_turn_end), after opts.turn_end.
  */
 #include "http/httpd.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <event2/util.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 enum { C_HEAD, C_BODY, C_HANDLER, C_WRITING, C_CLOSING };
 
@@ -35,46 +39,67 @@ struct al_httpd {
     conn *conns;
     int nconns;
     int port;
-    int draining;
+    int draining;          /* no more connections; replies close theirs */
+    size_t read_bound;     /* read-ahead per connection */
+    struct event *turn_ev; /* the end of a loop turn: queued answers leave (on_turn_end) */
+    conn *wq_head, *wq_tail, *wbatch; /* connections with answers to write this turn */
 };
 
+/* A client's connection. Its socket is read and written directly: the read event stays
+ * registered while below the read-ahead bound, the write event only while an answer is
+ * blocked. Per request this saves the epoll_ctl pair of a bufferevent's write enable/disable
+ * and the FIONREAD ioctl it makes before every read. */
 struct conn {
     al_httpd *s;
-    struct bufferevent *bev;
-    struct event *timer;
+    int fd;
+    struct event *rev, *wev, *timer;
+    char *in; /* read ahead of the current request; kept across requests */
+    size_t in_len, in_cap;
+    struct evbuffer *out;
     int state;
     int head_started; /* a byte of the current head has arrived */
     size_t scanned;   /* al_http_head_end's memory */
     int keep_alive;
+    int reading;       /* rev is registered */
+    int no_read;       /* reading stopped for good: a refused request is being answered */
+    int queued;        /* on the write queue or the batch on_turn_end writes */
+    int write_blocked; /* wev is registered */
+    int sent_continue;
     al_httpd_req *req;
     int64_t body_need;  /* Content-Length bytes still to read */
     al_http_chunked ch; /* when chunked */
     int chunked;
     conn *prev, *next;
+    conn *wprev, *wnext; /* the write queue */
 };
 
 struct al_httpd_req {
     conn *c; /* NULL once the connection is gone */
     al_httpd *s;
-    al_http_head head;
-    char *raw; /* the head's bytes (head's slices point here) */
+    al_http_head head; /* filled by the parser (its header array only up to nheaders) */
+    char *raw;         /* the head's bytes (head's slices point here); zeroed from here on */
     char *path;
     char *body;
     size_t body_len, body_cap;
     int head_only;  /* HEAD */
-    int http10;     /* HTTP/1.0: no chunked replies */
+    int http10;     /* HTTP/1.0 */
     int keep_alive; /* of this exchange */
+    int chunked;    /* the reply in pieces is chunked */
     struct evbuffer *hdrs; /* extra reply headers */
     int started;    /* the reply's head went out */
     int streaming;  /* send_start: chunks follow */
     int owner_done; /* the owner has finished (send, end, abort) */
     int net_done;   /* the network side is over (written, or the connection gone) */
+    int in_done;    /* on_done is running: r is freed by its caller */
     void (*on_done)(al_httpd_req *, void *);
     void *done_ud;
+    void (*on_drained)(al_httpd_req *, void *);
+    void *drained_ud;
 };
 
 static void conn_close(conn *c);
 static void conn_process(conn *c);
+static void conn_reading(conn *c, int on);
 
 /* ------------------------------------------------------------------------------------------
  * Helpers
@@ -236,17 +261,21 @@ static void req_free(al_httpd_req *r)
     free(r);
 }
 
-/* Both sides are done with r: free it. */
+/* Both sides are done with r: free it (not while its on_done runs: the caller frees it). */
 static void req_maybe_free(al_httpd_req *r)
 {
-    if (r->owner_done && r->net_done) req_free(r);
+    if (r->owner_done && r->net_done && !r->in_done) req_free(r);
 }
 
 static void req_net_done(al_httpd_req *r)
 {
     if (r->net_done) return;
     r->net_done = 1;
-    if (r->on_done) r->on_done(r, r->done_ud);
+    if (r->on_done) {
+        r->in_done = 1;
+        r->on_done(r, r->done_ud);
+        r->in_done = 0;
+    }
 }
 
 const al_http_head *al_httpd_req_head(const al_httpd_req *r)
@@ -281,6 +310,22 @@ void al_httpd_req_on_done(al_httpd_req *r, void (*fn)(al_httpd_req *, void *), v
     r->done_ud = ud;
 }
 
+void al_httpd_req_on_drained(al_httpd_req *r, void (*fn)(al_httpd_req *, void *), void *ud)
+{
+    r->on_drained = fn;
+    r->drained_ud = ud;
+}
+
+size_t al_httpd_req_pending(const al_httpd_req *r)
+{
+    return r->c ? evbuffer_get_length(r->c->out) : 0;
+}
+
+void al_httpd_req_close_after(al_httpd_req *r)
+{
+    r->keep_alive = 0;
+}
+
 static void put_clean(struct evbuffer *b, const char *s)
 {
     for (; *s; s++) {
@@ -299,48 +344,113 @@ void al_httpd_add_header(al_httpd_req *r, const char *name, const char *value)
     evbuffer_add(r->hdrs, "\r\n", 2);
 }
 
-/* ------------------------------------------------------------------------------------------
- * Writing
- * ------------------------------------------------------------------------------------------ */
-
-static struct evbuffer *conn_out(conn *c)
+void al_httpd_add_header_lines(al_httpd_req *r, const char *lines)
 {
-    return bufferevent_get_output(c->bev);
+    if (r->started) return;
+    if (!r->hdrs && !(r->hdrs = evbuffer_new())) return;
+    evbuffer_add(r->hdrs, lines, strlen(lines));
 }
 
-/* The reply's head: status line, the server's headers, the owner's, the blank line. length:
- * the Content-Length, or -1 for a body in pieces. */
+/* ------------------------------------------------------------------------------------------
+ * Writing: answers are queued and leave at the end of the loop turn
+ * ------------------------------------------------------------------------------------------ */
+
+/* The connection's output; the connection is queued to be written at the end of this turn. */
+static struct evbuffer *conn_out(conn *c)
+{
+    al_httpd *s = c->s;
+    if (!c->queued) {
+        c->queued = 1;
+        c->wnext = NULL;
+        c->wprev = s->wq_tail;
+        if (s->wq_tail)
+            s->wq_tail->wnext = c;
+        else
+            s->wq_head = c;
+        s->wq_tail = c;
+        if (!c->wprev) event_active(s->turn_ev, EV_TIMEOUT, 1);
+    }
+    return c->out;
+}
+
+/* Takes c off the write queue or off the batch being written. */
+static void conn_unqueue(conn *c)
+{
+    al_httpd *s = c->s;
+    if (!c->queued) return;
+    if (c->wprev)
+        c->wprev->wnext = c->wnext;
+    else if (s->wbatch == c)
+        s->wbatch = c->wnext;
+    else if (s->wq_head == c)
+        s->wq_head = c->wnext;
+    if (c->wnext)
+        c->wnext->wprev = c->wprev;
+    else if (s->wq_tail == c)
+        s->wq_tail = c->wprev;
+    c->wprev = c->wnext = NULL;
+    c->queued = 0;
+}
+
+/* The reply's head: status line, Content-Type, the framing, Connection and the owner's
+ * headers (in the order opts.connection_last says), the blank line. length: the
+ * Content-Length, or -1 for a body in pieces. Built with memcpy, not the printf family
+ * (which was ~4 % of the proxy's loop thread). */
 static void write_head(al_httpd_req *r, int status, const char *ctype, int64_t length)
 {
     conn *c = r->c;
-    struct evbuffer *o = conn_out(c);
+    const al_httpd_opts *o = &c->s->o;
+    int chunked = length < 0 && (!r->http10 || o->chunked_http10);
     if (c->s->draining) r->keep_alive = 0;
-    if (length < 0 && r->http10) r->keep_alive = 0; /* close-delimited */
-    evbuffer_add_printf(o, "HTTP/1.1 %d %s\r\n", status, al_http_reason(status));
-    if (ctype) evbuffer_add_printf(o, "Content-Type: %s\r\n", ctype);
-    if (length >= 0)
-        evbuffer_add_printf(o, "Content-Length: %lld\r\n", (long long)length);
-    else if (!r->http10)
-        evbuffer_add(o, "Transfer-Encoding: chunked\r\n", 28);
-    if (!r->keep_alive)
-        evbuffer_add(o, "Connection: close\r\n", 19);
-    else if (r->http10)
-        evbuffer_add(o, "Connection: keep-alive\r\n", 24);
-    if (r->hdrs) evbuffer_add_buffer(o, r->hdrs);
-    evbuffer_add(o, "\r\n", 2);
+    if (length < 0 && !chunked) r->keep_alive = 0; /* close-delimited */
+    const char *reason = o->reason ? o->reason(status) : al_http_reason(status);
+    size_t cl = ctype ? strlen(ctype) : 0, rl = strlen(reason);
+    char small[1024], *head = cl + rl < sizeof small - 160 ? small : malloc(cl + rl + 160);
+    if (!head) return;
+    char *p = al_put_mem(head, "HTTP/1.1 ", 9);
+    p = al_put_u64(p, (uint64_t)(status < 0 ? 0 : status));
+    *p++ = ' ';
+    p = al_put_mem(p, reason, rl);
+    p = al_put_mem(p, "\r\n", 2);
+    if (ctype) {
+        p = al_put_mem(p, "Content-Type: ", 14);
+        p = al_put_mem(p, ctype, cl);
+        p = al_put_mem(p, "\r\n", 2);
+    }
+    if (length >= 0) {
+        p = al_put_mem(p, "Content-Length: ", 16);
+        p = al_put_u64(p, (uint64_t)length);
+        p = al_put_mem(p, "\r\n", 2);
+    } else if (chunked) {
+        p = al_put_mem(p, "Transfer-Encoding: chunked\r\n", 28);
+    }
+    struct evbuffer *out = conn_out(c);
+    if (o->connection_last) {
+        evbuffer_add(out, head, (size_t)(p - head));
+        if (r->hdrs) evbuffer_add_buffer(out, r->hdrs);
+        evbuffer_add(out, r->keep_alive ? "\r\n" : "Connection: close\r\n\r\n",
+                     r->keep_alive ? 2 : 21);
+    } else {
+        if (!r->keep_alive)
+            p = al_put_mem(p, "Connection: close\r\n", 19);
+        else if (r->http10)
+            p = al_put_mem(p, "Connection: keep-alive\r\n", 24);
+        evbuffer_add(out, head, (size_t)(p - head));
+        if (r->hdrs) evbuffer_add_buffer(out, r->hdrs);
+        evbuffer_add(out, "\r\n", 2);
+    }
+    if (head != small) free(head);
     r->started = 1;
+    r->chunked = chunked;
 }
 
-/* The owner has handed over the whole reply: the connection writes it out. */
+/* The owner has handed over the whole reply: it leaves at the end of this turn. */
 static void reply_queued(al_httpd_req *r)
 {
     conn *c = r->c;
     c->state = C_WRITING;
     c->keep_alive = r->keep_alive;
-    if (evbuffer_get_length(conn_out(c)) == 0) {
-        /* nothing left to write (a reply that was already flushed): finish now */
-        bufferevent_trigger(c->bev, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
-    }
+    conn_out(c);
 }
 
 void al_httpd_send(al_httpd_req *r, int status, const char *ctype, const void *body, size_t len)
@@ -353,7 +463,7 @@ void al_httpd_send(al_httpd_req *r, int status, const char *ctype, const void *b
         return;
     }
     write_head(r, status, ctype, (int64_t)len);
-    if (len && !r->head_only) evbuffer_add(conn_out(r->c), body, len);
+    if (len && !r->head_only) evbuffer_add(r->c->out, body, len);
     reply_queued(r);
 }
 
@@ -373,7 +483,7 @@ void al_httpd_send_buffer(al_httpd_req *r, int status, const char *ctype, struct
         if (r->head_only)
             evbuffer_drain(body, len);
         else
-            evbuffer_add_buffer(conn_out(r->c), body);
+            evbuffer_add_buffer(r->c->out, body);
     }
     reply_queued(r);
 }
@@ -390,7 +500,7 @@ void al_httpd_send_chunk(al_httpd_req *r, const void *data, size_t len)
 {
     if (r->owner_done || !r->streaming || !r->c || !len || r->head_only) return;
     struct evbuffer *o = conn_out(r->c);
-    if (r->http10) {
+    if (!r->chunked) {
         evbuffer_add(o, data, len);
         return;
     }
@@ -411,7 +521,7 @@ void al_httpd_send_end(al_httpd_req *r)
         req_maybe_free(r);
         return;
     }
-    if (!r->http10 && !r->head_only) evbuffer_add(conn_out(r->c), "0\r\n\r\n", 5);
+    if (r->chunked && !r->head_only) evbuffer_add(conn_out(r->c), "0\r\n\r\n", 5);
     reply_queued(r);
 }
 
@@ -423,22 +533,42 @@ void al_httpd_req_abort(al_httpd_req *r)
     req_maybe_free(r);
 }
 
-/* An error the server answers itself; the connection closes once it is written. */
-static void conn_error(conn *c, int status, const char *msg)
+/* The JSON body of an error the server answers itself (opts.error_answer or error_body). */
+static size_t error_body(al_httpd *s, const al_httpd_error *e, char *out, size_t cap)
 {
-    char body[1024];
-    al_httpd_error_fn fn = c->s->o.error_body ? c->s->o.error_body : default_error_body;
-    size_t n = fn(status, msg, body, sizeof body);
-    struct evbuffer *o = conn_out(c);
-    evbuffer_add_printf(o,
+    if (s->o.error_answer) return s->o.error_answer(s->ud, e, out, cap);
+    al_httpd_error_fn fn = s->o.error_body ? s->o.error_body : default_error_body;
+    return fn(e->status, e->message, out, cap);
+}
+
+/* Writes an error answer (body of n bytes) with Connection: close into out. */
+static void error_write(al_httpd *s, struct evbuffer *out, int status, const char *body, size_t n)
+{
+    const char *reason = s->o.reason ? s->o.reason(status) : al_http_reason(status);
+    evbuffer_add_printf(out,
                         "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: "
                         "%zu\r\nConnection: close\r\n\r\n",
-                        status, al_http_reason(status), n);
-    evbuffer_add(o, body, n);
+                        status, reason, n);
+    evbuffer_add(out, body, n);
+}
+
+/* An error the server answers itself; the connection closes once it is written. */
+static void conn_error(conn *c, const al_httpd_error *e)
+{
+    char body[1024];
+    size_t n = error_body(c->s, e, body, sizeof body);
+    error_write(c->s, conn_out(c), e->status, body, n);
     c->state = C_CLOSING;
     c->keep_alive = 0;
-    bufferevent_disable(c->bev, EV_READ);
+    conn_reading(c, 0);
+    c->no_read = 1; /* what follows a refused request cannot be trusted */
     evtimer_del(c->timer);
+}
+
+static void conn_fail(conn *c, int status, al_httpd_why why, const char *msg)
+{
+    al_httpd_error e = {.status = status, .why = why, .message = msg, .length = -1};
+    conn_error(c, &e);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -451,6 +581,23 @@ static void arm(conn *c, int ms)
     evtimer_add(c->timer, &tv);
 }
 
+/* Reading on or off (an epoll_ctl each way: only at the read-ahead bound and on errors). */
+static void conn_reading(conn *c, int on)
+{
+    if (on && c->no_read) return;
+    if (on == c->reading) return;
+    c->reading = on;
+    if (on)
+        event_add(c->rev, NULL);
+    else
+        event_del(c->rev);
+}
+
+static void conn_gauge(al_httpd *s)
+{
+    if (s->o.connections) al_gauge_set(s->o.connections, s->nconns);
+}
+
 static void conn_close(conn *c)
 {
     al_httpd *s = c->s;
@@ -461,15 +608,35 @@ static void conn_close(conn *c)
         req_net_done(r);
         req_maybe_free(r);
     }
+    conn_unqueue(c);
     if (c->prev)
         c->prev->next = c->next;
     else
         s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     s->nconns--;
+    conn_gauge(s);
+    event_free(c->rev);
+    event_free(c->wev);
     event_free(c->timer);
-    bufferevent_free(c->bev);
+    evbuffer_free(c->out);
+    evutil_closesocket(c->fd);
+    free(c->in);
     free(c);
+}
+
+/* n bytes at the start of the read-ahead are taken; reading goes on below its bound. */
+static void conn_consume(conn *c, size_t n)
+{
+    c->in_len -= n;
+    if (c->in_len) {
+        memmove(c->in, c->in + n, c->in_len);
+    } else if (c->in_cap > 65536) { /* a large body came through: do not keep its room */
+        free(c->in);
+        c->in = NULL;
+        c->in_cap = 0;
+    }
+    if (!c->reading && c->in_len < c->s->read_bound) conn_reading(c, 1);
 }
 
 /* Back to waiting for the next request (keep-alive). */
@@ -482,16 +649,18 @@ static void conn_next(conn *c)
     c->body_need = 0;
     memset(&c->ch, 0, sizeof c->ch);
     arm(c, c->s->o.idle_timeout_ms);
-    bufferevent_enable(c->bev, EV_READ);
-    if (evbuffer_get_length(bufferevent_get_input(c->bev))) conn_process(c);
+    conn_reading(c, 1);
+    if (c->in_len) conn_process(c);
 }
 
+/* The deadline of the connection's state: a blocked answer (closed), the idle wait (closed),
+ * the head or the body (408). */
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     conn *c = arg;
-    if (c->state == C_HEAD && !c->head_started) {
-        conn_close(c); /* idle */
+    if (c->write_blocked || (c->state == C_HEAD && !c->head_started)) {
+        conn_close(c);
     } else if (c->state == C_HEAD || c->state == C_BODY) {
         al_httpd_req *r = c->req;
         c->req = NULL;
@@ -499,8 +668,9 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
             r->c = NULL;
             req_free(r);
         }
-        conn_error(c, 408, c->state == C_HEAD ? "the request head did not arrive in time"
-                                               : "the request body did not arrive in time");
+        conn_fail(c, 408, AL_HTTPD_WHY_TIMEOUT,
+                  c->state == C_HEAD ? "the request head did not arrive in time"
+                                     : "the request body did not arrive in time");
     }
 }
 
@@ -510,9 +680,6 @@ static void conn_dispatch(conn *c)
     al_httpd_req *r = c->req;
     c->state = C_HANDLER;
     evtimer_del(c->timer);
-    /* pipelined bytes wait; reading goes on (a hang-up must be seen) up to a bound */
-    if (evbuffer_get_length(bufferevent_get_input(c->bev)) > c->s->o.limits.max_head + 65536)
-        bufferevent_disable(c->bev, EV_READ);
     if (r->body) r->body[r->body_len] = '\0';
     c->s->handler(r, c->s->ud);
 }
@@ -533,69 +700,95 @@ static int body_sink(void *ud, const char *data, size_t n)
     return 0;
 }
 
-/* Moves the head's slices from old to new (same offsets). */
+/* Moves the head's slices from old to new (same offsets); the literal "/" of an
+ * absolute-form target without a path stays. */
 static void rebase(al_slice *s, const char *old, char *new_base, size_t oldlen)
 {
     if (s->p >= old && s->p <= old + oldlen) s->p = new_base + (s->p - old);
 }
 
+/* A client that waits for 100 Continue gets it while its body is incomplete. */
+static void conn_continue(conn *c)
+{
+    al_httpd_req *r = c->req;
+    if (r->head.expect_continue && !r->http10 && !c->sent_continue) {
+        c->sent_continue = 1;
+        evbuffer_add(conn_out(c), "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    }
+}
+
 static void conn_read_body(conn *c)
 {
-    struct evbuffer *in = bufferevent_get_input(c->bev);
     al_httpd_req *r = c->req;
     char err[160];
     if (c->chunked) {
-        while (evbuffer_get_length(in)) {
-            struct evbuffer_iovec v;
-            if (evbuffer_peek(in, -1, NULL, &v, 1) < 1) break;
-            size_t used = 0;
-            int rc = al_http_chunked_feed(&c->ch, v.iov_base, v.iov_len, &used,
-                                          c->s->o.max_body, body_sink, r, err, sizeof err);
-            evbuffer_drain(in, used);
-            if (rc < 0) {
-                c->req = NULL;
-                r->c = NULL;
-                req_free(r);
-                conn_error(c, -rc, err);
-                return;
-            }
-            if (rc == 1) {
-                conn_dispatch(c);
-                return;
-            }
+        size_t used = 0;
+        int rc = al_http_chunked_feed(&c->ch, c->in, c->in_len, &used, c->s->o.max_body,
+                                      body_sink, r, err, sizeof err);
+        conn_consume(c, used);
+        if (rc < 0) {
+            c->req = NULL;
+            r->c = NULL;
+            req_free(r);
+            conn_fail(c, -rc, -rc == 413 ? AL_HTTPD_WHY_TOO_LARGE : AL_HTTPD_WHY_MALFORMED, err);
+            return;
+        }
+        if (rc == 1) {
+            conn_dispatch(c);
+            return;
         }
     } else {
-        size_t avail = evbuffer_get_length(in);
-        size_t take = avail < (size_t)c->body_need ? avail : (size_t)c->body_need;
+        size_t take = c->in_len < (size_t)c->body_need ? c->in_len : (size_t)c->body_need;
         if (take) {
-            evbuffer_remove(in, r->body + r->body_len, take);
+            memcpy(r->body + r->body_len, c->in, take);
             r->body_len += take;
             c->body_need -= (int64_t)take;
+            conn_consume(c, take);
         }
         if (c->body_need == 0) {
             conn_dispatch(c);
             return;
         }
     }
+    conn_continue(c);
     arm(c, c->s->o.body_timeout_ms);
+}
+
+/* The head's copy for a request that outlives the read-ahead: r->raw, r->path, the slices. */
+static int req_take_head(al_httpd_req *r, const char *p, size_t hl)
+{
+    r->raw = malloc(hl + 1);
+    if (!r->raw) return -1;
+    memcpy(r->raw, p, hl);
+    r->raw[hl] = '\0';
+    al_http_head *h = &r->head;
+    rebase(&h->method, p, r->raw, hl);
+    rebase(&h->target, p, r->raw, hl);
+    rebase(&h->path, p, r->raw, hl);
+    rebase(&h->query, p, r->raw, hl);
+    rebase(&h->host, p, r->raw, hl);
+    for (size_t i = 0; i < h->nheaders; i++) {
+        rebase(&h->headers[i].name, p, r->raw, hl);
+        rebase(&h->headers[i].value, p, r->raw, hl);
+    }
+    r->path = malloc(h->path.n + 1);
+    if (!r->path) return -1;
+    memcpy(r->path, h->path.p, h->path.n);
+    r->path[h->path.n] = '\0';
+    return 0;
 }
 
 static void conn_read_head(conn *c)
 {
     al_httpd *s = c->s;
-    struct evbuffer *in = bufferevent_get_input(c->bev);
-    size_t len = evbuffer_get_length(in);
+    size_t len = c->in_len;
     if (!len) return;
     if (!c->head_started) {
         c->head_started = 1;
         arm(c, s->o.head_timeout_ms); /* a deadline for the whole head, not per byte */
     }
     size_t look = len < s->o.limits.max_head + 2 ? len : s->o.limits.max_head + 2;
-    const char *p = (const char *)evbuffer_pullup(in, (ev_ssize_t)look);
-    if (!p) {
-        conn_close(c);
-        return;
-    }
+    const char *p = c->in;
     size_t end = al_http_head_end(p, look, &c->scanned);
     if (!end) {
         /* only a head past a limit is worth parsing before it ends */
@@ -603,12 +796,15 @@ static void conn_read_head(conn *c)
         int line_over = look > s->o.limits.max_line + 1 && !memchr(p, '\n', line_look);
         if (look < s->o.limits.max_head && !line_over) return;
     }
-    al_httpd_req *r = calloc(1, sizeof *r);
+    /* the head array is filled by the parser up to nheaders: only the rest is zeroed */
+    al_httpd_req *r = malloc(sizeof *r);
     char err[160];
     if (!r) {
         conn_close(c);
         return;
     }
+    memset(r, 0, offsetof(al_httpd_req, head));
+    memset((char *)r + offsetof(al_httpd_req, raw), 0, sizeof *r - offsetof(al_httpd_req, raw));
     int hl = al_http_parse_head(p, look, &s->o.limits, &r->head, err, sizeof err);
     if (hl == 0) { /* cannot be: limits were passed; treat it as a malformed head */
         hl = -400;
@@ -616,36 +812,16 @@ static void conn_read_head(conn *c)
     }
     if (hl < 0) {
         free(r);
-        conn_error(c, -hl, err);
+        conn_fail(c, -hl, AL_HTTPD_WHY_MALFORMED, err);
         return;
     }
-    r->raw = malloc((size_t)hl + 1);
-    if (!r->raw) {
-        free(r);
-        conn_close(c);
-        return;
-    }
-    memcpy(r->raw, p, (size_t)hl);
-    r->raw[hl] = '\0';
-    al_http_head *h = &r->head;
-    rebase(&h->method, p, r->raw, (size_t)hl);
-    rebase(&h->target, p, r->raw, (size_t)hl);
-    rebase(&h->path, p, r->raw, (size_t)hl);
-    rebase(&h->query, p, r->raw, (size_t)hl);
-    rebase(&h->host, p, r->raw, (size_t)hl);
-    for (size_t i = 0; i < h->nheaders; i++) {
-        rebase(&h->headers[i].name, p, r->raw, (size_t)hl);
-        rebase(&h->headers[i].value, p, r->raw, (size_t)hl);
-    }
-    evbuffer_drain(in, (size_t)hl);
-    r->path = malloc(h->path.n + 1);
-    if (!r->path) {
+    if (req_take_head(r, p, (size_t)hl) != 0) {
         req_free(r);
         conn_close(c);
         return;
     }
-    memcpy(r->path, h->path.p, h->path.n);
-    r->path[h->path.n] = '\0';
+    conn_consume(c, (size_t)hl);
+    al_http_head *h = &r->head;
     r->s = s;
     r->c = c;
     r->head_only = al_slice_eq(h->method, "HEAD");
@@ -654,16 +830,18 @@ static void conn_read_head(conn *c)
     c->req = r;
     c->state = C_BODY;
     c->chunked = h->chunked;
+    c->sent_continue = 0;
     if (!h->chunked) {
         int64_t cl = h->content_length < 0 ? 0 : h->content_length;
         if ((uint64_t)cl > s->o.max_body) {
-            c->req = NULL;
-            r->c = NULL;
-            req_free(r);
             char msg[128];
             snprintf(msg, sizeof msg, "request body of %lld bytes is larger than the limit of %zu",
                      (long long)cl, s->o.max_body);
-            conn_error(c, 413, msg);
+            al_httpd_error e = {413, AL_HTTPD_WHY_TOO_LARGE, msg, cl, s->o.max_body, h};
+            c->req = NULL;
+            r->c = NULL;
+            conn_error(c, &e);
+            req_free(r);
             return;
         }
         c->body_need = cl;
@@ -673,10 +851,6 @@ static void conn_read_head(conn *c)
         }
         r->body_cap = (size_t)cl + 1;
     }
-    /* a client that waits for 100 Continue gets it once the head is taken */
-    if (h->expect_continue && !r->http10 &&
-        (h->chunked || (size_t)c->body_need > evbuffer_get_length(in)))
-        evbuffer_add(conn_out(c), "HTTP/1.1 100 Continue\r\n\r\n", 25);
     conn_read_body(c);
 }
 
@@ -686,27 +860,22 @@ static void conn_process(conn *c)
         conn_read_head(c);
     else if (c->state == C_BODY)
         conn_read_body(c);
-    else if ((c->state == C_HANDLER || c->state == C_WRITING) &&
-             evbuffer_get_length(bufferevent_get_input(c->bev)) > c->s->o.limits.max_head + 65536)
-        bufferevent_disable(c->bev, EV_READ);
 }
 
-static void on_read(struct bufferevent *bev, void *arg)
+/* Everything queued has left: a paused stream goes on, a finished answer goes back to
+ * reading (or closes), an error's connection closes. May free c. */
+static void conn_written(conn *c)
 {
-    (void)bev;
-    conn_process(arg);
-}
-
-static void on_write(struct bufferevent *bev, void *arg)
-{
-    conn *c = arg;
-    if (evbuffer_get_length(bufferevent_get_output(bev)) != 0) return;
     if (c->state == C_CLOSING) {
         conn_close(c);
         return;
     }
-    if (c->state != C_WRITING) return;
     al_httpd_req *r = c->req;
+    if (c->state == C_HANDLER && r && r->streaming && r->on_drained) {
+        r->on_drained(r, r->drained_ud);
+        return;
+    }
+    if (c->state != C_WRITING) return;
     c->req = NULL;
     if (r) {
         r->c = NULL;
@@ -719,11 +888,133 @@ static void on_write(struct bufferevent *bev, void *arg)
         conn_next(c);
 }
 
-static void on_event(struct bufferevent *bev, short what, void *arg)
+/* Writes what is queued; what the socket does not take waits for EPOLLOUT, cut after
+ * write_timeout without progress. A dead client's connection is closed. May free c. */
+static void conn_try_write(conn *c)
 {
-    (void)bev;
+    while (evbuffer_get_length(c->out)) {
+        int n = evbuffer_write(c->out, c->fd);
+        if (n > 0) {
+            if (c->write_blocked) arm(c, c->s->o.write_timeout_ms); /* progress */
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0 || errno == EAGAIN || errno == EWOULDBLOCK) {
+            if (!c->write_blocked) {
+                c->write_blocked = 1;
+                event_add(c->wev, NULL);
+                arm(c, c->s->o.write_timeout_ms);
+            }
+            return;
+        }
+        conn_close(c);
+        return;
+    }
+    if (c->write_blocked) {
+        c->write_blocked = 0;
+        event_del(c->wev);
+        if (c->state == C_BODY)
+            arm(c, c->s->o.body_timeout_ms);
+        else if (c->state == C_HEAD)
+            arm(c, c->head_started ? c->s->o.head_timeout_ms : c->s->o.idle_timeout_ms);
+        else
+            evtimer_del(c->timer);
+    }
+    conn_written(c);
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    conn_try_write(arg);
+}
+
+/* The end of a loop turn's work: opts.turn_end first, then every queued answer is written,
+ * one writev each. Connections queued meanwhile (a pipelined request answered at once) are
+ * written by the next run of this event. */
+static void on_turn_end(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    al_httpd *s = arg;
+    if (s->o.turn_end) s->o.turn_end(s->ud);
+    s->wbatch = s->wq_head;
+    s->wq_head = s->wq_tail = NULL;
+    conn *c;
+    while ((c = s->wbatch)) {
+        s->wbatch = c->wnext;
+        if (s->wbatch) s->wbatch->wprev = NULL;
+        c->wprev = c->wnext = NULL;
+        c->queued = 0;
+        conn_try_write(c);
+    }
+}
+
+/* Bytes from the client, into the connection's read-ahead (kept from request to request),
+ * which stops growing at the server's bound: reading pauses there until a request takes
+ * some. End of stream or a reset closes the connection; a request with its handler is marked
+ * closed. */
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
     conn *c = arg;
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) conn_close(c);
+    size_t bound = c->s->read_bound;
+    for (;;) {
+        if (c->in_cap - c->in_len < 4096) {
+            size_t nc = c->in_cap ? c->in_cap * 2 : 8192;
+            if (nc > bound) nc = bound;
+            char *nb = nc > c->in_cap ? realloc(c->in, nc) : NULL;
+            if (nb) {
+                c->in = nb;
+                c->in_cap = nc;
+            } else if (c->in_len == c->in_cap) {
+                if (c->in_cap < bound) { /* out of memory */
+                    conn_close(c);
+                    return;
+                }
+                conn_reading(c, 0); /* at the bound */
+                break;
+            }
+        }
+        size_t room = c->in_cap - c->in_len;
+        ssize_t n = read(fd, c->in + c->in_len, room);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (n <= 0) {
+            conn_close(c);
+            return;
+        }
+        c->in_len += (size_t)n;
+        if (c->in_len >= bound) {
+            conn_reading(c, 0);
+            break;
+        }
+        if ((size_t)n < room) break;
+    }
+    conn_process(c);
+}
+
+/* Past max_connections: the error answer is sent at once (it fits any socket buffer) and the
+ * socket closed. */
+static void accept_refuse(al_httpd *s, evutil_socket_t fd)
+{
+    char body[1024];
+    al_httpd_error e = {.status = 503,
+                        .why = AL_HTTPD_WHY_OVERLOADED,
+                        .message = "too many connections; try again later",
+                        .length = -1};
+    size_t n = error_body(s, &e, body, sizeof body);
+    struct evbuffer *b = evbuffer_new();
+    if (b) {
+        error_write(s, b, 503, body, n);
+        size_t len = evbuffer_get_length(b);
+        const char *p = (const char *)evbuffer_pullup(b, -1);
+        if (p) {
+            ssize_t w = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            (void)w;
+        }
+        evbuffer_free(b);
+    }
+    evutil_closesocket(fd);
 }
 
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
@@ -731,29 +1022,41 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 {
     (void)l, (void)sa, (void)salen;
     al_httpd *s = arg;
+    if (s->nconns >= s->o.max_connections) {
+        accept_refuse(s, fd);
+        return;
+    }
+    if (s->o.nodelay) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    evutil_make_socket_nonblocking(fd);
     conn *c = calloc(1, sizeof *c);
-    struct bufferevent *bev = c ? bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
-    struct event *t = bev ? evtimer_new(s->base, on_timer, c) : NULL;
-    if (!t) {
-        if (bev) bufferevent_free(bev);
-        else evutil_closesocket(fd);
+    if (!c) {
+        evutil_closesocket(fd);
+        return;
+    }
+    c->s = s, c->fd = fd, c->state = C_HEAD;
+    c->rev = event_new(s->base, fd, EV_READ | EV_PERSIST, on_read, c);
+    c->wev = event_new(s->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
+    c->timer = evtimer_new(s->base, on_timer, c);
+    c->out = evbuffer_new();
+    if (!c->rev || !c->wev || !c->timer || !c->out) {
+        if (c->rev) event_free(c->rev);
+        if (c->wev) event_free(c->wev);
+        if (c->timer) event_free(c->timer);
+        if (c->out) evbuffer_free(c->out);
+        evutil_closesocket(fd);
         free(c);
         return;
     }
-    c->s = s, c->bev = bev, c->timer = t, c->state = C_HEAD;
     c->next = s->conns;
     if (s->conns) s->conns->prev = c;
     s->conns = c;
     s->nconns++;
-    bufferevent_setcb(bev, on_read, on_write, on_event, c);
-    struct timeval wt = {s->o.write_timeout_ms / 1000, (s->o.write_timeout_ms % 1000) * 1000};
-    bufferevent_set_timeouts(bev, NULL, &wt);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
-    if (s->nconns > s->o.max_connections) {
-        conn_error(c, 503, "too many connections; try again later");
-        return;
-    }
-    arm(c, s->o.head_timeout_ms);
+    conn_gauge(s);
+    arm(c, s->o.idle_timeout_ms);
+    conn_reading(c, 1);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -778,6 +1081,14 @@ al_httpd *al_httpd_new(struct event_base *base, const al_httpd_opts *opts,
     if (s->o.body_timeout_ms <= 0) s->o.body_timeout_ms = 60000;
     if (s->o.idle_timeout_ms <= 0) s->o.idle_timeout_ms = 75000;
     if (s->o.write_timeout_ms <= 0) s->o.write_timeout_ms = 60000;
+    /* one head and 64 KiB beyond it read ahead: room for any head, and a hang-up is seen
+     * while a request is with its handler */
+    s->read_bound = l->max_head + 65536;
+    s->turn_ev = event_new(base, -1, 0, on_turn_end, s);
+    if (!s->turn_ev) {
+        free(s);
+        return NULL;
+    }
     return s;
 }
 
@@ -828,7 +1139,15 @@ int al_httpd_connections(const al_httpd *s)
     return s ? s->nconns : 0;
 }
 
-void al_httpd_drain(al_httpd *s)
+int al_httpd_busy(const al_httpd *s)
+{
+    int n = 0;
+    for (const conn *c = s ? s->conns : NULL; c; c = c->next)
+        if (c->state != C_HEAD || evbuffer_get_length(c->out) > 0) n++;
+    return n;
+}
+
+void al_httpd_listen_stop(al_httpd *s)
 {
     if (!s || s->draining) return;
     s->draining = 1;
@@ -836,9 +1155,15 @@ void al_httpd_drain(al_httpd *s)
         evconnlistener_free(s->listener);
         s->listener = NULL;
     }
+}
+
+void al_httpd_drain(al_httpd *s)
+{
+    if (!s) return;
+    al_httpd_listen_stop(s);
     for (conn *c = s->conns, *next; c; c = next) {
         next = c->next;
-        if (c->state == C_HEAD && !c->head_started) conn_close(c);
+        if (c->state == C_HEAD && !c->head_started && !evbuffer_get_length(c->out)) conn_close(c);
     }
 }
 
@@ -848,5 +1173,6 @@ void al_httpd_free(al_httpd *s)
     if (s->listener) evconnlistener_free(s->listener);
     while (s->conns)
         conn_close(s->conns);
+    event_free(s->turn_ev);
     free(s);
 }

@@ -1,12 +1,13 @@
 /*
- * httpd.h: the HTTP/1.1 server every arclight server runs on (serve's API, the trainer's
- * checkpoint server, --metrics), on a libevent loop the caller owns. Requests are read with
- * lib/http/http1.h, so every server refuses the same things with the same answers, within the
- * same limits:
+ * httpd.h: the HTTP/1.1 server every arclight server runs on (the capture proxy, serve's API,
+ * the trainer's checkpoint server, --metrics), on a libevent loop the caller owns. Requests
+ * are read with lib/http/http1.h, so every server refuses the same things with the same
+ * answers, within the same limits:
  *
  *   - a request head must arrive whole within head_timeout (a total deadline, as nginx's
  *     client_header_timeout, not re-armed by each byte): 408; a body may pause at most
- *     body_timeout between reads: 408; a kept-alive connection idle for idle_timeout is closed
+ *     body_timeout between reads: 408; a kept-alive connection idle for idle_timeout is closed;
+ *     an answer that makes no progress for write_timeout is cut
  *   - 414 / 431 / 400 / 501 / 505 as http1.h says; a body over max_body: 413 (from its
  *     Content-Length, before a byte of it is read; a chunked one as it arrives)
  *   - past max_connections a new connection gets 503 and is closed
@@ -15,6 +16,13 @@
  *     Content-Length, and closes the connection (the rest of the stream cannot be trusted)
  *   - a HEAD request gets the headers its GET would get, Content-Length included, and no body
  *   - pipelined requests are answered in order, one at a time
+ *
+ * Answers leave at the end of the loop turn that made them, one writev per connection, after
+ * opts.turn_end has run (the proxy puts that turn's spans on disk there: an answer never
+ * leaves before its span). The sockets are read and written directly rather than through
+ * bufferevents: the read event stays registered for a connection's life (a hang-up is seen
+ * also while a request is with its handler), and only an answer the socket cannot take at
+ * once waits for EPOLLOUT.
  *
  * A request is handed to the handler once its body is complete. The handler answers at once
  * or later (from the loop's thread: another thread wakes the loop first) with exactly one of
@@ -27,6 +35,7 @@
 #define ARCLIGHT_HTTP_HTTPD_H
 
 #include "http/http1.h"
+#include "http/metrics.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -43,6 +52,30 @@ typedef void (*al_httpd_handler_fn)(al_httpd_req *req, void *ud);
  * NUL-terminated); returns its length. message is valid UTF-8 without control bytes. */
 typedef size_t (*al_httpd_error_fn)(int status, const char *message, char *out, size_t cap);
 
+/* Why the server answers an error itself. */
+typedef enum al_httpd_why {
+    AL_HTTPD_WHY_MALFORMED,  /* the head or a chunk broke http1.h's rules (4xx/5xx as it says) */
+    AL_HTTPD_WHY_TOO_LARGE,  /* 413: the body is over max_body */
+    AL_HTTPD_WHY_TIMEOUT,    /* 408: the head or the body did not arrive in time */
+    AL_HTTPD_WHY_OVERLOADED, /* 503: a connection past max_connections */
+} al_httpd_why;
+
+/* An error the server answers itself, for opts.error_answer. */
+typedef struct al_httpd_error {
+    int status;
+    al_httpd_why why;
+    const char *message;   /* the server's own wording (valid UTF-8 or the parser's text) */
+    int64_t length;        /* TOO_LARGE from a Content-Length: its value; otherwise -1 */
+    size_t limit;          /* TOO_LARGE: max_body */
+    const al_http_head *head; /* TOO_LARGE from a Content-Length: the head; otherwise NULL */
+} al_httpd_error;
+
+/* The whole JSON body of an error the server answers itself into out (cap bytes); returns
+ * its length. Called once per such error (also for the 503 past max_connections), so that
+ * the owner may count it. ud: the server's. */
+typedef size_t (*al_httpd_error_answer_fn)(void *ud, const al_httpd_error *e, char *out,
+                                           size_t cap);
+
 typedef struct al_httpd_opts {
     al_http_limits limits; /* zeros: http1.h's defaults (8 KiB line, 32 KiB head, 100 fields) */
     size_t max_body;       /* 0: 1 MiB */
@@ -52,6 +85,15 @@ typedef struct al_httpd_opts {
     int idle_timeout_ms;   /* 0: 75 s */
     int write_timeout_ms;  /* a reply that makes no progress for this long is cut (0: 60 s) */
     al_httpd_error_fn error_body; /* NULL: {"error":{"message":..,"type":..,"code":N}} */
+    al_httpd_error_answer_fn error_answer; /* set: used instead of error_body */
+    const char *(*reason)(int status);     /* the status line's phrase (NULL: al_http_reason) */
+    int connection_last; /* the owner's headers before Connection, which is written only to
+                            close (no "Connection: keep-alive" for HTTP/1.0) */
+    int chunked_http10;  /* a body in pieces is chunked for HTTP/1.0 clients too, not
+                            delimited by the connection's close */
+    int nodelay;         /* TCP_NODELAY on accepted sockets */
+    al_gauge *connections;    /* set to the number of open connections as it changes */
+    void (*turn_end)(void *ud); /* runs before a loop turn's answers leave (ud: the server's) */
 } al_httpd_opts;
 
 /* A server on base (borrowed; it must outlive the server). Nothing is bound yet. NULL only
@@ -70,8 +112,17 @@ int al_httpd_port(const al_httpd *s);
  * the reply in progress (which says Connection: close). */
 void al_httpd_drain(al_httpd *s);
 
+/* Stops accepting connections; every reply from now on says Connection: close and closes
+ * its connection once written. Idle connections stay until their next request is answered
+ * or their idle timeout (al_httpd_drain closes them at once). */
+void al_httpd_listen_stop(al_httpd *s);
+
 /* Open connections. */
 int al_httpd_connections(const al_httpd *s);
+
+/* Connections with a request in progress (with its handler, or its reply not yet written
+ * out). */
+int al_httpd_busy(const al_httpd *s);
 
 /* Closes every connection (requests still held by their owners are marked closed and stay
  * valid until the owner finishes them) and frees the server. Call it on the loop's thread,
@@ -91,14 +142,30 @@ const char *al_httpd_req_body(const al_httpd_req *r, size_t *len);
 int al_httpd_req_closed(const al_httpd_req *r);
 /* fn(r, ud) runs once, on the loop's thread, when the request is over for the network: its
  * reply fully handed to the kernel, or the connection gone before that. r is still valid in
- * the call. */
+ * the call, and an owner that will not finish r (its connection gone) may end its hold there
+ * with al_httpd_req_abort. */
 void al_httpd_req_on_done(al_httpd_req *r, void (*fn)(al_httpd_req *r, void *ud), void *ud);
+
+/* Bytes of r's reply handed over but not yet written to the socket (0 once r is closed). */
+size_t al_httpd_req_pending(const al_httpd_req *r);
+/* fn(r, ud) runs, on the loop's thread, each time the bytes of r's reply in pieces (after
+ * al_httpd_send_start) have all been written, until its owner ends it: a producer that
+ * paused at a bound of al_httpd_req_pending goes on there. */
+void al_httpd_req_on_drained(al_httpd_req *r, void (*fn)(al_httpd_req *r, void *ud), void *ud);
+/* The connection closes once r's reply is written (a stream cut short: the client must not
+ * take it for a whole one). */
+void al_httpd_req_close_after(al_httpd_req *r);
 
 /* ---- the reply ---------------------------------------------------------------------------- */
 
 /* Adds a header to the reply (before it starts). Name and value are copied; CR, LF and NUL
  * in them are replaced by spaces, so that no header can be split. */
 void al_httpd_add_header(al_httpd_req *r, const char *name, const char *value);
+
+/* Adds header lines as they are (each "Name: value" with its CRLF) to the reply (before it
+ * starts): for a caller whose values are already checked (ids of a fixed alphabet, numbers),
+ * which writes them without a copy per header. */
+void al_httpd_add_header_lines(al_httpd_req *r, const char *lines);
 
 /* The whole reply: status, Content-Type (NULL: none), body of len bytes (copied; no body
  * sent for HEAD, its Content-Length is). Ends the owner's hold on r. */

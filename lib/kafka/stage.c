@@ -22,15 +22,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* One worker per process: the flag is the process's, as the signal disposition is. */
-static volatile sig_atomic_t stage_stop;
-
-static void stage_on_signal(int sig)
-{
-    (void)sig;
-    stage_stop = 1;
-}
-
 void al_stage_keep_freed_memory(void)
 {
 #ifdef M_MMAP_THRESHOLD
@@ -43,32 +34,22 @@ void al_stage_keep_freed_memory(void)
 
 void al_stage_drain_start(al_stage *s, double seconds)
 {
-    if (s->drain_deadline_us) return;
-    s->drain_deadline_us = al_mono_us() + (int64_t)(seconds * 1e6);
-    if (!s->drain_deadline_us) s->drain_deadline_us = 1;
+    al_process_drain_start(&s->proc, seconds);
 }
 
 int al_stage_drain_left_ms(const al_stage *s, int cap)
 {
-    if (!s->drain_deadline_us) return cap;
-    int64_t left = (s->drain_deadline_us - al_mono_us()) / 1000;
-    return left <= 0 ? 0 : left < cap ? (int)left : cap;
+    return al_process_drain_left_ms(&s->proc, cap);
 }
 
 void al_stage_init(al_stage *s, const char *comp, const char *health_text, int log_failures)
 {
-    s->drain_deadline_us = 0;
-    s->comp = comp;
-    s->health_text = health_text;
-    s->log_failures = log_failures;
-    s->reason[0] = '\0';
-    atomic_init(&s->failed, 0);
+    al_process_init(&s->proc, comp, health_text, log_failures);
     s->spec = NULL;
     s->group = NULL;
     s->conf = NULL;
     s->producer = NULL;
     s->consumer = NULL;
-    s->http = NULL;
     s->closing = 0;
     s->member_lock_fd = -1;
     s->txn_id[0] = '\0';
@@ -81,53 +62,45 @@ void al_stage_init(al_stage *s, const char *comp, const char *health_text, int l
     s->txn_commits = s->txn_aborts = 0;
 }
 
-/* The reason is written before the flag is published, and never again, so a reader on
- * another thread that sees the flag sees the whole reason. */
 void al_stage_fail(al_stage *s, const char *fmt, ...)
 {
-    if (atomic_load(&s->failed)) return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(s->reason, sizeof s->reason, fmt, ap);
+    al_process_vfail(&s->proc, fmt, ap);
     va_end(ap);
-    atomic_store(&s->failed, 1);
-    if (s->log_failures) al_log_error(s->comp, "%s", s->reason);
 }
 
 int al_stage_failed(const al_stage *s)
 {
-    return atomic_load(&s->failed);
+    return al_process_failed(&s->proc);
 }
 
 const char *al_stage_reason(const al_stage *s)
 {
-    return s->reason;
+    return al_process_reason(&s->proc);
 }
 
 int al_stage_health(void *ud, char *reason, size_t reasonlen)
 {
-    const al_stage *s = ud;
-    if (!atomic_load(&s->failed)) return 0;
-    snprintf(reason, reasonlen, "%s", s->health_text ? s->health_text : s->reason);
-    return 1;
+    al_stage *s = ud;
+    return al_process_health(&s->proc, reason, reasonlen);
 }
 
 void al_stage_catch_signals(void)
 {
-    signal(SIGINT, stage_on_signal);
-    signal(SIGTERM, stage_on_signal);
+    al_process_catch_signals(-1);
 }
 
 int al_stage_stop_requested(void)
 {
-    return stage_stop;
+    return al_process_stop_requested();
 }
 
 int al_stage_partitions_taken(const al_stage *s, al_rebalance_event ev,
                               const rd_kafka_topic_partition_list_t *parts, int *count)
 {
     *count = 0;
-    if (ev == AL_REBALANCE_ASSIGNED || stage_stop || s->closing) return 0;
+    if (ev == AL_REBALANCE_ASSIGNED || al_process_stop_requested() || s->closing) return 0;
     if (parts && parts->cnt == 0) return 0;
     *count = parts ? parts->cnt : 0;
     return 1;
@@ -186,7 +159,7 @@ static void stage_on_delivery(const al_delivery *d, void *ctx)
          * rewind, the inputs read again), not a failure of the stage, whose hook is not told:
          * it would stop on it. */
         if (!s->txn_abort && !s->rewinding)
-            al_log_warn(s->comp, "exactly-once: %s; the transaction is to be aborted and its "
+            al_log_warn(s->proc.comp, "exactly-once: %s; the transaction is to be aborted and its "
                                  "inputs read again", d->reason);
         if (!s->rewinding) s->txn_abort = 1;
         return;
@@ -224,7 +197,7 @@ static void txn_fatal(al_stage *s, rd_kafka_resp_err_t code, const char *what)
     int timed_out_abort = (fenced || code == RD_KAFKA_RESP_ERR_INVALID_TXN_STATE) &&
                           s->txn_timeout_us > 0 && open_us > s->txn_timeout_us;
     if (timed_out_abort) {
-        al_log_warn(s->comp,
+        al_log_warn(s->proc.comp,
                     "exactly-once: the transaction was open %.1f s, past transaction.timeout.ms "
                     "(%.0f ms), and the coordinator aborted it (%s); making a new producer and "
                     "doing the work since the last commit again",
@@ -280,7 +253,7 @@ static int txn_rewind(al_stage *s, const char *why)
     rd_kafka_t *rk = al_producer_handle(s->producer);
     s->txn_abort = 0;
     s->rewinding = 1;
-    al_log_warn(s->comp, "exactly-once: aborting the transaction (%s); the work since the last "
+    al_log_warn(s->proc.comp, "exactly-once: aborting the transaction (%s); the work since the last "
                          "commit is done again from the committed offsets", why);
     /* the inputs first, so that the purged outputs' failed deliveries stop nothing */
     if (s->consumer) al_consumer_drop_all(s->consumer);
@@ -293,7 +266,7 @@ static int txn_rewind(al_stage *s, const char *why)
         k = txn_error(s, rd_kafka_abort_transaction(rk, al_stage_drain_left_ms(s, 30000)),
                       "aborting the transaction", err, sizeof err);
         if (k == 2)
-            al_log_warn(s->comp, "exactly-once: %s; trying again (attempt %d)", err, tries + 1);
+            al_log_warn(s->proc.comp, "exactly-once: %s; trying again (attempt %d)", err, tries + 1);
     }
     s->txn_open = 0;
     s->rewinding = 0;
@@ -389,7 +362,7 @@ static int txn_commit(al_stage *s, const char *why, int timeout_ms, char *errstr
     s->txn_open = 0;
     s->txn_commits++;
     txn_count(s, "committed");
-    al_log_debug(s->comp, "exactly-once: committed (%s), %d partitions", why, l->cnt);
+    al_log_debug(s->proc.comp, "exactly-once: committed (%s), %d partitions", why, l->cnt);
     if (s->txn_offsets) rd_kafka_topic_partition_list_destroy(s->txn_offsets);
     s->txn_offsets = l;
     s->txn_sent = al_producer_sent(s->producer);
@@ -412,7 +385,7 @@ static int txn_configure(al_stage *s)
     char id[256];
     al_kafka__member_id(s->conf, s->group, id, sizeof id, &s->member_lock_fd);
     if (!id[0]) {
-        al_log_error(s->comp,
+        al_log_error(s->proc.comp,
                      "--exactly-once needs a stable worker id for its transactional.id, and "
                      "this worker has none (ARCLIGHT_INSTANCE_ID=none or group.instance.id=none, "
                      "or no member slot free): set ARCLIGHT_INSTANCE_ID (or group.instance.id) "
@@ -422,7 +395,7 @@ static int txn_configure(al_stage *s)
     snprintf(s->txn_id, sizeof s->txn_id, "%s", id);
     const char *iso = al_kafka_conf_get(s->conf, "isolation.level");
     if (iso && strcmp(iso, "read_committed"))
-        al_log_warn(s->comp, "--exactly-once reads with isolation.level=read_committed (the "
+        al_log_warn(s->proc.comp, "--exactly-once reads with isolation.level=read_committed (the "
                              "configured %s is not used)", iso);
     const char *every = al_kafka_conf_get(s->conf, "auto.commit.interval.ms");
     double ms = every ? atof(every) : 5000;
@@ -430,7 +403,7 @@ static int txn_configure(al_stage *s)
     if (al_kafka_conf_set(s->conf, "group.instance.id", id) ||
         al_kafka_conf_set(s->conf, "isolation.level", "read_committed") ||
         al_kafka_conf_set(s->conf, "enable.auto.commit", "false")) {
-        al_log_error(s->comp, "out of memory");
+        al_log_error(s->proc.comp, "out of memory");
         return -1;
     }
     return 0;
@@ -460,18 +433,18 @@ static al_producer *txn_producer_new(al_stage *s)
     }
     if (!pc || al_kafka_conf_set(pc, "transactional.id", s->txn_id)) {
         al_kafka_conf_free(pc);
-        al_log_error(s->comp, "out of memory");
+        al_log_error(s->proc.comp, "out of memory");
         return NULL;
     }
     al_producer *p = al_producer_new(pc, err, sizeof err);
     al_kafka_conf_free(pc);
     if (!p) {
-        al_log_error(s->comp, "%s", err);
+        al_log_error(s->proc.comp, "%s", err);
         return NULL;
     }
     rd_kafka_error_t *e = rd_kafka_init_transactions(al_producer_handle(p), 60000);
     if (e) {
-        al_log_error(s->comp,
+        al_log_error(s->proc.comp,
                      "--exactly-once: initialising transactions for transactional.id %s: %s "
                      "(%s)%s",
                      s->txn_id, rd_kafka_error_string(e), rd_kafka_error_name(e),
@@ -483,7 +456,7 @@ static al_producer *txn_producer_new(al_stage *s)
         al_producer_free_within(p, 0);
         return NULL;
     }
-    al_log_info(s->comp, "exactly-once: transactional.id %s", s->txn_id);
+    al_log_info(s->proc.comp, "exactly-once: transactional.id %s", s->txn_id);
     return p;
 }
 
@@ -528,25 +501,21 @@ static int stage_start(al_stage *s)
     const al_stage_spec *spec = s->spec;
     char err[1024];
     if (!(s->conf = al_kafka_conf_from_cli(spec->common, err, sizeof err))) {
-        al_log_error(s->comp, "%s", err);
+        al_log_error(s->proc.comp, "%s", err);
         return -1;
     }
     for (const char *const *d = spec->conf_defaults; d && d[0] && d[1]; d += 2)
         if (!al_kafka_conf_get(s->conf, d[0]) && al_kafka_conf_set(s->conf, d[0], d[1]) != 0) {
-            al_log_error(s->comp, "out of memory");
+            al_log_error(s->proc.comp, "out of memory");
             return -1;
         }
-    if (spec->common->metrics &&
-        !(s->http = al_http_server_start(spec->common->metrics, spec->metrics, al_stage_health, s,
-                                         err, sizeof err))) {
-        al_log_error(s->comp, "%s", err);
+    if (al_process_metrics_start(&s->proc, spec->common->metrics, spec->metrics, NULL, NULL) != 0)
         return -1;
-    }
     al_stage_catch_signals();
     if (spec->exactly_once) {
         if (txn_configure(s) != 0 || !(s->producer = txn_producer_new(s))) return -1;
     } else if (!(s->producer = al_producer_new(s->conf, err, sizeof err))) {
-        al_log_error(s->comp, "%s", err);
+        al_log_error(s->proc.comp, "%s", err);
         return -1;
     }
     al_producer_set_delivery_cb(s->producer, stage_on_delivery, s);
@@ -556,17 +525,17 @@ static int stage_start(al_stage *s)
      * and an unreachable cluster shows here rather than at the first output. */
     if (spec->outputs && spec->outputs[0] &&
         al_producer_prepare(s->producer, spec->outputs, 10000, err, sizeof err) != 0)
-        al_log_warn(s->comp, "%s (sending anyway; messages wait for it)", err);
+        al_log_warn(s->proc.comp, "%s (sending anyway; messages wait for it)", err);
     if (spec->hooks->prepare) {
         int r = spec->hooks->prepare(s, spec->ud, err, sizeof err);
         if (r < 0) {
-            al_log_error(s->comp, "%s", err);
+            al_log_error(s->proc.comp, "%s", err);
             return -1;
         }
         if (r > 0) return 1;
     }
     if (!(s->consumer = al_consumer_new(s->conf, s->group, s->producer, err, sizeof err))) {
-        al_log_error(s->comp, "%s", err);
+        al_log_error(s->proc.comp, "%s", err);
         return -1;
     }
     al_consumer_set_rebalance_cb(s->consumer, stage_on_rebalance, s);
@@ -576,7 +545,7 @@ static int stage_start(al_stage *s)
     }
     const char *topics[] = {spec->input};
     if (al_consumer_subscribe(s->consumer, topics, 1, err, sizeof err) != 0) {
-        al_log_error(s->comp, "%s", err);
+        al_log_error(s->proc.comp, "%s", err);
         return -1;
     }
     if (spec->hooks->started) spec->hooks->started(s, spec->ud);
@@ -613,7 +582,7 @@ static void stage_loop(al_stage *s)
                 if (txn_commit(s, "interval", al_stage_drain_left_ms(s, 30000), err,
                                sizeof err) != 0 &&
                     !al_stage_failed(s))
-                    al_log_warn(s->comp, "exactly-once: %s", err);
+                    al_log_warn(s->proc.comp, "exactly-once: %s", err);
                 s->txn_next_us = al_mono_us() + s->txn_every_us;
                 continue;
             }
@@ -633,9 +602,9 @@ static void stage_loop(al_stage *s)
         if (AL_FAULT_POINTS && r == 1 && (++handed == kill_at || handed == stop_at)) {
             al_producer_flush(s->producer, 30000, err, sizeof err);
             if (handed == kill_at)
-                al_fault_kill(s->comp, "after input %lld, its outputs acknowledged, uncommitted",
+                al_fault_kill(s->proc.comp, "after input %lld, its outputs acknowledged, uncommitted",
                               handed);
-            al_log_warn(s->comp, "test fault point: SIGSTOP after input %lld, its outputs "
+            al_log_warn(s->proc.comp, "test fault point: SIGSTOP after input %lld, its outputs "
                                  "acknowledged, uncommitted", handed);
             raise(SIGSTOP);
         }
@@ -658,7 +627,7 @@ static int stage_drain(al_stage *s)
     if (al_stage_failed(s)) return 0;
     if (al_consumer_commit_within(s->consumer, al_stage_drain_left_ms(s, 30000), err,
                                   sizeof err) != 0) {
-        al_log_warn(s->comp, "%s (what was not committed is read again after a restart)", err);
+        al_log_warn(s->proc.comp, "%s (what was not committed is read again after a restart)", err);
         return 0;
     }
     return 1;
@@ -676,8 +645,8 @@ int al_stage_run(al_stage *s, const al_stage_spec *spec)
         stage_loop(s);
         if (stage_drain(s)) rc = AL_EXIT_OK;
     }
-    if (al_stage_failed(s) && !s->log_failures)
-        al_log_error(s->comp, "stopping: %s", al_stage_reason(s));
+    if (al_stage_failed(s) && !s->proc.log_failures)
+        al_log_error(s->proc.comp, "stopping: %s", al_stage_reason(s));
     /* The close revokes every partition (the stage's rebalance callback drops their state);
      * inputs still held are ended only after it, when ending them can store nothing: a
      * failed run must not commit what it had not finished. */
@@ -697,8 +666,7 @@ int al_stage_run(al_stage *s, const al_stage_spec *spec)
     if (spec->hooks->release) spec->hooks->release(s, spec->ud);
     al_producer_free_within(s->producer, al_stage_drain_left_ms(s, 10000));
     s->producer = NULL;
-    al_http_server_stop(s->http);
-    s->http = NULL;
+    al_process_metrics_stop(&s->proc);
     al_kafka_conf_free(s->conf);
     s->conf = NULL;
     if (s->txn_offsets) rd_kafka_topic_partition_list_destroy(s->txn_offsets);

@@ -30,8 +30,11 @@
  * next turn. The latch is read from the metrics server's thread too; the first reason wins
  * and is never rewritten.
  *
- * The pieces are also usable alone (the latch, the drain budget, the signal flag, the
- * rebalance guard).
+ * The process part of the worker (signals, the stop request, the metrics server, the failure
+ * latch, the drain budget) is lib/http/process.h's, which the servers (proxy, serve,
+ * rollouts) run on too; the al_stage_ names below are that skeleton's, on the stage's
+ * al_process. The pieces are also usable alone (the latch, the drain budget, the signal
+ * flag, the rebalance guard).
  *
  * Exactly once (spec.exactly_once, a stage's --exactly-once). The outputs and the input
  * offsets go to Kafka in transactions instead of being produced and committed apart:
@@ -72,6 +75,8 @@
 #define ARCLIGHT_KAFKA_STAGE_H
 
 #include "kafka/kafka.h"
+
+#include "http/process.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -131,19 +136,13 @@ typedef struct al_stage_spec {
 } al_stage_spec;
 
 struct al_stage {
-    const char *comp;        /* log component (borrowed, e.g. "batch") */
-    const char *health_text; /* /healthz reason once failed; NULL: the failure reason itself */
-    int log_failures;        /* 1: al_stage_fail logs the reason as an error when it latches */
-    atomic_int failed;
-    char reason[512];
-    int64_t drain_deadline_us; /* al_mono_us() by which the stop must be done; 0: not stopping */
+    al_process proc; /* log component, failure latch, drain deadline, --metrics server */
     /* the worker (al_stage_run) */
     const al_stage_spec *spec;
     const char *group;
     al_kafka_conf *conf;
     al_producer *producer;
     al_consumer *consumer;
-    al_http_server *http;
     int closing; /* the consumer is being closed: its revokes are the stage's own doing */
     /* exactly-once mode (stage.c) */
     int member_lock_fd;      /* the member slot's lock (member.c), -1: none */

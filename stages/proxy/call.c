@@ -126,7 +126,7 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *ud)
     size_t n = size * nmemb;
     /* back-pressure: with 1 MiB of a stream waiting for the agent, pause the upstream
      * transfer (curl hands the same bytes again on resume, px_call_resume) */
-    if (k->headers_sent && k->c && evbuffer_get_length(k->c->out) > (1u << 20)) {
+    if (k->headers_sent && k->c && px_conn_pending(k->c) > (1u << 20)) {
         if (!k->paused)
             al_log_debug(COMP,
                          "rollout %s: the agent reads slower than the upstream writes; "
@@ -267,7 +267,7 @@ void px_call_done(call *k, CURLcode rc)
             if (k->xl) px_xl_stream_end(k, msg);
             agent_status = 200;
             if (c) {
-                c->keep_alive = 0; /* the agent sees a stream that ended early */
+                px_conn_close_after(c); /* the agent sees a stream that ended early */
                 px_conn_stream_end(c);
             }
         } else {
@@ -546,7 +546,7 @@ static int call_admit(conn *c)
     }
     /* what the span takes from the agent must be UTF-8 (an Avro string that is not makes a
      * span no reader decodes), and JSON is UTF-8 anyway (RFC 8259): refused at the door */
-    const al_slice *ag = al_http_header_get(&c->head, "x-arclight-agent");
+    const al_slice *ag = al_http_header_get(c->head, "x-arclight-agent");
     if (ag && px_utf8_invalid(ag->p, ag->n)) {
         px_conn_error(c, 400, "invalid_request_error", "invalid_header",
                       "X-Arclight-Agent is not valid UTF-8");
@@ -630,7 +630,7 @@ static void call_upstream_headers(call *k, const conn *c)
     if (k->native && k->api == AL_API_MESSAGES) { /* the agent's API's own headers */
         static const char *const fwd[] = {"anthropic-version", "anthropic-beta"};
         for (size_t i = 0; i < AL_ARRAY_LEN(fwd); i++) {
-            const al_slice *v = al_http_header_get(&c->head, fwd[i]);
+            const al_slice *v = al_http_header_get(c->head, fwd[i]);
             char h[600];
             if (v && v->n < 500 && !memchr(v->p, '\r', v->n) && !memchr(v->p, '\n', v->n)) {
                 snprintf(h, sizeof h, "%s: %.*s", fwd[i], (int)v->n, v->p);
@@ -643,7 +643,7 @@ static void call_upstream_headers(call *k, const conn *c)
         char h[1100];
         snprintf(h, sizeof h, "Authorization: Bearer %s", px->cfg.upstream_key);
         k->hdrs = curl_slist_append(k->hdrs, h);
-    } else if (px->cfg.forward_agent_auth && px_api_key(&c->head, &tok) && tok.n < 1000 &&
+    } else if (px->cfg.forward_agent_auth && px_api_key(c->head, &tok) && tok.n < 1000 &&
                !px_session_find(px, tok.p, tok.n)) {
         char h[1100];
         snprintf(h, sizeof h, "Authorization: Bearer %.*s", (int)tok.n, tok.p);
@@ -655,7 +655,7 @@ void px_start_llm_call(conn *c, ident *id)
 {
     proxy *px = c->px;
     if (call_admit(c) != 0) return;
-    const al_slice *ag = al_http_header_get(&c->head, "x-arclight-agent");
+    const al_slice *ag = al_http_header_get(c->head, "x-arclight-agent");
     call *k = calloc(1, sizeof *k);
     if (!k) {
         px_conn_error(c, 500, "server_error", "out_of_memory", "out of memory");
@@ -666,7 +666,7 @@ void px_start_llm_call(conn *c, ident *id)
     const px_route *rt = c->route;
     k->route = rt;
     k->api = rt->api;
-    if (rt->models && al_http_header_get(&c->head, "anthropic-version"))
+    if (rt->models && al_http_header_get(c->head, "anthropic-version"))
         k->api = AL_API_MESSAGES; /* the list in Anthropic's shape */
     k->is_chat = rt->chat;
     k->capture = rt->capture;
@@ -675,22 +675,22 @@ void px_start_llm_call(conn *c, ident *id)
     k->id = *id;
     k->start_us = c->start_us;
     k->t0_mono = c->t0_mono;
-    size_t ml = c->head.method.n > 32 ? 32 : c->head.method.n;
-    size_t tl = c->head.target.n > 400 ? 400 : c->head.target.n;
+    size_t ml = c->head->method.n > 32 ? 32 : c->head->method.n;
+    size_t tl = c->head->target.n > 400 ? 400 : c->head->target.n;
     k->method_path = malloc(ml + tl + 14);
     if (k->method_path) {
         char *o = al_put_mem(k->method_path, "method=", 7);
-        o = al_put_mem(o, c->head.method.p, ml);
+        o = al_put_mem(o, c->head->method.p, ml);
         o = al_put_mem(o, " path=", 6);
-        o = al_put_mem(o, c->head.target.p, tl);
+        o = al_put_mem(o, c->head->target.p, tl);
         *o = '\0';
     }
     k->agent = ag ? slice_dup((al_slice){ag->p, al_utf8_cut(ag->p, ag->n, 128)})
                   : strdup(px->cfg.agent_name ? px->cfg.agent_name : "");
-    const al_slice *tp = al_http_header_get(&c->head, "traceparent");
+    const al_slice *tp = al_http_header_get(c->head, "traceparent");
     if (tp && tp->n == 55) {
         al_span tmp;
-        px_span_init(px, &tmp, id, 0, &c->head, k->trace, k->span_id, k->parent);
+        px_span_init(px, &tmp, id, 0, c->head, k->trace, k->span_id, k->parent);
         k->parent_set = tmp.parent_span_id != NULL;
     } else {
         px_rand_hex(px, k->trace, 32);

@@ -1,11 +1,11 @@
 /*
  * arclight proxy: the capture proxy between an unchanged agent and an OpenAI-compatible
  * model server (issue 3). This file owns the command: its flags and their defaults, the
- * wiring of the loop (event base, listener, the spool and its producer, the state file,
+ * wiring of the loop (event base, HTTP server, the spool and its producer, the state file,
  * metrics and /healthz, signals), the drain on SIGTERM, and the exit path, where calls cut
  * off by the drain timeout still get their span. proxy.h says which file owns the rest.
  *
- * One thread runs one libevent loop: inbound HTTP/1.1 on plain socket events (conn.c;
+ * One thread runs one libevent loop: inbound HTTP/1.1 on lib/http/httpd (server.c;
  * answers leave at the end of the loop turn, after the turn's spans are spooled), and the
  * upstream calls through the proxy's own keep-alive client (upstream.c) or libcurl's
  * multi-socket interface driven by the same loop (call.c). Each call's span is encoded and
@@ -43,29 +43,25 @@ static void drain_check(evutil_socket_t fd, short what, void *arg)
     (void)what;
     /* done when no call is in flight and every answer has left (a connection still
      * writing closes itself once written, since draining turns keep-alive off) */
-    int writing = 0;
-    for (conn *c = px->conns; c; c = c->next)
-        if (c->state != C_READ || evbuffer_get_length(c->out) > 0) writing++;
-    if ((px->inflight == 0 && writing == 0) || al_mono_us() >= px->drain_deadline_mono) {
+    int writing = al_httpd_busy(px->srv);
+    if ((px->inflight == 0 && writing == 0) || al_process_drain_over(&px->proc)) {
         if (px->inflight)
             al_log_warn(COMP, "drain timeout: %d calls still in flight are cut off", px->inflight);
         event_base_loopbreak(px->base);
     }
 }
 
-static void on_signal(evutil_socket_t sig, short what, void *arg)
+/* SIGTERM/SIGINT (the process skeleton's stop): no new connections; the calls in flight
+ * finish within --drain-timeout (drain_check). A second signal changes nothing. */
+static void on_stop(al_process *p, int sig, void *arg)
 {
     proxy *px = arg;
-    (void)what;
     if (px->draining) return;
     al_log_info(COMP, "signal %d: no new connections; draining %d calls in flight", (int)sig,
                 px->inflight);
     px->draining = 1;
-    px->drain_deadline_mono = al_mono_us() + (int64_t)px->cfg.drain_timeout_s * 1000000;
-    if (px->listener) {
-        evconnlistener_free(px->listener);
-        px->listener = NULL;
-    }
+    al_process_drain_start(p, px->cfg.drain_timeout_s);
+    al_httpd_listen_stop(px->srv);
     struct timeval tv = {0, 20000};
     px->drain_timer = event_new(px->base, -1, EV_PERSIST, drain_check, px);
     evtimer_add(px->drain_timer, &tv);
@@ -480,7 +476,7 @@ static void proxy_metrics_init(proxy *px)
 }
 
 /* host:port as a socket address (localhost: 127.0.0.1); its length, or 0 when host is not
- * numeric. */
+ * numeric (the check of --listen before the server binds it). */
 static int listen_addr(const char *host, int port, struct sockaddr_storage *ss)
 {
     memset(ss, 0, sizeof *ss);
@@ -501,8 +497,8 @@ static int listen_addr(const char *host, int port, struct sockaddr_storage *ss)
 }
 
 /* Makes the event loop and everything on it: the calls' multi handle, the response store,
- * the listener on host:port (px->port gets the bound port), the signals, the sweep timer and
- * the turn's events. AL_FLAGS_GO, or the exit status after saying why (2 for a --listen
+ * the HTTP server on host:port (px->port gets the bound port), the signals, the sweep timer
+ * and the spool's flush event. AL_FLAGS_GO, or the exit status after saying why (2 for a --listen
  * address that is not numeric). */
 static int proxy_loop_open(proxy *px, const char *host, int port)
 {
@@ -529,28 +525,19 @@ static int proxy_loop_open(proxy *px, const char *host, int port)
         return al_cli_usage_error("proxy", "--listen %s: need a numeric address HOST:PORT",
                                   cf->listen);
     px->hooks = (px_conn_hooks){px_spool_flush_cb, px_dispatch, px_call_detach, px_call_resume};
-    px->listener = evconnlistener_new_bind(px->base, px_accept_cb, px,
-                                           LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 1024,
-                                           (struct sockaddr *)&ss, sl);
-    if (!px->listener) {
-        al_log_error(COMP, "cannot listen on %s: %s", cf->listen, strerror(errno));
+    char err[1024];
+    if (px_server_open(px, strcmp(host, "localhost") ? host : "127.0.0.1", port, err,
+                       sizeof err) != 0) {
+        al_log_error(COMP, "%s", err);
         return AL_EXIT_FAILURE;
     }
-    struct sockaddr_storage bound;
-    socklen_t bl = sizeof bound;
-    getsockname(evconnlistener_get_fd(px->listener), (struct sockaddr *)&bound, &bl);
-    px->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                                 : ((struct sockaddr_in *)&bound)->sin_port);
-    px->sig_term = evsignal_new(px->base, SIGTERM, on_signal, px);
-    px->sig_int = evsignal_new(px->base, SIGINT, on_signal, px);
-    event_add(px->sig_term, NULL);
-    event_add(px->sig_int, NULL);
+    if (al_process_signals_on_loop(&px->proc, px->base, on_stop, px) != 0)
+        return AL_EXIT_FAILURE;
     struct timeval sweep = {300, 0};
     px->sweep_timer = event_new(px->base, -1, EV_PERSIST, px_sweep_cb, px);
     event_add(px->sweep_timer, &sweep);
     px->flush_ev = event_new(px->base, -1, 0, px_spool_flush_cb, px);
-    px->out_ev = event_new(px->base, -1, 0, px_conn_flush_turn, px);
-    if (!px->sweep_timer || !px->flush_ev || !px->out_ev) {
+    if (!px->sweep_timer || !px->flush_ev) {
         al_log_error(COMP, "out of memory");
         return AL_EXIT_FAILURE;
     }
@@ -571,11 +558,7 @@ static void proxy_run(proxy *px, const char *host)
                 px->port, up, cf->n_upstreams - 1, cf->topic, cf->spool_dir);
     event_base_dispatch(px->base);
     /* the final flush is bounded by --drain-timeout; a second SIGTERM must not cut it */
-    event_free(px->sig_term);
-    event_free(px->sig_int);
-    px->sig_term = px->sig_int = NULL;
-    signal(SIGTERM, SIG_IGN);
-    signal(SIGINT, SIG_IGN);
+    al_process_signals_off(&px->proc, 1);
 }
 
 /* Ends what is left (calls cut off by the drain timeout still get their failed span) and
@@ -591,8 +574,8 @@ static void proxy_stop(proxy *px, int rc)
         }
     while (px->calls)
         px_call_done(px->calls, CURLE_ABORTED_BY_CALLBACK);
-    while (px->conns)
-        px_conn_free(px->conns);
+    al_httpd_free(px->srv); /* the requests left are given up */
+    px->srv = NULL;
     if (px->spool) {
         px_spool_flush(px);
         px_state_flush(px);
@@ -606,14 +589,12 @@ static void proxy_stop(proxy *px, int rc)
 static void proxy_free(proxy *px)
 {
     pconf *cf = &px->cfg;
-    if (px->listener) evconnlistener_free(px->listener);
+    al_httpd_free(px->srv);
     if (px->curl_timer) event_free(px->curl_timer);
-    if (px->sig_term) event_free(px->sig_term);
-    if (px->sig_int) event_free(px->sig_int);
+    al_process_signals_off(&px->proc, 0);
     if (px->drain_timer) event_free(px->drain_timer);
     if (px->sweep_timer) event_free(px->sweep_timer);
     if (px->flush_ev) event_free(px->flush_ev);
-    if (px->out_ev) event_free(px->out_ev);
     if (px->state_fd >= 0) close(px->state_fd);
     al_buf_free(&px->state_pend);
     while (px->n_easy_pool)
@@ -643,10 +624,10 @@ int cmd_proxy(int argc, char **argv)
     proxy *px = calloc(1, sizeof *px);
     if (!px) return AL_EXIT_FAILURE;
     pthread_mutex_init(&px->collect_mu, NULL);
+    al_process_init(&px->proc, COMP, NULL, 0);
     px->state_fd = -1;
     al_kafka_conf *kc = NULL;
-    al_http_server *msrv = NULL;
-    char host[256], err[1024];
+    char host[256];
     int port;
     int rc = proxy_flags_parse(px, &common, argc, argv);
     if (rc != AL_FLAGS_GO) goto out;
@@ -660,18 +641,15 @@ int cmd_proxy(int argc, char **argv)
         px->rng = (uint64_t)al_now_us() | 1;
     if (proxy_spool_open(px, &common, &kc) != 0) goto out;
     proxy_metrics_init(px);
-    if (common.metrics &&
-        !(msrv = al_http_server_start(common.metrics, px->metrics, health, px, err, sizeof err))) {
-        al_log_error(COMP, "%s", err);
+    if (al_process_metrics_start(&px->proc, common.metrics, px->metrics, health, px) != 0)
         goto out;
-    }
     rc = proxy_loop_open(px, host, port);
     if (rc != AL_FLAGS_GO) goto out;
     proxy_run(px, host);
     rc = AL_EXIT_OK;
 out:
     proxy_stop(px, rc);
-    al_http_server_stop(msrv);
+    al_process_metrics_stop(&px->proc);
     proxy_free(px);
     al_kafka_conf_free(kc);
     return rc;

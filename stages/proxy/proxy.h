@@ -5,10 +5,11 @@
  * One thread runs one libevent loop. The files in layers, each calling only the ones below
  * it (a lower one hands errors and answers up as values; the agent's bytes of a stream go
  * through the call's emit hook):
- *   conn.c        the inbound connection layer: agents' sockets, reading a request (lib/http's
- *                 parser reads the head and a chunked body), answers written at the end of
- *                 the loop turn; the answers the layers below write (px_conn_reply...). It names no
- *                 file above it: it calls routes.c, call.c and spans.c through px->hooks
+ *   server.c      the proxy on lib/http/httpd (the one HTTP/1.1 server: agents' sockets,
+ *                 requests read and refused as every arclight server reads them, answers
+ *                 written at the end of the loop turn) with the proxy's options; the answers
+ *                 the layers below write (px_conn_reply...). It names no file above it: it
+ *                 calls routes.c, call.c and spans.c through px->hooks
  *   routes.c      the routes, a table (px_route: method, paths, API, capture and native
  *                 flags, handler) looked up once per request, and the control endpoints
  *                 (probes, metrics, reward, end, sessions)
@@ -25,14 +26,14 @@
  *   spans.c       a span's trace context, encoding and spooling; the turn's flush to disk
  *   lib/api/      the translators themselves (pure code over jansson trees, shared with
  *                 serve's native routes: api/translate.h)
- *   main.c        flags, wiring, metrics, signals and the drain
+ *   main.c        flags, wiring, metrics and the drain, on the process skeleton
+ *                 (lib/http/process.h: signals, --metrics, the drain deadline)
  *   spool.c       the on-disk spool and its publisher thread (spool.h)
  *   json_edit.c   byte-preserving JSON reading and editing over slices (json_edit.h)
  */
 #ifndef ARCLIGHT_PROXY_PROXY_H
 #define ARCLIGHT_PROXY_PROXY_H
 
-#include "http1.h"
 #include "json_edit.h"
 #include "spool.h"
 #include "api/translate.h"
@@ -42,12 +43,13 @@
 #include "core/map.h"
 #include "core/util.h"
 #include "core/vec.h"
+#include "http/httpd.h"
 #include "http/metrics.h"
+#include "http/process.h"
 
 #include <curl/curl.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
-#include <event2/listener.h>
 #include <event2/util.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -163,8 +165,8 @@ typedef struct status_series {
 typedef struct call call;
 typedef struct px_store px_store; /* apis.c: responses kept for previous_response_id */
 
-/* What conn.c calls when the network acts (main.c sets them, so that conn.c names no file
- * above it). */
+/* What server.c calls when the network acts (main.c sets them, so that server.c names no
+ * file above it). */
 typedef struct px_conn_hooks {
     event_callback_fn turn_end; /* before the turn's answers leave (spans.c: its spans to disk) */
     void (*request)(conn *c);   /* a complete request (routes.c: px_dispatch) */
@@ -177,9 +179,10 @@ typedef struct proxy {
     pconf cfg;
     px_conn_hooks hooks;
     struct event_base *base;
-    struct evconnlistener *listener;
+    al_httpd *srv; /* the agents' HTTP server (server.c) */
     CURLM *multi;
-    struct event *curl_timer, *sig_term, *sig_int, *drain_timer, *sweep_timer;
+    struct event *curl_timer, *drain_timer, *sweep_timer;
+    al_process proc; /* signals, --metrics, the drain deadline (lib/http/process.h) */
     int running;
     al_spool *spool;
     al_metrics *metrics;
@@ -193,12 +196,10 @@ typedef struct proxy {
     size_t nseries;
     al_map rtab;     /* "task\x1frollout\x1fattempt" -> rollout_ent (identity.c) */
     al_map sessions; /* session key -> session_ent (identity.c) */
-    conn *conns;
+    conn *conns; /* requests in progress (server.c) */
     call *calls; /* every call in flight, attached to a connection or not */
-    int nconns;
     int inflight;
     int draining;
-    int64_t drain_deadline_mono;
     uint64_t rng;
     al_buf enc;
     al_buf strip; /* the agent's copy of an answer (px_strip_for_agent), used at once: shared */
@@ -207,8 +208,6 @@ typedef struct proxy {
     px_store *store;                  /* NULL: --response-store-mib 0 */
     char up_public[16][512];          /* each upstream's URL without credentials (px_url_public) */
     struct event *flush_ev;           /* the spool's write of this loop turn's spans */
-    struct event *out_ev;             /* the turn's answers (px_conn_flush_turn), after its spans */
-    conn *wq_head, *wq_tail, *wbatch; /* connections with answers to write this turn */
     /* the state file: sequence numbers and session keys that outlive a restart */
     char state_path[4200];
     int state_fd;
@@ -224,52 +223,22 @@ typedef struct proxy {
 } proxy;
 
 /* ------------------------------------------------------------------------------------------
- * An agent's connection (conn.c)
+ * An agent's request (server.c)
  * ------------------------------------------------------------------------------------------ */
 
-enum { C_READ, C_BUSY, C_STREAM, C_WRITING };
-
-/* An agent's connection. Its socket is read and written directly rather than through a
- * bufferevent: the read event stays registered for the connection's whole life, and an
- * answer is written at the end of the loop turn that produced it (px_conn_flush_turn), after
- * that turn's spans are on disk; only an answer the socket cannot take at once waits for
- * EPOLLOUT. Per call this saves the epoll_ctl pair of a bufferevent's write enable/disable
- * and the FIONREAD ioctl it makes before every read. */
+/* An agent's request on its connection, from its arrival until it is over for the network
+ * (its answer written, or the agent gone): then server.c frees it, and a call still
+ * attached (call) is detached first and goes on for its span. */
 struct conn {
     proxy *px;
-    int fd;
-    struct event *rev; /* readable; registered while `reading` */
-    struct event *wev; /* writable; registered only while an answer is blocked */
-    struct event *tev; /* the read timeout (C_READ) or the write timeout (blocked answer) */
-    /* bytes read ahead of the current request (kept across requests): read(2) straight into
-     * the free room, which stops growing at the read-ahead bound (conn_on_read); al_buf has
-     * no bound, so this one stays its own */
-    char *in;
-    size_t in_len, in_cap;
-    struct evbuffer *out;
-    int state;
-    int keep_alive;
-    int sent_continue;
-    int reading;       /* rev is registered */
-    int no_read;       /* reading stopped for good: a malformed request is being answered */
-    int queued;        /* on px->wq or the batch px_conn_flush_turn writes */
-    int write_blocked; /* wev is registered */
-    char *req;         /* head + body of the current request (owned) */
-    size_t req_len;
-    /* a chunked body being read: the decoder, and the body decoded so far (owned); the encoded
-     * bytes leave `in` as they are decoded */
-    al_http_chunked chunk;
-    int in_chunked;
-    int head_armed; /* the deadline of the request head being read is set (not re-armed) */
-    int in_body;    /* the head is in; its body is being read (the timeout runs per read) */
-    al_buf cbody; /* a chunked request's body, decoded */
-    al_http_head head;
+    al_httpd_req *r;
+    const al_http_head *head; /* the request's (lib/http's copy) */
     al_slice body;
     const px_route *route;
     int64_t t0_mono, start_us;
     call *call;
+    int answered; /* its answer was handed to the server (whole, or a stream's end) */
     conn *prev, *next;
-    conn *wprev, *wnext; /* the write queue */
 };
 
 /* Who a request belongs to (identity.c). */
@@ -346,14 +315,12 @@ struct call {
 };
 
 /* ------------------------------------------------------------------------------------------
- * conn.c: the inbound connection layer
+ * server.c: the proxy on lib/http/httpd; its answers
  * ------------------------------------------------------------------------------------------ */
 
-/* The listener's callback: a new agent connection (503 and closed beyond --max-connections). */
-void px_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
-                  void *arg);
-/* Frees c: its call is detached and goes on for its span. */
-void px_conn_free(conn *c);
+/* Makes px->srv with the proxy's options and listens on host:port (px->port gets the port
+ * bound). 0, or -1 with err saying why. */
+int px_server_open(proxy *px, const char *host, int port, char *err, size_t errlen);
 /* Queues a whole answer (head + body; no body for HEAD); the connection goes back to
  * reading when it is written (keep-alive) or closes. extra: header lines, each with CRLF. */
 void px_conn_reply(conn *c, int status, const char *ctype, const char *extra, const char *body,
@@ -368,8 +335,10 @@ void px_conn_reply_error(conn *c, int status, const char *body, const char *why)
 void px_conn_stream_begin(conn *c, int status, const char *ctype, const char *extra);
 void px_conn_stream_write(conn *c, const char *data, size_t len);
 void px_conn_stream_end(conn *c);
-/* The end of a loop turn: the turn's spans to disk, then every queued answer (px->out_ev). */
-void px_conn_flush_turn(evutil_socket_t fd, short what, void *arg);
+/* Bytes of c's answer not yet written to the agent's socket (back-pressure). */
+size_t px_conn_pending(const conn *c);
+/* The connection closes once the answer is written (a stream cut short). */
+void px_conn_close_after(conn *c);
 /* Whether the request says Content-Type: application/json. */
 int px_conn_is_json(const conn *c);
 /* The body as a JSON object (an empty body is {} unless required); NULL after answering

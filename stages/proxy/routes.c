@@ -81,7 +81,7 @@ static void handle_reward(conn *c, ident *id)
     al_span s;
     char trace[33], sid[17], parent[17];
     if (v) {
-        px_span_init(px, &s, id, r->next_seq++, &c->head, trace, sid, parent);
+        px_span_init(px, &s, id, r->next_seq++, c->head, trace, sid, parent);
         s.kind = AL_SPAN_KIND_REWARD;
         s.reward.name = name ? name : "final";
         s.reward.value = json_number_value(v);
@@ -91,7 +91,7 @@ static void handle_reward(conn *c, ident *id)
     }
     json_object_foreach(rs, k, x)
     {
-        px_span_init(px, &s, id, r->next_seq++, &c->head, trace, sid, parent);
+        px_span_init(px, &s, id, r->next_seq++, c->head, trace, sid, parent);
         s.kind = AL_SPAN_KIND_REWARD;
         s.reward.name = k;
         s.reward.value = json_number_value(x);
@@ -140,7 +140,7 @@ static void handle_end(conn *c, ident *id)
     }
     al_span s;
     char trace[33], sid[17], parent[17];
-    px_span_init(px, &s, id, r->next_seq++, &c->head, trace, sid, parent);
+    px_span_init(px, &s, id, r->next_seq++, c->head, trace, sid, parent);
     s.kind = AL_SPAN_KIND_ROLLOUT_END;
     s.rollout_end.status = (al_rollout_status)status;
     s.rollout_end.group_size = json_is_integer(gs) ? (int32_t)json_integer_value(gs) : 0;
@@ -175,9 +175,9 @@ static void handle_session(conn *c, ident *id)
         return;
     }
     /* a session made with a session key belongs to that session's agent key */
-    int owner = px_agent_key_index(px, &c->head);
+    int owner = px_agent_key_index(px, c->head);
     al_slice tok;
-    session_ent *by = owner < 0 && px_api_key(&c->head, &tok) ? px_session_find(px, tok.p, tok.n) : NULL;
+    session_ent *by = owner < 0 && px_api_key(c->head, &tok) ? px_session_find(px, tok.p, tok.n) : NULL;
     if (by) owner = by->owner;
     if (!px_session_room(px, owner)) px_session_expire(px); /* expired ones make room */
     if (!px_session_room(px, owner)) {
@@ -299,7 +299,7 @@ static size_t prefix_len(al_slice path)
 void px_dispatch(conn *c)
 {
     proxy *px = c->px;
-    al_slice path = c->head.path; /* origin-form, or the path of an absolute-form target */
+    al_slice path = c->head->path; /* origin-form, or the path of an absolute-form target */
     ident id;
     memset(&id, 0, sizeof id);
     int prefix = 0;
@@ -356,25 +356,25 @@ void px_dispatch(conn *c)
     c->route = rt;
     if (rt == &px_route_unknown) {
         px_conn_error(c, 404, "invalid_request_error", "unknown_route", "unknown route %.*s %.*s",
-                      (int)c->head.method.n, c->head.method.p, (int)(path.n > 200 ? 200 : path.n),
+                      (int)c->head->method.n, c->head->method.p, (int)(path.n > 200 ? 200 : path.n),
                       path.p);
         return;
     }
     int want_post = rt->method[0] == 'P';
-    if (want_post ? !al_slice_eq(c->head.method, "POST")
-                  : !(al_slice_eq(c->head.method, "GET") || al_slice_eq(c->head.method, "HEAD"))) {
+    if (want_post ? !al_slice_eq(c->head->method, "POST")
+                  : !(al_slice_eq(c->head->method, "GET") || al_slice_eq(c->head->method, "HEAD"))) {
         px_conn_error(c, 405, "invalid_request_error", "method_not_allowed",
-                      "%.*s is not allowed here; use %s", (int)c->head.method.n, c->head.method.p,
+                      "%.*s is not allowed here; use %s", (int)c->head->method.n, c->head->method.p,
                       rt->method);
         return;
     }
-    if (!rt->open && !px_authorized(px, &c->head)) {
+    if (!rt->open && !px_authorized(px, c->head)) {
         px_conn_error(c, 401, "invalid_request_error", "invalid_api_key",
                       "missing or unknown API key for this proxy");
         return;
     }
     px_err err;
-    if (rt->identity && px_resolve_identity(px, &c->head, &id, prefix, &err) != 0) {
+    if (rt->identity && px_resolve_identity(px, c->head, &id, prefix, &err) != 0) {
         px_conn_error(c, err.status, err.type, err.code, "%s", err.message);
         return;
     }

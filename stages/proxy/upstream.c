@@ -5,7 +5,7 @@
 #define _GNU_SOURCE
 #include "upstream.h"
 
-#include "http1.h"
+#include "http/http1.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

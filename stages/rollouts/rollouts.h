@@ -30,6 +30,7 @@
 #include "core/util.h"
 #include "core/vec.h"
 #include "http/metrics.h"
+#include "http/process.h"
 #include "http/server.h"
 #include "kafka/follower.h"
 #include "kafka/kafka.h"
@@ -156,14 +157,14 @@ typedef struct rl_ctl {
     size_t pfd_cap, pr_cap;
     /* --metrics: the counts above as Prometheus series, set from the loop (atomics) */
     al_metrics *metrics;
-    al_http_server *srv;
+    al_process proc; /* SIGINT/SIGTERM and --metrics (lib/http/process.h) */
     al_gauge *g_version, *g_running, *g_ends[5];
     al_counter *c_started;
     int64_t started_published;
 } rl_ctl;
 
-/* SIGINT or SIGTERM once received (run.c's handler sets it): stop at once. */
-extern volatile sig_atomic_t rl_stop_signal;
+/* SIGINT or SIGTERM once received (the process skeleton's stop request): stop at once. */
+#define rl_stop_signal al_process_stop_signal()
 
 /* Seconds since the controller started. */
 static inline double rl_now_s(const rl_ctl *c)

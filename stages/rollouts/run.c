@@ -20,13 +20,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-volatile sig_atomic_t rl_stop_signal;
 static int sig_fd = -1;
 
+/* SIGCHLD: wakes the loop (SIGINT and SIGTERM are the process skeleton's, which wakes it
+ * through the same pipe). */
 static void on_signal(int sig)
 {
     int e = errno;
-    if (sig == SIGINT || sig == SIGTERM) rl_stop_signal = sig;
+    (void)sig;
     if (sig_fd >= 0) {
         char c = 1;
         if (write(sig_fd, &c, 1) < 0) { /* the loop wakes up anyway */
@@ -95,8 +96,9 @@ static void run_state_init(rl_ctl *c)
                 c->model[0] ? " of " : "", c->model, o->agent);
 }
 
-/* SIGINT and SIGTERM set rl_stop_signal; they and SIGCHLD wake the loop through
- * c->sigpipe (closed by rl_run_stop). 0, or -1 when the pipe cannot be made. */
+/* SIGINT and SIGTERM are the stop request (lib/http/process.h: rl_stop_signal); they and
+ * SIGCHLD wake the loop through c->sigpipe (closed by rl_run_stop). 0, or -1 when the pipe
+ * cannot be made. */
 static int run_signals_install(rl_ctl *c)
 {
     if (pipe2(c->sigpipe, O_CLOEXEC | O_NONBLOCK) < 0) return -1;
@@ -106,8 +108,7 @@ static int run_signals_install(rl_ctl *c)
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    al_process_catch_signals(c->sigpipe[1]);
     sigaction(SIGCHLD, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     return 0;
@@ -116,6 +117,7 @@ static int run_signals_install(rl_ctl *c)
 int rl_run_start(rl_ctl *c, const al_cli_common *common)
 {
     const rl_opts *o = &c->o;
+    al_process_init(&c->proc, COMP, NULL, 0);
     int rc = run_tasks_load(c);
     if (rc) return rc;
     if (mkdir(o->workdir, 0755) < 0 && errno != EEXIST) {
@@ -134,11 +136,8 @@ int rl_run_start(rl_ctl *c, const al_cli_common *common)
     /* --metrics: /metrics and /healthz (healthy while the controller runs) */
     if (common->metrics) {
         if (rl_metrics_init(c) < 0) return AL_EXIT_FAILURE;
-        if (!(c->srv = al_http_server_start(common->metrics, c->metrics, NULL, NULL, err,
-                                            sizeof err))) {
-            al_log_error(COMP, "%s", err);
+        if (al_process_metrics_start(&c->proc, common->metrics, c->metrics, NULL, NULL) != 0)
             return AL_EXIT_FAILURE;
-        }
     }
     if (rl_feeds_open(c)) return AL_EXIT_FAILURE;
     if (!(c->curl = curl_easy_init())) {
@@ -230,13 +229,14 @@ void rl_run_stop(rl_ctl *c)
     if (c->tty) fputc('\n', stderr);
     rl_progress_summary(c);
     sig_fd = -1;
+    al_process_catch_signals(-1);
     close(c->sigpipe[0]);
     close(c->sigpipe[1]);
 }
 
 void rl_run_free(rl_ctl *c)
 {
-    al_http_server_stop(c->srv);
+    al_process_metrics_stop(&c->proc);
     al_metrics_free(c->metrics);
     if (c->eval_log) fclose(c->eval_log);
     if (c->curl) curl_easy_cleanup(c->curl);

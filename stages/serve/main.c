@@ -36,6 +36,7 @@
 #include "core/flags.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "http/process.h"
 #include "http/server.h"
 #include "model/safetensors.h"
 #include "serve.h"
@@ -83,9 +84,9 @@ static void on_drain_timeout(evutil_socket_t fd, short what, void *ud)
 
 /* First SIGTERM/SIGINT: stop accepting connections and let the requests in flight finish
  * (up to --drain-timeout); a second one stops at once. */
-static void on_signal(evutil_socket_t sig, short what, void *ud)
+static void on_signal(al_process *p, int sig, void *ud)
 {
-    (void)sig, (void)what;
+    (void)p, (void)sig;
     serve_ctx *sc = ud;
     if (sc->draining || sc->open_replies == 0 || sc->drain_timeout_s <= 0) {
         event_base_loopbreak(sc->base);
@@ -290,8 +291,7 @@ typedef struct serve_server {
     serve_ctx sc;
     al_backend *be;
     al_serve_policy *pol;
-    al_http_server *msrv; /* --metrics */
-    struct event *sigint, *sigterm;
+    al_process proc; /* signals and --metrics (lib/http/process.h) */
     size_t max_weight_bytes; /* the largest weights file the follower may fetch */
 } serve_server;
 
@@ -454,17 +454,9 @@ static int serve_start(serve_server *sv, serve_config *cf)
         return -1;
     }
     int port = al_httpd_port(sc->http);
-    if (cf->common.metrics &&
-        !(sv->msrv = al_http_server_start(cf->common.metrics, sc->metrics, NULL, NULL, err,
-                                          sizeof err))) {
-        al_log_error(COMP, "%s", err);
+    if (al_process_metrics_start(&sv->proc, cf->common.metrics, sc->metrics, NULL, NULL) != 0 ||
+        al_process_signals_on_loop(&sv->proc, sc->base, on_signal, sc) != 0)
         return -1;
-    }
-    signal(SIGPIPE, SIG_IGN);
-    sv->sigint = evsignal_new(sc->base, SIGINT, on_signal, sc);
-    sv->sigterm = evsignal_new(sc->base, SIGTERM, on_signal, sc);
-    event_add(sv->sigint, NULL);
-    event_add(sv->sigterm, NULL);
     printf("%s:%d\n", strchr(bind_host, ':') ? "[::1]" : bind_host, port);
     fflush(stdout);
     al_log_info(COMP, "serving '%s' (policy version %" PRId64 ", %s) on http://%s:%d%s%s", cf->name,
@@ -479,15 +471,14 @@ static void serve_stop(serve_server *sv)
     serve_ctx *sc = &sv->sc;
     sc->policy = NULL;
     al_serve_policy_stop(sv->pol);
-    al_http_server_stop(sv->msrv);
+    al_process_metrics_stop(&sv->proc);
     while (sc->calls) {
         http_call *c = sc->calls;
         serve_reply_error(sc, c->req, 503, NULL, "the server stopped before the reply was done");
         serve_call_free(c);
     }
     if (sc->drain_timer) event_free(sc->drain_timer);
-    if (sv->sigint) event_free(sv->sigint);
-    if (sv->sigterm) event_free(sv->sigterm);
+    al_process_signals_off(&sv->proc, 0);
     al_httpd_free(sc->http);
     serve_wapi_free(sc->wapi);
     al_serve_engine_stop(sc->eng);
@@ -504,6 +495,7 @@ int cmd_serve(int argc, char **argv)
     if (rc < 0) rc = serve_config_resolve(&cf);
     if (rc >= 0) return rc;
     serve_server sv = {0};
+    al_process_init(&sv.proc, COMP, NULL, 0);
     if (serve_load(&sv, &cf) != 0) return AL_EXIT_FAILURE;
     serve_metrics_init(&sv.sc);
     rc = AL_EXIT_FAILURE;

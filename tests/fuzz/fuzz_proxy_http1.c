@@ -5,7 +5,7 @@
  * editor must keep valid JSON valid: when jansson accepts the input and the edit succeeds, jansson
  * must accept the output, and the output must not have grown by more than "null" per edit.
  */
-#include "../../stages/proxy/http1.h"
+#include "http/http1.h"
 #include "../../stages/proxy/json_edit.h"
 
 #include <jansson.h>
