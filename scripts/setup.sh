@@ -108,7 +108,7 @@ stamp="$(sha256sum "$REQS" | cut -d' ' -f1) $TORCH_CPU"
 if [ -x "$VENV/bin/python" ] && [ "$(cat "$VENV/.arclight-stamp" 2>/dev/null)" = "$stamp" ]; then
   echo "setup: Python packages already in $VENV"
 else
-  echo "setup: installing Python packages into $VENV (about a minute and a half)"
+  echo "setup: installing Python packages into $VENV (1.3 GB; one to five minutes)"
   log=/tmp/arclight-pip.log
   pip_install() { "$VENV/bin/python" -m pip install -q --retries 0 --timeout 20 --disable-pip-version-check "$@" >>"$log" 2>&1; }
   : >"$log"

@@ -59,7 +59,8 @@ TEST(up_writes_the_metrics_as_tensorboard_events)
     char *argv[] = {(char *)up_bin(), "up", "--workdir", wd, "--listen-broker", "127.0.0.1:0",
                     "--listen-serve", "127.0.0.1:0", "--listen-proxy", "127.0.0.1:0",
                     "--steps", "3", "--group-size", "2", "--step-groups", "2", "--warm-start", "",
-                    "--stop-timeout", "15", "--rollouts-args", "--eval-every 1 --eval-tasks 4", NULL};
+                    "--stop-timeout", "15",
+                    "--rollouts-args", "--eval-every 1 --eval-tasks 4", NULL};
     /* clang-format on */
     pid_t up = up_start(argv, out, err);
     int st = up_wait(up, 400);
@@ -129,7 +130,8 @@ TEST(up_writes_the_metrics_as_tensorboard_events)
         CHECKF(isnan(lag) || (lag >= 0 && lag <= 2), "v%lld: lag %g", v, lag);
     }
     CHECKF(lags >= 1, "no train/lag in train's events");
-    fprintf(stderr, "%d versions in metrics.csv, %d evaluated, all as the events say\n", rows, vals);
+    fprintf(stderr, "%d versions in metrics.csv, %d evaluated, all as the events say\n", rows,
+            vals);
     free(csv);
     json_decref(j);
     free(o), free(e);

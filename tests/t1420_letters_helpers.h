@@ -163,7 +163,8 @@ static int lt_rollouts_cmd(lt_run *r, const char *program, const char *agent, in
              "--proxy '%s' --bootstrap '%s' --model tiny --group-size %d --step-groups 1 "
              "--max-staleness 1000 --rollout-timeout 120 --max-attempts 1 --epochs 1 --eval-every 0 "
              "--workdir '%s' 2> '%s'",
-             al_test_bin(), tasks, program, abs_src, agent, r->px.base, r->b.bootstrap, group_size, work, log);
+             al_test_bin(), tasks, program, abs_src, agent, r->px.base, r->b.bootstrap, group_size,
+             work, log);
     double t0 = testlib_now();
     int st = system(cmd);
     r->rollouts_s = testlib_now() - t0;

@@ -41,7 +41,8 @@ void train_tb_write(train_worker *w, const al_train_stats *st, double reward_mea
     s[n++] = (al_tb_scalar){"train/lr", st->lr};
     s[n++] = (al_tb_scalar){"train/tokens_per_s", st->tokens_per_s};
     if (isfinite(reward_mean)) s[n++] = (al_tb_scalar){"train/batch_reward", reward_mean};
-    if (batch_policy >= 0) s[n++] = (al_tb_scalar){"train/lag", (double)(w->version - 1 - batch_policy)};
+    if (batch_policy >= 0)
+        s[n++] = (al_tb_scalar){"train/lag", (double)(w->version - 1 - batch_policy)};
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     if (al_tb_scalars(&w->tb, w->version, (double)ts.tv_sec + ts.tv_nsec / 1e9, s, n, err,
