@@ -86,13 +86,26 @@ static const char *lt_api_last_result(int api, json_t *req)
                : NULL;
 }
 
+/* Whether a call's captured answer is the API's answer object (a Response with "output", a
+ * Message with "content"), not an error the client then retried. */
+static int lt_api_answered(int api, const al_span *call)
+{
+    json_t *a = json_loads(call->llm_call.response_json ? call->llm_call.response_json : "", 0,
+                           NULL);
+    int ok = json_is_array(json_object_get(a, api == LT_RESPONSES ? "output" : "content"));
+    json_decref(a);
+    return ok;
+}
+
 /* Each rollout scored as the agents document (examples/letters/letters.py): a first call
  * that called open_door with a string key has that key's share of k, halved, as the key
  * reward and a second call whose request ends with the door's answer as the tool's
  * result, and the room reward is half the second answer's share of the room's letter (0
  * when it called a tool again); a first call in text is the only call, scored on its text,
- * room 0. Every call's request carries the one tool, named open_door. Returns how many
- * first calls were open_door calls. */
+ * room 0. Every call's request carries the one tool, named open_door. A call answered with
+ * an error is one the client retried (the anthropic and openai clients retry a 5xx): the
+ * calls that count are the answered ones. Returns how many first calls were open_door
+ * calls. */
 static int lt_check_api_agent(int api, const lt_rollout *o, size_t n)
 {
     int tool_calls = 0;
@@ -108,30 +121,39 @@ static int lt_check_api_agent(int api, const lt_rollout *o, size_t n)
                    r->calls[i]->llm_call.request_json);
             json_decref(req);
         }
+        const al_span *calls[8];
+        int ncalls = 0;
+        for (int i = 0; i < r->ncalls; i++)
+            if (lt_api_answered(api, r->calls[i])) calls[ncalls++] = r->calls[i];
+        if (ncalls < r->ncalls)
+            fprintf(stderr, "rollout %s: %d of its %d calls answered with an error (retried)\n",
+                    r->rollout, r->ncalls - ncalls, r->ncalls);
+        CHECKF(ncalls >= 1, "rollout %s: no call answered", r->rollout);
+        if (!ncalls) continue;
         const al_span *key = lt_reward(r, "key"), *room = lt_reward(r, "room");
         CHECKF(key && room && r->nrewards == 2, "rollout %s: rewards key %p, room %p of %d",
                r->rollout, (const void *)key, (const void *)room, r->nrewards);
         if (!key || !room) continue;
         json_t *hold, *text;
         int any_tool;
-        const char *attempt = lt_api_first_key(api, r->calls[0], &hold, &any_tool, &text);
+        const char *attempt = lt_api_first_key(api, calls[0], &hold, &any_tool, &text);
         if (attempt) {
             tool_calls++;
             CHECK_NEAR(key->reward.value, lt_share(attempt, 'k') / 2, 1e-9);
-            CHECKF(r->ncalls == 2, "rollout %s: a tool call, then %d calls in all", r->rollout,
-                   r->ncalls);
-            if (r->ncalls == 2) {
+            CHECKF(ncalls == 2, "rollout %s: a tool call, then %d calls in all", r->rollout,
+                   ncalls);
+            if (ncalls == 2) {
                 char door[128];
                 lt_door_answer(lt_room_of(r->task), attempt, door, sizeof door);
-                json_t *req = json_loads(r->calls[1]->llm_call.request_json, 0, NULL);
+                json_t *req = json_loads(calls[1]->llm_call.request_json, 0, NULL);
                 const char *got = lt_api_last_result(api, req);
                 CHECKF(got && !strcmp(got, door), "rollout %s: call 2 does not end with the door's "
                                                   "answer '%s': %s",
-                       r->rollout, door, r->calls[1]->llm_call.request_json);
+                       r->rollout, door, calls[1]->llm_call.request_json);
                 json_decref(req);
                 json_t *hold2, *text2;
                 int tool2;
-                lt_api_first_key(api, r->calls[1], &hold2, &tool2, &text2);
+                lt_api_first_key(api, calls[1], &hold2, &tool2, &text2);
                 char room_letter = lt_room_of(r->task);
                 double want = tool2 ? 0 : lt_share(json_string_value(text2), room_letter) / 2;
                 CHECK_NEAR(room->reward.value, want, 1e-9);
@@ -142,8 +164,8 @@ static int lt_check_api_agent(int api, const lt_rollout *o, size_t n)
             CHECK_NEAR(key->reward.value, 0, 0);
             CHECK_NEAR(room->reward.value, 0, 0);
         } else {
-            CHECKF(r->ncalls == 1, "rollout %s: call 1 in text, then %d calls", r->rollout,
-                   r->ncalls);
+            CHECKF(ncalls == 1, "rollout %s: call 1 in text, then %d calls", r->rollout,
+                   ncalls);
             /* The Responses agent scores the text of the stream's deltas. Once (of about 40
              * text rollouts on the random model) the final Response's text had no k where
              * the deltas had one (key reward 0.0047, the final text's share 0): the
@@ -156,7 +178,7 @@ static int lt_check_api_agent(int api, const lt_rollout *o, size_t n)
                                                 : -1;
             CHECKF(fabs(key->reward.value - want) < 1e-9,
                    "rollout %s: key reward %g, the answer's text gives %g: %s", r->rollout,
-                   key->reward.value, want, r->calls[0]->llm_call.response_json);
+                   key->reward.value, want, calls[0]->llm_call.response_json);
             CHECK_NEAR(room->reward.value, 0, 0);
         }
         json_decref(hold);
@@ -181,7 +203,8 @@ static void lt_api_agent_test(const char *tag, int api, const char *agent, int n
     CHECK(lt_read_spans(&r, want) == want);
     lt_rollout o[64];
     size_t n = lt_rollouts_of(&r, o, 64);
-    int calls = lt_check_rollouts(o, n, want, 1, 2);
+    /* two calls at most, each maybe retried once by the client */
+    int calls = lt_check_rollouts(o, n, want, 1, 4);
     int tools = lt_check_api_agent(api, o, n);
     fprintf(stderr, "%s: %zu rollouts, %d calls in %.0f s; %d first calls were open_door calls\n",
             agent, n, calls, r.rollouts_s, tools);
