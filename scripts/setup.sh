@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything arclight needs on a fresh Debian 12 machine: Debian packages via apt,
-# npm packages via npm, and the Apache Kafka broker the real-Kafka tests run via Maven. Idempotent: a second run installs nothing and succeeds. Fails with a
+# npm packages via npm, Python packages via pip into a virtual environment, and the Apache Kafka broker the real-Kafka tests run via Maven. Idempotent: a second run installs nothing and succeeds. Fails with a
 # message naming what is missing when something cannot be installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,7 @@ DEBIAN_PACKAGES=(
   libgloo-dev                         # CPU data parallelism of the trainer (lib/model/dist.h)
   kcat nginx wrk                      # benchmark references
   python3-torch python3-numpy         # PyTorch reference for the model tests
+  python3-venv                        # the virtual environment of the Python agents
   python3-yaml python3-kubernetes     # manifest checks: compose (t0003), deploy/k8s schema (t0004)
 )
 # Java 17 and Maven fetch and run the real Kafka broker of the `kafka`-labelled tests.
@@ -91,6 +92,43 @@ else
   [ -f "$KAFKA_LIBS/kafka_2.13-$kafka_version.jar" ] \
     || { echo "setup: kafka_2.13-$kafka_version.jar missing in $KAFKA_LIBS" >&2; exit 1; }
   echo "$kafka_version" >"$KAFKA_LIBS/.complete"
+fi
+
+# A Python virtual environment for the Python example agents (examples/letters/*.py: the
+# openai and anthropic clients) and the Python references (torch, transformers,
+# safetensors, tensorboard's event reader), never the system Python's site-packages. It
+# lives in $ARCLIGHT_VENV (default ~/.cache/arclight/venv, where the tests look for it);
+# a stamp of scripts/python-requirements.txt makes a second run install nothing. pip reads
+# the machine's configured indexes (here a local mirror; --retries 0 so an unreachable
+# default index is skipped at once instead of retried). LangChain for Python is not
+# installed: langchain-core needs langchain-protocol, which the local index lacks.
+VENV=${ARCLIGHT_VENV:-$HOME/.cache/arclight/venv}
+REQS=scripts/python-requirements.txt
+TORCH_CPU="torch==2.13.0+cpu" # the CPU build: the CUDA one pulls ~2.5 GB of NVIDIA wheels
+stamp="$(sha256sum "$REQS" | cut -d' ' -f1) $TORCH_CPU"
+if [ -x "$VENV/bin/python" ] && [ "$(cat "$VENV/.arclight-stamp" 2>/dev/null)" = "$stamp" ]; then
+  echo "setup: Python packages already in $VENV"
+else
+  echo "setup: installing Python packages into $VENV (1.3 GB; one to five minutes)"
+  log=/tmp/arclight-pip.log
+  pip_install() { "$VENV/bin/python" -m pip install -q --retries 0 --timeout 20 --disable-pip-version-check "$@" >>"$log" 2>&1; }
+  : >"$log"
+  if ! { [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" >>"$log" 2>&1; }; then
+    echo "setup: could not make a virtual environment in $VENV (python3-venv?; see $log)" >&2
+    exit 1
+  fi
+  # torch: the CPU build where the index has it, else whatever torch the index offers
+  if ! pip_install "$TORCH_CPU" && ! pip_install torch; then
+    echo "setup: pip could not install torch into $VENV (see $log)" >&2
+    exit 1
+  fi
+  if ! pip_install -r "$REQS"; then
+    echo "setup: pip could not install $REQS into $VENV (see $log)" >&2
+    exit 1
+  fi
+  "$VENV/bin/python" -c "import openai, anthropic, torch, transformers, safetensors, tensorboard" >>"$log" 2>&1 \
+    || { echo "setup: the packages of $VENV do not import (see $log)" >&2; exit 1; }
+  echo "$stamp" >"$VENV/.arclight-stamp"
 fi
 
 # cuBLAS, cuDNN and NCCL for the CUDA backend, where nvcc is present (scripts/cuda_deps.sh).

@@ -13,3 +13,11 @@ foreach(t t1402_letters_openai t1403_letters_langchain t1404_letters_agents_sdk)
     LIBS arclight_avro arclight_model PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL TIMEOUT 600)
   add_dependencies(${t} arclight)
 endforeach()
+# The Python agents of examples/letters (openai chat completions, the Responses API streamed,
+# anthropic Messages) on scripts/setup.sh's venv; skipped (exit 77) where there is none.
+foreach(t t1405_letters_openai_py t1406_letters_responses_py t1407_letters_anthropic_py)
+  arclight_test(${t} SOURCES tests/${t}.c
+    LIBS arclight_avro arclight_model PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL TIMEOUT 600)
+  set_tests_properties(${t} PROPERTIES SKIP_RETURN_CODE 77)
+  add_dependencies(${t} arclight)
+endforeach()

@@ -26,5 +26,7 @@ TEST(setup_runs_twice_and_the_second_run_installs_nothing)
     CHECKF(rc2 == 0, "second run exited %d:\n%s", rc2, out2);
     CHECKF(strstr(out2, "Debian packages already installed") != NULL,
            "second run installed packages again:\n%s", out2);
+    CHECKF(strstr(out2, "setup: Python packages already in") != NULL,
+           "second run installed the Python packages again:\n%s", out2);
     CHECKF(strstr(out2, "setup: ok") != NULL, "second run did not finish:\n%s", out2);
 }

@@ -249,6 +249,18 @@ TEST(report_rows_csv_and_svg)
     CHECK(strstr(svg, "<polyline"));
     CHECK(strstr(svg, "policy version"));
     CHECK(strstr(svg, "</svg>"));
+    /* the legend: the train entry's text (about 7 px a character at 12 px) ends before the
+     * val entry's line starts */
+    const char *tr = strstr(svg, ">train (mean"), *va = strstr(svg, ">val (held-out");
+    REQUIRE(tr && va);
+    const char *tx = tr, *vl = va;
+    while (tx > svg && strncmp(tx, "<text x=\"", 9)) tx--;
+    while (vl > svg && strncmp(vl, "<line x1=\"", 10)) vl--;
+    double train_x = atof(tx + 9), val_x = atof(vl + 10);
+    size_t train_chars = strcspn(tr + 1, "<");
+    CHECKF(train_x + 7.0 * (double)train_chars < val_x,
+           "the train legend (x %.0f, %zu characters) runs into the val legend at x %.0f",
+           train_x, train_chars, val_x);
     free(svg);
     char dir[512];
     REQUIRE(al_test_tmpdir(dir, sizeof dir, "t1400"));

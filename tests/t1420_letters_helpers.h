@@ -128,12 +128,14 @@ static int lt_start(lt_run *r, const char *tag, const char *sft_path, const char
     return 0;
 }
 
-/* Runs `node examples/letters/AGENT` under `arclight rollouts` over the first ntrain train
+/* Runs the agent command (its file under the source tree's examples/letters/ named by
+ * %s/examples/letters/ in it) under `arclight rollouts` over the first ntrain train
  * and nval val tasks of examples/letters/tasks.jsonl, group_size rollouts per train task,
  * one evaluation of each val task, no trainer (every group starts at version 0), with
  * ARCLIGHT_MAX_TOKENS=12 as `arclight up` sets it. Returns the controller's wait status;
  * its stderr is in r->rollouts_log. */
-static int lt_rollouts(lt_run *r, const char *agent, int ntrain, int nval, int group_size)
+static int lt_rollouts_cmd(lt_run *r, const char *program, const char *agent, int ntrain,
+                           int nval, int group_size)
 {
     char tasks[PATH_MAX + 32], work[PATH_MAX + 32], log[PATH_MAX + 32], cmd[6 * PATH_MAX];
     snprintf(tasks, sizeof tasks, "%s/tasks.jsonl", r->dir);
@@ -157,16 +159,24 @@ static int lt_rollouts(lt_run *r, const char *agent, int ntrain, int nval, int g
     char abs_src[PATH_MAX];
     if (!src || !realpath(src, abs_src)) snprintf(abs_src, sizeof abs_src, ".");
     snprintf(cmd, sizeof cmd,
-             "ARCLIGHT_MAX_TOKENS=12 '%s' rollouts --tasks '%s' --agent 'node %s/examples/letters/%s' "
+             "ARCLIGHT_MAX_TOKENS=12 '%s' rollouts --tasks '%s' --agent '%s %s/examples/letters/%s' "
              "--proxy '%s' --bootstrap '%s' --model tiny --group-size %d --step-groups 1 "
              "--max-staleness 1000 --rollout-timeout 120 --max-attempts 1 --epochs 1 --eval-every 0 "
              "--workdir '%s' 2> '%s'",
-             al_test_bin(), tasks, abs_src, agent, r->px.base, r->b.bootstrap, group_size, work, log);
+             al_test_bin(), tasks, program, abs_src, agent, r->px.base, r->b.bootstrap, group_size,
+             work, log);
     double t0 = testlib_now();
     int st = system(cmd);
     r->rollouts_s = testlib_now() - t0;
     r->rollouts_log = al_test_slurp_text(log);
     return st;
+}
+
+/* lt_rollouts_cmd for `node examples/letters/AGENT`. */
+static __attribute__((unused)) int lt_rollouts(lt_run *r, const char *agent, int ntrain, int nval,
+                                               int group_size)
+{
+    return lt_rollouts_cmd(r, "node", agent, ntrain, nval, group_size);
 }
 
 /* Reads arclight.spans until want_ends rollout ends have arrived (or a minute passed) and
@@ -366,7 +376,8 @@ static json_t *lt_sft_tools(const char *path)
 
 /* What a tool agent's rollouts must show beyond lt_check_rollouts: every call asked with the
  * tools of its warm start (sft_path: what the framework sent when the data was made is
- * what it sends now), two reward parts, "key" and "room". A first call that serve parsed as
+ * what it sends now), two reward parts, "key" and "room". Chat completions agents only (the
+ * spans keep the agent's own request and answer). A first call that serve parsed as
  * an open_door call has its key's share of k, halved, as the key reward, is followed by a
  * second call whose last message is the door's answer to that key as the tool's result,
  * and the room reward is half the second answer's share of the room's letter; a first call
@@ -458,13 +469,14 @@ static void lt_stop(lt_run *r);
  * through `arclight rollouts`, the proxy and serve. Every rollout succeeds and is scored as
  * the agent documents (lt_check_tool_agent), and at least min_tool_calls of the first calls
  * are open_door calls that serve parsed out of the model's <tool_call> text. */
-static __attribute__((unused)) void lt_tool_agent_test(const char *tag, const char *agent,
-                                                       const char *sft_path, const char *fixture,
-                                                       int ntrain, int min_tool_calls)
+static __attribute__((unused)) void lt_tool_agent_test_cmd(const char *tag, const char *program,
+                                                           const char *agent, const char *sft_path,
+                                                           const char *fixture, int ntrain,
+                                                           int min_tool_calls)
 {
     lt_run r;
     REQUIRE(lt_start(&r, tag, sft_path, fixture) == 0);
-    int st = lt_rollouts(&r, agent, ntrain, 1, 2);
+    int st = lt_rollouts_cmd(&r, program, agent, ntrain, 1, 2);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rollouts: status %d after %.0f s:\n%s", st,
            r.rollouts_s, r.rollouts_log);
     size_t want = (size_t)ntrain * 2 + 1;
@@ -478,6 +490,14 @@ static __attribute__((unused)) void lt_tool_agent_test(const char *tag, const ch
     CHECKF(tools >= min_tool_calls, "%d of %zu first calls were tool calls, expected %d or more",
            tools, n, min_tool_calls);
     lt_stop(&r);
+}
+
+/* lt_tool_agent_test_cmd for `node examples/letters/AGENT`. */
+static __attribute__((unused)) void lt_tool_agent_test(const char *tag, const char *agent,
+                                                       const char *sft_path, const char *fixture,
+                                                       int ntrain, int min_tool_calls)
+{
+    lt_tool_agent_test_cmd(tag, "node", agent, sft_path, fixture, ntrain, min_tool_calls);
 }
 
 static void lt_stop(lt_run *r)

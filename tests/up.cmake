@@ -12,3 +12,9 @@ add_dependencies(t1302_up_learns arclight)
 arclight_test(t1303_up_rollouts_learn SOURCES tests/t1303_up_rollouts_learn.c
   LIBS PkgConfig::JANSSON TIMEOUT 1500)
 add_dependencies(t1303_up_rollouts_learn arclight)
+# TensorBoard event files of a short run, read back by TensorBoard's reader (scripts/setup.sh's
+# venv; skipped, exit 77, without it) and compared with metrics.csv.
+arclight_test(t1305_up_tensorboard SOURCES tests/t1305_up_tensorboard.c LIBS PkgConfig::JANSSON
+  TIMEOUT 600)
+set_tests_properties(t1305_up_tensorboard PROPERTIES SKIP_RETURN_CODE 77)
+add_dependencies(t1305_up_tensorboard arclight)

@@ -196,6 +196,7 @@ typedef struct up_config {
     const char *workdir_arg, *model_arg, *model_config, *tokenizer_arg;
     const char *agent_arg, *tasks_arg, *listen_broker;
     const char *warm_arg, *warm_lr, *kl_arg;
+    const char *tb_arg; /* --tensorboard: NULL (the default, WORKDIR/tensorboard) or '' */
     int64_t warm_steps; /* 0: two passes over the file, within UP_WARM_MIN/MAX_STEPS */
     const char *listen_serve, *listen_proxy;
     const char *lr;
@@ -237,6 +238,10 @@ static int up_config_parse(up_config *cfg, int argc, char **argv)
 {
     up_config_init(cfg);
     const al_flag flags[] = {
+        {"tensorboard", 0, AL_FLAG_STRING, &cfg->tb_arg, .arg = "DIR",
+         .help = "TensorBoard event files: DIR/train (each update) and\n"
+                 "DIR/rollouts (rewards per version; default\n"
+                 "WORKDIR/tensorboard; '' for none)"},
         {"workdir", 0, AL_FLAG_STRING, &cfg->workdir_arg, .arg = "DIR",
          .help = "model, checkpoints and spool (default: a new /tmp/arclight-up.*)"},
         {"model", 0, AL_FLAG_STRING, &cfg->model_arg, .arg = "DIR",
@@ -427,6 +432,8 @@ typedef struct up_run {
     char model_dir[2 * PATH_MAX]; /* the policy's start: --model, the random one, the warm start */
     char steps_s[32], gs_s[32], sg_s[32], seq_s[32], seed_s[32];
     char ckpt_dir[PATH_MAX + 8], spool_dir[PATH_MAX + 8];
+    char tb_dir[PATH_MAX + 16]; /* '' : no events */
+    char tb_train[PATH_MAX + 32], tb_rollouts[PATH_MAX + 32];
     up_argv args;
 } up_run;
 
@@ -606,6 +613,8 @@ static int up_start_stages(up_run *r)
     if (cfg->steps && !cfg->controlled)
         up_argv_set(args, "+", "--steps", r->steps_s, (char *)NULL);
     if (resume_version >= 0) up_argv_set(args, "+", "--resume", (char *)NULL);
+    snprintf(r->tb_train, sizeof r->tb_train, "%s/train", r->tb_dir);
+    if (*r->tb_dir) up_argv_set(args, "+", "--tensorboard", r->tb_train, (char *)NULL);
     up_argv_common(args, r->bootstrap, &cfg->common, cfg->stage_args[UP_STAGE_train]);
     if (!up_spawn(r->st, "train", args->v, NULL)) return -1;
     return 0;
@@ -635,6 +644,8 @@ static int up_start_agent(up_run *r)
                     r->proxy_url, "--model", r->name, "--group-size", r->gs_s, "--step-groups",
                     r->sg_s, "--workdir", cfg->workdir, (char *)NULL);
         if (cfg->steps) up_argv_set(args, "+", "--steps", r->steps_s, (char *)NULL);
+        snprintf(r->tb_rollouts, sizeof r->tb_rollouts, "%s/rollouts", r->tb_dir);
+        if (*r->tb_dir) up_argv_set(args, "+", "--tensorboard", r->tb_rollouts, (char *)NULL);
         up_argv_common(args, r->bootstrap, &cfg->common, cfg->stage_args[UP_STAGE_rollouts]);
         if (!up_spawn(r->st, "rollouts", args->v, env + 1)) return -1;
     } else {
@@ -731,6 +742,10 @@ int cmd_up(int argc, char **argv)
     snprintf(r->seed_s, sizeof r->seed_s, "%ld", cfg->seed);
     snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s/ckpt", cfg->workdir);
     snprintf(r->spool_dir, sizeof r->spool_dir, "%s/spool", cfg->workdir);
+    if (cfg->tb_arg)
+        snprintf(r->tb_dir, sizeof r->tb_dir, "%s", cfg->tb_arg);
+    else
+        snprintf(r->tb_dir, sizeof r->tb_dir, "%s/tensorboard", cfg->workdir);
     al_log_info(COMP, "work directory %s", cfg->workdir);
 
     rc = AL_EXIT_FAILURE;
@@ -743,6 +758,7 @@ int cmd_up(int argc, char **argv)
                 "up    | train      checkpoints in %s\n",
                 r->bootstrap, cfg->bootstrap_given ? "" : "  (embedded)", r->serve_url, r->name,
                 r->model_dir, r->proxy_url, r->proxy_url, r->ckpt_dir);
+        if (*r->tb_dir) fprintf(stdout, "up    | curves     tensorboard --logdir %s\n", r->tb_dir);
         fflush(stdout);
         if (up_start_agent(r) == 0) {
             al_log_info(COMP, "running%s; Ctrl-C stops everything",

@@ -1,8 +1,13 @@
 #!/usr/bin/env node
-// Writes the warm starts of the two tool-calling agents (deterministic: the same files on
+// Writes the warm starts of the tool-calling agents (deterministic: the same files on
 // every machine with the same framework versions):
 //   sft-langchain.jsonl    for langchain.js
 //   sft-agents-sdk.jsonl   for agents-sdk.js
+//   sft-openai-py.jsonl    for openai_agent.py and responses_agent.py (the proxy translates
+//                          the Responses API's tool and instructions into the same chat
+//                          tool and system message, key order included)
+//   sft-anthropic-py.jsonl for anthropic_agent.py
+// (the Python agents run on scripts/setup.sh's virtual environment)
 //   node examples/letters/make_tool_sft.js [--n 4000] [--out DIR]
 //
 // Each line is a conversation for `arclight model sft` with the agent's own system message
@@ -103,11 +108,22 @@ function conversations(system, tools, rand) {
   return lines;
 }
 
+// An Anthropic Messages request as the model server sees it after the proxy's translation
+// (lib/api/messages.c): the system prompt as the first system message, each tool as a chat
+// function tool {name, parameters, description} in that key order (the order the chat
+// template renders).
+function messagesAsChat(request) {
+  const tools = (request.tools || []).map((t) => ({ type: 'function',
+    function: { name: t.name, parameters: t.input_schema, description: t.description } }));
+  return { tools, messages: [{ role: 'system', content: request.system }, ...request.messages] };
+}
+
 async function main() {
-  const agents = [['langchain.js', 'sft-langchain.jsonl', 0x5eed1a], ['agents-sdk.js', 'sft-agents-sdk.jsonl', 0x5eed5d]];
-  for (const [agent, file, seed] of agents) {
+  const agents = [['langchain.js', 'sft-langchain.jsonl', 0x5eed1a], ['agents-sdk.js', 'sft-agents-sdk.jsonl', 0x5eed5d],
+    ['openai_agent.py', 'sft-openai-py.jsonl', 0x5eed0a], ['anthropic_agent.py', 'sft-anthropic-py.jsonl', 0x5eeda7, messagesAsChat]];
+  for (const [agent, file, seed, asChat] of agents) {
     const { requests } = await capture(agent);
-    const first = requests[0];
+    const first = asChat ? asChat(requests[0]) : requests[0];
     if (!Array.isArray(first.tools) || !first.tools.length) throw new Error(`${agent} sent no tools`);
     const system = first.messages.find((m) => m.role === 'system');
     if (!system) throw new Error(`${agent} sent no system message`);

@@ -27,7 +27,8 @@
  *     reads back from arclight.spans, whoever posted the reward; policy versions and the
  *     trainer's numbers come from arclight.policy. Both are read with assign-based readers
  *     (no consumer group, no commits). metrics.csv and reward.svg in --workdir are rewritten
- *     at every version (report.h); eval.jsonl gets a line per evaluation rollout.
+ *     at every version (report.h); eval.jsonl gets a line per evaluation rollout;
+ *     with --tensorboard DIR the same numbers go to TensorBoard event files (tboard.c).
  *   - Stopping: --steps N stops once version N is published and evaluated; --epochs E after
  *     E passes over the training tasks; SIGINT/SIGTERM at once: running children's process
  *     groups get SIGTERM (then SIGKILL after 3 s) and their rollouts end as aborted.
@@ -118,6 +119,9 @@ static int opts_parse(rl_opts *o, al_cli_common *common, int argc, char **argv)
          .help = "stop after E passes over the training tasks"},
         {"workdir", 0, AL_FLAG_STRING, &o->workdir, .arg = "DIR",
          .help = "metrics.csv and reward.svg go there (default .)"},
+        {"tensorboard", 0, AL_FLAG_STRING, &o->tensorboard, .arg = "DIR",
+         .help = "write the metrics as TensorBoard event files there, a\n"
+                 "step per policy version (made if missing; default: none)"},
         {"reward-name", 0, AL_FLAG_STRING, &o->reward_name, .arg = "NAME",
          .help = "only reward spans of this name count in the metrics\n"
                  "(default: all; a rollout's reward is their sum)"},

@@ -104,6 +104,7 @@ void rl_progress_write_report(rl_ctl *c)
     snprintf(title, sizeof title, "arclight: %s on %s", c->model, c->o.tasks);
     if (rl_report_write(&c->rep, c->o.workdir, title, err, sizeof err))
         al_log_warn(COMP, "cannot write the report: %s", err);
+    rl_tb_write(c, 0);
 }
 
 /* The closing line: the val reward's change when two evaluations have one, the counts. */

@@ -256,12 +256,15 @@ char *rl_report_svg(const rl_report *r, const char *title)
     draw_series(&b, &pv, r, 0, 1, "#ff7f0e");
     draw_series(&b, &pt, r, 1, 0, "#1f77b4");
     draw_series(&b, &pt, r, 1, 1, "#ff7f0e");
-    al_buf_printf(&b, "<line x1=\"380\" y1=\"375\" x2=\"400\" y2=\"375\" stroke=\"#1f77b4\" "
-                      "stroke-width=\"2\"/><text x=\"405\" y=\"379\" font-size=\"12\">train "
+    /* the legend: each entry under a panel of its own, so that neither runs into the other
+     * (the train entry's text is about 240 px wide at 12 px) */
+    al_buf_printf(&b, "<line x1=\"%.0f\" y1=\"375\" x2=\"%.0f\" y2=\"375\" stroke=\"#1f77b4\" "
+                      "stroke-width=\"2\"/><text x=\"%.0f\" y=\"379\" font-size=\"12\">train "
                       "(mean over the version's rollouts)</text>\n"
-                      "<line x1=\"640\" y1=\"375\" x2=\"660\" y2=\"375\" stroke=\"#ff7f0e\" "
-                      "stroke-width=\"2\"/><text x=\"665\" y=\"379\" font-size=\"12\">val "
-                      "(held-out tasks)</text>\n</svg>\n");
+                      "<line x1=\"%.0f\" y1=\"375\" x2=\"%.0f\" y2=\"375\" stroke=\"#ff7f0e\" "
+                      "stroke-width=\"2\"/><text x=\"%.0f\" y=\"379\" font-size=\"12\">val "
+                      "(held-out tasks)</text>\n</svg>\n",
+                  pv.x0, pv.x0 + 20, pv.x0 + 25, pt.x0, pt.x0 + 20, pt.x0 + 25);
     return buf_take(&b);
 }
 

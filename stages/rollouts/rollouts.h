@@ -17,6 +17,7 @@
  *   feeds.c     the Kafka readers: policy versions and spans
  *   progress.c  what the user sees: the progress line, metrics.csv and reward.svg, the
  *               --metrics series, the closing summary
+ *   tboard.c    the same numbers as TensorBoard event files (--tensorboard)
  */
 #ifndef ARCLIGHT_ROLLOUTS_ROLLOUTS_H
 #define ARCLIGHT_ROLLOUTS_ROLLOUTS_H
@@ -27,6 +28,7 @@
 #include "avro/codec.h"
 #include "core/cli.h"
 #include "core/map.h"
+#include "core/tbevent.h"
 #include "core/util.h"
 #include "core/vec.h"
 #include "http/metrics.h"
@@ -47,7 +49,7 @@
 
 /* The flags (main.c parses them; defaults there). */
 typedef struct rl_opts {
-    const char *tasks, *agent, *proxy, *model, *workdir, *reward_name;
+    const char *tasks, *agent, *proxy, *model, *workdir, *reward_name, *tensorboard;
     const char *policy_topic, *spans_topic;
     int64_t group_size, step_groups, max_staleness, concurrency, max_attempts;
     int64_t eval_every, eval_tasks, steps, epochs, seed;
@@ -144,6 +146,10 @@ typedef struct rl_ctl {
     /* the report */
     rl_report rep;
     FILE *eval_log; /* WORKDIR/eval.jsonl */
+    al_tb_writer tb; /* --tensorboard (tboard.c) */
+    int tb_failed;
+    int64_t tb_next; /* versions below it are written */
+    double tb_t0;    /* the wall time the controller started */
     int64_t t0_us;
     int64_t last_progress_us, report_version;
     int tty;
@@ -211,6 +217,11 @@ void rl_settle(rl_ctl *c);
 int rl_feeds_keyset_build(rl_ctl *c);
 int rl_feeds_open(rl_ctl *c);
 int rl_feeds_poll(rl_ctl *c, int wait_ms);
+
+/* tboard.c: --tensorboard's events: the versions no rollout can count for any more, or
+ * (final) every one left; closing the file. */
+void rl_tb_write(rl_ctl *c, int final);
+void rl_tb_close(rl_ctl *c);
 
 /* progress.c */
 int rl_metrics_init(rl_ctl *c);

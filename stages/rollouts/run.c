@@ -226,6 +226,7 @@ void rl_run_stop(rl_ctl *c)
         c->live.v[i]->end_seen = 1;
     rl_settle(c);
     rl_progress_write_report(c);
+    rl_tb_write(c, 1);
     if (c->tty) fputc('\n', stderr);
     rl_progress_summary(c);
     sig_fd = -1;
@@ -258,6 +259,7 @@ void rl_run_free(rl_ctl *c)
     free(c->pfd);
     free(c->pr);
     rl_report_free(&c->rep);
+    rl_tb_close(c);
     free(c->train_idx);
     free(c->val_idx);
     free(c->order);

@@ -31,8 +31,8 @@
  *
  * Files: this page (the worker's hooks, the flags), steps.c (a complete step applied),
  * versions.c (writing and publishing a version), resume.c (--resume), assembler.c (steps
- * from their chunks), ckpt_http.c (GET /checkpoints/ on --listen); train.h is what they
- * share.
+ * from their chunks), ckpt_http.c (GET /checkpoints/ on --listen), tboard.c (--tensorboard
+ * events); train.h is what they share.
  */
 #include "assembler.h"
 #include "ckpt_http.h"
@@ -419,6 +419,10 @@ static int train_cli_parse(train_cli *cli, int argc, char **argv)
         {"listen", 0, AL_FLAG_STRING, &o->listen, .arg = "HOST:PORT",
          .help = "serve GET /checkpoints/... there (port 0: any free one) and\n"
                  "publish http:// URIs; without it, file:// URIs"},
+        {"tensorboard", 0, AL_FLAG_STRING, &o->tensorboard, .arg = "DIR",
+         .help = "write each update's loss, KL, entropy, clip fraction,\n"
+                 "tokens/s and lag as TensorBoard event files there (made\n"
+                 "if missing; default: none)"},
         {"train-config", 0, AL_FLAG_STRING, &o->train_config, .arg = "FILE",
          .help = "trainer settings as a JSON object (flags below override;\n"
                  "unknown members are ignored)"},
@@ -589,6 +593,7 @@ static void train_worker_close(train_worker *w)
     al_dist_free(w->dist);
     al_backend_free(w->be);
     al_metrics_free(w->met.reg);
+    al_tb_close(&w->tb);
 }
 
 int cmd_train(int argc, char **argv)

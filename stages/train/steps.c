@@ -181,6 +181,7 @@ void train_step_apply(train_worker *w, al_train_ready *r)
     al_gauge_set(m->gnorm, st.grad_norm);
     al_gauge_set(m->tps, st.tokens_per_s);
     al_gauge_set(m->lr, st.lr);
+    train_tb_write(w, &st, reward_mean, batch_policy);
     al_log_info(COMP,
                 "%s v%" PRId64 " (batch step %" PRId64 ", %d micro-batches, %" PRId64
                 " tokens): loss %.5f kl %.5f entropy %.4f clip %.3f grad-norm %.4f lr %.3g, %.0f tok/s%s",

@@ -8,6 +8,7 @@
 #include "assembler.h"
 #include "ckpt_http.h"
 
+#include "core/tbevent.h"
 #include "http/metrics.h"
 #include "kafka/kafka.h"
 #include "kafka/stage.h"
@@ -23,6 +24,7 @@
 
 typedef struct train_opts {
     const char *model_dir, *tok_dir, *out_dir, *model_name, *listen, *train_config;
+    const char *tensorboard; /* --tensorboard DIR, or NULL */
     const char *input_topic, *policy_topic, *group;
     const char *device; /* cuda, cpu or auto (NULL: auto) */
     int resume;
@@ -72,6 +74,8 @@ typedef struct train_worker {
     applied *applied_head;
     al_stage st; /* the worker (kafka/stage.h): failure latch, /healthz, producer, consumer */
     char follower_group[PATH_MAX + 96];
+    al_tb_writer tb; /* --tensorboard (tboard.c) */
+    int tb_failed;
 } train_worker;
 
 /* ---- steps.c: what becomes of a complete step ---- */
@@ -85,6 +89,9 @@ void train_step_deadletter(train_worker *w, void **msgs, size_t n, const char *r
 void train_step_apply(train_worker *w, al_train_ready *r);
 /* Releases the inputs of steps acknowledged and covered by a full checkpoint. */
 void train_applied_retire(train_worker *w);
+/* tboard.c: an update's scalars as a TensorBoard event (--tensorboard; rank 0 only). */
+void train_tb_write(train_worker *w, const al_train_stats *st, double reward_mean,
+                    int64_t batch_policy);
 /* Releases one applied step's inputs and frees it. */
 void train_applied_free(applied *a);
 
