@@ -172,6 +172,65 @@ static int record_parse_partition(void *dest, const char *v, char *err, size_t e
 
 static const char *const record_codecs[] = {"deflate", "snappy", "null", NULL};
 
+/* Copies messages from r into w until the end (or a stop signal), the file closed at the
+ * end; *count gets how many. AL_EXIT_OK, or AL_EXIT_FAILURE (logged). */
+static int record_loop(recorder *w, al_topic_reader *r, int follow, al_counter *recorded,
+                       al_counter *bytes, long long *count_out)
+{
+    char err[1024];
+    int rc = AL_EXIT_OK;
+    struct sigaction sa = {.sa_handler = record_on_signal}, old_int, old_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    long long count = 0;
+    int64_t last_flush = al_mono_us(), last_report = last_flush;
+    while (!record_stop) {
+        rd_kafka_message_t *m;
+        int n = al_topic_reader_next(r, 200, &m, err, sizeof err);
+        if (n < 0) {
+            al_log_error("record", "%s", err);
+            rc = AL_EXIT_FAILURE;
+            break;
+        }
+        if (n == 2) break;
+        if (n == 1) {
+            size_t size = m->len + m->key_len + 256;
+            int bad = recorder_fill(w, m) != 0;
+            if (bad) al_err(err, sizeof err, "cannot fill a record: %s", avro_strerror());
+            if (!bad) bad = recorder_append(w, size, err, sizeof err) != 0;
+            rd_kafka_message_destroy(m);
+            if (bad) {
+                al_log_error("record", "%s", err);
+                rc = AL_EXIT_FAILURE;
+                break;
+            }
+            count++;
+            al_counter_inc(recorded);
+            al_counter_add(bytes, (double)(size - 256));
+        }
+        /* A follower flushes every second so that the file is readable while it grows. */
+        int64_t now = al_mono_us();
+        if (follow && now - last_flush >= 1000000) {
+            avro_file_writer_flush(w->writer);
+            last_flush = now;
+        }
+        if (now - last_report >= 10000000) {
+            al_log_info("record", "%lld messages recorded into %s", count, w->path);
+            last_report = now;
+        }
+    }
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (w->writer && avro_file_writer_close(w->writer) != 0) {
+        al_log_error("record", "cannot finish %s: %s", w->path, avro_strerror());
+        rc = AL_EXIT_FAILURE;
+    }
+    w->writer = NULL;
+    *count_out = count;
+    return rc;
+}
+
 int cmd_record(int argc, char **argv)
 {
     al_cli_common common;
@@ -266,54 +325,8 @@ int cmd_record(int argc, char **argv)
         goto out;
     }
 
-    struct sigaction sa = {.sa_handler = record_on_signal}, old_int, old_term;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
     long long count = 0;
-    int64_t last_flush = al_mono_us(), last_report = last_flush;
-    while (!record_stop) {
-        rd_kafka_message_t *m;
-        int n = al_topic_reader_next(r, 200, &m, err, sizeof err);
-        if (n < 0) {
-            al_log_error("record", "%s", err);
-            rc = AL_EXIT_FAILURE;
-            break;
-        }
-        if (n == 2) break;
-        if (n == 1) {
-            size_t size = m->len + m->key_len + 256;
-            int bad = recorder_fill(&w, m) != 0;
-            if (bad) al_err(err, sizeof err, "cannot fill a record: %s", avro_strerror());
-            if (!bad) bad = recorder_append(&w, size, err, sizeof err) != 0;
-            rd_kafka_message_destroy(m);
-            if (bad) {
-                al_log_error("record", "%s", err);
-                rc = AL_EXIT_FAILURE;
-                break;
-            }
-            count++;
-            al_counter_inc(recorded);
-            al_counter_add(bytes, (double)(size - 256));
-        }
-        /* A follower flushes every second so that the file is readable while it grows. */
-        int64_t now = al_mono_us();
-        if (ro.follow && now - last_flush >= 1000000) {
-            avro_file_writer_flush(w.writer);
-            last_flush = now;
-        }
-        if (now - last_report >= 10000000) {
-            al_log_info("record", "%lld messages recorded into %s", count, w.path);
-            last_report = now;
-        }
-    }
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
-    if (w.writer && avro_file_writer_close(w.writer) != 0) {
-        al_log_error("record", "cannot finish %s: %s", w.path, avro_strerror());
-        rc = AL_EXIT_FAILURE;
-    }
-    w.writer = NULL;
+    rc = record_loop(&w, r, ro.follow, recorded, bytes, &count);
     if (rc == AL_EXIT_OK)
         al_log_info("record", "recorded %lld messages from %zu topic%s into %s (%s)", count,
                     ro.ntopics, ro.ntopics == 1 ? "" : "s", w.path, w.codec);
