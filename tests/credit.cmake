@@ -26,4 +26,7 @@ arclight_test(t0805_credit_options SOURCES tests/t0805_credit_options.c LIBS arc
 add_dependencies(t0805_credit_options arclight)
 
 # What credit does with the rollout controller's eval spans and retried attempts.
+# --credit step (group-in-group credit from a final reward): hand-worked values.
+arclight_test(t0807_credit_step SOURCES tests/t0807_credit_step.c LIBS arclight_credit TIMEOUT 60)
+
 arclight_test(t0806_credit_eval_retry SOURCES tests/t0806_credit_eval_retry.c LIBS arclight_credit TIMEOUT 60)

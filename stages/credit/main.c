@@ -775,7 +775,7 @@ static struct credit_opts {
 } opt;
 
 static const char *const reward_modes[] = {"last", "sum", NULL};
-static const char *const credit_modes[] = {"identical", "discounted", NULL};
+static const char *const credit_modes[] = {"identical", "discounted", "step", NULL};
 static const char *const policies[] = {"drop", "keep", NULL};
 
 static const al_flag credit_flags[] = {
@@ -806,9 +806,18 @@ static const al_flag credit_flags[] = {
              "of the group's rollouts that have a k-th call (a set per call\n"
              "position). A merged sequence has reward = the sum of its\n"
              "calls' r_k, return and advantage of its first call, and\n"
-             "per-token advantages: each call's, 0 on the agent's tokens"},
+             "per-token advantages: each call's, 0 on the agent's tokens\n"
+             "step: for one reward at the end (GiGPO's group in group):\n"
+             "r_k, G_k as discounted; call k's advantage is the episode's\n"
+             "(the rollout's reward sum S against the group's S) + w times\n"
+             "its step group's: G_k against the G of the group's calls\n"
+             "whose prompt token ids are the same as call k's (0 when it\n"
+             "has no twin or the step group has no spread)"},
     {"gamma", 0, AL_FLAG_DOUBLE, &opt.cfg.gamma, .dlo = 0, .dhi = 1, .arg = "G",
-     .help = "discount for --credit discounted (default 1)"},
+     .help = "discount for --credit discounted and step (default 1)"},
+    {"step-weight", 0, AL_FLAG_DOUBLE, &opt.cfg.step_weight, .dlo = 0, .dhi = 100, .arg = "W",
+     .help = "w of --credit step: the weight of the step-group advantage\n"
+             "(default 1)"},
     {"merge", 0, AL_FLAG_SWITCH, &opt.cfg.merge,
      .help = "merge consecutive calls whose prompt extends the previous\n"
              "prompt + response into one sequence (agent tokens masked)"},
@@ -915,8 +924,12 @@ static int credit_opts_config(int argc, char **argv, int first, al_credit_config
         cfg->reward_mode = AL_CREDIT_REWARD_NAMED;
     }
     if (opt.credit)
-        cfg->assign = strcmp(opt.credit, "discounted") ? AL_CREDIT_ASSIGN_IDENTICAL
-                                                       : AL_CREDIT_ASSIGN_DISCOUNTED;
+        cfg->assign = !strcmp(opt.credit, "step")         ? AL_CREDIT_ASSIGN_STEP
+                      : !strcmp(opt.credit, "discounted") ? AL_CREDIT_ASSIGN_DISCOUNTED
+                                                          : AL_CREDIT_ASSIGN_IDENTICAL;
+    if (cfg->assign == AL_CREDIT_ASSIGN_STEP && cfg->estimator == AL_CREDIT_ESTIMATOR_REINFORCE)
+        return al_cli_usage_error(cmd, "--credit step compares calls within a group: want "
+                                       "--estimator grpo, dr_grpo, rloo or none, not reinforce");
     if (opt.on_timeout)
         cfg->timeout_policy = strcmp(opt.on_timeout, "keep") ? AL_CREDIT_POLICY_DROP
                                                              : AL_CREDIT_POLICY_KEEP;
