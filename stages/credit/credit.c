@@ -863,9 +863,10 @@ static int step_groups_assign(al_credit_part *p, cr_group *g, int *spread)
         al_credit_moments mo;
         al_credit_moments_of(vals, b - a, &mo);
         if (!mo.flat) *spread = 1;
-        for (size_t j = a; j < b; j++)
+        for (size_t j = a; j < b; j++) /* no twin: 0, whatever the estimator */
             refs[j].r->sadv[refs[j].k] =
-                al_credit_advantage_of(p->cfg.estimator, &mo, vals[j - a], p->cfg.eps);
+                b - a < 2 ? 0
+                          : al_credit_advantage_of(p->cfg.estimator, &mo, vals[j - a], p->cfg.eps);
         a = b;
     }
     free(refs);
