@@ -1,8 +1,8 @@
 /* t0807: --credit step (credit.h "Step credit"), each expected value worked out by hand from
- * the documented formula: call k's advantage = A_E + w A_S, A_E the rollout's reward sum
- * against the group's, A_S call k's return G_k (gamma^(T-1-k) R with one final reward)
- * against the G of the group's calls with the same prompt token ids; 0 without a twin or
- * without spread.
+ * the documented formula: call k's advantage = A_E + w A_S, A_E its return G_k
+ * (gamma^(T-1-k) R with one final reward) against position k's G across the group, A_S
+ * G_k against the G of the group's calls with the same prompt token ids; 0 without a twin
+ * or without spread.
  *
  * The group of the first tests: four rollouts of one task, two calls, one final reward.
  * Call 0's prompt is {1, 2} for all four; a and b answer {5}, c and d {6}; call 1's prompt
@@ -82,9 +82,9 @@ TEST(final_reward_grpo_step_groups_by_prompt)
     sink_free(&s);
 }
 
-/* dr_grpo, gamma .5, w 2. A_E = S - .5 = .5, -.5, 0, 0. Call 0: G_0 = .5 S, A_S = .25, -.25,
- * 0, 0: advantage .5 + 2 (.25) = 1, -1, 0, 0. Call 1: G_1 = S; {a, b}: A_S = +-.5, so
- * advantage +-(.5 + 1) = +-1.5; {c, d}: 0. */
+/* dr_grpo, gamma .5, w 2. Call 0: G_0 = .5 S = .5, 0, .25, .25, mean .25: A_E = A_S = .25,
+ * -.25, 0, 0 (all four share the prompt): advantage .25 + 2 (.25) = .75, -.75, 0, 0. Call 1:
+ * G_1 = S: A_E = S - .5 = .5, -.5, 0, 0; {a, b}: A_S = +-.5, so +-(.5 + 1) = +-1.5; {c, d}: 0. */
 TEST(final_reward_dr_grpo_discount_and_weight)
 {
     al_credit_config c = config(AL_CREDIT_ESTIMATOR_DR_GRPO, 0.5, 2);
@@ -95,8 +95,8 @@ TEST(final_reward_dr_grpo_discount_and_weight)
     const double R[4] = {1, 0, 0.5, 0.5};
     feed_group(p, a0, R);
     REQUIRE(s.n == 8);
-    CHECK_NEAR(adv_of(&s, "a", 0), 1, 1e-15);
-    CHECK_NEAR(adv_of(&s, "b", 0), -1, 1e-15);
+    CHECK_NEAR(adv_of(&s, "a", 0), 0.75, 1e-15);
+    CHECK_NEAR(adv_of(&s, "b", 0), -0.75, 1e-15);
     CHECK_NEAR(adv_of(&s, "d", 0), 0, 0);
     CHECK_NEAR(adv_of(&s, "a", 1), 1.5, 1e-15);
     CHECK_NEAR(adv_of(&s, "b", 1), -1.5, 1e-15);
@@ -131,11 +131,11 @@ TEST(no_twin_falls_back_to_the_episode)
     }
 }
 
-/* Per-call rewards under step credit: a gets 0 after call 0 and 1 after call 1, b 1 and 0;
- * both score S = 1, so A_E = 0, and call 0's step group (G_0 = 1, 1 with gamma 1) has no
- * spread; call 1's (G_1 = 1, 0) has: dr_grpo +-.5. --drop-equal-groups keeps the group,
- * since a step group has a spread. */
-TEST(equal_scores_with_step_spread_are_kept)
+/* Per-call rewards under step credit: a gets 0 after call 0 and 1 after call 1, b 1 and 0.
+ * Call 0: G_0 = 1, 1 (gamma 1), no spread at position 0 nor in its step group: 0. Call 1:
+ * G_1 = 1, 0: A_E = +-.5 (position 1), A_S = +-.5 (one step group): +-1. A reward after
+ * each call keeps its use: call 1 is not credited with call 0's reward. */
+TEST(per_call_rewards_keep_their_positions)
 {
     al_credit_config c = config(AL_CREDIT_ESTIMATOR_DR_GRPO, 1, 1);
     c.group_size = 2;
@@ -155,8 +155,8 @@ TEST(equal_scores_with_step_spread_are_kept)
     REQUIRE(s.n == 4);
     CHECK_NEAR(adv_of(&s, "a", 0), 0, 0);
     CHECK_NEAR(adv_of(&s, "b", 0), 0, 0);
-    CHECK_NEAR(adv_of(&s, "a", 2), 0.5, 0);
-    CHECK_NEAR(adv_of(&s, "b", 2), -0.5, 0);
+    CHECK_NEAR(adv_of(&s, "a", 2), 1, 0);
+    CHECK_NEAR(adv_of(&s, "b", 2), -1, 0);
     CHECK(al_credit_part_stats(p)->groups_dropped_equal == 0);
     al_credit_part_free(p);
     sink_free(&s);

@@ -16,12 +16,12 @@ timeouts, ends after their rollout's spans, one group per task and partition):
   - a rollout trains when it succeeded (failed, aborted and timed-out ones are dropped) and
     has a call; its calls are its llm-call spans in sequence order;
   - each reward span belongs to the last call whose sequence is <= its after_sequence (the
-    first call when none is); r_k the sum of call k's; G_k = r_k + gamma G_(k+1); the score
-    S = sum r_k;
+    first call when none is); r_k the sum of call k's; G_k = r_k + gamma G_(k+1);
   - moments of a set of returns: mean, population std; the set is flat when it has one
     member or std <= 1e-9 max |v|;
   - grpo: (v - mean) / (std + eps); dr_grpo: v - mean; rloo: v - mean of the others; flat: 0;
-  - A_E: S against the group's training members' S; a step group: the training members'
+  - A_E: G_k against the G_k of the group's training members that have a call k (with one
+    final reward and gamma 1: R against the group's R); a step group: the training members'
     calls (any position) with the same prompt token ids; A_S: G_k against its step group's
     G (0 without a twin); advantage = A_E + w A_S.
 """
@@ -80,7 +80,10 @@ def group_transitions(members, estimator, gamma, w, eps):
             continue
         calls, g, score = settle(r, gamma)
         trained.append((r, calls, g, score))
-    scores = [t[3] for t in trained]
+    positions = {}  # k -> [member index] of the members with a call k, in member order
+    for i, (_, calls, _, _) in enumerate(trained):
+        for k in range(len(calls)):
+            positions.setdefault(k, []).append(i)
     steps = {}  # prompt ids -> [(member index, k)] in member order, then call order
     for i, (_, calls, _, _) in enumerate(trained):
         for k, c in enumerate(calls):
@@ -92,8 +95,9 @@ def group_transitions(members, estimator, gamma, w, eps):
             a_s[(i, k)] = relative(estimator, vals, j, eps) if len(refs) > 1 else 0.0
     out = []
     for i, (r, calls, g, score) in enumerate(trained):
-        a_e = relative(estimator, scores, i, eps)
         for k, c in enumerate(calls):
+            at = positions[k]
+            a_e = relative(estimator, [trained[j][2][k] for j in at], at.index(i), eps)
             tid = "%s:%d:%d" % (r["rollout"], r["attempt"], c["seq"])
             out.append((tid, a_e + w * a_s[(i, k)], g[k]))
     return out

@@ -637,14 +637,13 @@ typedef struct cr_credit {
 static double call_advantage(const al_credit_part *p, const cr_credit *cc, const cr_rollout *r,
                              size_t k)
 {
-    if (p->cfg.assign == AL_CREDIT_ASSIGN_STEP)
-        return al_credit_advantage_of(p->cfg.estimator, &cc->mo[0], r->score, p->cfg.eps) +
-               p->cfg.step_weight * r->sadv[k];
-    int disc = p->cfg.assign == AL_CREDIT_ASSIGN_DISCOUNTED;
+    int disc = p->cfg.assign != AL_CREDIT_ASSIGN_IDENTICAL; /* per position */
     double g = disc ? r->ret[k] : r->score;
     size_t pos = disc ? k : 0;
     if (p->cfg.estimator == AL_CREDIT_ESTIMATOR_REINFORCE) return g - cc->base[pos];
-    return al_credit_advantage_of(p->cfg.estimator, &cc->mo[pos], g, p->cfg.eps);
+    double a = al_credit_advantage_of(p->cfg.estimator, &cc->mo[pos], g, p->cfg.eps);
+    if (p->cfg.assign == AL_CREDIT_ASSIGN_STEP) a += p->cfg.step_weight * r->sadv[k];
+    return a;
 }
 
 /* Emits the transitions of one training member r of group g. 0, or -1 (errstr). */
@@ -884,7 +883,7 @@ static int group_emit(al_credit_part *p, cr_group *g, int timed_out, char *errst
     p->stats.open_groups--;
     if (timed_out) p->stats.groups_timed_out++;
 
-    int disc = p->cfg.assign == AL_CREDIT_ASSIGN_DISCOUNTED;
+    int disc = p->cfg.assign != AL_CREDIT_ASSIGN_IDENTICAL; /* statistics per position */
     int64_t lo = INT64_MAX, hi = -1, ts = 0;
     size_t n = 0, npos = disc ? 0 : 1;
     for (size_t i = 0; i < g->nmembers; i++) {

@@ -41,17 +41,21 @@
  *
  *   Step credit (group in group, after GiGPO, arXiv 2505.10978). r_k and G_k as under
  *   discounted credit (with one reward at the end, after the last call T-1: G_k =
- *   gamma^(T-1-k) R); the rollout's score is S = r_0 + ... + r_{T-1}. The episode advantage
- *   A_E is S against the group's S (as identical credit's). A step group is the set of
- *   calls of the group's members whose prompt token ids are the same (compared whole, not
- *   by hash alone): the same state reached by different rollouts, or twice by one. A call's
- *   step advantage A_S is its G_k against its step group's G (members in end order, a
- *   rollout's calls in call order); a call with no twin, or in a step group without spread,
- *   has A_S = 0. Call k's advantage is A_E + step_weight * A_S, both by the estimator
- *   (grpo, dr_grpo, rloo, none; reinforce is refused). So a call every rollout makes from
- *   the same prompt (call 0 of a task) gets (1 + w) A_E under grpo with gamma 1, and a
- *   later call is compared with the calls made from exactly its state.
- *
+ *   gamma^(T-1-k) R). A call's episode advantage A_E is its discounted-credit advantage (G_k
+ *   against position k's G across the group): with one final reward and gamma 1 every G_k
+ *   of a rollout is R, so A_E is the rollout's R against the group's (GiGPO's episode
+ *   advantage; with gamma < 1 too under grpo, whose z-score the factor gamma^(T-1-k) leaves
+ *   alone), and with a reward after each call a call is not credited with what later calls
+ *   earned before it. A step group is the set of calls of the group's training members
+ *   whose prompt token ids are the same (compared whole, not by hash alone): the same state
+ *   reached by different rollouts, or twice by one. A call's step advantage A_S is its G_k
+ *   against its step group's G (members in end order, a rollout's calls in call order); a
+ *   call with no twin has A_S = 0 (it falls back to A_E), and so has one in a step group
+ *   without spread (grpo, dr_grpo, rloo). Call k's advantage is A_E + step_weight * A_S,
+ *   both by the estimator (grpo, dr_grpo, rloo, none; reinforce is refused). So call 0 of a
+ *   task (every rollout's call 0 has the same prompt) gets (1 + w) A_E under grpo, and a
+ *   later call is also compared with the calls made from exactly its state.
+
  *   Merged sequence of calls k..e-1: reward = R (identical) or r_k + ... + r_{e-1}
  *   (discounted, step); return_value = G_k; advantage = call k's. Under discounted and step
  *   credit it also carries token_advantages: call j's advantage (as a float) on call j's

@@ -808,11 +808,11 @@ static const al_flag credit_flags[] = {
              "calls' r_k, return and advantage of its first call, and\n"
              "per-token advantages: each call's, 0 on the agent's tokens\n"
              "step: for one reward at the end (GiGPO's group in group):\n"
-             "r_k, G_k as discounted; call k's advantage is the episode's\n"
-             "(the rollout's reward sum S against the group's S) + w times\n"
-             "its step group's: G_k against the G of the group's calls\n"
-             "whose prompt token ids are the same as call k's (0 when it\n"
-             "has no twin or the step group has no spread)"},
+             "call k's advantage is its discounted one (with one final\n"
+             "reward: the rollout's R against the group's) + w times its\n"
+             "step group's: G_k against the G of the group's calls whose\n"
+             "prompt token ids are the same as call k's (0 when it has no\n"
+             "twin or the step group has no spread)"},
     {"gamma", 0, AL_FLAG_DOUBLE, &opt.cfg.gamma, .dlo = 0, .dhi = 1, .arg = "G",
      .help = "discount for --credit discounted and step (default 1)"},
     {"step-weight", 0, AL_FLAG_DOUBLE, &opt.cfg.step_weight, .dlo = 0, .dhi = 100, .arg = "W",
