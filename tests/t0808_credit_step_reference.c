@@ -1,9 +1,10 @@
 /* t0808: --credit step on recorded spans, against an independent reference.
  *
- * tests/credit/letters-final-spans.avro is `arclight record arclight.spans` of the first 40
- * seconds of a letters run whose agent posts one final reward (examples/letters/agent.js
- * --final-reward): 322 spans of real rollouts, two calls each, with the tiny model's token
- * ids. Each partition's spans go to a part of their own (as `arclight credit` does), twice
+ * tests/credit/letters-final-spans.avro is `arclight record arclight.spans` of the first two
+ * minutes of a letters run (`arclight up --credit-args '--credit step'`) whose agent posts
+ * one final reward (examples/letters/agent.js --final-reward): 864 spans of real rollouts,
+ * two calls each, with the tiny model's token ids; 384 transitions, 177 step groups, 54
+ * with twins, 26 of them with a spread (the reference prints these counts). Each partition's spans go to a part of their own (as `arclight credit` does), twice
  * over: the two passes must give the same transitions byte for byte. Then
  * t0808_credit_step_reference.py, which shares no code with credit.c, computes every
  * transition's advantage and return from the same spans (written out as JSON lines) by the
@@ -158,7 +159,7 @@ static void check_reference(const al_credit_config *cfg, const char *jsonl_path,
     fclose(f);
     al_transition_clear(&t);
     CHECKF(n == got->n, "the reference has %zu transitions, credit %zu", n, got->n);
-    CHECK(n >= 64 && nonzero > 0); /* the recording has this much to compare */
+    CHECK(n >= 300 && nonzero > 0); /* the recording has this much to compare */
     printf("  %s gamma %g w %g: %zu transitions agree (largest difference %.3g)\n",
            al_credit_estimator_name(cfg->estimator), cfg->gamma, cfg->step_weight, n, worst);
 }

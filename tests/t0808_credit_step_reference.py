@@ -73,6 +73,9 @@ def settle(r, gamma):
     return calls, g, score
 
 
+COUNTS = {"step groups": 0, "with twins": 0, "with spread": 0, "later calls with spread": 0}
+
+
 def group_transitions(members, estimator, gamma, w, eps):
     trained = []
     for r in members:
@@ -91,6 +94,11 @@ def group_transitions(members, estimator, gamma, w, eps):
     a_s = {}
     for refs in steps.values():
         vals = [trained[i][2][k] for i, k in refs]
+        COUNTS["step groups"] += 1
+        COUNTS["with twins"] += len(refs) > 1
+        spread = len(refs) > 1 and not moments(vals)[2]
+        COUNTS["with spread"] += spread
+        COUNTS["later calls with spread"] += spread and refs[0][1] > 0
         for j, (i, k) in enumerate(refs):
             a_s[(i, k)] = relative(estimator, vals, j, eps) if len(refs) > 1 else 0.0
     out = []
@@ -131,6 +139,8 @@ def main():
                     del groups[gkey]
     for tid, adv, ret in out:
         print(tid, repr(adv), repr(ret))
+    print("reference: %d transitions; %s" % (len(out), ", ".join(
+        "%s %d" % kv for kv in COUNTS.items())), file=sys.stderr)
 
 
 if __name__ == "__main__":

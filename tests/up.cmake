@@ -12,3 +12,7 @@ add_dependencies(t1302_up_learns arclight)
 arclight_test(t1303_up_rollouts_learn SOURCES tests/t1303_up_rollouts_learn.c
   LIBS PkgConfig::JANSSON TIMEOUT 1500)
 add_dependencies(t1303_up_rollouts_learn arclight)
+# The same with an agent that posts only the final reward (issue 25), under up's defaults.
+arclight_test(t1304_up_final_reward_learns SOURCES tests/t1304_up_final_reward_learns.c
+  LIBS PkgConfig::JANSSON TIMEOUT 1500)
+add_dependencies(t1304_up_final_reward_learns arclight)
