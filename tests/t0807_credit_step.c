@@ -21,6 +21,7 @@ static al_credit_config config(al_credit_estimator e, double gamma, double w)
     c.estimator = e;
     c.gamma = gamma;
     c.step_weight = w;
+    c.step_state = AL_CREDIT_STATE_PROMPT; /* the observed state is the last test's */
     c.group_size = 4;
     return c;
 }
@@ -158,6 +159,41 @@ TEST(per_call_rewards_keep_their_positions)
     CHECK_NEAR(adv_of(&s, "a", 2), 1, 0);
     CHECK_NEAR(adv_of(&s, "b", 2), -1, 0);
     CHECK(al_credit_part_stats(p)->groups_dropped_equal == 0);
+    al_credit_part_free(p);
+    sink_free(&s);
+}
+
+/* The observed state (the default): call 1's prompt extends call 0's prompt and answer, so
+ * its state is {1, 2} then 9, the same for all four whatever they answered: one step group
+ * {a, b, c, d} with G_1 = S. grpo, gamma 1, w 1: call 1's advantage is 2 A_E, as call 0's.
+ * A rollout whose call 1 does not extend its call 0 (e: prompt {1, 2, 5, 9} after answering
+ * {6}) has its prompt as its state, with no twin. */
+TEST(observed_state_leaves_the_models_answers_out)
+{
+    al_credit_config c = config(AL_CREDIT_ESTIMATOR_GRPO, 1, 1);
+    c.step_state = AL_CREDIT_STATE_OBSERVED;
+    c.group_size = 5;
+    sink_t s;
+    al_credit_part *p = mk_part(&c, &s);
+    REQUIRE(p != NULL);
+    const int32_t a0[4] = {5, 5, 6, 6};
+    const double R[4] = {1, 0, 0.5, 0.5};
+    feed_group(p, a0, R);
+    const int32_t p0[] = {1, 2}, r0[] = {6}, p1[] = {1, 2, 5, 9}, r1[] = {7};
+    feed(p, mk_call("T", "e", 0, 50, p0, 2, r0, 1, NULL));
+    feed(p, mk_call("T", "e", 1, 51, p1, 4, r1, 1, NULL));
+    feed(p, mk_reward("T", "e", 2, 52, "reward", 0.5, 1));
+    feed(p, mk_end("T", "e", 3, 53, AL_ROLLOUT_STATUS_SUCCEEDED, 0));
+    REQUIRE(s.n == 10);
+    /* S = 1, 0, .5, .5, .5: mean .5, std sqrt(.1); e is at the mean */
+    double ae = 0.5 / (sqrt(0.1) + 1e-6);
+    /* call 1 of a..d: one step group, G 1, 0, .5, .5: mean .5, std sqrt(.125) */
+    double as = 0.5 / (sqrt(0.125) + 1e-6);
+    CHECK_NEAR(adv_of(&s, "a", 0), 2 * ae, 1e-12);
+    CHECK_NEAR(adv_of(&s, "a", 1), ae + as, 1e-12);
+    CHECK_NEAR(adv_of(&s, "b", 1), -ae - as, 1e-12);
+    CHECK_NEAR(adv_of(&s, "c", 1), 0, 1e-12);
+    CHECK_NEAR(adv_of(&s, "e", 1), 0, 1e-12);
     al_credit_part_free(p);
     sink_free(&s);
 }

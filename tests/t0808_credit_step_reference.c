@@ -3,8 +3,9 @@
  * tests/credit/letters-final-spans.avro is `arclight record arclight.spans` of the first two
  * minutes of a letters run (`arclight up --credit-args '--credit step'`) whose agent posts
  * one final reward (examples/letters/agent.js --final-reward): 864 spans of real rollouts,
- * two calls each, with the tiny model's token ids; 384 transitions, 177 step groups, 54
- * with twins, 26 of them with a spread (the reference prints these counts). Each partition's spans go to a part of their own (as `arclight credit` does), twice
+ * two calls each, with the tiny model's token ids; 384 transitions. By observed states 76
+ * step groups, 59 with twins, 34 of them with a spread (10 at call 1); by prompts 177, 54,
+ * 26 (2 at call 1). The reference prints these counts. Each partition's spans go to a part of their own (as `arclight credit` does), twice
  * over: the two passes must give the same transitions byte for byte. Then
  * t0808_credit_step_reference.py, which shares no code with credit.c, computes every
  * transition's advantage and return from the same spans (written out as JSON lines) by the
@@ -57,8 +58,12 @@ static void span_json(FILE *f, int32_t partition, int64_t offset, const al_span 
         json_t *p = json_array();
         for (size_t i = 0; i < s->llm_call.n_prompt_tokens; i++)
             json_array_append_new(p, json_integer(s->llm_call.prompt_token_ids[i]));
+        json_t *q = json_array();
+        for (size_t i = 0; i < s->llm_call.n_response_tokens; i++)
+            json_array_append_new(q, json_integer(s->llm_call.response_token_ids[i]));
         json_object_set_new(o, "kind", json_string("call"));
         json_object_set_new(o, "prompt", p);
+        json_object_set_new(o, "response", q);
     } else if (s->kind == AL_SPAN_KIND_REWARD) {
         json_object_set_new(o, "kind", json_string("reward"));
         json_object_set_new(o, "value", json_real(s->reward.value));
@@ -127,10 +132,11 @@ static void check_reference(const al_credit_config *cfg, const char *jsonl_path,
     snprintf(out, sizeof out, "%s.ref", jsonl_path);
     snprintf(cmd, sizeof cmd,
              "/usr/bin/python3 '%s/tests/t0808_credit_step_reference.py' '%s' %s %.17g %.17g "
-             "%.17g %d > '%s'",
+             "%.17g %d %s > '%s'",
              getenv("ARCLIGHT_SOURCE_DIR") ? getenv("ARCLIGHT_SOURCE_DIR") : ".", jsonl_path,
              al_credit_estimator_name(cfg->estimator), cfg->gamma, cfg->step_weight, cfg->eps,
-             (int)cfg->group_size, out);
+             (int)cfg->group_size,
+             cfg->step_state == AL_CREDIT_STATE_PROMPT ? "prompt" : "observed", out);
     REQUIRE(system(cmd) == 0);
     FILE *f = fopen(out, "r");
     REQUIRE(f != NULL);
@@ -160,11 +166,12 @@ static void check_reference(const al_credit_config *cfg, const char *jsonl_path,
     al_transition_clear(&t);
     CHECKF(n == got->n, "the reference has %zu transitions, credit %zu", n, got->n);
     CHECK(n >= 300 && nonzero > 0); /* the recording has this much to compare */
-    printf("  %s gamma %g w %g: %zu transitions agree (largest difference %.3g)\n",
-           al_credit_estimator_name(cfg->estimator), cfg->gamma, cfg->step_weight, n, worst);
+    printf("  %s gamma %g w %g %s: %zu transitions agree (largest difference %.3g)\n",
+           al_credit_estimator_name(cfg->estimator), cfg->gamma, cfg->step_weight,
+           cfg->step_state == AL_CREDIT_STATE_PROMPT ? "prompt" : "observed", n, worst);
 }
 
-static void run_config(al_credit_estimator e, double gamma, double w)
+static void run_config(al_credit_estimator e, double gamma, double w, al_credit_step_state state)
 {
     char dir[256], jsonl[512];
     REQUIRE(al_test_tmpdir(dir, sizeof dir, "t0808") != NULL);
@@ -175,6 +182,7 @@ static void run_config(al_credit_estimator e, double gamma, double w)
     cfg.estimator = e;
     cfg.gamma = gamma;
     cfg.step_weight = w;
+    cfg.step_state = state;
     bufs a = {0}, b = {0};
     FILE *f = fopen(jsonl, "w");
     REQUIRE(f != NULL);
@@ -195,15 +203,15 @@ static void run_config(al_credit_estimator e, double gamma, double w)
 
 TEST(grpo_default_against_reference)
 {
-    run_config(AL_CREDIT_ESTIMATOR_GRPO, 1, 1);
+    run_config(AL_CREDIT_ESTIMATOR_GRPO, 1, 1, AL_CREDIT_STATE_OBSERVED);
 }
 
 TEST(rloo_discounted_weighted_against_reference)
 {
-    run_config(AL_CREDIT_ESTIMATOR_RLOO, 0.9, 0.5);
+    run_config(AL_CREDIT_ESTIMATOR_RLOO, 0.9, 0.5, AL_CREDIT_STATE_OBSERVED);
 }
 
-TEST(dr_grpo_heavy_step_weight_against_reference)
+TEST(dr_grpo_prompt_states_heavy_step_weight_against_reference)
 {
-    run_config(AL_CREDIT_ESTIMATOR_DR_GRPO, 0.5, 3);
+    run_config(AL_CREDIT_ESTIMATOR_DR_GRPO, 0.5, 3, AL_CREDIT_STATE_PROMPT);
 }

@@ -22,8 +22,11 @@ timeouts, ends after their rollout's spans, one group per task and partition):
   - grpo: (v - mean) / (std + eps); dr_grpo: v - mean; rloo: v - mean of the others; flat: 0;
   - A_E: G_k against the G_k of the group's training members that have a call k (with one
     final reward and gamma 1: R against the group's R); a step group: the training members'
-    calls (any position) with the same prompt token ids; A_S: G_k against its step group's
-    G (0 without a twin); advantage = A_E + w A_S.
+    calls (any position) with the same state; A_S: G_k against its step group's G (0
+    without a twin); advantage = A_E + w A_S;
+  - a call's state: "prompt": its prompt token ids; "observed": for a call whose prompt
+    starts with the previous call's prompt and response, the previous call's state and
+    the rest of its prompt; for any other call its prompt.
 """
 import json
 import math
@@ -76,7 +79,19 @@ def settle(r, gamma):
 COUNTS = {"step groups": 0, "with twins": 0, "with spread": 0, "later calls with spread": 0}
 
 
-def group_transitions(members, estimator, gamma, w, eps):
+def states(calls, mode):
+    out = []
+    for k, c in enumerate(calls):
+        if mode == "observed" and k:
+            before = calls[k - 1]["prompt"] + calls[k - 1]["response"]
+            if c["prompt"][:len(before)] == before:
+                out.append(out[k - 1] + c["prompt"][len(before):])
+                continue
+        out.append(list(c["prompt"]))
+    return out
+
+
+def group_transitions(members, estimator, gamma, w, eps, mode):
     trained = []
     for r in members:
         if r["status"] != "succeeded" or not r["calls"]:
@@ -89,8 +104,8 @@ def group_transitions(members, estimator, gamma, w, eps):
             positions.setdefault(k, []).append(i)
     steps = {}  # prompt ids -> [(member index, k)] in member order, then call order
     for i, (_, calls, _, _) in enumerate(trained):
-        for k, c in enumerate(calls):
-            steps.setdefault(tuple(c["prompt"]), []).append((i, k))
+        for k, st in enumerate(states(calls, mode)):
+            steps.setdefault(tuple(st), []).append((i, k))
     a_s = {}
     for refs in steps.values():
         vals = [trained[i][2][k] for i, k in refs]
@@ -112,7 +127,7 @@ def group_transitions(members, estimator, gamma, w, eps):
 
 
 def main():
-    path, estimator, gamma, w, eps, default_size = sys.argv[1:7]
+    path, estimator, gamma, w, eps, default_size, mode = sys.argv[1:8]
     gamma, w, eps, default_size = float(gamma), float(w), float(eps), int(default_size)
     open_rollouts, groups = {}, {}
     out = []
@@ -125,7 +140,7 @@ def main():
             r = open_rollouts.setdefault(key, {"rollout": s["rollout"], "attempt": s["attempt"],
                                                "task": s["task"], "calls": [], "rewards": []})
             if s["kind"] == "call":
-                r["calls"].append({"seq": s["seq"], "prompt": s["prompt"]})
+                r["calls"].append({"seq": s["seq"], "prompt": s["prompt"], "response": s["response"]})
             elif s["kind"] == "reward":
                 r["rewards"].append({"seq": s["seq"], "value": s["value"], "after": s["after"]})
             else:
@@ -135,7 +150,7 @@ def main():
                 g = groups.setdefault(gkey, {"size": s["group_size"] or default_size, "members": []})
                 g["members"].append(r)
                 if len(g["members"]) == g["size"]:
-                    out.extend(group_transitions(g["members"], estimator, gamma, w, eps))
+                    out.extend(group_transitions(g["members"], estimator, gamma, w, eps, mode))
                     del groups[gkey]
     for tid, adv, ret in out:
         print(tid, repr(adv), repr(ret))

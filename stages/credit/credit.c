@@ -47,6 +47,7 @@ void al_credit_config_init(al_credit_config *c)
     c->assign = AL_CREDIT_ASSIGN_IDENTICAL;
     c->gamma = 1.0;
     c->step_weight = 1.0;
+    c->step_state = AL_CREDIT_STATE_OBSERVED;
     c->group_size = 8;
     c->idle_timeout_us = 600LL * 1000000;
     c->end_wait_us = 30LL * 1000000;
@@ -276,8 +277,10 @@ al_credit_part *al_credit_part_new(const al_credit_config *cfg, const al_credit_
                cfg->step_weight);
         return NULL;
     }
-    if ((unsigned)cfg->assign > AL_CREDIT_ASSIGN_STEP) {
-        al_err(errstr, errlen, "credit: unknown credit assignment %d", (int)cfg->assign);
+    if ((unsigned)cfg->assign > AL_CREDIT_ASSIGN_STEP ||
+        (unsigned)cfg->step_state > AL_CREDIT_STATE_OBSERVED) {
+        al_err(errstr, errlen, "credit: unknown credit assignment %d or step state %d",
+               (int)cfg->assign, (int)cfg->step_state);
         return NULL;
     }
     if (cfg->reward_mode == AL_CREDIT_REWARD_NAMED && (!cfg->reward_name || !*cfg->reward_name)) {
@@ -797,21 +800,22 @@ static int skip_take(al_credit_part *p, int64_t lo)
 
 /* One call of a group's training member, for forming step groups. */
 typedef struct cr_stepref {
-    uint64_t h; /* hash of the call's prompt token ids */
+    uint64_t h;         /* hash of the call's state */
+    const int32_t *st;  /* the state's token ids (ns of them) */
+    size_t ns;
     cr_rollout *r;
     size_t member, k; /* the member's index in the group (end order), the call's position */
 } cr_stepref;
 
-/* Orders calls by prompt (hash, then length, then the ids themselves), then by member and
- * call position: equal prompts are adjacent, and within a step group the order is the
+/* Orders calls by state (hash, then length, then the ids themselves), then by member and
+ * call position: equal states are adjacent, and within a step group the order is the
  * group's end order, so that its sums are taken in a fixed order (byte-identical replays). */
 static int stepref_cmp(const void *pa, const void *pb)
 {
     const cr_stepref *a = pa, *b = pb;
     if (a->h != b->h) return a->h < b->h ? -1 : 1;
-    const cr_call *ca = &a->r->calls[a->k], *cb = &b->r->calls[b->k];
-    if (ca->np != cb->np) return ca->np < cb->np ? -1 : 1;
-    int c = memcmp(ca->prompt, cb->prompt, ca->np * sizeof(int32_t));
+    if (a->ns != b->ns) return a->ns < b->ns ? -1 : 1;
+    int c = memcmp(a->st, b->st, a->ns * sizeof(int32_t));
     if (c) return c;
     if (a->member != b->member) return a->member < b->member ? -1 : 1;
     return a->k < b->k ? -1 : a->k > b->k;
@@ -819,9 +823,41 @@ static int stepref_cmp(const void *pa, const void *pb)
 
 static int stepref_same_state(const cr_stepref *a, const cr_stepref *b)
 {
-    const cr_call *ca = &a->r->calls[a->k], *cb = &b->r->calls[b->k];
-    return a->h == b->h && ca->np == cb->np &&
-           !memcmp(ca->prompt, cb->prompt, ca->np * sizeof(int32_t));
+    return a->h == b->h && a->ns == b->ns && !memcmp(a->st, b->st, a->ns * sizeof(int32_t));
+}
+
+/* Writes the states of r's calls into buf (room for the sum of their prompt lengths) and
+ * points refs[0..ncalls) at them (credit.h, "Step credit"): under AL_CREDIT_STATE_PROMPT
+ * each call's prompt; under AL_CREDIT_STATE_OBSERVED, a call whose prompt extends the
+ * previous call's prompt and response has the previous call's state followed by what
+ * came after that response (the model's own earlier answers left out), any other call its
+ * prompt. Returns the ids written. */
+static size_t step_states(const al_credit_part *p, cr_rollout *r, size_t member, int32_t *buf,
+                          cr_stepref *refs)
+{
+    size_t used = 0;
+    for (size_t k = 0; k < r->ncalls; k++) {
+        const cr_call *c = &r->calls[k];
+        int32_t *st = buf + used;
+        size_t ns;
+        if (p->cfg.step_state == AL_CREDIT_STATE_OBSERVED && k && extends(&c[-1], c)) {
+            size_t from = c[-1].np + c[-1].nr, prev = refs[k - 1].ns;
+            memcpy(st, refs[k - 1].st, prev * sizeof(int32_t));
+            memcpy(st + prev, c->prompt + from, (c->np - from) * sizeof(int32_t));
+            ns = prev + c->np - from;
+        } else {
+            memcpy(st, c->prompt, c->np * sizeof(int32_t));
+            ns = c->np;
+        }
+        used += ns;
+        refs[k] = (cr_stepref){.h = al_hash_fnv1a(st, ns * sizeof(int32_t)),
+                               .st = st,
+                               .ns = ns,
+                               .r = r,
+                               .member = member,
+                               .k = k};
+    }
+    return used;
 }
 
 /* Step credit: fills r->sadv[k] for every call of g's training members with its step
@@ -829,28 +865,30 @@ static int stepref_same_state(const cr_stepref *a, const cr_stepref *b)
  * spread. 0, or -1 out of memory. */
 static int step_groups_assign(al_credit_part *p, cr_group *g, int *spread)
 {
-    size_t n = 0;
+    size_t n = 0, ntok = 0;
     for (size_t i = 0; i < g->nmembers; i++)
-        if (g->members[i]->kept) n += g->members[i]->ncalls;
+        if (g->members[i]->kept)
+            for (size_t k = 0; k < g->members[i]->ncalls; k++) {
+                n++;
+                ntok += g->members[i]->calls[k].np;
+            }
     *spread = 0;
     if (!n) return 0;
     cr_stepref *refs = malloc(n * sizeof *refs);
     double *vals = malloc(n * sizeof *vals);
-    if (!refs || !vals) {
+    int32_t *states = malloc((ntok ? ntok : 1) * sizeof *states);
+    if (!refs || !vals || !states) {
         free(refs);
         free(vals);
+        free(states);
         return -1;
     }
-    size_t m = 0;
+    size_t m = 0, used = 0;
     for (size_t i = 0; i < g->nmembers; i++) {
         cr_rollout *r = g->members[i];
         if (!r->kept) continue;
-        for (size_t k = 0; k < r->ncalls; k++)
-            refs[m++] = (cr_stepref){.h = al_hash_fnv1a(r->calls[k].prompt,
-                                                        r->calls[k].np * sizeof(int32_t)),
-                                     .r = r,
-                                     .member = i,
-                                     .k = k};
+        used += step_states(p, r, i, states + used, refs + m);
+        m += r->ncalls;
     }
     qsort(refs, n, sizeof *refs, stepref_cmp);
     for (size_t a = 0; a < n;) {
@@ -870,6 +908,7 @@ static int step_groups_assign(al_credit_part *p, cr_group *g, int *spread)
     }
     free(refs);
     free(vals);
+    free(states);
     return 0;
 }
 

@@ -47,8 +47,16 @@
  *   advantage; with gamma < 1 too under grpo, whose z-score the factor gamma^(T-1-k) leaves
  *   alone), and with a reward after each call a call is not credited with what later calls
  *   earned before it. A step group is the set of calls of the group's training members
- *   whose prompt token ids are the same (compared whole, not by hash alone): the same state
- *   reached by different rollouts, or twice by one. A call's step advantage A_S is its G_k
+ *   whose states are the same token ids (compared whole, not by hash alone): the same
+ *   state reached by different rollouts, or twice by one. A call's state (step_state):
+ *   prompt: its prompt token ids; observed (the default): what the environment and the
+ *   agent have shown the model, without what the model answered: call 0's prompt, and for
+ *   a call whose prompt extends the previous call's prompt and response (a conversation
+ *   that grows), the previous call's state followed by the tokens after that response;
+ *   any other call's state is its prompt. So two rollouts whose first answers differ
+ *   ("kkkk", "kk k") but got the same answer from the door are twins at their second call,
+ *   as GiGPO groups by the environment's state, not by the history. A call's step
+ *   advantage A_S is its G_k
  *   against its step group's G (members in end order, a rollout's calls in call order); a
  *   call with no twin has A_S = 0 (it falls back to A_E), and so has one in a step group
  *   without spread (grpo, dr_grpo, rloo). Call k's advantage is A_E + step_weight * A_S,
@@ -96,6 +104,11 @@ typedef enum al_credit_assign {
     AL_CREDIT_ASSIGN_STEP = 2,       /* episode advantage + w * the call's step-group one */
 } al_credit_assign;
 
+typedef enum al_credit_step_state {
+    AL_CREDIT_STATE_PROMPT = 0,   /* a call's state is its prompt token ids */
+    AL_CREDIT_STATE_OBSERVED = 1, /* its prompt without the model's earlier answers */
+} al_credit_step_state;
+
 typedef enum al_credit_policy {
     AL_CREDIT_POLICY_DROP = 0, /* the rollout counts towards its group's size, trains nothing */
     AL_CREDIT_POLICY_KEEP = 1, /* trains with its own reward, else the configured default */
@@ -117,6 +130,7 @@ typedef struct al_credit_config {
     al_credit_assign assign;
     double gamma;             /* discount of AL_CREDIT_ASSIGN_DISCOUNTED and _STEP */
     double step_weight;       /* w of AL_CREDIT_ASSIGN_STEP, in [0, 100] */
+    al_credit_step_state step_state; /* what makes two calls' states the same (step) */
     int merge;                /* merge consecutive calls whose prompts extend each other */
     int32_t group_size;       /* when no end span of the group carries one */
     int64_t idle_timeout_us;  /* a rollout silent this long (event time) times out; 0: never */
@@ -132,7 +146,8 @@ typedef struct al_credit_config {
     double reinforce_alpha; /* the baseline moves by alpha * (group mean - baseline) */
 } al_credit_config;
 
-/* Defaults: grpo, last reward, identical assignment, gamma 1, step weight 1, no merge, group size 8,
+/* Defaults: grpo, last reward, identical assignment, gamma 1, step weight 1, observed step
+ * states, no merge, group size 8,
  * idle timeout 600 s, group timeout 1800 s, end wait 30 s, timed-out and failed rollouts
  * dropped (reward 0 when kept), all-equal groups kept, eps 1e-6, alpha 0.1. */
 void al_credit_config_init(al_credit_config *c);

@@ -767,7 +767,7 @@ static const al_stage_hooks credit_hooks = {
 static struct credit_opts {
     al_credit_config cfg; /* the flags of its own types go straight in */
     const char *group, *input, *output;
-    const char *estimator, *reward, *credit, *on_timeout, *on_failed; /* NULL: not given */
+    const char *estimator, *reward, *credit, *step_state, *on_timeout, *on_failed; /* NULL: not given */
     int group_size, window, exactly_once;
     double idle_s, group_timeout_s, end_wait_s, quiet_s; /* -1: not given */
     double exit_idle_s, drain_s;
@@ -776,6 +776,7 @@ static struct credit_opts {
 
 static const char *const reward_modes[] = {"last", "sum", NULL};
 static const char *const credit_modes[] = {"identical", "discounted", "step", NULL};
+static const char *const step_states[] = {"prompt", "observed", NULL};
 static const char *const policies[] = {"drop", "keep", NULL};
 
 static const al_flag credit_flags[] = {
@@ -818,6 +819,11 @@ static const al_flag credit_flags[] = {
     {"step-weight", 0, AL_FLAG_DOUBLE, &opt.cfg.step_weight, .dlo = 0, .dhi = 100, .arg = "W",
      .help = "w of --credit step: the weight of the step-group advantage\n"
              "(default 1)"},
+    {"step-state", 0, AL_FLAG_STRING, &opt.step_state, .arg = "S", .choices = step_states,
+     .help = "what makes two calls twins under --credit step: observed\n"
+             "(default): the same prompt once the model's own earlier\n"
+             "answers are left out (a call extending the previous call's\n"
+             "prompt and answer); prompt: the same prompt token ids"},
     {"merge", 0, AL_FLAG_SWITCH, &opt.cfg.merge,
      .help = "merge consecutive calls whose prompt extends the previous\n"
              "prompt + response into one sequence (agent tokens masked)"},
@@ -927,6 +933,9 @@ static int credit_opts_config(int argc, char **argv, int first, al_credit_config
         cfg->assign = !strcmp(opt.credit, "step")         ? AL_CREDIT_ASSIGN_STEP
                       : !strcmp(opt.credit, "discounted") ? AL_CREDIT_ASSIGN_DISCOUNTED
                                                           : AL_CREDIT_ASSIGN_IDENTICAL;
+    if (opt.step_state)
+        cfg->step_state = strcmp(opt.step_state, "prompt") ? AL_CREDIT_STATE_OBSERVED
+                                                           : AL_CREDIT_STATE_PROMPT;
     if (cfg->assign == AL_CREDIT_ASSIGN_STEP && cfg->estimator == AL_CREDIT_ESTIMATOR_REINFORCE)
         return al_cli_usage_error(cmd, "--credit step compares calls within a group: want "
                                        "--estimator grpo, dr_grpo, rloo or none, not reinforce");
