@@ -26,4 +26,12 @@ arclight_test(t0805_credit_options SOURCES tests/t0805_credit_options.c LIBS arc
 add_dependencies(t0805_credit_options arclight)
 
 # What credit does with the rollout controller's eval spans and retried attempts.
+# --credit step (group-in-group credit from a final reward): hand-worked values.
+arclight_test(t0807_credit_step SOURCES tests/t0807_credit_step.c LIBS arclight_credit TIMEOUT 60)
+# The same on recorded spans of a letters run (tests/credit/), replayed twice byte for byte
+# and checked against tests/t0808_credit_step_reference.py, written from the definition.
+arclight_test(t0808_credit_step_reference SOURCES tests/t0808_credit_step_reference.c
+  tools/recording_reader.c LIBS arclight_credit PkgConfig::JANSSON ZLIB::ZLIB TIMEOUT 60)
+target_include_directories(t0808_credit_step_reference PRIVATE ${PROJECT_SOURCE_DIR}/tools)
+
 arclight_test(t0806_credit_eval_retry SOURCES tests/t0806_credit_eval_retry.c LIBS arclight_credit TIMEOUT 60)

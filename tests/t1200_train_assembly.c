@@ -280,3 +280,40 @@ TEST(empty_sequence_and_single_token_micro_batch)
     al_train_asm_free(a, NULL, NULL);
     al_buf_free(&b);
 }
+
+/* The sampler's entropy per call position (assembler.h): a step of one micro-batch holding
+ * rollout A's calls 2 and 0 (in that order) and rollout B's call 5, 3 tokens each, the last
+ * two trained. Position 0 is A:0 (-logprob 1, 1) and B:5 (2, 2): mean 1.5; position 1 is
+ * A:2 (0.5, 0.5); positions 2 and 3 have no call: NaN. */
+TEST(sampled_entropy_by_call_position)
+{
+    char err[256], why[512];
+    const int32_t tok[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, pos[9] = {0, 1, 2, 0, 1, 2, 0, 1, 2};
+    const int32_t cu[4] = {0, 3, 6, 9};
+    const uint8_t mask[9] = {0, 1, 1, 0, 1, 1, 0, 1, 1};
+    const float lp[9] = {0, -0.5f, -0.5f, 0, -1, -1, 0, -2, -2}, adv[9] = {0};
+    const char *ids[3] = {"A:0:2", "A:0:0", "B:0:5"};
+    const int64_t pv[3] = {0, 0, 0};
+    al_micro_batch mb = {.index = 0, .n_tokens = 9, .token_ids = tok, .loss_mask = mask,
+                         .position_ids = pos, .rollout_logprobs = lp, .advantages = adv,
+                         .n_sequences = 3, .cu_seqlens = cu, .transition_ids = ids,
+                         .policy_versions = pv};
+    al_batch_chunk c = {.model = "tiny", .step = 0, .chunk_index = 0, .chunk_count = 1,
+                        .step_micro_batches = 1, .step_sequences = 3, .step_tokens = 9,
+                        .step_loss_tokens = 6, .micro_batches = &mb, .n_micro_batches = 1};
+    al_buf b;
+    al_buf_init(&b);
+    REQUIRE(al_batch_chunk_encode(&c, &b, err, sizeof err) == 0);
+    al_train_asm *a = al_train_asm_new("tiny", 512, 2048, -1, err, sizeof err);
+    REQUIRE(a);
+    al_train_ready *r = NULL;
+    CHECK_EQ_INT(add(a, &b, &tags[0], why), AL_TRAIN_ASM_HELD);
+    REQUIRE(al_train_asm_next(a, &r) == 1);
+    CHECKF(!r->bad, "%s", r->reason);
+    CHECK_NEAR(r->call_entropy[0], 1.5, 1e-12);
+    CHECK_NEAR(r->call_entropy[1], 0.5, 1e-12);
+    CHECK(isnan(r->call_entropy[2]) && isnan(r->call_entropy[3]));
+    al_train_ready_free(r);
+    al_train_asm_free(a, NULL, NULL);
+    al_buf_free(&b);
+}

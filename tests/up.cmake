@@ -18,3 +18,7 @@ arclight_test(t1305_up_tensorboard SOURCES tests/t1305_up_tensorboard.c LIBS Pkg
   TIMEOUT 600)
 set_tests_properties(t1305_up_tensorboard PROPERTIES SKIP_RETURN_CODE 77)
 add_dependencies(t1305_up_tensorboard arclight)
+# The same with an agent that posts only the final reward (issue 25), under up's defaults.
+arclight_test(t1304_up_final_reward_learns SOURCES tests/t1304_up_final_reward_learns.c
+  LIBS PkgConfig::JANSSON TIMEOUT 1500)
+add_dependencies(t1304_up_final_reward_learns arclight)

@@ -579,14 +579,16 @@ static int up_start_stages(up_run *r)
                  addr);
     }
     /* 5. credit, batch, train. */
-    /* Discounted credit (gamma 1): each call's return is the rewards from it to the end,
-     * each call position normalised over the group. With one reward at the end it gives
-     * every call that reward, as identical credit does; with a reward after each call
-     * (the letters demo) a call is no longer credited with a later call's mistake, which
-     * under identical credit collapsed the demo's second call onto the first one's
-     * answer (docs/LEARNING.md). */
+    /* Step credit (gamma 1, step weight 1): each call's return is the rewards from it to
+     * the end, normalised over the group at its call position (discounted credit: with a
+     * reward after each call, as the letters demo's agent posts, a call is not credited
+     * with a later call's mistake), plus its normalised return among the group's calls
+     * made from the same prompt. That second term is what lets an agent that reports one
+     * final reward learn a multi-call task: calls from the same state are told apart by
+     * what followed them alone (docs/LEARNING.md, issue 25). */
     if (!UP_START(r, credit, "credit", "--group-size", r->gs_s, "--estimator", "grpo", "--credit",
-                  "discounted", "--gamma", "1", "--idle-timeout", "120", "--quiet-flush", "5"))
+                  "step", "--gamma", "1", "--step-weight", "1", "--idle-timeout", "120",
+                  "--quiet-flush", "5"))
         return -1;
     /* With the controller a step is --step-groups groups, whatever number of calls
      * their rollouts make: what the controller paces on. */

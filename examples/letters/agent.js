@@ -7,6 +7,10 @@
 // letter), so that credit can tell the two calls apart (`arclight credit --credit
 // discounted`: the first call's return includes the room it opened); their sum is the
 // task's reward.
+//
+// With --final-reward it posts the task's reward once, after call 2, as most agents can
+// (the SQL query was right, the tests passed): credit then has to work out which call
+// earned it (`arclight credit --credit step`, docs/LEARNING.md).
 'use strict';
 const path = require('path');
 const { SYSTEM, firstPrompt, doorAnswer, reward, readTask } = require('./task');
@@ -28,6 +32,8 @@ async function postReward(value, name) {
   if (!r.ok) throw new Error(`reward ${name}: HTTP ${r.status} ${await r.text()}`);
 }
 
+const FINAL_ONLY = process.argv.slice(2).includes('--final-reward');
+
 async function main() {
   const task = readTask();
   const client = new OpenAI({ maxRetries: 3 }); // OPENAI_BASE_URL and OPENAI_API_KEY from env
@@ -36,12 +42,14 @@ async function main() {
   const messages = [{ role: 'system', content: SYSTEM }, { role: 'user', content: firstPrompt(task) }];
   const first = await client.chat.completions.create({ model, messages, max_tokens: maxTokens });
   const answer1 = first.choices[0].message.content || '';
-  await postReward(reward(task, answer1, '').key / 2, 'key');
+  if (!FINAL_ONLY) await postReward(reward(task, answer1, '').key / 2, 'key');
   messages.push({ role: 'assistant', content: answer1 });
   messages.push({ role: 'user', content: doorAnswer(task, answer1) });
   const second = await client.chat.completions.create({ model, messages, max_tokens: maxTokens });
   const answer2 = second.choices[0].message.content || '';
-  await postReward(reward(task, answer1, answer2).room / 2, 'room');
+  const r = reward(task, answer1, answer2);
+  if (FINAL_ONLY) await postReward(r.total, 'reward');
+  else await postReward(r.room / 2, 'room');
 }
 
 main().catch((e) => {

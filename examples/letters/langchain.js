@@ -9,7 +9,8 @@
 // call 2 writes the room. The run stops after two model calls (modelCallLimitMiddleware). A
 // call 1 in plain text ends the run at once: that text is the attempt and the room scores 0.
 // The reward goes to ARCLIGHT_REWARD_URL in two parts, "key" from inside the tool (after
-// call 1) and "room" after the run (tool_agent.js).
+// call 1) and "room" after the run (tool_agent.js); with --final-reward, once after the run
+// (the task's reward, "reward"), as an agent that only knows the outcome does.
 'use strict';
 const path = require('path');
 const { SYSTEM, firstPrompt, readTask } = require('./task');
@@ -28,7 +29,7 @@ const { z } = load('zod');
 
 async function main() {
   const task = readTask();
-  const theDoor = door(task);
+  const theDoor = door(task, process.argv.slice(2).includes('--final-reward'));
   const openDoor = tool(async ({ key }) => theDoor.open(key), {
     name: TOOL_NAME,
     description: TOOL_DESCRIPTION,

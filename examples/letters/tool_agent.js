@@ -49,7 +49,9 @@ async function postReward(value, name) {
 // The door's side of a rollout: the tool's body and the two reward posts. Only the first
 // use of the tool counts (a model that calls it again in its second call, or twice in its
 // first, gets the first attempt's answer each time and is scored on the first attempt).
-function door(task) {
+// finalOnly (an agent's --final-reward): one post of the task's reward after the run,
+// named "reward", instead of the two parts.
+function door(task, finalOnly = false) {
   const state = { attempt: null };
   return {
     // open_door's body: scores the attempt (posted before the result goes back, so the
@@ -58,7 +60,7 @@ function door(task) {
       const attempt = String(key ?? '');
       if (state.attempt === null) {
         state.attempt = attempt;
-        await postReward(share(attempt, KEY) / 2, 'key');
+        if (!finalOnly) await postReward(share(attempt, KEY) / 2, 'key');
       }
       return doorAnswer(task, state.attempt);
     },
@@ -71,11 +73,12 @@ function door(task) {
     async finish(firstText, answer) {
       if (state.attempt === null) {
         state.attempt = String(firstText || '');
-        await postReward(share(state.attempt, KEY) / 2, 'key');
+        if (!finalOnly) await postReward(share(state.attempt, KEY) / 2, 'key');
         answer = ''; // no door answer came back: nothing to write the room from
       }
       const key = share(state.attempt, KEY), room = share(answer, task.room);
-      await postReward(room / 2, 'room');
+      if (finalOnly) await postReward((key + room) / 2, 'reward');
+      else await postReward(room / 2, 'room');
       return { key, room, total: (key + room) / 2 };
     },
   };

@@ -22,6 +22,7 @@
  */
 #include "credit.h"
 
+#include "core/hash.h"
 #include "core/map.h"
 #include "core/util.h"
 #include "core/vec.h"
@@ -45,6 +46,8 @@ void al_credit_config_init(al_credit_config *c)
     c->reward_mode = AL_CREDIT_REWARD_LAST;
     c->assign = AL_CREDIT_ASSIGN_IDENTICAL;
     c->gamma = 1.0;
+    c->step_weight = 1.0;
+    c->step_state = AL_CREDIT_STATE_OBSERVED;
     c->group_size = 8;
     c->idle_timeout_us = 600LL * 1000000;
     c->end_wait_us = 30LL * 1000000;
@@ -161,7 +164,9 @@ struct cr_rollout {
     int32_t group_size_hint;
     int kept;
     double score; /* identical credit: R; discounted: the sum of imm (the metrics' value) */
-    double *imm, *ret; /* discounted credit: r_k and G_k per call (one block of 2 ncalls) */
+    double *imm, *ret; /* discounted and step credit: r_k and G_k per call (one block of 2
+                        * ncalls; 3 under step credit, with sadv) */
+    double *sadv;      /* step credit: each call's step-group advantage A_S */
     cr_rollout *open_prev, *open_next;   /* open list, or the wait list while waiting */
     cr_rollout *first_prev, *first_next; /* by_first list (until emitted) */
 };
@@ -261,6 +266,21 @@ al_credit_part *al_credit_part_new(const al_credit_config *cfg, const al_credit_
     }
     if (!(cfg->gamma >= 0 && cfg->gamma <= 1)) {
         al_err(errstr, errlen, "credit: gamma must be within [0, 1] (got %g)", cfg->gamma);
+        return NULL;
+    }
+    if (cfg->assign == AL_CREDIT_ASSIGN_STEP &&
+        (!(cfg->step_weight >= 0 && cfg->step_weight <= 100) ||
+         cfg->estimator == AL_CREDIT_ESTIMATOR_REINFORCE)) {
+        al_err(errstr, errlen,
+               "credit: step credit needs a step weight within [0, 100] (got %g) and an estimator "
+               "that compares within a group (grpo, dr_grpo, rloo, none; not reinforce)",
+               cfg->step_weight);
+        return NULL;
+    }
+    if ((unsigned)cfg->assign > AL_CREDIT_ASSIGN_STEP ||
+        (unsigned)cfg->step_state > AL_CREDIT_STATE_OBSERVED) {
+        al_err(errstr, errlen, "credit: unknown credit assignment %d or step state %d",
+               (int)cfg->assign, (int)cfg->step_state);
         return NULL;
     }
     if (cfg->reward_mode == AL_CREDIT_REWARD_NAMED && (!cfg->reward_name || !*cfg->reward_name)) {
@@ -560,8 +580,10 @@ static int rollout_settle(al_credit_part *p, cr_rollout *r)
         r->score = reward_sum(p, r, &found);
         if (!found) r->score = dflt;
     } else {
-        if (!(r->imm = malloc(2 * r->ncalls * sizeof *r->imm))) return -1;
+        int step = p->cfg.assign == AL_CREDIT_ASSIGN_STEP;
+        if (!(r->imm = malloc((step ? 3 : 2) * r->ncalls * sizeof *r->imm))) return -1;
         r->ret = r->imm + r->ncalls;
+        if (step) r->sadv = r->ret + r->ncalls;
         call_rewards(p, r, r->imm, &found);
         if (!found) r->imm[r->ncalls - 1] = dflt;
         discounted_returns(r->imm, r->ncalls, p->cfg.gamma, r->ret);
@@ -618,11 +640,13 @@ typedef struct cr_credit {
 static double call_advantage(const al_credit_part *p, const cr_credit *cc, const cr_rollout *r,
                              size_t k)
 {
-    int disc = p->cfg.assign == AL_CREDIT_ASSIGN_DISCOUNTED;
+    int disc = p->cfg.assign != AL_CREDIT_ASSIGN_IDENTICAL; /* per position */
     double g = disc ? r->ret[k] : r->score;
     size_t pos = disc ? k : 0;
     if (p->cfg.estimator == AL_CREDIT_ESTIMATOR_REINFORCE) return g - cc->base[pos];
-    return al_credit_advantage_of(p->cfg.estimator, &cc->mo[pos], g, p->cfg.eps);
+    double a = al_credit_advantage_of(p->cfg.estimator, &cc->mo[pos], g, p->cfg.eps);
+    if (p->cfg.assign == AL_CREDIT_ASSIGN_STEP) a += p->cfg.step_weight * r->sadv[k];
+    return a;
 }
 
 /* Emits the transitions of one training member r of group g. 0, or -1 (errstr). */
@@ -630,7 +654,7 @@ static int emit_rollout(al_credit_part *p, const cr_group *g, const cr_rollout *
                         const cr_credit *cc, int64_t anchor, const char *group_id, int32_t gsize,
                         int64_t ts, char *errstr, size_t errlen)
 {
-    int disc = p->cfg.assign == AL_CREDIT_ASSIGN_DISCOUNTED;
+    int disc = p->cfg.assign != AL_CREDIT_ASSIGN_IDENTICAL; /* per-call rewards and returns */
     int rc = 0;
     for (size_t k = 0; k < r->ncalls && !rc;) {
         /* calls k..e-1 form one sequence */
@@ -774,6 +798,120 @@ static int skip_take(al_credit_part *p, int64_t lo)
     return 0;
 }
 
+/* One call of a group's training member, for forming step groups. */
+typedef struct cr_stepref {
+    uint64_t h;         /* hash of the call's state */
+    const int32_t *st;  /* the state's token ids (ns of them) */
+    size_t ns;
+    cr_rollout *r;
+    size_t member, k; /* the member's index in the group (end order), the call's position */
+} cr_stepref;
+
+/* Orders calls by state (hash, then length, then the ids themselves), then by member and
+ * call position: equal states are adjacent, and within a step group the order is the
+ * group's end order, so that its sums are taken in a fixed order (byte-identical replays). */
+static int stepref_cmp(const void *pa, const void *pb)
+{
+    const cr_stepref *a = pa, *b = pb;
+    if (a->h != b->h) return a->h < b->h ? -1 : 1;
+    if (a->ns != b->ns) return a->ns < b->ns ? -1 : 1;
+    int c = memcmp(a->st, b->st, a->ns * sizeof(int32_t));
+    if (c) return c;
+    if (a->member != b->member) return a->member < b->member ? -1 : 1;
+    return a->k < b->k ? -1 : a->k > b->k;
+}
+
+static int stepref_same_state(const cr_stepref *a, const cr_stepref *b)
+{
+    return a->h == b->h && a->ns == b->ns && !memcmp(a->st, b->st, a->ns * sizeof(int32_t));
+}
+
+/* Writes the states of r's calls into buf (room for the sum of their prompt lengths) and
+ * points refs[0..ncalls) at them (credit.h, "Step credit"): under AL_CREDIT_STATE_PROMPT
+ * each call's prompt; under AL_CREDIT_STATE_OBSERVED, a call whose prompt extends the
+ * previous call's prompt and response has the previous call's state followed by what
+ * came after that response (the model's own earlier answers left out), any other call its
+ * prompt. Returns the ids written. */
+static size_t step_states(const al_credit_part *p, cr_rollout *r, size_t member, int32_t *buf,
+                          cr_stepref *refs)
+{
+    size_t used = 0;
+    for (size_t k = 0; k < r->ncalls; k++) {
+        const cr_call *c = &r->calls[k];
+        int32_t *st = buf + used;
+        size_t ns;
+        if (p->cfg.step_state == AL_CREDIT_STATE_OBSERVED && k && extends(&c[-1], c)) {
+            size_t from = c[-1].np + c[-1].nr, prev = refs[k - 1].ns;
+            memcpy(st, refs[k - 1].st, prev * sizeof(int32_t));
+            memcpy(st + prev, c->prompt + from, (c->np - from) * sizeof(int32_t));
+            ns = prev + c->np - from;
+        } else {
+            memcpy(st, c->prompt, c->np * sizeof(int32_t));
+            ns = c->np;
+        }
+        used += ns;
+        refs[k] = (cr_stepref){.h = al_hash_fnv1a(st, ns * sizeof(int32_t)),
+                               .st = st,
+                               .ns = ns,
+                               .r = r,
+                               .member = member,
+                               .k = k};
+    }
+    return used;
+}
+
+/* Step credit: fills r->sadv[k] for every call of g's training members with its step
+ * group's advantage (credit.h, "Step credit"); *spread is set when some step group has a
+ * spread. 0, or -1 out of memory. */
+static int step_groups_assign(al_credit_part *p, cr_group *g, int *spread)
+{
+    size_t n = 0, ntok = 0;
+    for (size_t i = 0; i < g->nmembers; i++)
+        if (g->members[i]->kept)
+            for (size_t k = 0; k < g->members[i]->ncalls; k++) {
+                n++;
+                ntok += g->members[i]->calls[k].np;
+            }
+    *spread = 0;
+    if (!n) return 0;
+    cr_stepref *refs = malloc(n * sizeof *refs);
+    double *vals = malloc(n * sizeof *vals);
+    int32_t *states = malloc((ntok ? ntok : 1) * sizeof *states);
+    if (!refs || !vals || !states) {
+        free(refs);
+        free(vals);
+        free(states);
+        return -1;
+    }
+    size_t m = 0, used = 0;
+    for (size_t i = 0; i < g->nmembers; i++) {
+        cr_rollout *r = g->members[i];
+        if (!r->kept) continue;
+        used += step_states(p, r, i, states + used, refs + m);
+        m += r->ncalls;
+    }
+    qsort(refs, n, sizeof *refs, stepref_cmp);
+    for (size_t a = 0; a < n;) {
+        size_t b = a + 1;
+        while (b < n && stepref_same_state(&refs[a], &refs[b]))
+            b++;
+        for (size_t j = a; j < b; j++)
+            vals[j - a] = refs[j].r->ret[refs[j].k];
+        al_credit_moments mo;
+        al_credit_moments_of(vals, b - a, &mo);
+        if (!mo.flat) *spread = 1;
+        for (size_t j = a; j < b; j++) /* no twin: 0, whatever the estimator */
+            refs[j].r->sadv[refs[j].k] =
+                b - a < 2 ? 0
+                          : al_credit_advantage_of(p->cfg.estimator, &mo, vals[j - a], p->cfg.eps);
+        a = b;
+    }
+    free(refs);
+    free(vals);
+    free(states);
+    return 0;
+}
+
 /* Completes group g: computes the statistics over its training members (kept, with a
  * call), emits their transitions (or drops the group), records its offset range, frees it.
  * It leaves p->groups at the end, with its key (the map entry's). 0, or -1 (errstr). */
@@ -784,7 +922,7 @@ static int group_emit(al_credit_part *p, cr_group *g, int timed_out, char *errst
     p->stats.open_groups--;
     if (timed_out) p->stats.groups_timed_out++;
 
-    int disc = p->cfg.assign == AL_CREDIT_ASSIGN_DISCOUNTED;
+    int disc = p->cfg.assign != AL_CREDIT_ASSIGN_IDENTICAL; /* statistics per position */
     int64_t lo = INT64_MAX, hi = -1, ts = 0;
     size_t n = 0, npos = disc ? 0 : 1;
     for (size_t i = 0; i < g->nmembers; i++) {
@@ -815,6 +953,11 @@ static int group_emit(al_credit_part *p, cr_group *g, int timed_out, char *errst
         }
         al_credit_moments_of(vals, m, &mo[k]);
         if (!mo[k].flat) all_flat = 0;
+    }
+    if (!rc && p->cfg.assign == AL_CREDIT_ASSIGN_STEP) {
+        int spread = 0;
+        if (step_groups_assign(p, g, &spread) != 0) rc = al_err(errstr, errlen, "out of memory");
+        if (spread) all_flat = 0;
     }
 
     if (!rc && n == 0) {

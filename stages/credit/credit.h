@@ -39,10 +39,35 @@
  *   position every rollout has converged on (no spread) gives 0 and does not scale the
  *   others, and a position only one rollout reached gives 0 (grpo, dr_grpo, rloo).
  *
+ *   Step credit (group in group, after GiGPO, arXiv 2505.10978). r_k and G_k as under
+ *   discounted credit (with one reward at the end, after the last call T-1: G_k =
+ *   gamma^(T-1-k) R). A call's episode advantage A_E is its discounted-credit advantage (G_k
+ *   against position k's G across the group): with one final reward and gamma 1 every G_k
+ *   of a rollout is R, so A_E is the rollout's R against the group's (GiGPO's episode
+ *   advantage; with gamma < 1 too under grpo, whose z-score the factor gamma^(T-1-k) leaves
+ *   alone), and with a reward after each call a call is not credited with what later calls
+ *   earned before it. A step group is the set of calls of the group's training members
+ *   whose states are the same token ids (compared whole, not by hash alone): the same
+ *   state reached by different rollouts, or twice by one. A call's state (step_state):
+ *   prompt: its prompt token ids; observed (the default): what the environment and the
+ *   agent have shown the model, without what the model answered: call 0's prompt, and for
+ *   a call whose prompt extends the previous call's prompt and response (a conversation
+ *   that grows), the previous call's state followed by the tokens after that response;
+ *   any other call's state is its prompt. So two rollouts whose first answers differ
+ *   ("kkkk", "kk k") but got the same answer from the door are twins at their second call,
+ *   as GiGPO groups by the environment's state, not by the history. A call's step
+ *   advantage A_S is its G_k
+ *   against its step group's G (members in end order, a rollout's calls in call order); a
+ *   call with no twin has A_S = 0 (it falls back to A_E), and so has one in a step group
+ *   without spread (grpo, dr_grpo, rloo). Call k's advantage is A_E + step_weight * A_S,
+ *   both by the estimator (grpo, dr_grpo, rloo, none; reinforce is refused). So call 0 of a
+ *   task (every rollout's call 0 has the same prompt) gets (1 + w) A_E under grpo, and a
+ *   later call is also compared with the calls made from exactly its state.
+
  *   Merged sequence of calls k..e-1: reward = R (identical) or r_k + ... + r_{e-1}
- *   (discounted); return_value = G_k; advantage = call k's. Under discounted credit it also
- *   carries token_advantages: call j's advantage (as a float) on call j's response tokens
- *   and 0 on the tokens the agent added between calls (those with loss_mask 0).
+ *   (discounted, step); return_value = G_k; advantage = call k's. Under discounted and step
+ *   credit it also carries token_advantages: call j's advantage (as a float) on call j's
+ *   response tokens and 0 on the tokens the agent added between calls (loss_mask 0).
  *
  * Offsets: al_credit_part_safe_offset says below which offset every span is finished with:
  * it never passes the first span of a rollout that is open or waits in an open group, and
@@ -76,7 +101,13 @@ typedef enum al_credit_reward_mode {
 typedef enum al_credit_assign {
     AL_CREDIT_ASSIGN_IDENTICAL = 0,  /* every call gets the rollout's reward R (LightningRL) */
     AL_CREDIT_ASSIGN_DISCOUNTED = 1, /* each reward belongs to the call it followed; returns */
+    AL_CREDIT_ASSIGN_STEP = 2,       /* episode advantage + w * the call's step-group one */
 } al_credit_assign;
+
+typedef enum al_credit_step_state {
+    AL_CREDIT_STATE_PROMPT = 0,   /* a call's state is its prompt token ids */
+    AL_CREDIT_STATE_OBSERVED = 1, /* its prompt without the model's earlier answers */
+} al_credit_step_state;
 
 typedef enum al_credit_policy {
     AL_CREDIT_POLICY_DROP = 0, /* the rollout counts towards its group's size, trains nothing */
@@ -97,7 +128,9 @@ typedef struct al_credit_config {
     al_credit_reward_mode reward_mode;
     const char *reward_name; /* for AL_CREDIT_REWARD_NAMED (the part copies it) */
     al_credit_assign assign;
-    double gamma;             /* discount of AL_CREDIT_ASSIGN_DISCOUNTED */
+    double gamma;             /* discount of AL_CREDIT_ASSIGN_DISCOUNTED and _STEP */
+    double step_weight;       /* w of AL_CREDIT_ASSIGN_STEP, in [0, 100] */
+    al_credit_step_state step_state; /* what makes two calls' states the same (step) */
     int merge;                /* merge consecutive calls whose prompts extend each other */
     int32_t group_size;       /* when no end span of the group carries one */
     int64_t idle_timeout_us;  /* a rollout silent this long (event time) times out; 0: never */
@@ -113,7 +146,8 @@ typedef struct al_credit_config {
     double reinforce_alpha; /* the baseline moves by alpha * (group mean - baseline) */
 } al_credit_config;
 
-/* Defaults: grpo, last reward, identical assignment, gamma 1, no merge, group size 8,
+/* Defaults: grpo, last reward, identical assignment, gamma 1, step weight 1, observed step
+ * states, no merge, group size 8,
  * idle timeout 600 s, group timeout 1800 s, end wait 30 s, timed-out and failed rollouts
  * dropped (reward 0 when kept), all-equal groups kept, eps 1e-6, alpha 0.1. */
 void al_credit_config_init(al_credit_config *c);

@@ -767,7 +767,7 @@ static const al_stage_hooks credit_hooks = {
 static struct credit_opts {
     al_credit_config cfg; /* the flags of its own types go straight in */
     const char *group, *input, *output;
-    const char *estimator, *reward, *credit, *on_timeout, *on_failed; /* NULL: not given */
+    const char *estimator, *reward, *credit, *step_state, *on_timeout, *on_failed; /* NULL: not given */
     int group_size, window, exactly_once;
     double idle_s, group_timeout_s, end_wait_s, quiet_s; /* -1: not given */
     double exit_idle_s, drain_s;
@@ -775,7 +775,8 @@ static struct credit_opts {
 } opt;
 
 static const char *const reward_modes[] = {"last", "sum", NULL};
-static const char *const credit_modes[] = {"identical", "discounted", NULL};
+static const char *const credit_modes[] = {"identical", "discounted", "step", NULL};
+static const char *const step_states[] = {"prompt", "observed", NULL};
 static const char *const policies[] = {"drop", "keep", NULL};
 
 static const al_flag credit_flags[] = {
@@ -806,9 +807,23 @@ static const al_flag credit_flags[] = {
              "of the group's rollouts that have a k-th call (a set per call\n"
              "position). A merged sequence has reward = the sum of its\n"
              "calls' r_k, return and advantage of its first call, and\n"
-             "per-token advantages: each call's, 0 on the agent's tokens"},
+             "per-token advantages: each call's, 0 on the agent's tokens\n"
+             "step: for one reward at the end (GiGPO's group in group):\n"
+             "call k's advantage is its discounted one (with one final\n"
+             "reward: the rollout's R against the group's) + w times its\n"
+             "step group's: G_k against the G of the group's calls whose\n"
+             "prompt token ids are the same as call k's (0 when it has no\n"
+             "twin or the step group has no spread)"},
     {"gamma", 0, AL_FLAG_DOUBLE, &opt.cfg.gamma, .dlo = 0, .dhi = 1, .arg = "G",
-     .help = "discount for --credit discounted (default 1)"},
+     .help = "discount for --credit discounted and step (default 1)"},
+    {"step-weight", 0, AL_FLAG_DOUBLE, &opt.cfg.step_weight, .dlo = 0, .dhi = 100, .arg = "W",
+     .help = "w of --credit step: the weight of the step-group advantage\n"
+             "(default 1)"},
+    {"step-state", 0, AL_FLAG_STRING, &opt.step_state, .arg = "S", .choices = step_states,
+     .help = "what makes two calls twins under --credit step: observed\n"
+             "(default): the same prompt once the model's own earlier\n"
+             "answers are left out (a call extending the previous call's\n"
+             "prompt and answer); prompt: the same prompt token ids"},
     {"merge", 0, AL_FLAG_SWITCH, &opt.cfg.merge,
      .help = "merge consecutive calls whose prompt extends the previous\n"
              "prompt + response into one sequence (agent tokens masked)"},
@@ -915,8 +930,15 @@ static int credit_opts_config(int argc, char **argv, int first, al_credit_config
         cfg->reward_mode = AL_CREDIT_REWARD_NAMED;
     }
     if (opt.credit)
-        cfg->assign = strcmp(opt.credit, "discounted") ? AL_CREDIT_ASSIGN_IDENTICAL
-                                                       : AL_CREDIT_ASSIGN_DISCOUNTED;
+        cfg->assign = !strcmp(opt.credit, "step")         ? AL_CREDIT_ASSIGN_STEP
+                      : !strcmp(opt.credit, "discounted") ? AL_CREDIT_ASSIGN_DISCOUNTED
+                                                          : AL_CREDIT_ASSIGN_IDENTICAL;
+    if (opt.step_state)
+        cfg->step_state = strcmp(opt.step_state, "prompt") ? AL_CREDIT_STATE_OBSERVED
+                                                           : AL_CREDIT_STATE_PROMPT;
+    if (cfg->assign == AL_CREDIT_ASSIGN_STEP && cfg->estimator == AL_CREDIT_ESTIMATOR_REINFORCE)
+        return al_cli_usage_error(cmd, "--credit step compares calls within a group: want "
+                                       "--estimator grpo, dr_grpo, rloo or none, not reinforce");
     if (opt.on_timeout)
         cfg->timeout_policy = strcmp(opt.on_timeout, "keep") ? AL_CREDIT_POLICY_DROP
                                                              : AL_CREDIT_POLICY_KEEP;

@@ -345,6 +345,69 @@ static al_train_ready *ready_from(pending_step *p)
     return r;
 }
 
+/* One sequence of a step, for call_entropy. */
+typedef struct seq_ref {
+    const char *id; /* transition id: ROLLOUT:ATTEMPT:CALL */
+    size_t prefix;  /* length of ROLLOUT:ATTEMPT */
+    long long call;
+    double nlp;     /* sum of -rollout logprob over its trained tokens */
+    int64_t n;      /* its trained tokens */
+} seq_ref;
+
+/* Orders by rollout attempt (the id's prefix), then by call index. */
+static int seq_ref_cmp_prefix(const seq_ref *a, const seq_ref *b)
+{
+    size_t n = a->prefix < b->prefix ? a->prefix : b->prefix;
+    int c = memcmp(a->id, b->id, n);
+    if (c) return c;
+    return a->prefix < b->prefix ? -1 : a->prefix > b->prefix;
+}
+
+static int seq_ref_cmp(const void *pa, const void *pb)
+{
+    const seq_ref *a = pa, *b = pb;
+    int c = seq_ref_cmp_prefix(a, b);
+    if (c) return c;
+    return a->call < b->call ? -1 : a->call > b->call;
+}
+
+/* Fills r->call_entropy (see assembler.h) from the step's chunks: the sequences of a
+ * rollout attempt are ranked by their call index, the k-th is call position k. A
+ * transition id without two ':' counts as a rollout of its own. -1 when out of memory. */
+static int call_entropy(al_train_ready *r, al_batch_chunk *const *chunks, size_t nchunks)
+{
+    for (int k = 0; k < AL_TRAIN_CALL_POSITIONS; k++)
+        r->call_entropy[k] = NAN;
+    AL_VEC(seq_ref) v = {0};
+    for (size_t i = 0; i < nchunks; i++)
+        for (size_t m = 0; m < chunks[i]->n_micro_batches; m++) {
+            const al_micro_batch *mb = &chunks[i]->micro_batches[m];
+            for (size_t q = 0; q < mb->n_sequences; q++) {
+                seq_ref e = {.id = mb->transition_ids[q] ? mb->transition_ids[q] : ""};
+                const char *c2 = strrchr(e.id, ':');
+                e.prefix = c2 ? (size_t)(c2 - e.id) : strlen(e.id);
+                e.call = c2 ? strtoll(c2 + 1, NULL, 10) : 0;
+                for (int32_t t = mb->cu_seqlens[q]; t < mb->cu_seqlens[q + 1]; t++)
+                    if (mb->loss_mask[t]) e.nlp -= mb->rollout_logprobs[t], e.n++;
+                if (al_vec_push(&v, e)) {
+                    al_vec_free(&v);
+                    return -1;
+                }
+            }
+        }
+    if (v.n) qsort(v.v, v.n, sizeof *v.v, seq_ref_cmp);
+    double sum[AL_TRAIN_CALL_POSITIONS] = {0};
+    int64_t n[AL_TRAIN_CALL_POSITIONS] = {0};
+    for (size_t i = 0, pos = 0; i < v.n; i++) {
+        pos = i && !seq_ref_cmp_prefix(&v.v[i - 1], &v.v[i]) ? pos + 1 : 0;
+        if (pos < AL_TRAIN_CALL_POSITIONS) sum[pos] += v.v[i].nlp, n[pos] += v.v[i].n;
+    }
+    for (int k = 0; k < AL_TRAIN_CALL_POSITIONS; k++)
+        if (n[k]) r->call_entropy[k] = sum[k] / (double)n[k];
+    al_vec_free(&v);
+    return 0;
+}
+
 /* Builds the trainer's chunks of a complete step and checks the announced totals; marks r
  * bad with the reason when they do not add up. -1 when out of memory. */
 static int ready_build(al_train_ready *r, const pending_step *p)
@@ -403,6 +466,7 @@ static int ready_build(al_train_ready *r, const pending_step *p)
             for (size_t t = 0; t < mb->n_tokens; t++) mask_tokens += mb->loss_mask[t];
         }
     r->loss_tokens = loss;
+    if (call_entropy(r, pr->chunks, pr->n_chunks)) return -1;
     if (r->bad) return 0;
     const char *what = NULL;
     int64_t got = 0, want = 0;

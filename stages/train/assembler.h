@@ -51,6 +51,9 @@ al_train_asm_result al_train_asm_add(al_train_asm *a, const void *value, size_t 
 /* A step taken out of the assembler: complete and checked (bad == 0), or to dead-letter
  * (bad == 1, reason in `reason`: totals that do not add up, or a step left incomplete when
  * a later step completed). */
+/* Call positions whose sampled entropy a step reports (later calls are left out). */
+#define AL_TRAIN_CALL_POSITIONS 4
+
 typedef struct al_train_ready {
     int64_t step;               /* the batch stage's step number */
     int64_t policy_version;     /* the sampler's version the step was built for */
@@ -64,6 +67,12 @@ typedef struct al_train_ready {
     size_t n_retired;
     int64_t tokens, loss_tokens, sequences;
     double reward_mean;         /* over sequences with a reward; NaN when none has one */
+    /* The sampler's entropy per call position k (the k-th call of its rollout in this step,
+     * by the call index in the transition id; a merged sequence counts at its first call):
+     * the mean of -rollout logprob over the trained tokens, an unbiased estimate of the
+     * per-token entropy of the policy that sampled them. NaN where no sequence has a call
+     * k. A position whose entropy falls towards 0 has collapsed onto one answer. */
+    double call_entropy[AL_TRAIN_CALL_POSITIONS];
     struct al_train_ready_priv *priv;
 } al_train_ready;
 

@@ -90,6 +90,15 @@ static void metrics_init(train_metrics *m)
     m->tps = al_metrics_gauge(r, "arclight_train_tokens_per_second", "Throughput, last update", NULL);
     m->lr = al_metrics_gauge(r, "arclight_train_learning_rate", "Learning rate, last update", NULL);
     m->pending = al_metrics_gauge(r, "arclight_train_steps_held", "Steps waiting for chunks", NULL);
+    for (int k = 0; k < AL_TRAIN_CALL_POSITIONS; k++) {
+        char pos[8];
+        snprintf(pos, sizeof pos, "%d", k);
+        m->call_entropy[k] = al_metrics_gauge(
+            r, "arclight_train_call_entropy",
+            "The sampler's entropy per token of the last step's k-th calls (mean -logprob of the "
+            "sampled tokens)",
+            "call", pos, NULL);
+    }
 }
 
 static int mkdir_p(const char *path, char *errstr, size_t errlen)

@@ -12,6 +12,7 @@
 #include "core/log.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,6 +157,8 @@ void train_step_apply(train_worker *w, al_train_ready *r)
     int64_t batch_step = r->step, batch_policy = r->policy_version, step_tokens = r->tokens;
     int nmb = r->nchunks;
     double reward_mean = r->reward_mean;
+    double call_h[AL_TRAIN_CALL_POSITIONS];
+    memcpy(call_h, r->call_entropy, sizeof call_h);
     al_train_ready_free(r);
     applied **tail = &w->applied_head;
     while (*tail) tail = &(*tail)->next;
@@ -181,12 +184,22 @@ void train_step_apply(train_worker *w, al_train_ready *r)
     al_gauge_set(m->gnorm, st.grad_norm);
     al_gauge_set(m->tps, st.tokens_per_s);
     al_gauge_set(m->lr, st.lr);
+    /* the sampler's entropy by call position, "0.85/0.41" (positions present only) */
+    char by_call[64] = "-";
+    size_t at = 0;
+    for (int k = 0; k < AL_TRAIN_CALL_POSITIONS; k++) {
+        if (isnan(call_h[k])) continue;
+        al_gauge_set(m->call_entropy[k], call_h[k]);
+        if (at >= sizeof by_call - 8) continue;
+        at += (size_t)snprintf(by_call + at, sizeof by_call - at, "%s%.3f", at ? "/" : "", call_h[k]);
+    }
     train_tb_write(w, &st, reward_mean, batch_policy);
     al_log_info(COMP,
                 "%s v%" PRId64 " (batch step %" PRId64 ", %d micro-batches, %" PRId64
-                " tokens): loss %.5f kl %.5f entropy %.4f clip %.3f grad-norm %.4f lr %.3g, %.0f tok/s%s",
+                " tokens): loss %.5f kl %.5f entropy %.4f (sampled by call %s) clip %.3f "
+                "grad-norm %.4f lr %.3g, %.0f tok/s%s",
                 w->o->model_name, w->version, batch_step, nmb, step_tokens, st.loss, st.kl,
-                st.entropy, st.clip_frac, st.grad_norm, st.lr, st.tokens_per_s,
+                st.entropy, by_call, st.clip_frac, st.grad_norm, st.lr, st.tokens_per_s,
                 full ? ", checkpoint" : "");
 }
 

@@ -55,6 +55,7 @@ typedef struct train_metrics {
     al_metrics *reg;
     al_counter *held, *other, *skipped, *dup, *bad, *steps, *bad_steps, *tokens;
     al_gauge *version, *loss, *kl, *entropy, *clip, *gnorm, *tps, *lr, *pending;
+    al_gauge *call_entropy[AL_TRAIN_CALL_POSITIONS]; /* the sampler's, by call position */
 } train_metrics;
 
 typedef struct train_worker {

@@ -6,17 +6,19 @@
  * order, repeated or after their rollout ended, and clock moves.
  *
  * The first 8 bytes pick the configuration (estimator, reward mode, assignment, gamma,
- * merge, group size, timeouts, policies, equal-group dropping, eps, alpha); every following
- * 8 bytes are one operation on a part. A few rollouts of a few tasks share a token
- * sequence each, so that calls of a rollout often extend each other (merge has something
- * to merge).
+ * merge, group size, timeouts, policies, equal-group dropping, eps, alpha, step credit and
+ * its weight); every following 8 bytes are one operation on a part. A few rollouts of a
+ * few tasks share a token sequence each, so that calls of a rollout often extend each
+ * other (merge has something to merge, step credit twins to group).
  *
  * What must hold, besides no crash and no undefined behaviour:
  *   - every transition encodes, decodes, and decodes to what was emitted;
  *   - its return is finite, its reward and advantage finite as 32-bit floats (what the
  *     batcher takes), and so are its token advantages;
  *   - a grpo advantage (scalar or per token) is at most sqrt(group_size - 1): a z-score
- *     over at most that many returns (issue 18: per-position statistics);
+ *     over at most that many returns (issue 18: per-position statistics); under step
+ *     credit, a sum of two z-scores, whose step groups may hold more calls, is only
+ *     checked to be finite;
  *   - its anchor offset is not below the safe offset reported before it;
  *   - the safe offset never decreases.
  *
@@ -39,6 +41,7 @@ static al_transition back;
 static al_buf enc;
 static int64_t last_safe;
 static al_credit_part *cur;
+static int step_credit;
 
 static void fail(const char *what, const al_transition *t)
 {
@@ -66,7 +69,7 @@ static int on_transition(void *ud, const al_transition *t, int64_t anchor)
     }
     if (!finite_all(t->token_advantages, t->n_token_advantages))
         fail("a token advantage is not finite", t);
-    if (!strcmp(t->estimator, "grpo")) {
+    if (!strcmp(t->estimator, "grpo") && !step_credit) {
         /* a z-score over at most group_size returns is at most sqrt(group_size - 1) */
         double bound = sqrt(t->group_size > 1 ? (double)t->group_size - 1 : 0) * (1 + 1e-9);
         if (fabs(t->advantage) > bound) {
@@ -137,6 +140,9 @@ static void config_from(const uint8_t *d, al_credit_config *c)
     c->failed_reward = rewards[d[4] >> 4];
     c->eps = epss[d[5] & 3];
     c->reinforce_alpha = alphas[d[5] >> 2 & 3];
+    static const double weights[4] = {1, 0, 0.5, 100};
+    if (d[6] & 1) c->assign = AL_CREDIT_ASSIGN_STEP;
+    c->step_weight = weights[d[6] >> 1 & 3];
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -154,6 +160,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     al_credit_config cfg;
     config_from(data, &cfg);
     al_credit_sink sink = {.transition = on_transition, .rollout = on_rollout};
+    step_credit = cfg.assign == AL_CREDIT_ASSIGN_STEP;
     cur = al_credit_part_new(&cfg, &sink, err, sizeof err);
     if (!cur) return 0;
     last_safe = -1;
