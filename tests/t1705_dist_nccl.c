@@ -6,6 +6,7 @@
  * fewer than two CUDA devices.
  */
 #include "t1799_gpu_util.h"
+#include "t1798_dist_model.h"
 
 #include "model/dist.h"
 #include "model/trainer.h"
@@ -15,25 +16,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static al_model *tiny(void)
-{
-    al_model_config c = {0};
-    al_model_config_set_arch(&c, AL_MODEL_ARCH_QWEN2);
-    c.vocab_size = 128, c.hidden_size = 64, c.intermediate_size = 96, c.num_layers = 2;
-    c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 16, c.rms_norm_eps = 1e-6;
-    c.rope_theta = 1e6, c.tie_word_embeddings = 1, c.max_position_embeddings = 256;
-    c.bos_token_id = c.eos_token_id = -1;
-    char err[256];
-    al_model *m = al_model_new(&c, err, sizeof err);
-    if (m) al_model_init_random(m, 4);
-    return m;
-}
-
 /* One step over four chunks on backend be (with d: this rank's share); params to `out`. */
 static int train(al_backend *be, al_dist *d, float *out, double *loss)
 {
     char err[512];
-    al_model *m = tiny();
+    al_model *m = dist_tiny_model();
     if (!m || al_model_set_backend(m, be, err, sizeof err)) return -1;
     static int32_t tok[160], cu[4][2];
     static float mask[160], adv[160];
@@ -74,7 +61,7 @@ static int free_port(void)
 
 TEST(two_ranks_match_one_gpu)
 {
-    al_model *m = tiny();
+    al_model *m = dist_tiny_model();
     REQUIRE(m);
     size_t np = al_model_num_params(m);
     al_model_free(m);
@@ -125,7 +112,7 @@ static int rank_main(int rank, int port, const char *out)
     al_backend *be = al_backend_open("cuda", err, sizeof err);
     al_dist_opts o = {.rank = rank, .world = 2, .addr = addr, .timeout_s = 60};
     al_dist *d = be ? al_dist_new(be, &o, err, sizeof err) : NULL;
-    al_model *m = tiny();
+    al_model *m = dist_tiny_model();
     size_t np = al_model_num_params(m);
     al_model_free(m);
     float *p = malloc(sizeof(float) * np);

@@ -10,6 +10,7 @@
 #define TESTLIB_NO_MAIN
 #include "testlib.h"
 #include "support.h"
+#include "t1798_dist_model.h"
 
 #include "model/dist.h"
 #include "model/model.h"
@@ -24,20 +25,6 @@
 #define CHUNKS 6
 #define CT 40 /* tokens per chunk */
 
-static al_model *tiny(void)
-{
-    al_model_config c = {0};
-    al_model_config_set_arch(&c, AL_MODEL_ARCH_QWEN2);
-    c.vocab_size = 128, c.hidden_size = 64, c.intermediate_size = 96, c.num_layers = 2;
-    c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 16, c.rms_norm_eps = 1e-6;
-    c.rope_theta = 1e6, c.tie_word_embeddings = 1, c.max_position_embeddings = 256;
-    c.bos_token_id = c.eos_token_id = -1;
-    char err[256];
-    al_model *m = al_model_new(&c, err, sizeof err);
-    if (m) al_model_init_random(m, 4);
-    return m;
-}
-
 typedef struct result {
     double loss[STEPS];
     float *params, *m, *v;
@@ -49,7 +36,7 @@ static int train(al_dist *d, result *r)
 {
     char err[512];
     al_backend *be = al_backend_open("cpu", err, sizeof err);
-    al_model *m = tiny();
+    al_model *m = dist_tiny_model();
     if (!be || !m || al_model_set_backend(m, be, err, sizeof err)) return -1;
     static int32_t tok[CHUNKS * CT], cu[CHUNKS][2];
     static float mask[CHUNKS * CT], adv[CHUNKS * CT];
@@ -92,17 +79,6 @@ static int train(al_dist *d, result *r)
     al_model_free(m);
     al_backend_free(be);
     return 0;
-}
-
-static double rel_l2(const float *a, const float *b, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = (double)a[i] - b[i];
-        num += e * e;
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num) / (sqrt(den) + 1e-30);
 }
 
 /* The network namespace rank 1 runs in ("": none, all ranks on loopback) and the address
@@ -165,9 +141,9 @@ static void ranks_match_one_process(int world)
     for (int r = 1; r < world; r++)
         CHECKF(memcmp(rr[r].params, rr[0].params, sizeof(float) * one.n * 3) == 0,
                "rank %d's weights or moments differ from rank 0's", r);
-    double ew = rel_l2(rr[0].params, one.params, one.n);
-    double em = rel_l2(rr[0].params + one.n, one.m, one.n);
-    double ev = rel_l2(rr[0].params + 2 * one.n, one.v, one.n);
+    double ew = dist_rel_l2(rr[0].params, one.params, one.n);
+    double em = dist_rel_l2(rr[0].params + one.n, one.m, one.n);
+    double ev = dist_rel_l2(rr[0].params + 2 * one.n, one.v, one.n);
     printf("    %d ranks vs one process after %d steps: weights rel L2 %.3g, first moments %.3g, "
            "second moments %.3g; losses %.6f %.6f %.6f vs %.6f %.6f %.6f\n",
            world, STEPS, ew, em, ev, rr[0].loss[0], rr[0].loss[1], rr[0].loss[2], one.loss[0],

@@ -26,11 +26,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -202,6 +204,7 @@ typedef struct up_config {
     const char *lr;
     const char *stage_args[UP_NSTAGES];
     int64_t seed, steps, group_size, step_groups, max_tokens, stop_timeout;
+    int64_t train_replicas; /* data-parallel trainer processes (gloo on the CPU) */
     /* resolved */
     char src[PATH_MAX];
     char model_dir[2 * PATH_MAX], tokenizer_dir[2 * PATH_MAX], config_path[2 * PATH_MAX];
@@ -226,6 +229,7 @@ static void up_config_init(up_config *c)
     c->step_groups = 4;
     c->max_tokens = 12;
     c->stop_timeout = 20;
+    c->train_replicas = 1;
 }
 
 #define UP_STAGE_ARGS_HELP(stage) "more flags for " stage " (see below)"
@@ -295,6 +299,9 @@ static int up_config_parse(up_config *cfg, int argc, char **argv)
          .help = "rollouts per task (GRPO group; default 8)"},
         {"step-groups", 0, AL_FLAG_I64, &cfg->step_groups, .lo = 1, .hi = 4096, .arg = "K",
          .help = "groups per trainer step (default 4)"},
+        {"train-replicas", 0, AL_FLAG_I64, &cfg->train_replicas, .lo = 1, .hi = 16, .arg = "N",
+         .help = "trainer processes as one data-parallel group (default 1; on the\n"
+                 "CPU over gloo: rank 0 checkpoints and publishes, docs/GPU.md)"},
         {"lr", 0, AL_FLAG_FUNC, &cfg->lr, .arg = "LR",
          .help = "trainer learning rate (default 2e-3, for the tiny model)",
          .parse = up_parse_lr},
@@ -522,6 +529,51 @@ static int up_prepare_model(up_run *r)
                     (r)->cfg->stage_args[UP_STAGE_##kname]),                                       \
      up_spawn((r)->st, #kname, (r)->args.v, NULL))
 
+/* A free loopback port for the trainers' rendezvous (bound and released), or -1. */
+static int up_free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &l) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+/* The trainer: one process, or --train-replicas N as a data-parallel group meeting on a free
+ * loopback port (ranks 1.. as "train-1".., without --tensorboard: rank 0 writes and publishes
+ * everything). args: train's arguments so far. 0 or -1. */
+static int up_start_trainers(up_run *r, up_argv *args)
+{
+    const up_config *cfg = r->cfg;
+    int n = (int)cfg->train_replicas, port = n > 1 ? up_free_port() : 0;
+    if (port < 0) {
+        al_log_error(COMP, "--train-replicas %d: no free loopback port for the trainers", n);
+        return -1;
+    }
+    char world[48], addr[64], rank[48], name[32];
+    snprintf(world, sizeof world, "ARCLIGHT_DIST_WORLD=%d", n);
+    snprintf(addr, sizeof addr, "ARCLIGHT_DIST_ADDR=127.0.0.1:%d", port);
+    char *env[] = {world, addr, rank, NULL};
+    if (n > 1) {
+        up_argv follower = *args;
+        up_argv_common(&follower, r->bootstrap, &cfg->common, cfg->stage_args[UP_STAGE_train]);
+        for (int i = 1; i < n; i++) {
+            snprintf(rank, sizeof rank, "ARCLIGHT_DIST_RANK=%d", i);
+            snprintf(name, sizeof name, "train-%d", i);
+            if (!up_spawn(r->st, name, follower.v, env)) return -1;
+        }
+        al_log_info(COMP, "trainer: %d data-parallel replicas meeting at 127.0.0.1:%d", n, port);
+    }
+    snprintf(r->tb_train, sizeof r->tb_train, "%s/train", r->tb_dir);
+    if (*r->tb_dir) up_argv_set(args, "+", "--tensorboard", r->tb_train, (char *)NULL);
+    up_argv_common(args, r->bootstrap, &cfg->common, cfg->stage_args[UP_STAGE_train]);
+    snprintf(rank, sizeof rank, "ARCLIGHT_DIST_RANK=0");
+    return up_spawn(r->st, "train", args->v, n > 1 ? env : NULL) ? 0 : -1;
+}
+
 /* 3-5. serve, proxy in front of it, credit, batch and train. 0 or -1. */
 static int up_start_stages(up_run *r)
 {
@@ -615,11 +667,7 @@ static int up_start_stages(up_run *r)
     if (cfg->steps && !cfg->controlled)
         up_argv_set(args, "+", "--steps", r->steps_s, (char *)NULL);
     if (resume_version >= 0) up_argv_set(args, "+", "--resume", (char *)NULL);
-    snprintf(r->tb_train, sizeof r->tb_train, "%s/train", r->tb_dir);
-    if (*r->tb_dir) up_argv_set(args, "+", "--tensorboard", r->tb_train, (char *)NULL);
-    up_argv_common(args, r->bootstrap, &cfg->common, cfg->stage_args[UP_STAGE_train]);
-    if (!up_spawn(r->st, "train", args->v, NULL)) return -1;
-    return 0;
+    return up_start_trainers(r, args);
 }
 
 /* 6. The agent, last: everything it talks to is up. Under the rollout controller with

@@ -287,8 +287,13 @@ void up_stop_all(up_state *st, int timeout_s)
     static const char *order[] = {"rollouts", "agent", "proxy", "credit", "batch",
                                   "train",    "serve", "model", "broker"};
     for (size_t o = 0; o < sizeof order / sizeof order[0]; o++)
-        for (int i = 0; i < st->nkids; i++)
-            if (!strcmp(st->kids[i].name, order[o])) up_stop_child(st, &st->kids[i], timeout_s);
+        for (int i = 0; i < st->nkids; i++) {
+            /* "train-1": a trainer replica, stopped with the trainer */
+            size_t len = strlen(order[o]);
+            const char *name = st->kids[i].name;
+            if (!strncmp(name, order[o], len) && (!name[len] || name[len] == '-'))
+                up_stop_child(st, &st->kids[i], timeout_s);
+        }
     for (int i = 0; i < st->nkids; i++)
         up_stop_child(st, &st->kids[i], timeout_s);
 }
