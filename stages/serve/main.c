@@ -86,7 +86,7 @@ static void on_drain_timeout(evutil_socket_t fd, short what, void *ud)
  * (up to --drain-timeout); a second one stops at once. */
 static void on_signal(al_process *p, int sig, void *ud)
 {
-    (void)p, (void)sig;
+    (void)sig;
     serve_ctx *sc = ud;
     if (sc->draining || sc->open_replies == 0 || sc->drain_timeout_s <= 0) {
         event_base_loopbreak(sc->base);
@@ -96,8 +96,11 @@ static void on_signal(al_process *p, int sig, void *ud)
     al_log_info(COMP, "draining: %d request(s) in flight, %.0f s at most", sc->open_replies,
                 sc->drain_timeout_s);
     al_httpd_drain(sc->http);
-    struct timeval tv = {(time_t)sc->drain_timeout_s,
-                         (suseconds_t)((sc->drain_timeout_s - (time_t)sc->drain_timeout_s) * 1e6)};
+    /* the deadline is the process skeleton's (lib/http/process.h); the loop's timer fires
+     * when it passes */
+    al_process_drain_start(p, sc->drain_timeout_s);
+    int left_ms = al_process_drain_left_ms(p, INT_MAX);
+    struct timeval tv = {left_ms / 1000, (suseconds_t)(left_ms % 1000) * 1000};
     sc->drain_timer = evtimer_new(sc->base, on_drain_timeout, sc);
     if (sc->drain_timer) evtimer_add(sc->drain_timer, &tv);
 }
