@@ -69,7 +69,7 @@ static void remove_dir(const char *dir)
     char p[PATH_MAX + 256];
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= sizeof p) continue;
         unlink(p);
     }
     closedir(d);
