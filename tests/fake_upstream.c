@@ -112,6 +112,8 @@ static void whole(struct evhttp_request *r, const fu_req *q)
                             "tool_calls");
         if (!strcmp(q->model, "reasoning"))
             json_object_set_new(msg, "reasoning_content", json_string(REASONING));
+        if (!strcmp(q->model, "nul-content")) /* token 0 of a random policy: \u0000 */
+            json_object_set_new(msg, "content", json_stringn("The a\0nswer is 4.", 17));
         choice = json_pack("{s:i,s:o,s:o,s:s,s:n,s:o}", "index", 0, "message", msg, "logprobs",
                            q->lp ? chat_logprobs(0, 4) : json_null(), "finish_reason", finish_of(q),
                            "stop_reason", "token_ids", q->ids ? ids_range(0, 4) : json_null());
@@ -284,7 +286,7 @@ static void error_reply(struct evhttp_request *r, int code, const char *msg)
  * its event stream all at once), "The answer is 4." as 4 output tokens, and no token ids. */
 static void messages_native(struct evhttp_request *r, const char *body)
 {
-    json_t *req = json_loads(body, 0, NULL);
+    json_t *req = json_loads(body, JSON_ALLOW_NUL, NULL); /* as vLLM's parser: \u0000 is JSON */
     json_t *msgs = json_object_get(req, "messages");
     if (!json_is_array(msgs) || !json_is_integer(json_object_get(req, "max_tokens"))) {
         json_t *o = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
@@ -371,7 +373,7 @@ static void handle(struct evhttp_request *r, void *arg)
         return;
     }
     if (!strcmp(uri, "/tokenize")) { /* vLLM's: the prompt's tokens, as a chat call counts them */
-        json_t *req = json_loads(body, 0, NULL);
+        json_t *req = json_loads(body, JSON_ALLOW_NUL, NULL); /* as vLLM's parser: \u0000 is JSON */
         json_t *msgs = json_object_get(req, "messages");
         json_t *last = json_array_get(msgs, json_array_size(msgs) ? json_array_size(msgs) - 1 : 0);
         const char *text = json_string_value(json_object_get(last, "content"));
@@ -396,7 +398,7 @@ static void handle(struct evhttp_request *r, void *arg)
         free(body);
         return;
     }
-    json_t *req = json_loads(body, 0, NULL);
+    json_t *req = json_loads(body, JSON_ALLOW_NUL, NULL); /* as vLLM's parser: \u0000 is JSON */
     free(body);
     if (!json_is_object(req)) {
         error_reply(r, 400, "invalid JSON");

@@ -307,6 +307,25 @@ TEST(messages_whole_and_streamed)
     px_resp_free(&r);
 }
 
+/* A random policy can sample token 0, a NUL that JSON carries as \u0000: the upstream's answer
+ * is still JSON, and the agent gets it translated (it was a 502, "not JSON"), and may send it
+ * back in its next request. */
+TEST(messages_answer_with_a_nul_character)
+{
+    px_resp r;
+    const char *b = "{\"model\":\"nul-content\",\"max_tokens\":100,\"messages\":[{\"role\":"
+                    "\"user\",\"content\":\"What is 2+2?\"}]}";
+    REQUIRE(call("roll-nul", "/v1/messages", ANT, b, &r, 0) == 200);
+    CHECKF(strstr(r.body, "The a\\u0000nswer is 4.") != NULL, "%s", r.body);
+    px_resp_free(&r);
+    const char *again = "{\"model\":\"m\",\"max_tokens\":100,\"messages\":[{\"role\":\"user\","
+                        "\"content\":\"What is 2+2?\"},{\"role\":\"assistant\",\"content\":"
+                        "\"The a\\u0000nswer is 4.\"},{\"role\":\"user\",\"content\":\"Sure?\"}]}";
+    long st = call("roll-nul", "/v1/messages", ANT, again, &r, 0);
+    CHECKF(st == 200, "%ld: %s", st, r.body);
+    px_resp_free(&r);
+}
+
 TEST(messages_tool_use_round_trip_and_thinking)
 {
     px_resp r;
@@ -502,8 +521,8 @@ TEST(each_call_is_a_span_with_tokens_and_what_the_agent_sent_and_got)
 {
     al_test_msgs m;
     /* every call: those kept in SENT, the store: false one, the two the upstream failed, the
-     * two large ones and the two eval ones (refused requests make none) */
-    CHECK(al_test_topic_read(B.bootstrap, "arclight.spans", NULL, (size_t)NSENT + 7, 30000, &m) ==
+     * two large ones, the two with a NUL and the two eval ones (refused requests make none) */
+    CHECK(al_test_topic_read(B.bootstrap, "arclight.spans", NULL, (size_t)NSENT + 9, 30000, &m) ==
           0);
     const char *rollouts[] = {"roll-rt", "roll-rs", "roll-rtool",
                               "roll-rr", "roll-mt", "roll-mtool"};

@@ -141,11 +141,12 @@ static int add_message(json_t *msgs, json_t *m, size_t i, al_xl_err *err)
     if (!rc && user && json_array_size(parts))
         rc = json_array_append_new(
             msgs, json_pack("{s:s,s:o}", "role", "user", "content",
-                            has_image ? json_incref(parts) : json_string(text.data ? text.data : "")));
+                            has_image ? json_incref(parts) : json_stringn(text.data ? text.data : "", text.len)));
     if (!rc && !user) {
         json_t *a = json_pack("{s:s}", "role", "assistant");
-        json_object_set_new(a, "content", text.data ? json_string(text.data) : json_null());
-        if (thinking.data) json_object_set_new(a, "reasoning_content", json_string(thinking.data));
+        json_object_set_new(a, "content", text.data ? json_stringn(text.data, text.len) : json_null());
+        if (thinking.data)
+            json_object_set_new(a, "reasoning_content", json_stringn(thinking.data, thinking.len));
         if (json_array_size(calls)) json_object_set(a, "tool_calls", calls);
         rc = json_array_append_new(msgs, a);
     }
@@ -383,7 +384,9 @@ static int messages_item_close(al_xl *x, al_buf *out, int emit)
 {
     json_t *b;
     if (x->open == XK_TEXT) {
-        b = json_pack("{s:s,s:s}", "type", "text", "text", x->text.data ? x->text.data : "");
+        /* by length: a NUL token (\u0000) is text too */
+        b = json_pack("{s:s,s:o}", "type", "text", "text",
+                      json_stringn(x->text.data ? x->text.data : "", x->text.len));
     } else if (x->open == XK_REASONING) {
         b = json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking",
                       x->reasoning.data ? x->reasoning.data : "", "signature", "");

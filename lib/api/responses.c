@@ -854,7 +854,7 @@ static json_t *responses_conversation(const al_xl *x)
             free(name);
         }
     }
-    if (text.data) json_object_set_new(asst, "content", json_string(text.data));
+    if (text.data) json_object_set_new(asst, "content", json_stringn(text.data, text.len));
     al_buf_free(&text);
     json_array_append_new(conv, asst);
     return conv;

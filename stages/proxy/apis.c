@@ -194,7 +194,7 @@ int px_xl_answer(call *k, const char **agent)
 {
     int status = (int)k->status;
     if (k->status >= 200 && k->status < 300) {
-        json_t *o = json_loadb((const char *)k->body.data, k->body.len, 0, NULL);
+        json_t *o = json_loadb((const char *)k->body.data, k->body.len, JSON_ALLOW_NUL, NULL);
         al_xl_err err;
         json_t *ans = o ? al_xl_answer(k->xl, o, &err) : NULL;
         json_decref(o);

@@ -170,7 +170,8 @@ static void message_event(call *k, const char *ty, json_t *o)
     } else if (!strcmp(ty, "content_block_stop") && json_is_object(blk)) {
         json_t *acc = json_object_get(blk, "input_json");
         if (json_is_string(acc)) { /* a tool call's input, whole */
-            json_t *in = json_loadb(json_string_value(acc), json_string_length(acc), 0, NULL);
+            json_t *in = json_loadb(json_string_value(acc), json_string_length(acc), JSON_ALLOW_NUL,
+                                    NULL);
             if (json_is_object(in)) json_object_set_new(blk, "input", in);
             else json_decref(in);
             json_object_del(blk, "input_json");

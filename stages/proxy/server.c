@@ -333,7 +333,8 @@ json_t *px_conn_body_json(conn *c, int required)
         return NULL;
     }
     json_error_t je;
-    json_t *o = json_loadb(c->body.p, c->body.n, 0, &je);
+    /* \u0000 is JSON: an answer's NUL token the agent sends back in its next request */
+    json_t *o = json_loadb(c->body.p, c->body.n, JSON_ALLOW_NUL, &je);
     if (!o) {
         px_conn_error(c, 400, "invalid_request_error", "invalid_json",
                       "request body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
