@@ -74,6 +74,7 @@ typedef struct sync_opts {
     const char *topic, *sync_topic, *model, *path_map, *stage_dir;
     double timeout_s, check_every_s;
     int64_t retry_min_ms, retry_max_ms;
+    int64_t stage_max_bytes; /* --stage-max-bytes; 0: from each version's config.json */
     sync_replicas reps;
     char map_from[PATH_MAX], map_to[PATH_MAX];
 } sync_opts;
@@ -124,6 +125,11 @@ static int sync_parse(sync_opts *o, int argc, char **argv)
          .help = "copy versions with http:// URIs (the trainer's --listen) into\n"
                  "DIR/step-N first: a volume sync and the replicas share\n"
                  "(--path-map applies to it)"},
+        {"stage-max-bytes", 0, AL_FLAG_I64, &o->stage_max_bytes, .lo = 1, .hi = 1LL << 50,
+         .arg = "N",
+         .help = "the most bytes one staged version may take (default: its\n"
+                 "config.json's weights as f32, plus 256 MiB for the rest); a\n"
+                 "larger one is refused"},
         {"request-timeout", 0, AL_FLAG_DOUBLE, &o->timeout_s, .dlo = 0.1, .dhi = 86400,
          .arg = "S", .help = "each HTTP call to a replica (default 600: a load is slow)"},
         {"check-every", 0, AL_FLAG_DOUBLE, &o->check_every_s, .dlo = 0.1, .dhi = 86400,
@@ -345,7 +351,8 @@ static int sync_stage(const sync_opts *o, sync_target *t)
 {
     if (al_mono_us() < t->stage_next_us) return 0;
     char staged[PATH_MAX], uri[PATH_MAX + 64], err[1024];
-    if (sync_stage_fetch(t->uri, t->sha256, o->stage_dir, t->version, 3, o->timeout_s, staged,
+    if (sync_stage_fetch(t->uri, t->sha256, o->stage_dir, t->version, 3,
+                         (uint64_t)o->stage_max_bytes, o->timeout_s, staged,
                          sizeof staged, err, sizeof err) != 0) {
         int64_t wait = 1000;
         for (int i = 0; i < t->stage_fails && wait < o->retry_max_ms; i++) wait *= 2;
