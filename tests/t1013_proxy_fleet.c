@@ -10,7 +10,11 @@
  *     the replicas are within 1 version, new rollouts are let in again;
  *   - health: with --health-interval-ms, a replica killed mid-run costs no call (its rollouts
  *     go to the other one), is reported unhealthy, and gets its rollouts back once it answers
- *     again.
+ *     again;
+ *   - with a real `arclight sync` driving two `arclight serve --weight-routes` replicas (SGLang's
+ *     and vLLM's routes): before sync recorded anything the spans carry what the replicas say
+ *     (0, their first weights); after a PolicyVersion, sync's records (beginnings included)
+ *     reach the proxy and every span carries 1, as the replicas now say too.
  */
 #define _GNU_SOURCE
 #include "testlib.h"
@@ -19,6 +23,7 @@
 #include "t1199_serve_helpers.h"
 
 #include "avro/codec.h"
+#include "core/sha256.h"
 #include "core/util.h"
 
 #define NROLL 12
@@ -267,6 +272,87 @@ TEST(spans_carry_the_version_sync_says_staleness_and_failover)
     CHECK(berr >= 0 && berr <= on[1]);
     CHECK(areq >= 3 * on[0] + 2 * NROLL);
 
+    CHECK_EQ_INT(px_stop(&g_p, SIGTERM, 20), 0);
+    sv_stop(&g_s[0]);
+    sv_stop(&g_s[1]);
+    rd_kafka_destroy(g_prod);
+    al_test_broker_stop(&g_b);
+    al_test_rmtree(dir);
+    al_test_rmtree(ptmp);
+    free(dir);
+    curl_global_cleanup();
+}
+
+TEST(a_real_sync_run_tags_the_spans)
+{
+    curl_global_init(CURL_GLOBAL_ALL);
+    REQUIRE(al_test_broker_start(&g_b, NULL) == 0);
+    char *dir = sv_tmpdir("t1013b");
+    REQUIRE(dir && sv_make_model(dir, "tiny", 5) == 0 && sv_make_model(dir, "out/step-1", 11) == 0);
+    char model[300], ptmp[512], spool[600], log[600], metrics[64], err[256];
+    snprintf(model, sizeof model, "%s/tiny", dir);
+    al_test_tmpdir(ptmp, sizeof ptmp, "proxy");
+    REQUIRE(ptmp[0]);
+    snprintf(spool, sizeof spool, "%s/spool", ptmp);
+    snprintf(log, sizeof log, "%s/proxy.log", ptmp);
+    const char *sargs[] = {"--model", model, "--weight-routes", NULL};
+    REQUIRE(sv_start(&g_s[0], sargs) == 0);
+    REQUIRE(sv_start(&g_s[1], sargs) == 0);
+    rd_kafka_conf_t *kc = rd_kafka_conf_new();
+    rd_kafka_conf_set(kc, "bootstrap.servers", g_b.bootstrap, err, sizeof err);
+    g_prod = rd_kafka_new(RD_KAFKA_PRODUCER, kc, err, sizeof err);
+    REQUIRE(g_prod);
+    /* the topics exist before the followers look for them */
+    produce("arclight.sync", "-", "{}", 2);
+    char ra[300], rb[300];
+    snprintf(ra, sizeof ra, "sglang=%s", g_s[0].url);
+    snprintf(rb, sizeof rb, "vllm=%s", g_s[1].url);
+    g_mport = al_test_free_port();
+    snprintf(metrics, sizeof metrics, "127.0.0.1:%d", g_mport);
+    const char *pargs[] = {"--listen", "127.0.0.1:0", "--upstream", g_s[0].url, "--upstream",
+                           g_s[1].url, "--upstream-kind", "vllm", "--bootstrap", g_b.bootstrap,
+                           "--spool-dir", spool, "--metrics", metrics, "--sync-topic",
+                           "arclight.sync", "--policy-model", "tiny", NULL};
+    REQUIRE(px_start(&g_p, log, pargs, NULL) == 0);
+    call_all("u1"); /* nothing recorded yet: the replicas' own word */
+
+    char uri[400], file[400], sha[65];
+    snprintf(uri, sizeof uri, "file://%s/out/step-1/", dir);
+    snprintf(file, sizeof file, "%s/out/step-1/model.safetensors", dir);
+    REQUIRE(al_sha256_file(file, sha, err, sizeof err) == 0);
+    al_policy_version pv = {.model = "tiny", .version = 1, .step = 1, .checkpoint_uri = uri,
+                            .sha256 = sha, .created_us = al_now_us()};
+    al_buf pb = {0};
+    REQUIRE(al_policy_version_encode(&pv, &pb, err, sizeof err) == 0);
+    produce("arclight.policy", "tiny", pb.data, pb.len);
+    al_buf_free(&pb);
+    const char *argv[] = {al_test_bin(), "sync", "--bootstrap", g_b.bootstrap, "--model-name",
+                          "tiny", "--replica", ra, "--replica", rb, "--retry-min-ms", "100",
+                          "--retry-max-ms", "400", "--request-timeout", "10", NULL};
+    pid_t sync = al_test_spawn(argv, NULL, 1);
+    REQUIRE(sync > 0);
+    REQUIRE(wait_up_metric("arclight_proxy_upstream_policy_version", 0, 1) == 0);
+    REQUIRE(wait_up_metric("arclight_proxy_upstream_policy_version", 1, 1) == 0);
+    CHECK(wait_up_metric("arclight_proxy_upstream_swapping", 0, 0) == 0);
+    CHECK(wait_up_metric("arclight_proxy_upstream_swapping", 1, 0) == 0);
+    call_all("u2");
+
+    al_test_msgs m;
+    CHECK(al_test_topic_read(g_b.bootstrap, "arclight.spans", "roll-", 2 * NROLL, 30000, &m) == 0);
+    seen s1, s2;
+    spans_of_task(&m, "u1", &s1);
+    spans_of_task(&m, "u2", &s2);
+    al_test_msgs_free(&m);
+    CHECK_EQ_INT(s1.n, NROLL);
+    CHECK_EQ_INT(s2.n, NROLL);
+    for (int r = 0; r < NROLL; r++) {
+        CHECKF(s1.version[r] == 0, "u1 roll-%d: version %lld", r, (long long)s1.version[r]);
+        CHECKF(s2.version[r] == 1, "u2 roll-%d: version %lld", r, (long long)s2.version[r]);
+    }
+    CHECK(al_test_metric_at(g_mport, "arclight_proxy_version_disagreements_total") == 0);
+
+    kill(sync, SIGTERM);
+    CHECK(al_test_wait(sync, 30) == 0);
     CHECK_EQ_INT(px_stop(&g_p, SIGTERM, 20), 0);
     sv_stop(&g_s[0]);
     sv_stop(&g_s[1]);
