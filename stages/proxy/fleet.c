@@ -52,6 +52,7 @@ struct px_fleet {
     al_follower *f_sync, *f_policy;
     pthread_t follow_th, health_th;
     int follow_started, health_started;
+    int64_t next_complaint_us; /* the follower thread's: when it may say again why it waits */
     al_counter *c_refused, *c_disagree;
     al_gauge *g_trainer, *g_fleet;
 };
@@ -183,13 +184,17 @@ static void fleet_nap(struct px_fleet *fl, int64_t ms)
         usleep(20000);
 }
 
-/* Takes what one follower has now (up to a few records). 1 when it read something. */
+/* Hands the follower's next record (waiting up to timeout_ms) to on; until the follower is
+ * assigned, says why not (once in 30 s) and waits. 1 when it read something. */
 static int fleet_poll(struct px_fleet *fl, al_follower *f, int timeout_ms,
                       void (*on)(struct px_fleet *, const rd_kafka_message_t *))
 {
     char err[512];
     if (al_follower_assign(f, err, sizeof err) != 0) {
-        al_log_debug(COMP, "fleet follower: %s; retrying", err);
+        if (al_mono_us() >= fl->next_complaint_us) {
+            al_log_warn(COMP, "fleet follower: %s; retrying", err);
+            fl->next_complaint_us = al_mono_us() + 30 * 1000000LL;
+        }
         fleet_nap(fl, 500);
         return 0;
     }

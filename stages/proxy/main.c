@@ -387,8 +387,9 @@ static int proxy_flags_parse(proxy *px, al_cli_common *common, int argc, char **
                  "refused with 400)"},
         {"sync-topic", 0, AL_FLAG_STRING, &cf->fleet.sync_topic, .arg = "TOPIC",
          .help = "follow arclight sync's records (arclight.sync): each span\n"
-                 "without a version from its upstream gets the version the\n"
-                 "replica served (-1 when the call straddled a swap)"},
+                 "carries the version sync says its replica served (-1 when\n"
+                 "the call straddled a swap; the upstream's own word for a\n"
+                 "replica sync never recorded)"},
         {"policy-topic", 0, AL_FLAG_STRING, &cf->fleet.policy_topic, .arg = "TOPIC",
          .help = "the trainer's PolicyVersions (default arclight.policy)"},
         {"policy-model", 0, AL_FLAG_STRING, &cf->fleet.model, .arg = "NAME",
