@@ -330,6 +330,13 @@ int px_fleet_start(proxy *px, const al_cli_common *common, char *errstr, size_t 
     fleet_metrics(fl);
     if (fl->cf.sync_topic || fl->cf.max_staleness >= 0) {
         if (!(fl->kc = al_kafka_conf_from_cli(common, errstr, errlen))) return -1;
+        /* a swap's beginning must reach the tags soon: the embedded broker answers an empty
+         * fetch only when this runs out (a real one at once), 500 ms by default */
+        if (!al_kafka_conf_get(fl->kc, "fetch.wait.max.ms") &&
+            al_kafka_conf_set(fl->kc, "fetch.wait.max.ms", "50") != 0) {
+            snprintf(errstr, errlen, "out of memory");
+            return -1;
+        }
         if (fl->cf.sync_topic &&
             !(fl->f_sync = fleet_follower(fl, fl->cf.sync_topic, errstr, errlen)))
             return -1;
