@@ -48,6 +48,12 @@ arclight_test(t1011_proxy_native SOURCES tests/t1011_proxy_native.c tests/fake_u
   LIBS arclight_model arclight_avro PkgConfig::RDKAFKA PkgConfig::JANSSON PkgConfig::CURL
   PkgConfig::LIBEVENT TIMEOUT 180)
 add_dependencies(t1011_proxy_native arclight)
+# The proxy in front of a fleet of `arclight serve` replicas: versions from arclight.sync,
+# --max-staleness, health checks and failover (stages/proxy/fleet.c).
+arclight_test(t1013_proxy_fleet SOURCES tests/t1013_proxy_fleet.c tests/fake_upstream.c
+  LIBS arclight_model arclight_avro arclight_core PkgConfig::RDKAFKA PkgConfig::JANSSON
+  PkgConfig::CURL PkgConfig::LIBEVENT TIMEOUT 180)
+add_dependencies(t1013_proxy_fleet arclight)
 # Real agent harnesses through the proxy (tests/node/package.json pins them): the OpenAI
 # Agents SDK, the Codex CLI and Claude Code, against the fake upstream and arclight serve.
 arclight_test(t1009_proxy_clients SOURCES tests/t1009_proxy_clients.c tests/fake_upstream.c

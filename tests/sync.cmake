@@ -7,6 +7,7 @@ add_dependencies(t1250_sync arclight)
 # --stage-dir: versions with http:// URIs from the trainer's checkpoint server (linked in, as
 # t1109 does) are copied whole, checked, and loaded from the copy.
 arclight_test(t1251_sync_stage SOURCES tests/t1251_sync_stage.c stages/train/ckpt_http.c
+  stages/sync/fetch.c
   LIBS arclight_http arclight_model arclight_avro arclight_core PkgConfig::RDKAFKA PkgConfig::JANSSON
        PkgConfig::CURL PkgConfig::LIBEVENT TIMEOUT 180)
 add_dependencies(t1251_sync_stage arclight)

@@ -238,7 +238,7 @@ TEST(versions_reach_both_back_ends_retried_caught_up_never_reversed)
     rd_kafka_assign(rk, l);
     rd_kafka_topic_partition_list_destroy(l);
     long long last_ok[2] = {-1, -1};
-    int oks[2] = {0, 0}, fails[2] = {0, 0}, reversed = 0, v2_failed_first = 0;
+    int oks[2] = {0, 0}, fails[2] = {0, 0}, begins[2] = {0, 0}, reversed = 0, v2_failed_first = 0;
     double t0 = testlib_now();
     while (testlib_now() - t0 < 20) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 300);
@@ -250,14 +250,20 @@ TEST(versions_reach_both_back_ends_retried_caught_up_never_reversed)
             int i = rep && !strcmp(rep, g_b.url) ? 1 : 0;
             CHECK_EQ_STR(json_string_value(json_object_get(j, "kind")), i ? "vllm" : "sglang");
             CHECK_EQ_STR(json_string_value(json_object_get(j, "model")), "tiny");
-            CHECK(json_integer_value(json_object_get(j, "finished_us")) >=
-                  json_integer_value(json_object_get(j, "started_us")));
             long long v = json_integer_value(json_object_get(j, "version"));
-            if (json_is_true(json_object_get(j, "ok"))) {
+            if (json_is_null(json_object_get(j, "finished_us"))) {
+                /* an attempt's beginning, sent before it starts */
+                CHECK(json_is_null(json_object_get(j, "ok")));
+                begins[i]++;
+            } else if (json_is_true(json_object_get(j, "ok"))) {
+                CHECK(json_integer_value(json_object_get(j, "finished_us")) >=
+                      json_integer_value(json_object_get(j, "started_us")));
                 if (v < last_ok[i]) reversed++;
                 last_ok[i] = v, oks[i]++;
                 CHECK(json_is_null(json_object_get(j, "error")));
             } else {
+                CHECK(json_integer_value(json_object_get(j, "finished_us")) >=
+                      json_integer_value(json_object_get(j, "started_us")));
                 fails[i]++;
                 if (v == 2 && last_ok[i] == 1) v2_failed_first++;
                 CHECK(json_is_string(json_object_get(j, "error")));
@@ -274,6 +280,9 @@ TEST(versions_reach_both_back_ends_retried_caught_up_never_reversed)
     CHECKF(oks[0] == 3 && oks[1] == 4, "applied: sglang %d (want 3), vllm %d (want 4)", oks[0],
            oks[1]);
     CHECK(reversed == 0);
+    /* every attempt's beginning was recorded before it */
+    CHECKF(begins[0] == oks[0] + fails[0] && begins[1] == oks[1] + fails[1],
+           "beginnings: sglang %d, vllm %d", begins[0], begins[1]);
     CHECK(v2_failed_first >= 2);  /* both replicas failed version 2 before it was there */
     CHECK(fails[1] >= 1 + 1);     /* b: version 2, and at least once while it was down */
     CHECK(last_ok[0] == 3 && last_ok[1] == 3);

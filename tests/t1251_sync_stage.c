@@ -4,17 +4,21 @@
  * version's directory is copied whole into DIR/step-N, its weights checked against the
  * PolicyVersion's sha256, and the replica (arclight serve --weight-routes, SGLang's routes) is
  * told to load that copy; a version whose sha256 does not match is never staged nor applied.
+ * The download is bounded: a version larger than --stage-max-bytes, or by default than its
+ * config.json's weights allow, is refused with that reason and leaves nothing behind.
  */
 #include "testlib.h"
 
 #include "broker_fixture.h"
 #include "t1199_serve_helpers.h"
 #include "train/ckpt_http.h"
+#include "sync/sync.h"
 
 #include "avro/codec.h"
 #include "core/sha256.h"
 #include "core/util.h"
 
+#include <dirent.h>
 #include <librdkafka/rdkafka.h>
 #include <math.h>
 
@@ -152,6 +156,62 @@ TEST(http_versions_are_staged_whole_and_checked)
     rd_kafka_destroy(p);
     sv_stop(&s);
     al_test_broker_stop(&broker);
+    al_ckpt_http_stop(ck);
+    al_test_rmtree(dir);
+    free(dir);
+}
+
+/* Whether root holds an entry whose name starts with prefix. */
+static int has_entry(const char *root, const char *prefix)
+{
+    DIR *d = opendir(root);
+    if (!d) return 0;
+    struct dirent *e;
+    int found = 0;
+    while ((e = readdir(d)) != NULL)
+        if (!strncmp(e->d_name, prefix, strlen(prefix))) found = 1;
+    closedir(d);
+    return found;
+}
+
+TEST(an_oversized_version_is_refused)
+{
+    char *dir = sv_tmpdir("t1251b");
+    REQUIRE(dir);
+    REQUIRE(sv_make_model(dir, "out/step-1", 21) == 0);
+    REQUIRE(sv_make_model(dir, "out/step-2", 22) == 0);
+    /* step-2's weights file grows to 2 GiB (sparse): far past what its config.json allows */
+    REQUIRE(sv_sh("truncate -s 2G %s/out/step-2/model.safetensors && mkdir -p %s/stage", dir,
+                  dir) == 0);
+    char err[1024], root[300], stage[300], uri[300], got[600], sha[65];
+    snprintf(root, sizeof root, "%s/out", dir);
+    snprintf(stage, sizeof stage, "%s/stage", dir);
+    al_ckpt_http *ck = al_ckpt_http_start("127.0.0.1:0", root, err, sizeof err);
+    REQUIREF(ck, "%s", err);
+    int port = al_ckpt_http_port(ck);
+
+    /* the default bound: from config.json */
+    snprintf(uri, sizeof uri, "http://127.0.0.1:%d/checkpoints/step-2/", port);
+    double t0 = testlib_now();
+    int rc = sync_stage_fetch(uri, "00", stage, 2, 3, 0, 30, got, sizeof got, err, sizeof err);
+    printf("  2 GiB weights: %s (%.2f s)\n", rc ? err : "staged", testlib_now() - t0);
+    CHECK(rc == -1 && strstr(err, "larger than the") && strstr(err, "--stage-max-bytes") &&
+          strstr(err, "model.safetensors"));
+    CHECK(!has_entry(stage, "step-2") && !has_entry(stage, ".step-2"));
+
+    /* an explicit bound below a normal version's size */
+    snprintf(uri, sizeof uri, "http://127.0.0.1:%d/checkpoints/step-1/", port);
+    char file[600];
+    snprintf(file, sizeof file, "%s/step-1/model.safetensors", root);
+    REQUIRE(al_sha256_file(file, sha, err, sizeof err) == 0);
+    rc = sync_stage_fetch(uri, sha, stage, 1, 3, 10000, 30, got, sizeof got, err, sizeof err);
+    printf("  a 10000-byte bound: %s\n", rc ? err : "staged");
+    CHECK(rc == -1 && strstr(err, "10000 bytes"));
+    CHECK(!has_entry(stage, "step-1") && !has_entry(stage, ".step-1"));
+    /* and the same version within the default bound */
+    CHECK(sync_stage_fetch(uri, sha, stage, 1, 3, 0, 30, got, sizeof got, err, sizeof err) == 0);
+    CHECK(has_entry(stage, "step-1"));
+
     al_ckpt_http_stop(ck);
     al_test_rmtree(dir);
     free(dir);

@@ -247,10 +247,12 @@ void px_call_done(call *k, CURLcode rc)
             curl_easy_cleanup(k->easy);
             k->easy = NULL;
         }
-        k->up_idx = (k->up_idx + 1) % (int)px->cfg.n_upstreams;
+        px_fleet_count(px, k->up_idx, 0, 1);
+        k->up_idx = px_fleet_pick(px, k->id.rollout, k->up_idx);
         if (call_start(k) == 0) return;
     }
     k->end_us = al_now_us();
+    px_fleet_count(px, k->up_idx, rc == CURLE_OK && k->status < 500, 0);
     int agent_status;
     conn *c = k->c;
     if (rc != CURLE_OK) {
@@ -654,7 +656,7 @@ static void call_upstream_headers(call *k, const conn *c)
 void px_start_llm_call(conn *c, ident *id)
 {
     proxy *px = c->px;
-    if (call_admit(c) != 0) return;
+    if (call_admit(c) != 0 || px_fleet_admit(px, c, id) != 0) return;
     const al_slice *ag = al_http_header_get(c->head, "x-arclight-agent");
     call *k = calloc(1, sizeof *k);
     if (!k) {
@@ -708,7 +710,7 @@ void px_start_llm_call(conn *c, ident *id)
     }
     call_upstream_headers(k, c);
     /* sticky routing: a rollout's calls go to one upstream (prefix-cache reuse) */
-    k->up_idx = (int)(al_hash_str(id->rollout) % px->cfg.n_upstreams);
+    k->up_idx = px_fleet_pick(px, id->rollout, -1);
     k->c = c;
     c->call = k;
     k->cnext = px->calls;

@@ -470,7 +470,8 @@ void px_call_span(call *k)
     l->agent = k->agent ? k->agent : "";
     l->model = k->model ? k->model : "";
     l->upstream = up;
-    l->policy_version = k->policy_version;
+    /* with --sync-topic, what sync says the replica served then (fleet.h) */
+    l->policy_version = px_fleet_version(px, k->up_idx, k->start_us, k->end_us, k->policy_version);
     l->request_json = k->req_json;
     char *merged = NULL;
     if (k->native) px_native_check(k);

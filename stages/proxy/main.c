@@ -290,6 +290,7 @@ static int proxy_flags_parse(proxy *px, al_cli_common *common, int argc, char **
         .drain_timeout_s = 30,
         .session_ttl_s = 86400,
         .max_sessions_per_key = 10000,
+        .fleet = {.policy_topic = AL_TOPIC_POLICY, .max_staleness = -1, .health_path = "/health"},
     };
     proxy_flags fl = {
         .cf = cf,
@@ -380,6 +381,26 @@ static int proxy_flags_parse(proxy *px, al_cli_common *common, int argc, char **
          .help = "memory for Responses API answers kept for previous_response_id\n"
                  "(default 256; oldest first out; 0: previous_response_id is\n"
                  "refused with 400)"},
+        {"sync-topic", 0, AL_FLAG_STRING, &cf->fleet.sync_topic, .arg = "TOPIC",
+         .help = "follow arclight sync's records (arclight.sync): each span\n"
+                 "carries the version sync says its replica served (-1 when\n"
+                 "the call straddled a swap; the upstream's own word for a\n"
+                 "replica sync never recorded)"},
+        {"policy-topic", 0, AL_FLAG_STRING, &cf->fleet.policy_topic, .arg = "TOPIC",
+         .help = "the trainer's PolicyVersions (default arclight.policy)"},
+        {"policy-model", 0, AL_FLAG_STRING, &cf->fleet.model, .arg = "NAME",
+         .help = "only this model's versions count (default: any)"},
+        {"max-staleness", 0, AL_FLAG_I64, &cf->fleet.max_staleness, .lo = 0, .hi = big,
+         .arg = "N",
+         .help = "refuse new rollouts' calls with 429 while the replicas are\n"
+                 "more than N versions behind the trainer (needs --sync-topic)"},
+        {"health-interval-ms", 0, AL_FLAG_I64, &cf->fleet.health_ms, .lo = 0, .hi = 3600000,
+         .arg = "MS",
+         .help = "check each upstream's --health-path this often; an unhealthy\n"
+                 "one gets no rollouts until it answers again (default 0: off)"},
+        {"health-path", 0, AL_FLAG_STRING, &cf->fleet.health_path, .arg = "PATH",
+         .help = "what the health check GETs (default /health; vLLM and SGLang\n"
+                 "serve it, so does arclight serve)"},
         {"upstream-client", 0, AL_FLAG_STRING, &fl.client, .arg = "C", .choices = clients,
          .help = "auto (default: the proxy's own keep-alive HTTP/1.1 client for\n"
                  "http:// upstreams at an IP address or localhost, curl for the\n"
@@ -399,6 +420,9 @@ static int proxy_flags_parse(proxy *px, al_cli_common *common, int argc, char **
     if (first < argc) return al_cli_usage_error("proxy", "unexpected argument '%s'", argv[first]);
     if (!cf->n_upstreams)
         return al_cli_usage_error("proxy", "--upstream URL is required (the model server)");
+    if (cf->fleet.max_staleness >= 0 && !cf->fleet.sync_topic)
+        return al_cli_usage_error("proxy", "--max-staleness needs --sync-topic (the replicas' "
+                                           "versions come from arclight sync)");
     proxy_flags_apply(&fl);
     return AL_FLAGS_GO;
 }
@@ -645,11 +669,17 @@ int cmd_proxy(int argc, char **argv)
         goto out;
     rc = proxy_loop_open(px, host, port);
     if (rc != AL_FLAGS_GO) goto out;
+    rc = AL_EXIT_FAILURE;
+    if (px_fleet_start(px, &common, err, sizeof err) != 0) {
+        al_log_error(COMP, "%s", err);
+        goto out;
+    }
     proxy_run(px, host);
     rc = AL_EXIT_OK;
 out:
     proxy_stop(px, rc);
     al_process_metrics_stop(&px->proc);
+    px_fleet_stop(px);
     proxy_free(px);
     al_kafka_conf_free(kc);
     return rc;

@@ -38,6 +38,7 @@
 #include "spool.h"
 #include "api/translate.h"
 #include "upstream.h"
+#include "fleet.h"
 
 #include "avro/codec.h"
 #include "core/map.h"
@@ -91,6 +92,7 @@ typedef struct pconf {
     int max_sessions_per_key; /* sessions one agent key may hold (--max-sessions-per-key) */
     size_t response_store_bytes; /* --response-store-mib; 0: previous_response_id refused */
     unsigned native; /* --upstream-native: bit 1 << al_api for each route served natively */
+    px_fleet_conf fleet; /* versions, staleness, health (fleet.h) */
 } pconf;
 
 typedef struct conn conn;
@@ -220,6 +222,7 @@ typedef struct proxy {
     size_t spool_pending; /* spans appended since the last flush */
     size_t n_easy_pool;
     int port;
+    struct px_fleet *fleet; /* fleet.c */
 } proxy;
 
 /* ------------------------------------------------------------------------------------------

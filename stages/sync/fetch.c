@@ -10,12 +10,19 @@
  * DIR/.step-N.tmp-PID, model.safetensors checked against the PolicyVersion's sha256, then
  * renamed to DIR/step-N: a replica never sees half a directory. Older staged versions than the
  * newest `keep` are removed.
+ *
+ * The download is bounded: the listing and config.json are sizes nobody vouches for, and a
+ * server that sends without end must not fill the volume. The bound is --stage-max-bytes for
+ * the whole version, or by default what the model config.json describes takes as f32 weights
+ * (plus a sixteenth and 1 MiB for the safetensors header) and 256 MiB for the other files
+ * (tokenizers run to tens of MiB); a version past it is refused, the partial copy removed.
  */
 #include "sync.h"
 
 #include "core/buf.h"
 #include "core/sha256.h"
 #include "core/util.h"
+#include "model/config.h"
 
 #include <curl/curl.h>
 #include <dirent.h>
@@ -38,8 +45,27 @@ static size_t to_buf(char *d, size_t sz, size_t n, void *ud)
     return b->oom ? 0 : sz * n;
 }
 
-/* GET url into the open file f (when f) or the buffer b. 0, or -1 with err. */
-static int get(const char *url, FILE *f, al_buf *b, double timeout_s, char *err, size_t errlen)
+/* A file being fetched: at most *left more bytes of the version may come. */
+typedef struct fetch_sink {
+    FILE *f;
+    uint64_t *left;
+    int over; /* the bound was reached */
+} fetch_sink;
+
+static size_t to_file(char *d, size_t sz, size_t n, void *ud)
+{
+    fetch_sink *k = ud;
+    if ((uint64_t)(sz * n) > *k->left) {
+        k->over = 1;
+        return 0;
+    }
+    *k->left -= sz * n;
+    return fwrite(d, sz, n, k->f) == n ? sz * n : 0;
+}
+
+/* GET url into the sink k (when k) or the buffer b (1 MiB at most). 0, or -1 with err. */
+static int get(const char *url, fetch_sink *k, al_buf *b, double timeout_s, char *err,
+               size_t errlen)
 {
     CURL *c = curl_easy_init();
     if (!c) return al_err(err, errlen, "out of memory");
@@ -48,15 +74,44 @@ static int get(const char *url, FILE *f, al_buf *b, double timeout_s, char *err,
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1000));
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
     curl_easy_setopt(c, CURLOPT_FAILONERROR, 1L);
-    if (f) {
-        curl_easy_setopt(c, CURLOPT_WRITEDATA, f);
+    if (k) {
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, to_file);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, k);
+        /* a Content-Length past the bound is refused before any byte */
+        curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)*k->left);
     } else {
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, to_buf);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
     }
     CURLcode rc = curl_easy_perform(c);
     curl_easy_cleanup(c);
+    if (k && (k->over || rc == CURLE_FILESIZE_EXCEEDED)) {
+        k->over = 1;
+        return al_err(err, errlen, "GET %.300s: the version is larger than the download bound",
+                      url);
+    }
     if (rc != CURLE_OK) return al_err(err, errlen, "GET %.300s: %s", url, curl_easy_strerror(rc));
+    return 0;
+}
+
+/* The default bound of a version's download (see the top of this file) from its config.json at
+ * uri. 0, or -1 with err (no config.json, or one that describes no model arclight knows). */
+static int default_bound(const char *uri, double timeout_s, uint64_t *bound, char *err,
+                         size_t errlen)
+{
+    char url[PATH_MAX + 512], e2[512];
+    snprintf(url, sizeof url, "%sconfig.json", uri);
+    al_buf b = {0};
+    al_model_config cfg;
+    int rc = get(url, NULL, &b, timeout_s, e2, sizeof e2);
+    if (rc == 0 && al_model_config_parse(&cfg, b.data ? b.data : "", b.len, e2, sizeof e2) != 0)
+        rc = -1;
+    al_buf_free(&b);
+    if (rc != 0)
+        return al_err(err, errlen,
+                      "cannot bound the download of %.300s (%s); give --stage-max-bytes", uri, e2);
+    uint64_t w = (uint64_t)al_model_config_num_params(&cfg) * 4 + (1u << 20);
+    *bound = w + w / 16 + (256u << 20);
     return 0;
 }
 
@@ -103,10 +158,11 @@ static int plain_name(const char *name)
     return 1;
 }
 
-/* Fetches every listed file of uri into tmp. 0 or -1 with err. */
-static int fetch_files(const char *uri, const char *tmp, double timeout_s, char *err,
-                       size_t errlen)
+/* Fetches every listed file of uri into tmp, max_bytes in all. 0 or -1 with err. */
+static int fetch_files(const char *uri, const char *tmp, uint64_t max_bytes, double timeout_s,
+                       char *err, size_t errlen)
 {
+    uint64_t left = max_bytes;
     al_buf b = {0};
     if (get(uri, NULL, &b, timeout_s, err, errlen) != 0) {
         al_buf_free(&b);
@@ -135,16 +191,23 @@ static int fetch_files(const char *uri, const char *tmp, double timeout_s, char 
             rc = al_err(err, errlen, "cannot write %s: %s", path, strerror(errno));
             break;
         }
-        rc = get(url, f, NULL, timeout_s, err, errlen);
+        fetch_sink k = {f, &left, 0};
+        rc = get(url, &k, NULL, timeout_s, err, errlen);
         if (fclose(f) != 0 && rc == 0) rc = al_err(err, errlen, "cannot write %s", path);
+        if (k.over)
+            al_err(err, errlen,
+                   "%.300s: larger than the %" PRIu64 " bytes a version may take "
+                   "(--stage-max-bytes, by default its config.json's weights as f32 plus 256 "
+                   "MiB); refused at %.200s",
+                   uri, max_bytes, name);
     }
     json_decref(j);
     return rc;
 }
 
 int sync_stage_fetch(const char *uri, const char *sha256, const char *root, int64_t version,
-                     int keep, double timeout_s, char *dir, size_t dirlen, char *err,
-                     size_t errlen)
+                     int keep, uint64_t max_bytes, double timeout_s, char *dir, size_t dirlen,
+                     char *err, size_t errlen)
 {
     size_t ul = strlen(uri);
     if (ul == 0 || uri[ul - 1] != '/')
@@ -161,7 +224,8 @@ int sync_stage_fetch(const char *uri, const char *sha256, const char *root, int6
     snprintf(tmp, sizeof tmp, "%s/.step-%" PRId64 ".tmp-%ld", root, version, (long)getpid());
     remove_dir(tmp);
     if (mkdir(tmp, 0755) != 0) return al_err(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-    int rc = fetch_files(uri, tmp, timeout_s, err, errlen);
+    int rc = max_bytes ? 0 : default_bound(uri, timeout_s, &max_bytes, err, errlen);
+    if (rc == 0) rc = fetch_files(uri, tmp, max_bytes, timeout_s, err, errlen);
     if (rc == 0) {
         snprintf(file, sizeof file, "%s/model.safetensors", tmp);
         if (al_sha256_file(file, hex, err, errlen) != 0)

@@ -25,7 +25,9 @@
  *    "checkpoint_uri", "path": the directory handed to the replica, "ok": true|false,
  *    "error": null|reason, "attempt": 1.., "started_us", "finished_us" (wall clock, µs)}
  * With "ok": true the replica serves version N from finished_us on (requests that began before
- * started_us ran on the older weights; between the two, either).
+ * started_us ran on the older weights; between the two, either). Before each attempt starts, a
+ * record of its beginning ("ok" and "finished_us" null) is sent and waited for, so that a
+ * reader never believes the old version served a call that ended after the swap began.
  *
  * Metrics (--metrics): arclight_sync_target_version, and per replica (label replica=URL)
  * arclight_sync_replica_version (-1: unknown) and arclight_sync_updates_total{result=ok|failed};
@@ -72,6 +74,7 @@ typedef struct sync_opts {
     const char *topic, *sync_topic, *model, *path_map, *stage_dir;
     double timeout_s, check_every_s;
     int64_t retry_min_ms, retry_max_ms;
+    int64_t stage_max_bytes; /* --stage-max-bytes; 0: from each version's config.json */
     sync_replicas reps;
     char map_from[PATH_MAX], map_to[PATH_MAX];
 } sync_opts;
@@ -122,6 +125,11 @@ static int sync_parse(sync_opts *o, int argc, char **argv)
          .help = "copy versions with http:// URIs (the trainer's --listen) into\n"
                  "DIR/step-N first: a volume sync and the replicas share\n"
                  "(--path-map applies to it)"},
+        {"stage-max-bytes", 0, AL_FLAG_I64, &o->stage_max_bytes, .lo = 1, .hi = 1LL << 50,
+         .arg = "N",
+         .help = "the most bytes one staged version may take (default: its\n"
+                 "config.json's weights as f32, plus 256 MiB for the rest); a\n"
+                 "larger one is refused"},
         {"request-timeout", 0, AL_FLAG_DOUBLE, &o->timeout_s, .dlo = 0.1, .dhi = 86400,
          .arg = "S", .help = "each HTTP call to a replica (default 600: a load is slow)"},
         {"check-every", 0, AL_FLAG_DOUBLE, &o->check_every_s, .dlo = 0.1, .dhi = 86400,
@@ -194,16 +202,20 @@ static int sync_dir_of(const sync_opts *o, const char *uri, char *dir, size_t di
     return 0;
 }
 
-/* Sends one record of an attempt (see the top of this file). */
+/* Sends one record of an attempt (see the top of this file): its beginning when t1 is 0 ("ok"
+ * and "finished_us" null), else its outcome. */
 static void sync_record(al_producer *p, const sync_opts *o, const sync_replica *r,
                         const sync_target *t, const char *error, int64_t t0, int64_t t1)
 {
-    json_t *j = json_pack("{s:s,s:s,s:s,s:I,s:s,s:s,s:b,s:o,s:i,s:I,s:I}", "model", o->model,
+    json_t *ok = t1 ? json_boolean(error == NULL) : json_null();
+    json_t *fin = t1 ? json_integer((json_int_t)t1) : json_null();
+    int attempt = t1 && error ? r->attempts : r->attempts + 1;
+    if (!t1) attempt = (r->failed_for == t->version ? r->attempts : 0) + 1;
+    json_t *j = json_pack("{s:s,s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:i,s:I,s:o}", "model", o->model,
                           "replica", r->url, "kind", sync_kind_name(r->kind), "version",
                           (json_int_t)t->version, "checkpoint_uri", t->uri, "path", t->dir, "ok",
-                          error == NULL, "error", error ? json_string(error) : json_null(),
-                          "attempt", error ? r->attempts : r->attempts + 1, "started_us",
-                          (json_int_t)t0, "finished_us", (json_int_t)t1);
+                          ok, "error", error ? json_string(error) : json_null(), "attempt",
+                          attempt, "started_us", (json_int_t)t0, "finished_us", fin);
     char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!s) return;
@@ -266,7 +278,17 @@ static void sync_round(al_producer *p, const sync_opts *o, sync_replica *reps, s
 {
     sync_job *jobs = calloc(n, sizeof *jobs);
     if (!jobs) return;
-    int64_t now = al_mono_us();
+    int64_t now = al_mono_us(), begun = 0;
+    /* each attempt's beginning is on the broker before it starts: the proxy tags no call that
+     * ends after it with the old version (docs/SERVING.md) */
+    for (size_t i = 0; i < n; i++) {
+        if (reps[i].version >= t->version || now < reps[i].next_try_us) continue;
+        sync_record(p, o, &reps[i], t, NULL, al_now_us(), 0);
+        begun++;
+    }
+    char err[512];
+    if (begun && al_producer_flush(p, 5000, err, sizeof err) != 0)
+        al_log_warn(COMP, "the attempts' beginnings are not on %s yet: %s", o->sync_topic, err);
     for (size_t i = 0; i < n; i++) {
         if (reps[i].version >= t->version || now < reps[i].next_try_us) continue;
         jobs[i] = (sync_job){.r = &reps[i], .t = t, .timeout_s = o->timeout_s};
@@ -329,7 +351,8 @@ static int sync_stage(const sync_opts *o, sync_target *t)
 {
     if (al_mono_us() < t->stage_next_us) return 0;
     char staged[PATH_MAX], uri[PATH_MAX + 64], err[1024];
-    if (sync_stage_fetch(t->uri, t->sha256, o->stage_dir, t->version, 3, o->timeout_s, staged,
+    if (sync_stage_fetch(t->uri, t->sha256, o->stage_dir, t->version, 3,
+                         (uint64_t)o->stage_max_bytes, o->timeout_s, staged,
                          sizeof staged, err, sizeof err) != 0) {
         int64_t wait = 1000;
         for (int i = 0; i < t->stage_fails && wait < o->retry_max_ms; i++) wait *= 2;

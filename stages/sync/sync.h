@@ -56,9 +56,10 @@ int sync_replica_apply(const sync_replica *r, const char *dir, int64_t version, 
 /* Copies the version directory at http(s) uri (ending in '/': the trainer's checkpoint server)
  * into root/step-N (N = version) whole or not at all, model.safetensors checked against sha256,
  * and removes staged versions older than the newest keep. A directory staged before with the
- * same sha256 is kept as it is. Fills dir (root/step-N). 0, or -1 with err. */
+ * same sha256 is kept as it is. At most max_bytes are fetched (0: the bound its config.json
+ * gives, fetch.c); a larger version is refused. Fills dir (root/step-N). 0, or -1 with err. */
 int sync_stage_fetch(const char *uri, const char *sha256, const char *root, int64_t version,
-                     int keep, double timeout_s, char *dir, size_t dirlen, char *err,
-                     size_t errlen);
+                     int keep, uint64_t max_bytes, double timeout_s, char *dir, size_t dirlen,
+                     char *err, size_t errlen);
 
 #endif
