@@ -651,7 +651,7 @@ int cmd_proxy(int argc, char **argv)
     al_process_init(&px->proc, COMP, NULL, 0);
     px->state_fd = -1;
     al_kafka_conf *kc = NULL;
-    char host[256];
+    char host[256], err[1024];
     int port;
     int rc = proxy_flags_parse(px, &common, argc, argv);
     if (rc != AL_FLAGS_GO) goto out;
