@@ -253,10 +253,15 @@ static int lt_js_space(unsigned c)
 
 /* How many code points of text are the letter l (lower case, or upper: toLowerCase(), the
  * Kelvin sign included for k), and how many are visible (not /\s/): task.js's counts. */
-static void lt_count(const char *text, char l, int *hits, int *visible)
+static void lt_count_n(const char *text, size_t len, char l, int *hits, int *visible)
 {
     *hits = *visible = 0;
-    for (const unsigned char *p = (const unsigned char *)(text ? text : ""); *p;) {
+    const unsigned char *p = (const unsigned char *)(text ? text : ""), *end = p + len;
+    while (p < end) {
+        if (!*p) { /* a NUL token (\u0000): a visible character to task.js and letters.py */
+            p++, (*visible)++;
+            continue;
+        }
         unsigned c = lt_next_cp(&p);
         if (lt_js_space(c)) continue;
         (*visible)++;
@@ -265,11 +270,24 @@ static void lt_count(const char *text, char l, int *hits, int *visible)
     }
 }
 
+static void lt_count(const char *text, char l, int *hits, int *visible)
+{
+    lt_count_n(text, text ? strlen(text) : 0, l, hits, visible);
+}
+
 /* task.js's share(): the share of the visible characters of text that are the letter l. */
 static double lt_share(const char *text, char l)
 {
     int hits, visible;
     lt_count(text, l, &hits, &visible);
+    return visible ? (double)hits / visible : 0;
+}
+
+/* The same of a JSON string, whole (a NUL inside it included). */
+static double lt_share_json(const json_t *text, char l)
+{
+    int hits, visible;
+    lt_count_n(json_string_value(text), json_string_length(text), l, &hits, &visible);
     return visible ? (double)hits / visible : 0;
 }
 
@@ -437,7 +455,7 @@ static __attribute__((unused)) int lt_check_tool_agent(const lt_rollout *o, size
                 json_decref(req);
                 json_t *text = lt_message(r->calls[1], "content");
                 json_t *tc2 = lt_message(r->calls[1], "tool_calls");
-                double want = json_array_size(tc2) ? 0 : lt_share(json_string_value(text), letter) / 2;
+                double want = json_array_size(tc2) ? 0 : lt_share_json(text, letter) / 2;
                 CHECK_NEAR(room->reward.value, want, 1e-9);
                 json_decref(text);
                 json_decref(tc2);
@@ -452,7 +470,7 @@ static __attribute__((unused)) int lt_check_tool_agent(const lt_rollout *o, size
             json_t *text = lt_message(r->calls[0], "content");
             CHECKF(r->ncalls == 1, "rollout %s: call 1 in text, then %d calls", r->rollout,
                    r->ncalls);
-            CHECK_NEAR(key->reward.value, lt_share(json_string_value(text), 'k') / 2, 1e-9);
+            CHECK_NEAR(key->reward.value, lt_share_json(text, 'k') / 2, 1e-9);
             CHECK_NEAR(room->reward.value, 0, 0);
             json_decref(text);
         }

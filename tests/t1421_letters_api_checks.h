@@ -155,7 +155,7 @@ static int lt_check_api_agent(int api, const lt_rollout *o, size_t n)
                 int tool2;
                 lt_api_first_key(api, calls[1], &hold2, &tool2, &text2);
                 char room_letter = lt_room_of(r->task);
-                double want = tool2 ? 0 : lt_share(json_string_value(text2), room_letter) / 2;
+                double want = tool2 ? 0 : lt_share_json(text2, room_letter) / 2;
                 CHECK_NEAR(room->reward.value, want, 1e-9);
                 json_decref(hold2);
                 json_decref(text2);
@@ -172,7 +172,7 @@ static int lt_check_api_agent(int api, const lt_rollout *o, size_t n)
              * stream's deltas and the final object disagree on some random output (a
              * piece cut inside a UTF-8 character is the first suspect, lib/api/responses.c).
              * Until that is settled only the Messages agent's text is compared exactly. */
-            double want = lt_share(json_string_value(text), 'k') / 2;
+            double want = lt_share_json(text, 'k') / 2;
             if (api == LT_RESPONSES) want = key->reward.value >= 0 && key->reward.value <= 0.5
                                                 ? key->reward.value
                                                 : -1;
