@@ -326,6 +326,24 @@ TEST(messages_answer_with_a_nul_character)
     px_resp_free(&r);
 }
 
+/* The same on the Responses API, whole and streamed: the text is kept past the NUL. */
+TEST(responses_answer_with_a_nul_character)
+{
+    px_resp r;
+    const char *b = "{\"model\":\"nul-content\",\"input\":\"What is 2+2?\"}";
+    REQUIRE(call("roll-rnul", "/v1/responses", OAI, b, &r, 0) == 200);
+    CHECKF(strstr(r.body, "The a\\u0000nswer is 4.") != NULL, "%s", r.body);
+    px_resp_free(&r);
+    const char *bs = "{\"model\":\"nul-content\",\"stream\":true,\"input\":\"What is 2+2?\"}";
+    REQUIRE(call("roll-rnul", "/v1/responses", OAI, bs, &r, 0) == 200);
+    /* the done event's whole text (the deltas carry the NUL either way) */
+    const char *done = strstr(r.body, "\"type\":\"response.output_text.done\"");
+    const char *eol = done ? strchr(done, '\n') : NULL;
+    const char *nul = done ? strstr(done, "\\u0000b") : NULL;
+    CHECKF(done && nul && (!eol || nul < eol), "%s", r.body);
+    px_resp_free(&r);
+}
+
 TEST(messages_tool_use_round_trip_and_thinking)
 {
     px_resp r;
@@ -521,8 +539,8 @@ TEST(each_call_is_a_span_with_tokens_and_what_the_agent_sent_and_got)
 {
     al_test_msgs m;
     /* every call: those kept in SENT, the store: false one, the two the upstream failed, the
-     * two large ones, the two with a NUL and the two eval ones (refused requests make none) */
-    CHECK(al_test_topic_read(B.bootstrap, "arclight.spans", NULL, (size_t)NSENT + 9, 30000, &m) ==
+     * two large ones, the four with a NUL and the two eval ones (refused requests make none) */
+    CHECK(al_test_topic_read(B.bootstrap, "arclight.spans", NULL, (size_t)NSENT + 11, 30000, &m) ==
           0);
     const char *rollouts[] = {"roll-rt", "roll-rs", "roll-rtool",
                               "roll-rr", "roll-mt", "roll-mtool"};

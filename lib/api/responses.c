@@ -607,9 +607,11 @@ static int responses_open_stream(al_xl *x, al_buf *out)
 }
 
 /* The output_text part of the open text, with its logprobs. */
-static json_t *text_part(const al_xl *x, const char *text)
+/* The output_text part of len bytes of text (by length: a NUL token, \u0000, is text too). */
+static json_t *text_part(const al_xl *x, const char *text, size_t len)
 {
-    json_t *p = json_pack("{s:s,s:[],s:s}", "type", "output_text", "annotations", "text", text);
+    json_t *p = json_pack("{s:s,s:[],s:o}", "type", "output_text", "annotations", "text",
+                          json_stringn(text, len));
     if (p) json_object_set_new(p, "logprobs", x->text_lps ? json_copy(x->text_lps) : json_array());
     return p;
 }
@@ -644,7 +646,7 @@ static int responses_item_open(al_xl *x, al_buf *out, int emit)
     if (x->open == XK_TEXT)
         return event(x, out, "response.content_part.added",
                      json_pack("{s:s,s:i,s:i,s:o}", "item_id", x->open_id, "output_index",
-                               x->open_index, "content_index", 0, "part", text_part(x, "")));
+                               x->open_index, "content_index", 0, "part", text_part(x, "", 0)));
     return 0;
 }
 
@@ -712,16 +714,18 @@ static int responses_item_close(al_xl *x, al_buf *out, int emit)
                        : x->reasoning.data ? x->reasoning.data
                                           : "";
     if (x->open == XK_TEXT) {
+        size_t tn = x->text.len;
         item = json_pack("{s:s,s:s,s:s,s:s,s:[o]}", "id", x->open_id, "type", "message", "status",
-                         "completed", "role", "assistant", "content", text_part(x, text));
+                         "completed", "role", "assistant", "content", text_part(x, text, tn));
         if (emit &&
             (event(x, out, "response.output_text.done",
-                   json_pack("{s:s,s:i,s:i,s:s,s:o}", "item_id", x->open_id, "output_index",
-                             x->open_index, "content_index", 0, "text", text, "logprobs",
-                             x->text_lps ? json_copy(x->text_lps) : json_array())) ||
+                   json_pack("{s:s,s:i,s:i,s:o,s:o}", "item_id", x->open_id, "output_index",
+                             x->open_index, "content_index", 0, "text", json_stringn(text, tn),
+                             "logprobs", x->text_lps ? json_copy(x->text_lps) : json_array())) ||
              event(x, out, "response.content_part.done",
                    json_pack("{s:s,s:i,s:i,s:o}", "item_id", x->open_id, "output_index",
-                             x->open_index, "content_index", 0, "part", text_part(x, text))))) {
+                             x->open_index, "content_index", 0, "part",
+                             text_part(x, text, tn))))) {
             json_decref(item);
             return -1;
         }
