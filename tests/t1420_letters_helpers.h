@@ -329,7 +329,7 @@ static const al_span *lt_reward(const lt_rollout *o, const char *name)
 /* A member of the first choice's message of a captured response (a new reference), or NULL. */
 static json_t *lt_message(const al_span *call, const char *member)
 {
-    json_t *j = json_loads(call->llm_call.response_json ? call->llm_call.response_json : "", 0, NULL);
+    json_t *j = json_loads(call->llm_call.response_json ? call->llm_call.response_json : "", JSON_ALLOW_NUL, NULL);
     json_t *v = json_object_get(
         json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message"), member);
     json_incref(v);
@@ -410,7 +410,7 @@ static __attribute__((unused)) int lt_check_tool_agent(const lt_rollout *o, size
         const lt_rollout *r = &o[k];
         if (!r->ncalls) continue;
         for (int i = 0; i < r->ncalls; i++) {
-            json_t *req = json_loads(r->calls[i]->llm_call.request_json, 0, NULL);
+            json_t *req = json_loads(r->calls[i]->llm_call.request_json, JSON_ALLOW_NUL, NULL);
             CHECKF(json_equal(json_object_get(req, "tools"), want_tools),
                    "rollout %s call %d: the agent's tools differ from %s's (run node "
                    "examples/letters/make_tool_sft.js): %s",
@@ -445,7 +445,7 @@ static __attribute__((unused)) int lt_check_tool_agent(const lt_rollout *o, size
             if (r->ncalls == 2) {
                 char door[128];
                 lt_door_answer(letter, attempt, door, sizeof door);
-                json_t *req = json_loads(r->calls[1]->llm_call.request_json, 0, NULL);
+                json_t *req = json_loads(r->calls[1]->llm_call.request_json, JSON_ALLOW_NUL, NULL);
                 json_t *msgs = json_object_get(req, "messages");
                 json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
                 CHECKF(!strcmp(json_string_value(json_object_get(last, "role")) ?: "", "tool") &&

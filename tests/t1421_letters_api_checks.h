@@ -17,14 +17,20 @@ static const char *lt_str(json_t *o, const char *m)
     return s ? s : "";
 }
 
+/* Appends a JSON string whole (a NUL token inside it included); nothing for a non-string. */
+static void lt_buf_json_text(al_buf *b, const json_t *s)
+{
+    if (json_is_string(s)) al_buf_append(b, json_string_value(s), json_string_length(s));
+}
+
 /* The key of the first open_door call in a captured answer (a string owned by *hold, which
  * the caller decrefs), or NULL when the answer called no tool with a string key; *any_tool
  * says whether it called a tool at all. text gets the answer's text (a new reference). */
 static const char *lt_api_first_key(int api, const al_span *call, json_t **hold, int *any_tool,
                                     json_t **text)
 {
-    json_t *ans = json_loads(call->llm_call.response_json ? call->llm_call.response_json : "", 0,
-                             NULL);
+    json_t *ans = json_loads(call->llm_call.response_json ? call->llm_call.response_json : "",
+                             JSON_ALLOW_NUL, NULL);
     *hold = ans, *any_tool = 0;
     const char *key = NULL;
     al_buf t = {0};
@@ -38,7 +44,7 @@ static const char *lt_api_first_key(int api, const al_span *call, json_t **hold,
                 json_t *part;
                 size_t k;
                 json_array_foreach(json_object_get(item, "content"), k, part)
-                    al_buf_puts(&t, json_string_value(json_object_get(part, "text")) ?: "");
+                    lt_buf_json_text(&t, json_object_get(part, "text"));
             }
             if (strcmp(type, "function_call")) continue;
             *any_tool = 1;
@@ -57,14 +63,14 @@ static const char *lt_api_first_key(int api, const al_span *call, json_t **hold,
         {
             const char *type = lt_str(item, "type");
             if (!strcmp(type, "text"))
-                al_buf_puts(&t, json_string_value(json_object_get(item, "text")) ?: "");
+                lt_buf_json_text(&t, json_object_get(item, "text"));
             if (strcmp(type, "tool_use")) continue;
             *any_tool = 1;
             if (!key && !strcmp(lt_str(item, "name"), "open_door"))
                 key = json_string_value(json_object_get(json_object_get(item, "input"), "key"));
         }
     }
-    *text = json_string(t.data ? t.data : "");
+    *text = json_stringn(t.data ? t.data : "", t.len);
     al_buf_free(&t);
     return key;
 }
@@ -90,8 +96,9 @@ static const char *lt_api_last_result(int api, json_t *req)
  * Message with "content"), not an error the client then retried. */
 static int lt_api_answered(int api, const al_span *call)
 {
-    json_t *a = json_loads(call->llm_call.response_json ? call->llm_call.response_json : "", 0,
-                           NULL);
+    /* JSON_ALLOW_NUL: a random policy's NUL token (\u0000) is JSON too */
+    json_t *a = json_loads(call->llm_call.response_json ? call->llm_call.response_json : "",
+                           JSON_ALLOW_NUL, NULL);
     int ok = json_is_array(json_object_get(a, api == LT_RESPONSES ? "output" : "content"));
     json_decref(a);
     return ok;
@@ -113,7 +120,7 @@ static int lt_check_api_agent(int api, const lt_rollout *o, size_t n)
         const lt_rollout *r = &o[k];
         if (!r->ncalls) continue;
         for (int i = 0; i < r->ncalls; i++) {
-            json_t *req = json_loads(r->calls[i]->llm_call.request_json, 0, NULL);
+            json_t *req = json_loads(r->calls[i]->llm_call.request_json, JSON_ALLOW_NUL, NULL);
             json_t *tools = json_object_get(req, "tools");
             CHECKF(json_array_size(tools) == 1 &&
                        !strcmp(lt_str(json_array_get(tools, 0), "name"), "open_door"),
@@ -145,7 +152,7 @@ static int lt_check_api_agent(int api, const lt_rollout *o, size_t n)
             if (ncalls == 2) {
                 char door[128];
                 lt_door_answer(lt_room_of(r->task), attempt, door, sizeof door);
-                json_t *req = json_loads(calls[1]->llm_call.request_json, 0, NULL);
+                json_t *req = json_loads(calls[1]->llm_call.request_json, JSON_ALLOW_NUL, NULL);
                 const char *got = lt_api_last_result(api, req);
                 CHECKF(got && !strcmp(got, door), "rollout %s: call 2 does not end with the door's "
                                                   "answer '%s': %s",
@@ -166,16 +173,11 @@ static int lt_check_api_agent(int api, const lt_rollout *o, size_t n)
         } else {
             CHECKF(ncalls == 1, "rollout %s: call 1 in text, then %d calls", r->rollout,
                    ncalls);
-            /* The Responses agent scores the text of the stream's deltas. Once (of about 40
-             * text rollouts on the random model) the final Response's text had no k where
-             * the deltas had one (key reward 0.0047, the final text's share 0): the
-             * stream's deltas and the final object disagree on some random output (a
-             * piece cut inside a UTF-8 character is the first suspect, lib/api/responses.c).
-             * Until that is settled only the Messages agent's text is compared exactly. */
+            /* The Responses agent scores the text of the stream's deltas; the final object's
+             * text must be the same. (They disagreed once in about 40 text rollouts on the
+             * random model: a NUL token cut the final text short, in lib/api/responses.c and
+             * in this check's counting; both now go by the string's length.) */
             double want = lt_share_json(text, 'k') / 2;
-            if (api == LT_RESPONSES) want = key->reward.value >= 0 && key->reward.value <= 0.5
-                                                ? key->reward.value
-                                                : -1;
             CHECKF(fabs(key->reward.value - want) < 1e-9,
                    "rollout %s: key reward %g, the answer's text gives %g: %s", r->rollout,
                    key->reward.value, want, calls[0]->llm_call.response_json);
