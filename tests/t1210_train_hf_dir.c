@@ -49,7 +49,7 @@ static void find_python(void)
     snprintf(cand[2], sizeof cand[2], "%s/hf-venv/bin/python3", build ? build : "build");
     for (int i = 0; i < 3; i++)
         if (cand[i][0] && python_ok(cand[i])) {
-            snprintf(g_python, sizeof g_python, "%s", cand[i]);
+            memcpy(g_python, cand[i], sizeof g_python); /* the same size */
             return;
         }
     printf("  no Python with torch 2 and transformers 5: making %s/hf-venv (a few minutes once)\n",

@@ -21,10 +21,10 @@ static inline void al_test_venv_python(char *out, size_t n, const char *modules)
     else
         snprintf(out, n, "%s/.cache/arclight/venv/bin/python", home ? home : "");
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' -c 'import sys; [__import__(m) for m in sys.argv[1:]]' %s "
-                              ">/dev/null 2>&1",
-             out, modules ? modules : "");
-    if (access(out, X_OK) || system(cmd)) {
+    int fits = snprintf(cmd, sizeof cmd, "'%s' -c 'import sys; [__import__(m) for m in "
+                                         "sys.argv[1:]]' %s >/dev/null 2>&1",
+                        out, modules ? modules : "") < (int)sizeof cmd;
+    if (!fits || access(out, X_OK) || system(cmd)) {
         printf("skipped: no Python virtual environment with %s at %s (run bash "
                "scripts/setup.sh, or set ARCLIGHT_VENV)\n",
                modules ? modules : "python", out);
