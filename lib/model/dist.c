@@ -44,6 +44,7 @@ struct al_dist {
     void *gloo;           /* CPU: al_gloo */
     al_dist_lost_fn lost;
     void *lost_ud;
+    size_t bucket; /* floats per all-reduce; 0: the whole buffer */
 };
 
 /* A member gone (dist_store.h), when the caller gave no callback: say so and ask this
@@ -115,6 +116,11 @@ int al_dist_opts_from_env(al_dist_opts *o, char *errstr, size_t errlen)
     memset(o, 0, sizeof *o);
     o->world = 1, o->timeout_s = 600;
     if (env_int("ARCLIGHT_DIST_WORLD", "WORLD_SIZE", &o->world, errstr, errlen) < 0) return -1;
+    int bucket_mb = 25;
+    if (env_int("ARCLIGHT_DIST_BUCKET_MB", "ARCLIGHT_DIST_BUCKET_MB", &bucket_mb, errstr,
+                errlen) < 0)
+        return -1;
+    o->bucket_bytes = (size_t)bucket_mb << 20;
     int r = env_int("ARCLIGHT_DIST_RANK", "RANK", &o->rank, errstr, errlen);
     if (r < 0) return -1;
     if (r == 1 && o->world > 1) {
@@ -278,6 +284,7 @@ al_dist *al_dist_new(al_backend *be, const al_dist_opts *o, char *errstr, size_t
     }
     d->rank = o->rank, d->world = o->world, d->be = be;
     d->lost = o->lost, d->lost_ud = o->lost_ud;
+    d->bucket = o->bucket_bytes / sizeof(float);
     if (o->world == 1) return d;
     if (strcmp(be->ops->name, "cuda") != 0) {
         if (strcmp(be->ops->name, "cpu") != 0 || dist_open_cpu(d, o, errstr, errlen) != 0) {
@@ -332,14 +339,18 @@ int al_dist_world(const al_dist *d)
 void al_dist_allreduce(al_dist *d, float *dev, size_t n)
 {
     if (!d || d->world == 1 || !n) return;
+    size_t step = d->bucket ? d->bucket : n;
+    for (size_t at = 0; at < n; at += step) {
+        size_t k = n - at < step ? n - at : step;
 #ifdef ARCLIGHT_HAVE_GLOO
-    char err[600];
-    if (d->gloo) {
-        if (al_gloo_allreduce_f32(d->gloo, dev, n, err, sizeof err)) dist_broken(err);
-        return;
-    }
+        char err[600];
+        if (d->gloo) {
+            if (al_gloo_allreduce_f32(d->gloo, dev + at, k, err, sizeof err)) dist_broken(err);
+            continue;
+        }
 #endif
-    d->reduce(d->comm, dev, n, 0, 0);
+        d->reduce(d->comm, dev + at, k, 0, 0);
+    }
 }
 
 void al_dist_allreduce_host(al_dist *d, double *host, size_t n, int max)

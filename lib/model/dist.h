@@ -32,6 +32,11 @@ typedef struct al_dist_opts {
     int rank, world;   /* 0 <= rank < world */
     const char *addr;  /* HOST:PORT where rank 0 listens for the others */
     double timeout_s;  /* how long ranks wait for each other (default 600) */
+    /* al_dist_allreduce sums a buffer in buckets of this many bytes, one collective each
+     * (0: the whole buffer in one; ARCLIGHT_DIST_BUCKET_MB, default 25 as PyTorch's DDP).
+     * Buckets do not overlap the backward: on CPUs the whole all-reduce is under 1% of a
+     * step (docs/BENCHMARKS.md, bench_dist), so there is nothing for an overlap to hide. */
+    size_t bucket_bytes;
     /* CPU groups: called once, from another thread, when a member is gone (why: which);
      * NULL: a line on stderr and SIGTERM to this process */
     void (*lost)(void *ud, const char *why);
@@ -39,8 +44,8 @@ typedef struct al_dist_opts {
 } al_dist_opts;
 
 /* Fills o from the environment: ARCLIGHT_DIST_WORLD (or WORLD_SIZE), ARCLIGHT_DIST_RANK (or
- * RANK; else the trailing number of $HOSTNAME, a StatefulSet pod's ordinal), and
- * ARCLIGHT_DIST_ADDR (or MASTER_ADDR:MASTER_PORT). world 1 when none is set. 0, or -1 with
+ * RANK; else the trailing number of $HOSTNAME, a StatefulSet pod's ordinal),
+ * ARCLIGHT_DIST_ADDR (or MASTER_ADDR:MASTER_PORT) and ARCLIGHT_DIST_BUCKET_MB. world 1 when none is set. 0, or -1 with
  * errstr naming the variable that is wrong. */
 int al_dist_opts_from_env(al_dist_opts *o, char *errstr, size_t errlen);
 
