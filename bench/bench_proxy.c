@@ -26,7 +26,11 @@
  * the proxy's spool is empty again (every span acknowledged), spans counted on the broker.
  *
  *   build/bench_proxy [--duration S] [--connections N] [--threads T] [--upstream fixed|test]
- *                     [--kafka on|off] [--proxy-arg ARG]...
+ *                     [--kafka on|off] [--instructions N] [--proxy-arg ARG]...
+ * --instructions N: instead of the wrk passes, the proxy runs under valgrind's callgrind and
+ * the bench prints the instructions it executes per request (all its threads; N requests on
+ * one keep-alive connection, the spans published) and its top functions by inclusive cost:
+ * a count that, unlike req/s, does not move with the machine's load.
  * Needs wrk and nginx on PATH, curl, the arclight binary ($ARCLIGHT_BIN, else
  * ./build/arclight) and, for the Kafka part, the broker scripts/setup.sh fetches.
  */
@@ -523,6 +527,170 @@ static double spans_pass(int port, const char *bootstrap, const char *lua, int t
     return *spans > 0 ? (double)*spans / (t1 - t0) : 0;
 }
 
+/* ---- instructions per request (--instructions N) ----------------------------------------- */
+
+/* Sends n chat completions on one keep-alive connection to the proxy on port, each waited
+ * for; 0 when every answer was a 200, -1 otherwise (with what went wrong on stderr). */
+static int ka_requests(int port, const char *rollout, int n)
+{
+    static const char body[] =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"What is 2+2?\"}]}";
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    if (connect(fd, (struct sockaddr *)&sin, sizeof sin) != 0) {
+        perror("bench_proxy: connect to the proxy");
+        close(fd);
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    char req[512], buf[65536];
+    int rl = snprintf(req, sizeof req,
+                      "POST /r/bench/%s/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                      rollout, strlen(body), body);
+    for (int i = 0; i < n; i++) {
+        if (write_all(fd, req, (size_t)rl)) break;
+        size_t len = 0, want = 0;
+        for (;;) {
+            ssize_t r = read(fd, buf + len, sizeof buf - 1 - len);
+            if (r <= 0) break;
+            len += (size_t)r;
+            buf[len] = '\0';
+            char *e = strstr(buf, "\r\n\r\n");
+            if (!want && e) {
+                char *cl = strcasestr(buf, "\r\ncontent-length:");
+                want = (size_t)(e + 4 - buf) + (cl && cl < e ? strtoul(cl + 17, NULL, 10) : 0);
+            }
+            if (want && len >= want) break;
+        }
+        if (!want || len < want || strncmp(buf, "HTTP/1.1 200", 12)) {
+            fprintf(stderr, "bench_proxy: request %d: no whole 200 answer: %.200s\n", i, buf);
+            close(fd);
+            return -1;
+        }
+    }
+    close(fd);
+    return 0;
+}
+
+/* Runs `callgrind_control ARG PID`; 0 on success. */
+static int cg_control(const char *arg, pid_t pid)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "callgrind_control %s %d >/dev/null", arg, (int)pid);
+    return system(cmd);
+}
+
+/* The "summary:"/"totals:" Ir of one callgrind dump file, -1 when it has none. */
+static double cg_file_total(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    double ir = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "summary:", 8) || !strncmp(line, "totals:", 7))
+            ir = atof(strchr(line, ':') + 1);
+    if (f) fclose(f);
+    return ir;
+}
+
+/* The Ir of the first dump (callgrind_control -d) in dir, one file per thread
+ * (cg.out.PID.1-TT): *loop is thread 01's (the event loop: main runs it), the result all
+ * threads' together (-1 when there is no dump yet); loop_path names thread 01's file. */
+static double cg_total(const char *dir, double *loop, char *loop_path, size_t n)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    double all = -1;
+    *loop = -1;
+    loop_path[0] = '\0';
+    while (d && (e = readdir(d))) {
+        const char *part = strncmp(e->d_name, "cg.out.", 7) ? NULL : strchr(e->d_name + 7, '.');
+        if (!part || strncmp(part, ".1-", 3)) continue;
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        double ir = cg_file_total(p);
+        if (ir < 0) continue;
+        all = (all < 0 ? 0 : all) + ir;
+        if (!strcmp(part + 3, "01")) {
+            *loop = ir;
+            snprintf(loop_path, n, "%s", p);
+        }
+    }
+    if (d) closedir(d);
+    return all;
+}
+
+/* The proxy (argv) under callgrind, on the fixed upstream and the embedded broker: warm
+ * requests, counters zeroed, n requests on one keep-alive connection, the spool drained to
+ * the broker (so the span's encoding, spooling and publishing are counted), a dump. Prints
+ * the instructions (Ir) per request over every thread of the proxy, and the top functions by
+ * inclusive cost (callgrind_annotate). 0 on success. */
+static int instructions_mode(const char **pargv, const char *tmp, int n)
+{
+    const char *vargv[48] = {"valgrind", "--tool=callgrind", "--separate-threads=yes", NULL};
+    char outopt[700], plog[600];
+    snprintf(outopt, sizeof outopt, "--callgrind-out-file=%s/cg.out.%%p", tmp);
+    vargv[3] = outopt;
+    int k = 4;
+    for (int i = 0; pargv[i] && k < 46; i++)
+        vargv[k++] = pargv[i];
+    vargv[k] = NULL;
+    snprintf(plog, sizeof plog, "%s/proxy-callgrind.log", tmp);
+    int pfd;
+    pid_t proxy = spawn(vargv, plog, &pfd);
+    char line[128];
+    if (al_test_broker_readline(pfd, line, sizeof line, 120000) != 0) {
+        fprintf(stderr, "bench_proxy: the proxy under valgrind did not start (see %s)\n", plog);
+        return 1;
+    }
+    close(pfd);
+    int port = atoi(strrchr(line, ':') + 1);
+    int warm = n / 10 > 50 ? n / 10 : 50;
+    if (ka_requests(port, "rollout-cg", warm)) return 1;
+    while (spool_spans(port) > 0)
+        usleep(200000);
+    if (cg_control("-z", proxy)) {
+        fprintf(stderr, "bench_proxy: callgrind_control -z failed\n");
+        return 1;
+    }
+    if (ka_requests(port, "rollout-cg", n)) return 1;
+    while (spool_spans(port) > 0)
+        usleep(200000);
+    if (cg_control("-d", proxy)) {
+        fprintf(stderr, "bench_proxy: callgrind_control -d failed\n");
+        return 1;
+    }
+    char path[1024];
+    double ir = -1, loop = -1;
+    sleep(1); /* the dump is written thread by thread */
+    for (int i = 0; i < 100 && loop < 0; i++, usleep(100000))
+        ir = cg_total(tmp, &loop, path, sizeof path);
+    stop(proxy);
+    if (ir < 0 || loop < 0) {
+        fprintf(stderr, "bench_proxy: no callgrind dump in %s\n", tmp);
+        return 1;
+    }
+    printf("bench_proxy --instructions: %d requests on one keep-alive connection (after %d "
+           "warm), capture on, fixed upstream, embedded broker, spool drained\n",
+           n, warm);
+    printf("proxy instructions per request (Ir): %.0f all threads; %.0f the event loop, %.0f "
+           "the others (spool publisher, librdkafka: their batches depend on timing)\n",
+           ir / n, loop / n, (ir - loop) / n);
+    printf("the loop's top functions by inclusive cost (%s):\n", path);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd,
+             "callgrind_annotate --inclusive=yes --threshold=99 '%s' 2>/dev/null | "
+             "grep -E '^ *[0-9,]+ \\(' | head -40",
+             path);
+    fflush(stdout);
+    if (system(cmd)) {
+    }
+    return 0;
+}
+
 static void report(const char *name, const wrk_result *r, const wrk_result *direct)
 {
     printf("%-10s %10.0f req/s   p50 %7.3f ms   p99 %7.3f ms", name, r->rps, r->p50_ms, r->p99_ms);
@@ -555,7 +723,7 @@ int main(int argc, char **argv)
     int dur = 10, conns = 64, threads = 2;
     const char *proxy_extra[8] = {0};
     const char *upstream = "fixed";
-    int n_extra = 0, with_kafka = 1;
+    int n_extra = 0, with_kafka = 1, instructions = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--duration"))
             dur = atoi(argv[i + 1]);
@@ -563,6 +731,8 @@ int main(int argc, char **argv)
             proxy_extra[n_extra++] = argv[i + 1];
         else if (!strcmp(argv[i], "--connections"))
             conns = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--instructions"))
+            instructions = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--threads"))
             threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--kafka") &&
@@ -573,7 +743,8 @@ int main(int argc, char **argv)
             upstream = argv[i + 1];
         else {
             fprintf(stderr, "usage: bench_proxy [--duration S] [--connections N] [--threads T] "
-                            "[--upstream fixed|test] [--kafka on|off] [--proxy-arg ARG]...\n");
+                            "[--upstream fixed|test] [--kafka on|off] [--instructions N] "
+                            "[--proxy-arg ARG]...\n");
             return 2;
         }
     }
@@ -652,6 +823,14 @@ int main(int argc, char **argv)
                              "4096"};
     for (int i = 0; i < n_extra; i++)
         pargv[15 + i] = proxy_extra[i];
+    if (instructions > 0) {
+        stop(nginx);
+        int rc = instructions_mode(pargv, tmp, instructions);
+        al_test_broker_stop(&b);
+        fixed_up_stop(fu);
+        if (tu) fake_upstream_stop(tu);
+        return rc;
+    }
     int pfd;
     pid_t proxy = spawn(pargv, plog, &pfd);
     char line[128];

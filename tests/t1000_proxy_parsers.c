@@ -280,3 +280,59 @@ TEST(json_members_one_pass)
     CHECK_EQ_INT(al_json_members(esc, strlen(esc), st, v, 1), 1);
     CHECK(v[0].n == 5 && memcmp(v[0].p, "false", 5) == 0);
 }
+
+/* The lookups for text validated before (capture after the strip pass) find what the checking
+ * ones find; the strip pass hands capture the top-level members and the first choice. */
+TEST(json_lookups_on_validated_text)
+{
+    static const char *const keys[] = {"prompt_token_ids", "usage", "choices", NULL};
+    const char *in = "{\"choices\":[{\"a\":\"]}\\\"\",\"lp\":{\"content\":[{\"logprob\":-0.25},"
+                     "{\"x\":[1,{\"y\":\"}\"}]},3]}},{\"b\":2}],\"us\\u0061ge\":{\"n\":1},"
+                     "\"prompt_token_ids\":[1, 2],\"usage\":{\"n\":4}}";
+    size_t n = strlen(in);
+    al_slice fast[3], slow[3], c0, v;
+    REQUIRE(al_json_valid(in, n));
+    CHECK_EQ_INT(al_json_members_valid(in, n, keys, fast, 3), 3);
+    CHECK_EQ_INT(al_json_members(in, n, keys, slow, 3), 3);
+    for (int i = 0; i < 3; i++)
+        CHECK(fast[i].p == slow[i].p && fast[i].n == slow[i].n);
+    CHECK(fast[1].n == 7 && memcmp(fast[1].p, "{\"n\":4}", 7) == 0); /* the last usage */
+    /* elements read as objects in the pass that delimits them; other values: 2 */
+    static const char *const el[] = {"logprob", "x"};
+    al_slice ev[2];
+    al_json_iter it;
+    REQUIRE(al_json_iter_init_valid(&it, fast[2].p, fast[2].n) == 0);
+    static const char *const ck[] = {"lp"};
+    REQUIRE(al_json_iter_next_members(&it, ck, &v, 1, &c0) == 1);
+    CHECK(c0.p == fast[2].p + 1 && c0.p[c0.n - 1] == '}');
+    static const char *const content[] = {"content"};
+    al_slice arr;
+    REQUIRE(al_json_members_valid(v.p, v.n, content, &arr, 1) == 1);
+    REQUIRE(al_json_iter_init_valid(&it, arr.p, arr.n) == 0);
+    CHECK_EQ_INT(al_json_iter_next_members(&it, el, ev, 2, &v), 1);
+    CHECK(ev[0].n == 5 && memcmp(ev[0].p, "-0.25", 5) == 0 && !ev[1].p);
+    CHECK_EQ_INT(al_json_iter_next_members(&it, el, ev, 2, &v), 1);
+    CHECK(!ev[0].p && ev[1].n == 13);
+    CHECK_EQ_INT(al_json_iter_next_members(&it, el, ev, 2, &v), 2);
+    CHECK(v.n == 1 && v.p[0] == '3' && !ev[0].p);
+    CHECK_EQ_INT(al_json_iter_next_members(&it, el, ev, 2, &v), 0);
+    /* the checking iterator refuses what the validated one does not look at */
+    REQUIRE(al_json_iter_init(&it, "[{\"a\":01}]", 10) == 0);
+    CHECK_EQ_INT(al_json_iter_next_members(&it, el, ev, 2, &v), -1);
+    /* truncated text: the validated lookups stay inside it and fail */
+    CHECK_EQ_INT(al_json_members_valid(in, 20, keys, fast, 3), -1);
+    /* the strip pass finds the same members and the first choice */
+    static const char *const chn[] = {"lp", NULL};
+    al_slice found[3], first;
+    al_json_strip spec = {.choice_null = chn, .top_find = keys, .top_found = found,
+                          .first_choice = &first};
+    char out[1024];
+    REQUIRE(strip(in, &spec, out, sizeof out) != NULL);
+    for (int i = 0; i < 3; i++)
+        CHECK(found[i].p == slow[i].p && found[i].n == slow[i].n);
+    CHECK(first.p == c0.p && first.n == c0.n);
+    /* a later "choices" that is not an array: no first choice */
+    const char *late = "{\"choices\":[{\"a\":1}],\"choices\":null}";
+    REQUIRE(strip(late, &spec, out, sizeof out) != NULL);
+    CHECK(first.p == NULL && found[2].n == 4);
+}

@@ -21,6 +21,15 @@
 #include <string.h>
 #include <strings.h>
 
+/* s copied into dst[0..n) and cut to fit (n > 0), as snprintf("%s") did, without the printf
+ * machinery: it runs twice per call. */
+static void copy_cut(char *dst, size_t n, const char *s)
+{
+    size_t l = strnlen(s, n - 1);
+    memcpy(dst, s, l);
+    dst[l] = '\0';
+}
+
 static char *slice_dup(al_slice s)
 {
     char *r = malloc(s.n + 1);
@@ -306,7 +315,7 @@ void px_call_done(call *k, CURLcode rc)
         free(b);
     } else if (k->xl) {
         if (k->status >= 200 && k->status < 300) {
-            px_capture_fast(k, (const char *)k->body.data, k->body.len);
+            px_capture_fast(k, (const char *)k->body.data, k->body.len, NULL);
             k->first_token_us = k->end_us;
         } else if (k->status >= 400) {
             upstream_error_message(k);
@@ -322,9 +331,10 @@ void px_call_done(call *k, CURLcode rc)
         long sl = -1;
         if (k->status >= 200 && k->status < 300 && k->capture) {
             /* the strip pass validates the whole answer; then the fields are read off it */
-            sl = px_strip_for_agent(k, (const char *)k->body.data, k->body.len, 0);
+            px_answer_parts parts;
+            sl = px_strip_for_agent(k, (const char *)k->body.data, k->body.len, 0, &parts);
             if (sl >= 0) {
-                px_capture_fast(k, (const char *)k->body.data, k->body.len);
+                px_capture_fast(k, (const char *)k->body.data, k->body.len, &parts);
                 k->first_token_us = k->end_us;
             } else {
                 k->error = strdup("upstream answered with a body that is not JSON");
@@ -452,7 +462,7 @@ static void upc_on_head(void *ud, int status, const char *ctype, int64_t policy_
     call *k = ud;
     if (!k->first_byte_us) k->first_byte_us = al_now_us();
     k->status = status;
-    snprintf(k->ctype, sizeof k->ctype, "%s", ctype);
+    copy_cut(k->ctype, sizeof k->ctype, ctype);
     if (policy_version >= 0) k->policy_version = policy_version;
 }
 
@@ -466,7 +476,7 @@ static void upc_on_done(void *ud, al_upc_err err, const char *msg)
 {
     call *k = ud;
     k->uc = NULL;
-    snprintf(k->errbuf, sizeof k->errbuf, "%s", msg);
+    copy_cut(k->errbuf, sizeof k->errbuf, msg ? msg : "");
     static const CURLcode map[] = {
         [AL_UPC_OK] = CURLE_OK,
         [AL_UPC_CONNECT] = CURLE_COULDNT_CONNECT,

@@ -141,90 +141,178 @@ static int slice_is(al_slice v, const char *lit)
     return al_slice_eq(v, lit);
 }
 
-/* Appends the integers of a JSON array; stops at the first element that is not one. */
+static const char *skip_ws(const char *p, const char *e)
+{
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* Appends the integers of the JSON array arr (already scanned whole by the lookup that
+ * found it), read off its text in one pass; stops at the first element that is not an
+ * integer (a fraction, an exponent, a string...) or is beyond 10^11. */
 static void fast_ids(al_slice arr, ivec *out)
 {
-    al_json_iter it;
-    al_slice v;
-    if (al_json_iter_init(&it, arr.p, arr.n) != 0) return;
-    while (al_json_iter_next(&it, &v) == 1) {
+    const char *p = arr.p, *e = arr.p + arr.n;
+    p = skip_ws(p, e);
+    if (p >= e || *p++ != '[') return;
+    for (;;) {
+        p = skip_ws(p, e);
+        if (p >= e || *p == ']') return;
+        int neg = *p == '-';
+        if (neg) p++;
+        const char *d = p;
         long long x = 0;
-        size_t i = 0;
-        int neg = v.n && v.p[0] == '-';
-        if (neg) i++;
-        if (i >= v.n) return;
-        for (; i < v.n; i++) {
-            if (v.p[i] < '0' || v.p[i] > '9' || x > 100000000000LL) return;
-            x = x * 10 + (v.p[i] - '0');
+        for (; p < e && *p >= '0' && *p <= '9'; p++) {
+            if (x > 100000000000LL) return;
+            x = x * 10 + (*p - '0');
         }
+        if (p == d) return;
+        const char *t = skip_ws(p, e);
+        if (t >= e || (*t != ',' && *t != ']')) return;
         ivec_push(out, (int32_t)(neg ? -x : x));
+        p = t;
+        if (*p == ',') p++;
     }
+}
+
+/* A plain decimal ("-0.25", "103": at most 15 digits, no exponent) exactly: an integer of
+ * at most 15 digits and 10^k for k <= 22 are exact doubles, and one IEEE division rounds
+ * correctly, so the result is strtod's (Clinger's fast path). 0 when v is not such a number. */
+static int plain_decimal(al_slice v, double *out)
+{
+    static const double p10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                 1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+    size_t i = v.p[0] == '-', nd = 0, frac = 0;
+    int dot = 0;
+    uint64_t m = 0;
+    for (; i < v.n; i++) {
+        char c = v.p[i];
+        if (c == '.' && !dot) {
+            dot = 1;
+            continue;
+        }
+        if (c < '0' || c > '9' || ++nd > 15) return 0;
+        m = m * 10 + (uint64_t)(c - '0');
+        frac += dot;
+    }
+    if (!nd || (dot && !frac)) return 0;
+    double d = (double)m / p10[frac];
+    *out = v.p[0] == '-' ? -d : d;
+    return 1;
 }
 
 static double slice_num(al_slice v)
 {
     char buf[64];
+    double d;
     if (!v.n || v.n >= sizeof buf || !(v.p[0] == '-' || (v.p[0] >= '0' && v.p[0] <= '9')))
         return 0.0;
+    if (plain_decimal(v, &d)) return d;
     memcpy(buf, v.p, v.n);
     buf[v.n] = '\0';
     return strtod(buf, NULL);
 }
 
 /* A count from the upstream's usage: 0 unless a number in [0, 2^62] (converting one beyond
- * int64 would be undefined). */
-static int64_t member_int(al_slice obj, const char *key)
+ * int64 would be undefined); v is the member's value ({NULL, 0}: absent). */
+static int64_t usage_int(al_slice v)
 {
-    al_slice v;
-    double d = al_json_member(obj.p, obj.n, key, &v) == 1 ? slice_num(v) : 0.0;
+    double d = v.p ? slice_num(v) : 0.0;
     return d >= 0 && d <= 0x1p62 ? (int64_t)d : 0;
 }
 
-/* capture_object for a whole (validated) response, without a tree. */
-void px_capture_fast(call *k, const char *body, size_t n)
+/* al_json_members, or its faster form where the text was validated before. */
+static int members(int valid, al_slice obj, const char *const *keys, al_slice *vals, size_t n)
 {
-    /* one pass per object: the choices, with their logprobs, are most of the bytes */
-    static const char *const top_keys[] = {"prompt_token_ids", "usage", "choices"};
+    return valid ? al_json_members_valid(obj.p, obj.n, keys, vals, n)
+                 : al_json_members(obj.p, obj.n, keys, vals, n);
+}
+
+static int iter_init(int valid, al_json_iter *it, al_slice arr)
+{
+    return valid ? al_json_iter_init_valid(it, arr.p, arr.n) : al_json_iter_init(it, arr.p, arr.n);
+}
+
+/* The usage object u, read in one pass (its details object in a second). */
+static void capture_usage(call *k, al_slice u, int valid)
+{
+    static const char *const keys[] = {"prompt_tokens", "completion_tokens", "total_tokens",
+                                       "prompt_tokens_details"};
+    static const char *const cached[] = {"cached_tokens"};
+    al_slice v[4], c;
+    k->have_usage = 1;
+    if (members(valid, u, keys, v, 4) < 0) return;
+    k->usage.prompt_tokens = usage_int(v[0]);
+    k->usage.completion_tokens = usage_int(v[1]);
+    k->usage.total_tokens = usage_int(v[2]);
+    if (v[3].n && v[3].p[0] == '{' && members(valid, v[3], cached, &c, 1) >= 0)
+        k->usage.cached_tokens = usage_int(c);
+}
+
+/* The logprobs of the choice's "logprobs" object lp: chat's content[].logprob, or the
+ * completions' token_logprobs[]; each element read in the pass that finds its end. */
+static void capture_logprobs(call *k, al_slice lp, int valid)
+{
+    static const char *const lp_keys[] = {"content", "token_logprobs"};
+    static const char *const el_keys[] = {"logprob"};
+    al_slice arrs[2], el, v;
+    al_json_iter it;
+    if (members(valid, lp, lp_keys, arrs, 2) < 0) return;
+    if (arrs[0].p && iter_init(valid, &it, arrs[0]) == 0) {
+        int rc;
+        while ((rc = al_json_iter_next_members(&it, el_keys, &v, 1, &el)) > 0)
+            fvec_push(&k->lps, rc == 1 && v.p ? lp_float(slice_num(v)) : 0.0f);
+    } else if (arrs[1].p && iter_init(valid, &it, arrs[1]) == 0) {
+        while (al_json_iter_next(&it, &el) == 1)
+            fvec_push(&k->lps, lp_float(slice_num(el)));
+    }
+}
+
+/* The top-level members capture reads, in px_answer_parts.top's order. */
+static const char *const answer_top_keys[] = {"prompt_token_ids", "usage", "choices", NULL};
+
+void px_capture_fast(call *k, const char *body, size_t n, const px_answer_parts *parts)
+{
+    /* the top object's members and the first choice: found by the strip pass that validated
+     * the text (parts), else in one pass here; then one pass over the first choice (read
+     * where the choices array starts, so that finding its end is the same pass), the
+     * logprobs and the usage */
     static const char *const ch_keys[] = {"prompt_token_ids", "token_ids", "logprobs",
                                           "finish_reason"};
-    al_slice top[3], cv[4], v, ch, c0, lp, arr, el, u, d;
-    if (al_json_members(body, n, top_keys, top, 3) < 0) return;
-    if (top[0].p) fast_ids(top[0], &k->prompt);
-    u = top[1];
-    if (u.n && u.p[0] == '{') {
-        k->have_usage = 1;
-        k->usage.prompt_tokens = member_int(u, "prompt_tokens");
-        k->usage.completion_tokens = member_int(u, "completion_tokens");
-        k->usage.total_tokens = member_int(u, "total_tokens");
-        if (al_json_member(u.p, u.n, "prompt_tokens_details", &d) == 1 && d.n && d.p[0] == '{')
-            k->usage.cached_tokens = member_int(d, "cached_tokens");
-    }
-    ch = top[2];
-    if (!ch.p || al_json_element(ch.p, ch.n, 0, &c0) != 1 || !c0.n || c0.p[0] != '{' ||
-        al_json_members(c0.p, c0.n, ch_keys, cv, 4) < 0)
+    al_slice top[3], cv[4], v, c0;
+    al_json_iter it;
+    int valid = parts != NULL;
+    if (parts)
+        memcpy(top, parts->top, sizeof top);
+    else if (al_json_members(body, n, answer_top_keys, top, 3) < 0)
         return;
+    if (top[0].p) fast_ids(top[0], &k->prompt);
+    if (top[1].n && top[1].p[0] == '{') capture_usage(k, top[1], valid);
+    if (!top[2].p) return;
+    if (parts && parts->c0.p && parts->c0.p > top[2].p &&
+        parts->c0.p + parts->c0.n < top[2].p + top[2].n) {
+        if (al_json_members_valid(parts->c0.p, parts->c0.n, ch_keys, cv, 4) < 0) return;
+    } else if (iter_init(valid, &it, top[2]) != 0 ||
+               al_json_iter_next_members(&it, ch_keys, cv, 4, &c0) != 1) {
+        return;
+    }
     if (!k->prompt.n && cv[0].p) fast_ids(cv[0], &k->prompt);
     if (cv[1].p) fast_ids(cv[1], &k->resp_ids);
-    lp = cv[2];
-    if (lp.n && lp.p[0] == '{') {
-        al_json_iter it;
-        if (al_json_member(lp.p, lp.n, "content", &arr) == 1 &&
-            al_json_iter_init(&it, arr.p, arr.n) == 0) {
-            while (al_json_iter_next(&it, &el) == 1)
-                fvec_push(&k->lps, al_json_member(el.p, el.n, "logprob", &v) == 1
-                                       ? lp_float(slice_num(v))
-                                       : 0.0f);
-        } else if (al_json_member(lp.p, lp.n, "token_logprobs", &arr) == 1 &&
-                   al_json_iter_init(&it, arr.p, arr.n) == 0) {
-            while (al_json_iter_next(&it, &el) == 1)
-                fvec_push(&k->lps, lp_float(slice_num(el)));
-        }
-    }
+    if (cv[2].n && cv[2].p[0] == '{') capture_logprobs(k, cv[2], valid);
     v = cv[3];
     if (v.n >= 2 && v.p[0] == '"' && !memchr(v.p, '\\', v.n)) {
         free(k->finish);
         k->finish = strndup(v.p + 1, v.n - 2);
     }
+}
+
+/* Appends the text t at add[al] (the caller's buffer holds it); the new length. */
+static size_t add_text(char *add, size_t al, const char *t)
+{
+    size_t n = strlen(t);
+    memcpy(add + al, t, n + 1);
+    return al + n;
 }
 
 /* px_rewrite_request without a tree, for requests that only need fields added. NULL when the
@@ -281,15 +369,13 @@ char *px_rewrite_fast(call *k, const char *in, size_t n, size_t *outlen)
     char add[160];
     size_t al = 0;
     add[0] = '\0';
-    if (kind != UP_OPENAI && !k->want_token_ids)
-        al += (size_t)snprintf(add + al, sizeof add - al, ",\"return_token_ids\":true");
+    /* at most 81 bytes of fixed text: copied, not printed */
+    if (kind != UP_OPENAI && !k->want_token_ids) al = add_text(add, al, ",\"return_token_ids\":true");
     if (kind != UP_OPENAI && !k->want_logprobs)
-        al += (size_t)snprintf(add + al, sizeof add - al, ",\"logprobs\":%s",
-                               k->is_chat ? "true" : "1");
+        al = add_text(add, al, k->is_chat ? ",\"logprobs\":true" : ",\"logprobs\":1");
     if (need_usage) {
         k->injected_usage = 1;
-        al += (size_t)snprintf(add + al, sizeof add - al,
-                               ",\"stream_options\":{\"include_usage\":true}");
+        al = add_text(add, al, ",\"stream_options\":{\"include_usage\":true}");
     }
     /* an empty object takes the additions without their leading comma */
     size_t inner = b + 1;
@@ -315,7 +401,7 @@ char *px_rewrite_fast(call *k, const char *in, size_t n, size_t *outlen)
 /* The fields the proxy asked for, taken out of the answer the way the upstream would have
  * left them out: vLLM's whole responses carry unrequested fields as null (pydantic
  * model_dump), its stream chunks omit them (exclude_unset); logprobs is null in both. */
-long px_strip_for_agent(call *k, const char *in, size_t len, int chunk)
+long px_strip_for_agent(call *k, const char *in, size_t len, int chunk, px_answer_parts *parts)
 {
     static const char *const top_ids[] = {"prompt_token_ids", NULL};
     static const char *const top_ids_usage[] = {"prompt_token_ids", "usage", NULL};
@@ -337,6 +423,11 @@ long px_strip_for_agent(call *k, const char *in, size_t len, int chunk)
             spec.choice_null = k->want_logprobs ? ch_ids : ch_ids_lp;
         else if (!k->want_logprobs)
             spec.choice_null = ch_lp;
+    }
+    if (parts) {
+        spec.top_find = answer_top_keys;
+        spec.top_found = parts->top;
+        spec.first_choice = &parts->c0;
     }
     al_buf *st = &k->px->strip;
     st->len = 0;
@@ -427,7 +518,7 @@ void px_stream_process(call *k, int final)
                     if (usage_only && k->injected_usage) {
                         forwarded = 1; /* the agent did not ask for it */
                     } else {
-                        long sl = px_strip_for_agent(k, d, dl, 1);
+                        long sl = px_strip_for_agent(k, d, dl, 1, NULL);
                         if (sl >= 0 && k->c) {
                             size_t pre = (size_t)(d - ev);
                             char *tmp = malloc(pre + (size_t)sl + sep);

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/map.h"
 #include "core/vec.h"
+#include "http/http1.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -104,13 +105,29 @@ static size_t session_line(al_buf *b, const session_ent *s)
     return b->len - before;
 }
 
-/* Appends e's line; returns its length. */
+static char *put_i64(char *o, int64_t v)
+{
+    if (v < 0) *o++ = '-';
+    return al_put_u64(o, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
+}
+
+/* Appends e's line ("Q\tKEY\tNEXT\tLAST[\te]\n", written per loop turn for each rollout
+ * that called: with appenders, not printf); returns its length (0 when out of memory). */
 static size_t rollout_line(al_buf *b, const rollout_ent *e)
 {
-    size_t before = b->len;
-    al_buf_printf(b, "Q\t%s\t%" PRId64 "\t%" PRId64 "%s\n", e->key, e->next_seq,
-                  e->last_call_seq, e->eval ? "\te" : "");
-    return b->len - before;
+    size_t kl = strlen(e->key);
+    if (al_buf_reserve(b, kl + 56)) return 0;
+    char *o = (char *)b->data + b->len, *start = o;
+    o = al_put_mem(o, "Q\t", 2);
+    o = al_put_mem(o, e->key, kl);
+    *o++ = '\t';
+    o = put_i64(o, e->next_seq);
+    *o++ = '\t';
+    o = put_i64(o, e->last_call_seq);
+    if (e->eval) o = al_put_mem(o, "\te", 2);
+    *o++ = '\n';
+    b->len += (size_t)(o - start);
+    return (size_t)(o - start);
 }
 
 /* Writes buf as path through a temporary file created 0600, fsynced and renamed into place. */
@@ -301,9 +318,18 @@ void px_state_load(proxy *px)
 
 rollout_ent *px_rollout_get(proxy *px, const char *task, const char *rollout, int attempt)
 {
-    char key[512];
-    int kn = snprintf(key, sizeof key, "%s\x1f%s\x1f%d", task, rollout, attempt);
-    size_t klen = kn < 0 ? 0 : (size_t)kn < sizeof key ? (size_t)kn : sizeof key - 1;
+    /* "TASK\x1fROLLOUT\x1fATTEMPT" cut at 511 bytes (as snprintf into 512 bytes cut it),
+     * with appenders: it is built for every call */
+    char key[512], full[1100], *o = full;
+    size_t tl = strnlen(task, 511), rl = strnlen(rollout, 511);
+    o = al_put_mem(o, task, tl);
+    *o++ = '\x1f';
+    o = al_put_mem(o, rollout, rl);
+    *o++ = '\x1f';
+    if (attempt < 0) *o++ = '-';
+    o = al_put_u64(o, attempt < 0 ? 0 - (uint64_t)attempt : (uint64_t)attempt);
+    size_t klen = (size_t)(o - full) < sizeof key ? (size_t)(o - full) : sizeof key - 1;
+    memcpy(key, full, klen);
     int created;
     al_map_entry *me = al_map_upsertn(&px->rtab, key, klen, &created);
     if (!me) return NULL;

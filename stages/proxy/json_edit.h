@@ -17,6 +17,14 @@ typedef struct al_json_strip {
     const char *const *top_null;      /* members of the top-level object whose value becomes null */
     const char *const *choice_remove; /* members of each object in top-level "choices" */
     const char *const *choice_null;   /* members of each choice whose value becomes null */
+    /* Optional, read off in the same pass (slices into the input, valid when the call
+     * succeeds): top_found[i] is the value of top-level member top_find[i] (NULL-terminated;
+     * names compared with escapes decoded, the last of duplicates, as al_json_members does),
+     * {NULL, 0} when absent; *first_choice the first element of the last top-level "choices"
+     * array when it is an object, else {NULL, 0}. */
+    const char *const *top_find;
+    al_slice *top_found;
+    al_slice *first_choice;
 } al_json_strip;
 
 /* Writes the edited text to out (capacity outcap >= len suffices: edits never grow the
@@ -44,6 +52,12 @@ int al_json_member(const char *in, size_t n, const char *key, al_slice *val);
  * not an object). */
 int al_json_members(const char *in, size_t n, const char *const *keys, al_slice *vals,
                     size_t nkeys);
+/* al_json_members for text already validated (by al_json_valid, or by an al_json_strip_apply
+ * over it that succeeded): the members' values are delimited (brackets counted outside
+ * strings) instead of checked again, about three times faster. On text that is not valid
+ * JSON it still reads nothing outside in[0..n), but what it finds is unspecified. */
+int al_json_members_valid(const char *in, size_t n, const char *const *keys, al_slice *vals,
+                          size_t nkeys);
 int al_json_element(const char *in, size_t n, size_t i, al_slice *val);
 
 /* Walks the elements of the array in[0..n) in one pass:
@@ -53,8 +67,17 @@ int al_json_element(const char *in, size_t n, size_t i, al_slice *val);
 typedef struct al_json_iter {
     const char *s, *e;
     int first;
+    int trusted; /* set by al_json_iter_init_valid */
 } al_json_iter;
 int al_json_iter_init(al_json_iter *it, const char *in, size_t n);
+/* An iterator over an array in validated text: its elements (and the members
+ * al_json_iter_next_members reads) are delimited as al_json_members_valid does. */
+int al_json_iter_init_valid(al_json_iter *it, const char *in, size_t n);
 int al_json_iter_next(al_json_iter *it, al_slice *val);
+/* The next element read as al_json_members reads an object, in the same pass that finds its
+ * end: 1 when it is an object (vals filled), 2 when it is another value (vals all {NULL, 0}),
+ * 0 at the end, -1 on bad input; *val is the whole element. */
+int al_json_iter_next_members(al_json_iter *it, const char *const *keys, al_slice *vals,
+                              size_t nkeys, al_slice *val);
 
 #endif

@@ -417,11 +417,20 @@ void px_spool_flush_cb(evutil_socket_t fd, short what, void *arg); /* spans, the
  * request needs px_rewrite_request. Both record in k what the agent itself asked for. */
 char *px_rewrite_fast(call *k, const char *in, size_t n, size_t *outlen);
 char *px_rewrite_request(call *k, json_t *req);
-/* Reads token ids, logprobs, finish reason and usage off a whole validated answer. */
-void px_capture_fast(call *k, const char *body, size_t n);
+/* What the strip pass over a whole answer found for capture (slices into the answer): the
+ * top-level prompt_token_ids, usage and choices, and the first choice. */
+typedef struct px_answer_parts {
+    al_slice top[3];
+    al_slice c0;
+} px_answer_parts;
+/* Reads token ids, logprobs, finish reason and usage off a whole answer. parts: what
+ * px_strip_for_agent found in the same text, which it validated as JSON (values are then
+ * delimited without being checked again); NULL: the text is read and checked here. */
+void px_capture_fast(call *k, const char *body, size_t n, const px_answer_parts *parts);
 /* The agent's copy of an answer (chunk: a stream chunk) in px->strip; its length, or -1
- * when in is not one JSON object. */
-long px_strip_for_agent(call *k, const char *in, size_t len, int chunk);
+ * when in is not one JSON object. parts (NULL: not wanted): what capture reads, found in
+ * the same pass. */
+long px_strip_for_agent(call *k, const char *in, size_t len, int chunk, px_answer_parts *parts);
 /* Handles the complete SSE events waiting in k->body (final: all of it). */
 void px_stream_process(call *k, int final);
 /* Builds the span of a finished call and spools it. */

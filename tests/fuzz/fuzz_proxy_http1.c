@@ -69,6 +69,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     json_decref(tree);
+    /* the lookups for validated text (capture after the strip pass): on valid JSON they find
+     * exactly what the checking ones find; on anything else they stay inside the input */
+    {
+        static const char *const names[] = {"stream", "model", "choices", "a"};
+        al_slice fast[4], slow[4];
+        int fr = al_json_members_valid(in, n, names, fast, 4);
+        for (int i = 0; i < 4 && fr > 0; i++)
+            if (fast[i].p && (fast[i].p < in || fast[i].p + fast[i].n > in + n)) abort();
+        if (al_json_valid(in, n)) {
+            int sr = al_json_members(in, n, names, slow, 4);
+            if (fr != sr) abort();
+            for (int i = 0; i < 4 && sr > 0; i++)
+                if (fast[i].p != slow[i].p || fast[i].n != slow[i].n) abort();
+            al_json_iter a, b;
+            al_slice ea, eb;
+            if (sr > 0 && slow[2].p && al_json_iter_init(&a, slow[2].p, slow[2].n) == 0 &&
+                al_json_iter_init_valid(&b, slow[2].p, slow[2].n) == 0) {
+                int ra, rb;
+                do {
+                    ra = al_json_iter_next_members(&a, names, slow, 4, &ea);
+                    rb = al_json_iter_next_members(&b, names, fast, 4, &eb);
+                    if (ra != rb || (ra > 0 && (ea.p != eb.p || ea.n != eb.n))) abort();
+                } while (ra > 0);
+            }
+        }
+    }
     /* the tree-less lookups the hot path uses: bounded to the input, consistent with the
      * validator */
     if (al_json_valid(in, n)) {
