@@ -185,7 +185,8 @@ TEST(up_two_replicas_driven_by_sync_survive_a_kill)
                     "--listen-serve", "127.0.0.1:0", "--listen-proxy", "127.0.0.1:0",
                     "--serve-replicas", "2", "--weight-sync", "vllm",
                     "--steps", steps, "--group-size", "4", "--step-groups", "2",
-                    "--max-tokens", "8", "--warm-start", "", "--stop-timeout", "15", NULL};
+                    "--max-tokens", "8", "--warm-start", "", "--stop-timeout", "15",
+                    "--rollouts-args", "--eval-tasks 4", NULL};
     /* clang-format on */
     pid_t up = up_start(argv, out, err);
     REQUIRE(up_wait_for_text(out, "up    | sync ", 120, up));

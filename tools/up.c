@@ -6,16 +6,18 @@
  * child's name (its stdout on our stdout, its stderr on our stderr).
  *
  * Lifetime: SIGINT/SIGTERM stop every child, downstream of the agent first (agent, proxy,
- * credit, batch, train, serve, broker), each with SIGTERM then SIGKILL after --stop-timeout.
+ * credit, batch, train, sync, serve, broker), each with SIGTERM then SIGKILL after
+ * --stop-timeout.
  * A child that exits on its own is a failure (named on stderr; the rest are stopped; exit 1),
  * except train reaching --steps N and the agent finishing with status 0: both end the run
  * with exit 0, and, with --weight-sync, a serve replica or sync: those are started again.
+ * Each child runs in its own process group (so that a terminal's Ctrl-C reaches the
+ * supervisor alone and the stop order holds) and gets SIGTERM if the supervisor dies.
  *
  * --weight-sync vllm|sglang serves the policy as a vLLM or SGLang fleet is served:
  * --serve-replicas N `serve --weight-routes` without --follow-policy, `arclight sync` bringing
  * them to each new version over that back end's routes, the proxy in front of all of them
- * with that upstream kind and the versions sync records (docs/SERVING.md). Each child runs in its own process group (so that a terminal's Ctrl-C reaches
- * the supervisor alone and the stop order holds) and gets SIGTERM if the supervisor dies.
+ * with that upstream kind and the versions sync records (docs/SERVING.md).
  *
  * This file is the command: its flags (up_config), what it starts in which order, and what a
  * child's ending means. Running the children is tools/up_children.c.
@@ -654,8 +656,8 @@ static int up_start_replicas(up_run *r)
         up_keep *kp = &r->keep[r->nkeep];
         char name[32];
         snprintf(name, sizeof name, "serve-%d", i);
-        snprintf(r->rep_listen[i], sizeof r->rep_listen[i], strchr(host, ':') ? "[%s]:%d" : "%s:%d",
-                 host, port ? port + i : 0);
+        snprintf(r->rep_listen[i], sizeof r->rep_listen[i],
+                 strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port ? port + i : 0);
         up_argv_set(&kp->args, "serve", "--model", r->serve_model, "--tokenizer",
                     cfg->tokenizer_dir, "--listen", r->rep_listen[i], "--served-model-name",
                     r->name, "--policy-version", r->serve_version, "--weight-routes",
@@ -667,8 +669,9 @@ static int up_start_replicas(up_run *r)
         const char *addr = kp->k->first_line, *sep = strstr(addr, "://");
         snprintf(r->rep_url[i], sizeof r->rep_url[i], "%s%s", sep ? "" : "http://", addr);
         /* a restart binds the port the first start got (the proxy and sync know it) */
-        snprintf(r->rep_listen[i], sizeof r->rep_listen[i], "%.*s", (int)strcspn(sep ? sep + 3 : addr, "/"),
-                 sep ? sep + 3 : addr);
+        const char *hostport = sep ? sep + 3 : addr;
+        snprintf(r->rep_listen[i], sizeof r->rep_listen[i], "%.*s", (int)strcspn(hostport, "/"),
+                 hostport);
         snprintf(r->sync_spec[i], sizeof r->sync_spec[i], "%s=%s", cfg->weight_sync,
                  r->rep_url[i]);
     }
@@ -923,7 +926,8 @@ static void up_stop(up_run *r, int done_ok)
     up_stop_all(st, (int)r->cfg->stop_timeout);
     for (int i = 0; i < st->nkids; i++) {
         up_child *k = &st->kids[i];
-        if (!done_ok || !strcmp(k->name, "model")) continue;
+        const up_keep *kp = up_keep_of(r, k);
+        if (!done_ok || !strcmp(k->name, "model") || (kp && kp->restart_us)) continue;
         int clean = (WIFEXITED(k->status) &&
                      (WEXITSTATUS(k->status) == 0 || WEXITSTATUS(k->status) == 130 ||
                       WEXITSTATUS(k->status) == 143)) ||
