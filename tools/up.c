@@ -50,8 +50,8 @@
 #define UP_WARM_MIN_STEPS 160 /* the fewest warm-start updates by default */
 #define UP_WARM_MAX_STEPS 500 /* and the most: a few minutes on 2 cores */
 #define UP_MAX_REPLICAS 8     /* --serve-replicas */
-#define UP_RESTART_DELAY_MS 1500 /* a dead replica or sync starts again after this: the
-                                  * proxy's health checks (every 500 ms) see it down first */
+#define UP_RESTART_DELAY_MS 2500 /* a dead replica or sync starts again after this: the
+                                  * proxy's health checks (every 1000 ms) see it down first */
 #define UP_MAX_RESTARTS 10       /* restarts of one child in a run before up gives up */
 
 static const char *const up_sync_kinds[] = {"vllm", "sglang", NULL};
@@ -705,7 +705,7 @@ static int up_start_proxy(up_run *r)
         for (int i = 0; i < (int)cfg->serve_replicas; i++)
             up_argv_set(a, "+", "--upstream", r->rep_url[i], (char *)NULL);
         up_argv_set(a, "+", "--upstream-kind", cfg->weight_sync, "--sync-topic", "arclight.sync",
-                    "--policy-model", r->name, "--health-interval-ms", "500", (char *)NULL);
+                    "--policy-model", r->name, "--health-interval-ms", "1000", (char *)NULL);
     }
     up_argv_set(a, "+", "--spool-dir", r->spool_dir, "--drain-timeout", "5", "--no-access-log",
                 (char *)NULL);
@@ -790,6 +790,9 @@ static int up_start_stages(up_run *r)
                      : (cfg->warm_start && *cfg->warm_start) ? "0.05"
                                                              : NULL;
     if (kl && strtod(kl, NULL) > 0) up_argv_set(args, "+", "--kl-beta", kl, (char *)NULL);
+    /* the versions' directories must load in vLLM and SGLang: with their tokenizer files */
+    if (cfg->weight_sync)
+        up_argv_set(args, "+", "--tokenizer", cfg->tokenizer_dir, (char *)NULL);
     /* the controller stops the run once version N is evaluated: train goes on until then */
     if (cfg->steps && !cfg->controlled)
         up_argv_set(args, "+", "--steps", r->steps_s, (char *)NULL);
