@@ -133,10 +133,6 @@ void up_pump(up_state *st, int timeout_ms)
     up_reap(st);
 }
 
-/* Starts a child: argv[0] NULL means the arclight binary itself with argv[1..] as its
- * arguments; otherwise argv is run as given (execvp). env_extra: NULL-terminated
- * "NAME=value" strings added to the child's environment. Returns the child or NULL with
- * the reason logged. */
 /* Forks and execs the child into slot k (filled on success). 0 or -1 (logged). */
 static int up_spawn_into(up_state *st, up_child *k, const char *name, char **argv,
                          char **env_extra)
@@ -199,6 +195,10 @@ static int up_spawn_into(up_state *st, up_child *k, const char *name, char **arg
     return 0;
 }
 
+/* Starts a child: argv[0] NULL means the arclight binary itself with argv[1..] as its
+ * arguments; otherwise argv is run as given (execvp). env_extra: NULL-terminated
+ * "NAME=value" strings added to the child's environment. Returns the child or NULL with
+ * the reason logged. */
 up_child *up_spawn(up_state *st, const char *name, char **argv, char **env_extra)
 {
     if (st->nkids == UP_MAX_CHILDREN) {
@@ -211,6 +211,8 @@ up_child *up_spawn(up_state *st, const char *name, char **argv, char **env_extra
     return k;
 }
 
+/* Starts a reaped child again in its slot, after printing what its pipes still held. 0 or -1
+ * (logged). */
 int up_respawn(up_state *st, up_child *k, char **argv, char **env_extra)
 {
     if (k->running) return -1;
