@@ -22,3 +22,8 @@ add_dependencies(t1305_up_tensorboard arclight)
 arclight_test(t1304_up_final_reward_learns SOURCES tests/t1304_up_final_reward_learns.c
   LIBS PkgConfig::JANSSON TIMEOUT 1500)
 add_dependencies(t1304_up_final_reward_learns arclight)
+# Two `arclight serve --weight-routes` replicas driven by `arclight sync` (up --weight-sync
+# vllm), one killed mid-run: versions reach both, spans carry them, no rollout is lost.
+arclight_test(t1306_up_fleet SOURCES tests/t1306_up_fleet.c
+  LIBS arclight_avro arclight_core PkgConfig::RDKAFKA PkgConfig::JANSSON TIMEOUT 300)
+add_dependencies(t1306_up_fleet arclight)

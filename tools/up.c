@@ -6,11 +6,18 @@
  * child's name (its stdout on our stdout, its stderr on our stderr).
  *
  * Lifetime: SIGINT/SIGTERM stop every child, downstream of the agent first (agent, proxy,
- * credit, batch, train, serve, broker), each with SIGTERM then SIGKILL after --stop-timeout.
+ * credit, batch, train, sync, serve, broker), each with SIGTERM then SIGKILL after
+ * --stop-timeout.
  * A child that exits on its own is a failure (named on stderr; the rest are stopped; exit 1),
  * except train reaching --steps N and the agent finishing with status 0: both end the run
- * with exit 0. Each child runs in its own process group (so that a terminal's Ctrl-C reaches
- * the supervisor alone and the stop order holds) and gets SIGTERM if the supervisor dies.
+ * with exit 0, and, with --weight-sync, a serve replica or sync: those are started again.
+ * Each child runs in its own process group (so that a terminal's Ctrl-C reaches the
+ * supervisor alone and the stop order holds) and gets SIGTERM if the supervisor dies.
+ *
+ * --weight-sync vllm|sglang serves the policy as a vLLM or SGLang fleet is served:
+ * --serve-replicas N `serve --weight-routes` without --follow-policy, `arclight sync` bringing
+ * them to each new version over that back end's routes, the proxy in front of all of them
+ * with that upstream kind and the versions sync records (docs/SERVING.md).
  *
  * This file is the command: its flags (up_config), what it starts in which order, and what a
  * child's ending means. Running the children is tools/up_children.c.
@@ -42,6 +49,12 @@
 #define UP_WARM_BATCH 16      /* conversations per warm-start update (model sft --batch) */
 #define UP_WARM_MIN_STEPS 160 /* the fewest warm-start updates by default */
 #define UP_WARM_MAX_STEPS 500 /* and the most: a few minutes on 2 cores */
+#define UP_MAX_REPLICAS 8     /* --serve-replicas */
+#define UP_RESTART_DELAY_MS 2500 /* a dead replica or sync starts again after this: the
+                                  * proxy's health checks (every 1000 ms) see it down first */
+#define UP_MAX_RESTARTS 10       /* restarts of one child in a run before up gives up */
+
+static const char *const up_sync_kinds[] = {"vllm", "sglang", NULL};
 
 static int up_mkdirs(const char *path)
 {
@@ -149,6 +162,7 @@ enum {
     UP_STAGE_batch,
     UP_STAGE_train,
     UP_STAGE_rollouts,
+    UP_STAGE_sync,
     UP_NSTAGES
 };
 
@@ -205,6 +219,8 @@ typedef struct up_config {
     const char *stage_args[UP_NSTAGES];
     int64_t seed, steps, group_size, step_groups, max_tokens, stop_timeout;
     int64_t train_replicas; /* data-parallel trainer processes (gloo on the CPU) */
+    int64_t serve_replicas; /* policy servers (more than one: --weight-sync) */
+    const char *weight_sync; /* vllm or sglang: replicas driven by `arclight sync`; NULL */
     /* resolved */
     char src[PATH_MAX];
     char model_dir[2 * PATH_MAX], tokenizer_dir[2 * PATH_MAX], config_path[2 * PATH_MAX];
@@ -230,6 +246,7 @@ static void up_config_init(up_config *c)
     c->max_tokens = 12;
     c->stop_timeout = 20;
     c->train_replicas = 1;
+    c->serve_replicas = 1;
 }
 
 #define UP_STAGE_ARGS_HELP(stage) "more flags for " stage " (see below)"
@@ -302,6 +319,17 @@ static int up_config_parse(up_config *cfg, int argc, char **argv)
         {"train-replicas", 0, AL_FLAG_I64, &cfg->train_replicas, .lo = 1, .hi = 16, .arg = "N",
          .help = "trainer processes as one data-parallel group (default 1; on the\n"
                  "CPU over gloo: rank 0 checkpoints and publishes, docs/GPU.md)"},
+        {"serve-replicas", 0, AL_FLAG_I64, &cfg->serve_replicas, .lo = 1, .hi = UP_MAX_REPLICAS,
+         .arg = "N",
+         .help = "policy servers behind the proxy (default 1; more need\n"
+                 "--weight-sync); each on the next port after --listen-serve's"},
+        {"weight-sync", 0, AL_FLAG_STRING, &cfg->weight_sync, .arg = "KIND",
+         .choices = up_sync_kinds,
+         .help = "vllm or sglang: serve with --weight-routes, not\n"
+                 "--follow-policy; `arclight sync` brings each replica to each\n"
+                 "new version over that back end's routes, the proxy (that\n"
+                 "--upstream-kind) tags spans with the versions sync recorded;\n"
+                 "a replica or sync that dies is restarted (docs/SERVING.md)"},
         {"lr", 0, AL_FLAG_FUNC, &cfg->lr, .arg = "LR",
          .help = "trainer learning rate (default 2e-3, for the tiny model)",
          .parse = up_parse_lr},
@@ -321,13 +349,16 @@ static int up_config_parse(up_config *cfg, int argc, char **argv)
          .help = UP_STAGE_ARGS_HELP("train")},
         {"rollouts-args", 0, AL_FLAG_STRING, &cfg->stage_args[UP_STAGE_rollouts],
          .arg = "'FLAGS'", .help = UP_STAGE_ARGS_HELP("rollouts")},
+        {"sync-args", 0, AL_FLAG_STRING, &cfg->stage_args[UP_STAGE_sync], .arg = "'FLAGS'",
+         .help = UP_STAGE_ARGS_HELP("sync (with --weight-sync)")},
     };
     const al_cmd_spec spec = {
         "up", "[options]",
         "Runs the whole loop on this machine: an embedded broker, serve (the policy), proxy,\n"
         "credit, batch and train, then the agent with OPENAI_BASE_URL=http://PROXY/v1. Each\n"
         "child's output lines carry its name. Ctrl-C (SIGINT/SIGTERM) stops everything; if a\n"
-        "child dies, up names it, stops the rest and exits 1.\n",
+        "child dies, up names it, stops the rest and exits 1 (with --weight-sync a serve\n"
+        "replica or sync is started again instead).\n",
         flags, AL_ARRAY_LEN(flags), .common = 1,
         .epilog = "--STAGE-args 'FLAGS': more flags for that stage (whitespace-separated; they\n"
                   "come after up's own, so they override them), e.g.\n"
@@ -351,6 +382,12 @@ static int up_config_parse(up_config *cfg, int argc, char **argv)
     if (first < argc) return al_cli_usage_error("up", "unexpected argument '%s'", argv[first]);
     if (cfg->model_arg && cfg->model_config)
         return al_cli_usage_error("up", "give --model or --model-config, not both");
+    if (cfg->serve_replicas > 1 && !cfg->weight_sync)
+        return al_cli_usage_error("up", "--serve-replicas %ld: several replicas need "
+                                        "--weight-sync vllm|sglang (arclight sync)",
+                                  (long)cfg->serve_replicas);
+    if (cfg->stage_args[UP_STAGE_sync] && !cfg->weight_sync)
+        return al_cli_usage_error("up", "--sync-args: no sync runs without --weight-sync");
     return -1;
 }
 
@@ -431,6 +468,15 @@ static int up_config_resolve(up_config *cfg)
     return -1;
 }
 
+/* A child up starts again when it dies (--weight-sync's replicas and sync): its command line
+ * (built in place: v points into the struct) and its pending restart. */
+typedef struct up_keep {
+    up_child *k;
+    up_argv args;
+    int64_t restart_us; /* al_mono_us() of the pending restart; 0: none */
+    int restarts;
+} up_keep;
+
 /* One run of the loop: the children and what the steps learn on the way. */
 typedef struct up_run {
     const up_config *cfg;
@@ -442,6 +488,13 @@ typedef struct up_run {
     char tb_dir[PATH_MAX + 16]; /* '' : no events */
     char tb_train[PATH_MAX + 32], tb_rollouts[PATH_MAX + 32];
     up_argv args;
+    /* what serve (each replica) starts from; a restarted replica too */
+    char serve_model[2 * PATH_MAX + 128], serve_version[32];
+    /* --weight-sync: the replicas' addresses (fixed after the first start) and sync's specs */
+    char rep_listen[UP_MAX_REPLICAS][300], rep_url[UP_MAX_REPLICAS][300];
+    char sync_spec[UP_MAX_REPLICAS][320];
+    up_keep keep[UP_MAX_REPLICAS + 1];
+    int nkeep;
 } up_run;
 
 /* 1. The broker (unless --bootstrap names a cluster): its bootstrap address. 0 or -1. */
@@ -574,6 +627,97 @@ static int up_start_trainers(up_run *r, up_argv *args)
     return up_spawn(r->st, "train", args->v, n > 1 ? env : NULL) ? 0 : -1;
 }
 
+/* 3. serve, following arclight.policy for this model (the default: one server). 0 or -1. */
+static int up_start_serve(up_run *r)
+{
+    const up_config *cfg = r->cfg;
+    up_child *k = UP_START(r, serve, "serve", "--model", r->serve_model, "--tokenizer",
+                           cfg->tokenizer_dir, "--listen", cfg->listen_serve,
+                           "--served-model-name", r->name, "--policy-version", r->serve_version,
+                           "--follow-policy", "--threads", "1");
+    if (!k || up_wait_first_line(r->st, k, 120) < 0) return -1;
+    const char *addr = k->first_line;
+    snprintf(r->serve_url, sizeof r->serve_url, "%s%s", strstr(addr, "://") ? "" : "http://",
+             addr);
+    return 0;
+}
+
+/* 3 with --weight-sync: --serve-replicas servers with the weight routes and no follower, on
+ * consecutive ports from --listen-serve's (each on any free port for port 0), then
+ * `arclight sync` bringing them to each new version over --weight-sync's routes. Each is an
+ * up_keep: started again at the same address when it dies. 0 or -1. */
+static int up_start_replicas(up_run *r)
+{
+    const up_config *cfg = r->cfg;
+    char host[256];
+    int port = 0;
+    al_cli_parse_hostport(cfg->listen_serve, host, sizeof host, &port);
+    for (int i = 0; i < (int)cfg->serve_replicas; i++) {
+        up_keep *kp = &r->keep[r->nkeep];
+        char name[32];
+        snprintf(name, sizeof name, "serve-%d", i);
+        snprintf(r->rep_listen[i], sizeof r->rep_listen[i],
+                 strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port ? port + i : 0);
+        up_argv_set(&kp->args, "serve", "--model", r->serve_model, "--tokenizer",
+                    cfg->tokenizer_dir, "--listen", r->rep_listen[i], "--served-model-name",
+                    r->name, "--policy-version", r->serve_version, "--weight-routes",
+                    "--threads", "1", (char *)NULL);
+        up_argv_common(&kp->args, r->bootstrap, &cfg->common, cfg->stage_args[UP_STAGE_serve]);
+        kp->k = up_spawn(r->st, name, kp->args.v, NULL);
+        if (!kp->k || up_wait_first_line(r->st, kp->k, 120) < 0) return -1;
+        r->nkeep++;
+        const char *addr = kp->k->first_line, *sep = strstr(addr, "://");
+        snprintf(r->rep_url[i], sizeof r->rep_url[i], "%s%s", sep ? "" : "http://", addr);
+        /* a restart binds the port the first start got (the proxy and sync know it) */
+        const char *hostport = sep ? sep + 3 : addr;
+        snprintf(r->rep_listen[i], sizeof r->rep_listen[i], "%.*s", (int)strcspn(hostport, "/"),
+                 hostport);
+        snprintf(r->sync_spec[i], sizeof r->sync_spec[i], "%s=%s", cfg->weight_sync,
+                 r->rep_url[i]);
+    }
+    snprintf(r->serve_url, sizeof r->serve_url, "%s", r->rep_url[0]);
+    /* sync: every second it asks the replicas it believes current which version they serve,
+     * so that a restarted one (back on serve_model) is caught up within about a second */
+    up_keep *kp = &r->keep[r->nkeep];
+    up_argv_set(&kp->args, "sync", "--model-name", r->name, "--check-every", "1",
+                "--retry-min-ms", "200", "--retry-max-ms", "2000", (char *)NULL);
+    for (int i = 0; i < (int)cfg->serve_replicas; i++)
+        up_argv_set(&kp->args, "+", "--replica", r->sync_spec[i], (char *)NULL);
+    up_argv_common(&kp->args, r->bootstrap, &cfg->common, cfg->stage_args[UP_STAGE_sync]);
+    kp->k = up_spawn(r->st, "sync", kp->args.v, NULL);
+    if (!kp->k) return -1;
+    r->nkeep++;
+    return 0;
+}
+
+/* 4. The proxy in front of serve, or of the replicas (--weight-sync: that upstream kind, the
+ * versions from sync's records, health checks that take a dead replica out of the rotation
+ * at once). 0 or -1. */
+static int up_start_proxy(up_run *r)
+{
+    const up_config *cfg = r->cfg;
+    up_argv *a = &r->args;
+    up_argv_set(a, "proxy", "--listen", cfg->listen_proxy, (char *)NULL);
+    if (!cfg->weight_sync) {
+        up_argv_set(a, "+", "--upstream", r->serve_url, "--upstream-kind", "arclight",
+                    (char *)NULL);
+    } else {
+        for (int i = 0; i < (int)cfg->serve_replicas; i++)
+            up_argv_set(a, "+", "--upstream", r->rep_url[i], (char *)NULL);
+        up_argv_set(a, "+", "--upstream-kind", cfg->weight_sync, "--sync-topic", "arclight.sync",
+                    "--policy-model", r->name, "--health-interval-ms", "1000", (char *)NULL);
+    }
+    up_argv_set(a, "+", "--spool-dir", r->spool_dir, "--drain-timeout", "5", "--no-access-log",
+                (char *)NULL);
+    up_argv_common(a, r->bootstrap, &cfg->common, cfg->stage_args[UP_STAGE_proxy]);
+    up_child *k = up_spawn(r->st, "proxy", a->v, NULL);
+    if (!k || up_wait_first_line(r->st, k, 60) < 0) return -1;
+    const char *addr = k->first_line;
+    snprintf(r->proxy_url, sizeof r->proxy_url, "%s%s", strstr(addr, "://") ? "" : "http://",
+             addr);
+    return 0;
+}
+
 /* 3-5. serve, proxy in front of it, credit, batch and train. 0 or -1. */
 static int up_start_stages(up_run *r)
 {
@@ -605,31 +749,14 @@ static int up_start_stages(up_run *r)
                     resume_version);
         resume_version = -1;
     }
-    char serve_model[sizeof init_model + 64];
     if (resume_version >= 0)
-        snprintf(serve_model, sizeof serve_model, "%s/step-%ld", r->ckpt_dir, resume_version);
+        snprintf(r->serve_model, sizeof r->serve_model, "%s/step-%ld", r->ckpt_dir,
+                 resume_version);
     else
-        snprintf(serve_model, sizeof serve_model, "%s", init_model);
-    {
-        up_child *k = UP_START(r, serve, "serve", "--model", serve_model, "--tokenizer",
-                               cfg->tokenizer_dir, "--listen", cfg->listen_serve,
-                               "--served-model-name", r->name, "--policy-version", serve_version,
-                               "--follow-policy", "--threads", "1");
-        if (!k || up_wait_first_line(r->st, k, 120) < 0) return -1;
-        const char *addr = k->first_line;
-        snprintf(r->serve_url, sizeof r->serve_url, "%s%s", strstr(addr, "://") ? "" : "http://",
-                 addr);
-    }
-    /* 4. proxy in front of it. */
-    {
-        up_child *k = UP_START(r, proxy, "proxy", "--listen", cfg->listen_proxy, "--upstream",
-                               r->serve_url, "--upstream-kind", "arclight", "--spool-dir",
-                               r->spool_dir, "--drain-timeout", "5", "--no-access-log");
-        if (!k || up_wait_first_line(r->st, k, 60) < 0) return -1;
-        const char *addr = k->first_line;
-        snprintf(r->proxy_url, sizeof r->proxy_url, "%s%s", strstr(addr, "://") ? "" : "http://",
-                 addr);
-    }
+        snprintf(r->serve_model, sizeof r->serve_model, "%s", init_model);
+    snprintf(r->serve_version, sizeof r->serve_version, "%s", serve_version);
+    if ((cfg->weight_sync ? up_start_replicas(r) : up_start_serve(r)) < 0) return -1;
+    if (up_start_proxy(r) < 0) return -1;
     /* 5. credit, batch, train. */
     /* Step credit (gamma 1, step weight 1): each call's return is the rewards from it to
      * the end, normalised over the group at its call position (discounted credit: with a
@@ -663,6 +790,9 @@ static int up_start_stages(up_run *r)
                      : (cfg->warm_start && *cfg->warm_start) ? "0.05"
                                                              : NULL;
     if (kl && strtod(kl, NULL) > 0) up_argv_set(args, "+", "--kl-beta", kl, (char *)NULL);
+    /* the versions' directories must load in vLLM and SGLang: with their tokenizer files */
+    if (cfg->weight_sync)
+        up_argv_set(args, "+", "--tokenizer", cfg->tokenizer_dir, (char *)NULL);
     /* the controller stops the run once version N is evaluated: train goes on until then */
     if (cfg->steps && !cfg->controlled)
         up_argv_set(args, "+", "--steps", r->steps_s, (char *)NULL);
@@ -705,8 +835,52 @@ static int up_start_agent(up_run *r)
     return 0;
 }
 
-/* 7. Supervise: until a signal, or until a child ends. The exit code: 0 for a stop, train
- * reaching --steps or the controller or agent finishing with 0; 1 for any other ending. */
+/* The up_keep of child k (a restartable one), or NULL. */
+static up_keep *up_keep_of(up_run *r, const up_child *k)
+{
+    for (int i = 0; i < r->nkeep; i++)
+        if (r->keep[i].k == k) return &r->keep[i];
+    return NULL;
+}
+
+/* Child k ended on its own: when it is an up_keep, its restart is due in UP_RESTART_DELAY_MS.
+ * 0 when a restart is scheduled (or already was); -1 when k is not restartable or ended too
+ * often (said why). */
+static int up_keep_schedule(up_run *r, up_child *k)
+{
+    up_keep *kp = up_keep_of(r, k);
+    if (!kp) return -1;
+    if (kp->restart_us) return 0;
+    char why[96];
+    up_describe(k, why, sizeof why);
+    if (kp->restarts >= UP_MAX_RESTARTS) {
+        al_log_error(COMP, "%s (pid %d) %s, restarted %d times already; stopping the rest",
+                     k->name, (int)k->pid, why, kp->restarts);
+        return -1;
+    }
+    al_log_warn(COMP, "%s (pid %d) %s; starting it again in %d ms", k->name, (int)k->pid, why,
+                UP_RESTART_DELAY_MS);
+    kp->restart_us = al_mono_us() + UP_RESTART_DELAY_MS * 1000LL;
+    return 0;
+}
+
+/* Starts again the up_keeps whose restart is due. 0, or -1 when one could not be started. */
+static int up_keep_restart_due(up_run *r)
+{
+    int64_t now = al_mono_us();
+    for (int i = 0; i < r->nkeep; i++) {
+        up_keep *kp = &r->keep[i];
+        if (!kp->restart_us || now < kp->restart_us) continue;
+        kp->restart_us = 0;
+        kp->restarts++;
+        if (up_respawn(r->st, kp->k, kp->args.v, NULL) < 0) return -1;
+    }
+    return 0;
+}
+
+/* 7. Supervise: until a signal, or until a child ends. A replica or sync of --weight-sync is
+ * started again instead (up_keep). The exit code: 0 for a stop, train reaching --steps or the
+ * controller or agent finishing with 0; 1 for any other ending. */
 static int up_supervise(up_run *r)
 {
     up_state *st = r->st;
@@ -717,10 +891,18 @@ static int up_supervise(up_run *r)
             al_log_info(COMP, "%s: stopping", strsignal(st->stop_signal));
             return AL_EXIT_OK;
         }
+        if (up_keep_restart_due(r) < 0) return AL_EXIT_FAILURE;
         up_child *gone = NULL;
-        for (int i = 0; i < st->nkids && !gone; i++)
-            if (!st->kids[i].running && strcmp(st->kids[i].name, "model") != 0) gone = &st->kids[i];
+        for (int i = 0; i < st->nkids && !gone; i++) {
+            up_child *k = &st->kids[i];
+            up_keep *kp = up_keep_of(r, k);
+            if (!k->running && strcmp(k->name, "model") != 0 && !(kp && kp->restart_us)) gone = k;
+        }
         if (!gone) continue;
+        if (!strcmp(gone->name, "sync") || !strncmp(gone->name, "serve-", 6)) {
+            if (up_keep_schedule(r, gone) == 0) continue;
+            return AL_EXIT_FAILURE;
+        }
         int exit0 = WIFEXITED(gone->status) && WEXITSTATUS(gone->status) == 0;
         if (exit0 && r->cfg->steps && !strcmp(gone->name, "train")) {
             al_log_info(COMP, "policy version %ld published: done", r->cfg->steps);
@@ -747,7 +929,8 @@ static void up_stop(up_run *r, int done_ok)
     up_stop_all(st, (int)r->cfg->stop_timeout);
     for (int i = 0; i < st->nkids; i++) {
         up_child *k = &st->kids[i];
-        if (!done_ok || !strcmp(k->name, "model")) continue;
+        const up_keep *kp = up_keep_of(r, k);
+        if (!done_ok || !strcmp(k->name, "model") || (kp && kp->restart_us)) continue;
         int clean = (WIFEXITED(k->status) &&
                      (WEXITSTATUS(k->status) == 0 || WEXITSTATUS(k->status) == 130 ||
                       WEXITSTATUS(k->status) == 143)) ||
@@ -808,6 +991,11 @@ int cmd_up(int argc, char **argv)
                 "up    | train      checkpoints in %s\n",
                 r->bootstrap, cfg->bootstrap_given ? "" : "  (embedded)", r->serve_url, r->name,
                 r->model_dir, r->proxy_url, r->proxy_url, r->ckpt_dir);
+        for (int i = 1; i < (int)cfg->serve_replicas; i++)
+            fprintf(stdout, "up    | serve      %s  (replica %d)\n", r->rep_url[i], i);
+        if (cfg->weight_sync)
+            fprintf(stdout, "up    | sync       %s weight routes, recorded on arclight.sync\n",
+                    cfg->weight_sync);
         if (*r->tb_dir) fprintf(stdout, "up    | curves     tensorboard --logdir %s\n", r->tb_dir);
         fflush(stdout);
         if (up_start_agent(r) == 0) {

@@ -133,22 +133,19 @@ void up_pump(up_state *st, int timeout_ms)
     up_reap(st);
 }
 
-/* Starts a child: argv[0] NULL means the arclight binary itself with argv[1..] as its
- * arguments; otherwise argv is run as given (execvp). env_extra: NULL-terminated
- * "NAME=value" strings added to the child's environment. Returns the child or NULL with
- * the reason logged. */
-up_child *up_spawn(up_state *st, const char *name, char **argv, char **env_extra)
+/* Forks and execs the child into slot k (filled on success). 0 or -1 (logged). */
+static int up_spawn_into(up_state *st, up_child *k, const char *name, char **argv,
+                         char **env_extra)
 {
-    if (st->nkids == UP_MAX_CHILDREN) return NULL;
     int po[2], pe[2];
     if (pipe2(po, O_CLOEXEC) < 0) {
         al_log_error(COMP, "%s: pipe: %s", name, strerror(errno));
-        return NULL;
+        return -1;
     }
     if (pipe2(pe, O_CLOEXEC) < 0) {
         al_log_error(COMP, "%s: pipe: %s", name, strerror(errno));
         close(po[0]), close(po[1]);
-        return NULL;
+        return -1;
     }
     pid_t parent = getpid();
     fflush(stdout);
@@ -157,7 +154,7 @@ up_child *up_spawn(up_state *st, const char *name, char **argv, char **env_extra
     if (pid < 0) {
         al_log_error(COMP, "%s: fork: %s", name, strerror(errno));
         close(po[0]), close(po[1]), close(pe[0]), close(pe[1]);
-        return NULL;
+        return -1;
     }
     if (pid == 0) {
         setpgid(0, 0);
@@ -186,15 +183,44 @@ up_child *up_spawn(up_state *st, const char *name, char **argv, char **env_extra
     close(pe[1]);
     fcntl(po[0], F_SETFL, O_NONBLOCK);
     fcntl(pe[0], F_SETFL, O_NONBLOCK);
-    up_child *k = &st->kids[st->nkids++];
+    char keep[sizeof k->name];
+    snprintf(keep, sizeof keep, "%s", name);
     memset(k, 0, sizeof *k);
-    snprintf(k->name, sizeof k->name, "%s", name);
+    snprintf(k->name, sizeof k->name, "%s", keep);
     k->pid = pid;
     k->running = 1;
     k->out.fd = po[0], k->out.to = stdout;
     k->err.fd = pe[0], k->err.to = stderr;
-    al_log_info(COMP, "started %s (pid %d)", name, (int)pid);
+    al_log_info(COMP, "started %s (pid %d)", keep, (int)pid);
+    return 0;
+}
+
+/* Starts a child: argv[0] NULL means the arclight binary itself with argv[1..] as its
+ * arguments; otherwise argv is run as given (execvp). env_extra: NULL-terminated
+ * "NAME=value" strings added to the child's environment. Returns the child or NULL with
+ * the reason logged. */
+up_child *up_spawn(up_state *st, const char *name, char **argv, char **env_extra)
+{
+    if (st->nkids == UP_MAX_CHILDREN) {
+        al_log_error(COMP, "%s: more than %d children", name, UP_MAX_CHILDREN);
+        return NULL;
+    }
+    up_child *k = &st->kids[st->nkids];
+    if (up_spawn_into(st, k, name, argv, env_extra) < 0) return NULL;
+    st->nkids++;
     return k;
+}
+
+/* Starts a reaped child again in its slot, after printing what its pipes still held. 0 or -1
+ * (logged). */
+int up_respawn(up_state *st, up_child *k, char **argv, char **env_extra)
+{
+    if (k->running) return -1;
+    if (k->out.fd >= 0) up_stream_read(k, &k->out);
+    if (k->err.fd >= 0) up_stream_read(k, &k->err);
+    if (k->out.fd >= 0) close(k->out.fd), k->out.fd = -1;
+    if (k->err.fd >= 0) close(k->err.fd), k->err.fd = -1;
+    return up_spawn_into(st, k, k->name, argv, env_extra);
 }
 
 /* Describes how a reaped child ended ("exited with status 1", "killed by signal 9"). */
@@ -285,10 +311,10 @@ static void up_stop_child(up_state *st, up_child *k, int timeout_s)
 void up_stop_all(up_state *st, int timeout_s)
 {
     static const char *order[] = {"rollouts", "agent", "proxy", "credit", "batch",
-                                  "train",    "serve", "model", "broker"};
+                                  "train",    "sync",  "serve", "model", "broker"};
     for (size_t o = 0; o < sizeof order / sizeof order[0]; o++)
         for (int i = 0; i < st->nkids; i++) {
-            /* "train-1": a trainer replica, stopped with the trainer */
+            /* "train-1", "serve-0": a replica, stopped with its kind */
             size_t len = strlen(order[o]);
             const char *name = st->kids[i].name;
             if (!strncmp(name, order[o], len) && (!name[len] || name[len] == '-'))

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-enum { UP_MAX_CHILDREN = 10, UP_LINE_MAX = 8192 };
+enum { UP_MAX_CHILDREN = 32, UP_LINE_MAX = 8192 };
 
 typedef struct up_stream {
     int fd;   /* -1 once at EOF */
@@ -50,6 +50,10 @@ void up_state_end(up_state *st);
  * "NAME=value" strings added to the child's environment. Returns the child or NULL with
  * the reason logged. */
 up_child *up_spawn(up_state *st, const char *name, char **argv, char **env_extra);
+/* Starts a reaped child again in its own slot (same name), as up_spawn does; what is left of
+ * its output is printed first. 0, or -1 with the reason logged (the slot keeps the old
+ * ending). */
+int up_respawn(up_state *st, up_child *k, char **argv, char **env_extra);
 /* Waits up to timeout_ms for output or a signal, prints child lines, reaps children. */
 void up_pump(up_state *st, int timeout_ms);
 /* Describes how a reaped child ended ("exited with status 1", "killed by signal 9"). */

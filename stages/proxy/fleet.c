@@ -35,6 +35,9 @@ typedef struct fleet_up {
     int nswaps, first;
     int64_t version;   /* the newest swap's version; -1 before any */
     int64_t open_since; /* a swap in progress began then (a record without finished_us); 0 */
+    int64_t lost_us;    /* when it was last seen down (wall clock µs; 0: never): it may have
+                           come back with other weights, so until a swap that began after
+                           this, its version is unknown */
     atomic_int healthy;
     al_counter *c_req, *c_err;
     al_gauge *g_healthy, *g_version, *g_swapping;
@@ -225,6 +228,14 @@ static size_t fleet_discard(char *p, size_t s, size_t n, void *ud)
     return s * n;
 }
 
+/* Notes that upstream u was seen down now (fleet_up.lost_us). */
+static void fleet_mark_lost(struct px_fleet *fl, fleet_up *u)
+{
+    pthread_mutex_lock(&fl->mu);
+    u->lost_us = al_now_us();
+    pthread_mutex_unlock(&fl->mu);
+}
+
 /* The health thread: each upstream's --health-path must answer 2xx within the interval (at
  * most 2 s); the verdict changes the healthy gauge and the routing at once. */
 static void *fleet_health_main(void *arg)
@@ -249,6 +260,7 @@ static void *fleet_health_main(void *arg)
                        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK &&
                        code >= 200 && code < 300;
             fleet_up *u = &fl->ups[i];
+            if (!good) fleet_mark_lost(fl, u);
             if (atomic_exchange(&u->healthy, good) != good)
                 al_log_warn(COMP, "upstream %s is %s", fl->px->up_public[i],
                             good ? "healthy again" : "unhealthy (its health check failed)");
@@ -378,7 +390,7 @@ int64_t px_fleet_version(proxy *px, int up, int64_t start_us, int64_t end_us, in
 {
     struct px_fleet *fl = px->fleet;
     if (!fl || !fl->f_sync || up < 0 || (size_t)up >= fl->n) return said;
-    int64_t v = -1;
+    int64_t v = -1, v_began = 0;
     pthread_mutex_lock(&fl->mu);
     const fleet_up *u = &fl->ups[up];
     int known = u->nswaps > 0 || u->open_since;
@@ -389,8 +401,11 @@ int64_t px_fleet_version(proxy *px, int up, int64_t start_us, int64_t end_us, in
             v = -1; /* the call straddles this swap: either version may have answered */
             break;
         }
-        if (s->finished_us <= start_us) v = s->version;
+        if (s->finished_us <= start_us) v = s->version, v_began = s->started_us;
     }
+    /* the replica was down after that swap and before the call ended: a restarted server
+     * answers with the weights it started on until sync swaps it again */
+    if (v >= 0 && u->lost_us && end_us > u->lost_us && v_began < u->lost_us) v = -1;
     pthread_mutex_unlock(&fl->mu);
     if (!known) return said; /* a replica sync does not manage: its own word */
     if (said >= 0 && v >= 0 && said != v) {
@@ -434,6 +449,7 @@ void px_fleet_count(proxy *px, int up, int ok, int conn_failed)
     fleet_up *u = &fl->ups[up];
     al_counter_inc(u->c_req);
     if (!ok) al_counter_inc(u->c_err);
+    if (conn_failed) fleet_mark_lost(fl, u);
     if (conn_failed && fl->health_started && atomic_exchange(&u->healthy, 0)) {
         al_log_warn(COMP, "upstream %s is unhealthy (a call could not reach it)",
                     px->up_public[up]);
