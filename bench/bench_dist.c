@@ -3,7 +3,8 @@
  * collective against the step. For world W in 1..MAXW, W processes (ranks on loopback) train
  * STEPS steps of a ~2.6M-parameter Qwen2-style model on the same 12 chunks of 128 tokens
  * (one mini-batch: the gradients are all-reduced once a step), then time all-reduces alone
- * of the gradients' size and of 1, 4 and 16 MB. Rank 0 prints, per W: seconds per step,
+ * of the gradients' size (whole, then in buckets of 0.25, 1 and 4 MB) and of 1, 4 and
+ * 16 MB. Rank 0 prints, per W: seconds per step,
  * steps/s and tokens/s, and the ratio to W = 1 in the same run; the all-reduce's time per
  * call and per MB, and its share of the step.
  *
@@ -50,7 +51,7 @@ static al_model *bench_model(void)
 }
 
 typedef struct bench_out {
-    double step_s, reduce_grad_s, reduce_mb_s[3];
+    double step_s, reduce_grad_s, reduce_mb_s[3], bucket_s[3];
     size_t nparams;
 } bench_out;
 
@@ -108,6 +109,16 @@ static int bench_rank(int rank, int world, int port, int steps, bench_out *o)
         for (int i = 0; i < reps; i++) al_dist_allreduce(d, big, mb[k] * 1024 * 1024 / 4);
         o->reduce_mb_s[k] = (now_s() - t0) / reps;
     }
+    /* the gradient in buckets, one collective each (what ARCLIGHT_DIST_BUCKET_MB does) */
+    const size_t bucket_kb[3] = {256, 1024, 4096};
+    for (int k = 0; k < 3; k++) {
+        size_t b = bucket_kb[k] * 1024 / 4;
+        t0 = now_s();
+        for (int i = 0; i < reps; i++)
+            for (size_t at = 0; at < o->nparams; at += b)
+                al_dist_allreduce(d, g + at, o->nparams - at < b ? o->nparams - at : b);
+        o->bucket_s[k] = (now_s() - t0) / reps;
+    }
     free(g), free(big);
     al_trainer_free(tr);
     al_model_free(m);
@@ -161,11 +172,13 @@ int main(int argc, char **argv)
         double gmb = o.nparams * 4.0 / (1024 * 1024);
         printf("world %d: %.3f s/step, %.2f steps/s, %.0f tokens/s (%.2fx one replica); "
                "gradient all-reduce %.1f MB: %.2f ms (%.1f%% of the step, %.2f ms/MB); "
-               "1/4/16 MB: %.2f / %.2f / %.2f ms\n",
+               "1/4/16 MB: %.2f / %.2f / %.2f ms; the gradient in buckets of 0.25/1/4 MB: "
+               "%.2f / %.2f / %.2f ms\n",
                w, o.step_s, 1 / o.step_s, CHUNKS * CT / o.step_s, base_step / o.step_s, gmb,
                o.reduce_grad_s * 1e3, 100 * o.reduce_grad_s / o.step_s,
                w > 1 ? o.reduce_grad_s * 1e3 / gmb : 0, o.reduce_mb_s[0] * 1e3,
-               o.reduce_mb_s[1] * 1e3, o.reduce_mb_s[2] * 1e3);
+               o.reduce_mb_s[1] * 1e3, o.reduce_mb_s[2] * 1e3, o.bucket_s[0] * 1e3,
+               o.bucket_s[1] * 1e3, o.bucket_s[2] * 1e3);
     }
     return 0;
 }
