@@ -758,15 +758,17 @@ static int up_start_stages(up_run *r)
     if ((cfg->weight_sync ? up_start_replicas(r) : up_start_serve(r)) < 0) return -1;
     if (up_start_proxy(r) < 0) return -1;
     /* 5. credit, batch, train. */
-    /* Step credit (gamma 1, step weight 1): each call's return is the rewards from it to
+    /* Step credit (gamma 1, step weight 3): each call's return is the rewards from it to
      * the end, normalised over the group at its call position (discounted credit: with a
      * reward after each call, as the letters demo's agent posts, a call is not credited
-     * with a later call's mistake), plus its normalised return among the group's calls
-     * made from the same prompt. That second term is what lets an agent that reports one
-     * final reward learn a multi-call task: calls from the same state are told apart by
-     * what followed them alone (docs/LEARNING.md, issue 25). */
+     * with a later call's mistake), plus three times its normalised return among the
+     * group's calls made from the same state. That second term is what lets an agent that
+     * reports one final reward learn a multi-call task: calls from the same state are told
+     * apart by what followed them alone; weighted 1 it was outweighed by the episode's
+     * term while a later call collapsed (a seed stalled at 0.500; docs/LEARNING.md, issue
+     * 25). */
     if (!UP_START(r, credit, "credit", "--group-size", r->gs_s, "--estimator", "grpo", "--credit",
-                  "step", "--gamma", "1", "--step-weight", "1", "--idle-timeout", "120",
+                  "step", "--gamma", "1", "--step-weight", "3", "--idle-timeout", "120",
                   "--quiet-flush", "5"))
         return -1;
     /* With the controller a step is --step-groups groups, whatever number of calls
@@ -780,8 +782,12 @@ static int up_start_stages(up_run *r)
                   cfg->controlled ? r->sg_s : r->seq_s))
         return -1;
     up_argv *args = &r->args;
+    /* Clip-higher (DAPO's 0.28 above, 0.2 below): a token the sampler found unlikely can
+     * gain more per step than a likely one can lose, which keeps a call that got no signal
+     * yet from collapsing onto one answer (the sampler's entropy of the letters demo's
+     * second call at v10: 0.07-0.25 with 0.2, 0.52 with 0.28; docs/LEARNING.md). */
     up_argv_set(args, "train", "--model", init_model, "--out", r->ckpt_dir, "--model-name",
-                r->name, "--lr", cfg->lr, "--keep", "3", (char *)NULL);
+                r->name, "--lr", cfg->lr, "--keep", "3", "--eps-high", "0.28", (char *)NULL);
     /* A KL penalty to the starting model (the warm start: train's --model is its
      * reference) keeps the policy near what the warm start taught (the second call's
      * copying) while RL sharpens the first call: the letters demo's hardest seed went
