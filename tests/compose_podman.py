@@ -188,8 +188,11 @@ def wait_stack():
     """Waits for the one-shot jobs, every health check, then the controller's exit 0."""
     pending_jobs, pending_health = set(ONE_SHOT), {s for s, v in services.items()
                                                      if v.get("healthcheck")}
+    failed_since = None  # when rollouts was first seen exited non-zero
     while time.monotonic() < deadline:
         now = containers()
+        if "rollouts" in now and now["rollouts"][1] != "exited":
+            failed_since = None
         for svc in sorted(pending_jobs):
             if svc in now and now[svc][1] == "exited":
                 if now[svc][2] != 0:
@@ -207,8 +210,16 @@ def wait_stack():
                 say(f"{svc} exited {code} before it was healthy (its restart policy restarts it)")
         if "rollouts" in now and now["rollouts"][1] == "exited":
             code = now["rollouts"][2]
+            # restart: on-failure brings it back (it exits when it starts before its
+            # topics exist); a failure is an exit that stays
+            if code != 0 and failed_since is None:
+                failed_since = time.monotonic()
+                say(f"rollouts exited {code} (its restart policy restarts it)")
+            if code != 0 and time.monotonic() - failed_since < 10:
+                time.sleep(2)
+                continue
             if code != 0:
-                fail(f"rollouts exited {code}", "rollouts")
+                fail(f"rollouts exited {code} and stayed down", "rollouts")
             if pending_jobs or pending_health - {"rollouts"}:
                 fail(f"rollouts finished but {sorted(pending_jobs | pending_health)} never were "
                      "completed/healthy")
