@@ -89,11 +89,15 @@ def preflight():
 def build_image():
     """Builds the Dockerfile of the tree as --image; its layers are cached."""
     say(f"building {args.image} from {src}/Dockerfile")
+    old = run(["podman", "image", "inspect", "--format", "{{.Id}}", args.image]).stdout.strip()
     with open(os.path.join(logs, "build.log"), "w") as f:
         r = subprocess.run(["nice", "-n", "10", "podman", "build", "-t", args.image, src],
                            stdout=f, stderr=subprocess.STDOUT, timeout=max(60, deadline - time.monotonic()))
     if r.returncode != 0:
         fail(f"podman build exited {r.returncode} (see {logs}/build.log)")
+    new = run(["podman", "image", "inspect", "--format", "{{.Id}}", args.image]).stdout.strip()
+    if old and old != new:  # the image of an older tree: 1.2 GB that nothing names any more
+        run(["podman", "rmi", old])
     say("image built")
 
 
