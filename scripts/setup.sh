@@ -134,6 +134,16 @@ fi
 # cuBLAS, cuDNN and NCCL for the CUDA backend, where nvcc is present (scripts/cuda_deps.sh).
 bash scripts/cuda_deps.sh
 
+# podman and the local base images for the compose test (t1507, label compose), then the
+# image of this tree, whose layers podman caches for the test (scripts/compose_deps.sh).
+# Optional: where podman cannot run (no network for the packages, no user namespaces) this
+# says so and setup goes on; t1507 then skips. ARCLIGHT_NO_COMPOSE=1 leaves podman out.
+if [ "${ARCLIGHT_NO_COMPOSE:-0}" = 1 ]; then
+  echo "setup: compose: left out (ARCLIGHT_NO_COMPOSE=1); t1507 will skip"
+elif ! bash scripts/compose_deps.sh; then
+  echo "setup: compose: not ready; going on without it (t1507 will skip)" >&2
+fi
+
 for tool in cmake cc pkg-config kcat avrocat node npm java mvn; do
   command -v "$tool" >/dev/null 2>&1 || { echo "setup: '$tool' is not on PATH after install" >&2; exit 1; }
 done

@@ -45,3 +45,11 @@ add_dependencies(t1505_whole_loop_soak arclight)
 arclight_test(t1506_exactly_once SOURCES tests/t1506_exactly_once.c
   LIBS arclight_avro PkgConfig::RDKAFKA LABELS kafka TIMEOUT 300)
 add_dependencies(t1506_exactly_once arclight)
+# t1507: docker-compose.yml for real with podman-compose (tests/compose_podman.py): the
+# image of this tree, Kafka and every stage in containers, 2 policy versions, every service
+# stopped cleanly, the project removed. Label `compose` (not `kafka`: it needs no jars here,
+# the Kafka image scripts/compose_deps.sh built has them). Skipped (exit 77) where podman or
+# the base images are missing; both cores while it runs (a whole stack in containers).
+arclight_test(t1507_compose_podman SOURCES tests/t1507_compose_podman.c
+  LABELS compose TIMEOUT 900)
+set_tests_properties(t1507_compose_podman PROPERTIES SKIP_RETURN_CODE 77 PROCESSORS 2)

@@ -319,6 +319,7 @@ int model_sft(int argc, char **argv)
 {
     const char *model_dir = NULL, *tok_dir = NULL, *data = NULL, *out = NULL;
     int64_t steps = 0, epochs = 1, batch = 16;
+    int model_wait = 0;
     model_seed seed_flag = {1, 0};
     const char *lr = "1e-3", *schedule = "cosine", *min_lr_ratio = "0";
     const al_flag flags[] = {
@@ -326,6 +327,10 @@ int model_sft(int argc, char **argv)
          .help = "the weights to start from (config.json + model.safetensors)"},
         {"tokenizer", 0, AL_FLAG_STRING, &tok_dir, .arg = "DIR",
          .help = "tokenizer.json dir (default: --model)"},
+        {"model-wait", 0, AL_FLAG_INT, &model_wait, .lo = 0, .hi = 86400, .arg = "S",
+         .help = "wait up to S seconds (default 0) for --model to be written\n"
+                 "(config.json + model.safetensors): a job that writes it may\n"
+                 "still be running when this starts (docker-compose.yml)"},
         {"data", 0, AL_FLAG_STRING, &data, .arg = "FILE", .help = "the conversations"},
         {"out", 0, AL_FLAG_STRING, &out, .arg = "DIR", .help = "where the tuned weights go"},
         {"steps", 0, AL_FLAG_I64, &steps, .lo = 1, .hi = 10000000, .arg = "N",
@@ -369,6 +374,14 @@ int model_sft(int argc, char **argv)
     char *text = NULL;
     int32_t *tokens = NULL, *cu = NULL;
     float *mask = NULL;
+    if (!al_model_dir_ready(model_dir) && model_wait > 0) {
+        fprintf(stderr, "arclight model sft: waiting up to %d s for the model in %s\n", model_wait,
+                model_dir);
+        if (al_model_dir_wait(model_dir, model_wait, err, sizeof err) != 0) {
+            fprintf(stderr, "arclight model sft: %s\n", err);
+            goto out;
+        }
+    }
     if (!(tok = al_tokenizer_load_dir(tok_dir, err, sizeof err)) ||
         !(m = al_model_load_dir(model_dir, err, sizeof err))) {
         fprintf(stderr, "arclight model sft: %s\n", err);

@@ -611,6 +611,29 @@ int al_model_save_dir(const al_model *m, const char *dir, al_st_dtype dtype, cha
                                 errlen);
 }
 
+int al_model_dir_ready(const char *dir)
+{
+    char path[4200];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (stat(path, &st) != 0) return 0;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (stat(path, &st) == 0) return 1;
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    return stat(path, &st) == 0;
+}
+
+int al_model_dir_wait(const char *dir, int timeout_s, char *errstr, size_t errlen)
+{
+    for (int64_t waited_ms = 0;; waited_ms += 200) {
+        if (al_model_dir_ready(dir)) return 0;
+        if (waited_ms >= (int64_t)timeout_s * 1000) break;
+        usleep(200 * 1000);
+    }
+    snprintf(errstr, errlen, "%s: no config.json and model.safetensors after %d s", dir, timeout_s);
+    return -1;
+}
+
 al_model *al_model_load_dir(const char *dir, char *errstr, size_t errlen)
 {
     al_model_config cfg;

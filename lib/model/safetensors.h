@@ -88,5 +88,14 @@ int al_model_save_dir(const al_model *m, const char *dir, al_st_dtype dtype, cha
  * NULL with errstr on any failure. */
 al_model *al_model_load_dir(const char *dir, char *errstr, size_t errlen);
 
+/* Whether DIR holds a whole model: config.json (al_model_save_dir writes it last, by rename)
+ * and model.safetensors or its shard index. */
+int al_model_dir_ready(const char *dir);
+
+/* Waits up to timeout_s seconds (polling every 200 ms) for al_model_dir_ready(DIR): a stage
+ * started before the job that writes its model has finished (compose starts them in any
+ * order). 0 once ready (at once when it already is), -1 with errstr after the timeout. */
+int al_model_dir_wait(const char *dir, int timeout_s, char *errstr, size_t errlen);
+
 
 #endif

@@ -105,6 +105,8 @@ typedef struct credit_ctx {
     int64_t first_msg, last_msg, last_quiet_check, consumed_at;
     int64_t unreachable_mono; /* when the broker last did not answer (0: never) */
     int64_t reachable_mono;   /* when it last did */
+    int64_t outage_from;      /* the first unanswered check of the present outage */
+    int outage_logged;        /* the present outage was logged */
     double first_cpu, first_cpu_main;
     long first_faults;
     thread_cpu first_threads[64];
@@ -628,7 +630,10 @@ static int partition_quiet(credit_ctx *x, cpart *cp, int64_t now, int64_t quiet_
  * message. Wall time stands for span time only while the broker answers: during an outage
  * the proxy's spool holds the spans, and timing rollouts out then would drop them (their
  * ends would come late). So before a flush the broker is asked for metadata (at most once
- * a second, 500 ms at most); no answer restarts every partition's quiet time. */
+ * a second, 500 ms at most); no answer restarts every partition's quiet time. One slow
+ * answer is not an outage worth a log line (a loaded machine, a broker still starting): an
+ * outage is logged once it has lasted QUIET_OUTAGE_LOG_US, and its end then too. */
+#define QUIET_OUTAGE_LOG_US 5000000
 static void quiet_flush(credit_ctx *x, int64_t quiet_us)
 {
     int64_t now = al_mono_us();
@@ -640,12 +645,23 @@ static void quiet_flush(credit_ctx *x, int64_t quiet_us)
     if (now - x->reachable_mono > 1000000) {
         rd_kafka_t *rk = consumer_handle(x);
         if (rk && al_kafka_check_reachable(rk, 500, err, sizeof err) != 0) {
-            if (x->unreachable_mono <= x->reachable_mono) /* once an outage */
-                al_log_info("credit", "no quiet flush while Kafka does not answer (%s)", err);
-            x->unreachable_mono = al_mono_us();
+            int64_t t = al_mono_us();
+            if (x->unreachable_mono <= x->reachable_mono) { /* a new outage */
+                x->outage_from = t;
+                x->outage_logged = 0;
+            } else if (!x->outage_logged && t - x->outage_from >= QUIET_OUTAGE_LOG_US) {
+                al_log_info("credit", "no quiet flush while Kafka does not answer (for %.0f s: %s)",
+                            (t - x->outage_from) / 1e6, err);
+                x->outage_logged = 1;
+            }
+            x->unreachable_mono = t;
             return;
         }
         int back = x->unreachable_mono > x->reachable_mono;
+        if (back && x->outage_logged)
+            al_log_info("credit", "Kafka answers again after %.0f s: quiet flushes resume",
+                        (al_mono_us() - x->outage_from) / 1e6);
+        x->outage_logged = 0;
         x->reachable_mono = now = al_mono_us();
         if (back) { /* the outage ends now: the consumer has yet to fetch what came meanwhile */
             x->unreachable_mono = now;

@@ -121,7 +121,7 @@ typedef struct serve_config {
     const char *model_dir, *tok_dir, *listen, *name, *topic, *device, *lp_mode, *redirect_mode;
     int64_t version, low_speed;
     int max_seqs, max_kv, max_len, threads, drain;
-    int low_speed_time, policy_wait, client_timeout, max_conns;
+    int low_speed_time, policy_wait, client_timeout, max_conns, model_wait;
     const char *api_key_arg, *api_key_file;
     int follow, weight_routes;
     serve_roots roots_given;
@@ -164,6 +164,10 @@ static int serve_config_parse(serve_config *cf, int argc, char **argv)
     const al_flag flags[] = {
         {"model", 0, AL_FLAG_STRING, &cf->model_dir, .arg = "DIR",
          .help = "model directory: config.json, model.safetensors, tokenizer"},
+        {"model-wait", 0, AL_FLAG_INT, &cf->model_wait, .lo = 0, .hi = 86400, .arg = "S",
+         .help = "wait up to S seconds (default 0) for --model to be written\n"
+                 "(config.json + model.safetensors): a job that writes it may\n"
+                 "still be running when this starts (docker-compose.yml)"},
         {"tokenizer", 0, AL_FLAG_STRING, &cf->tok_dir, .arg = "DIR",
          .help = "tokenizer.json (+ tokenizer_config.json) dir (default: --model)"},
         {"listen", 0, AL_FLAG_STRING, &cf->listen, .arg = "HOST:PORT",
@@ -304,6 +308,13 @@ static int serve_load(serve_server *sv, serve_config *cf)
 {
     serve_ctx *sc = &sv->sc;
     char err[1024];
+    if (!al_model_dir_ready(cf->model_dir) && cf->model_wait > 0) {
+        al_log_info(COMP, "waiting up to %d s for the model in %s", cf->model_wait, cf->model_dir);
+        if (al_model_dir_wait(cf->model_dir, cf->model_wait, err, sizeof err) != 0) {
+            al_log_error(COMP, "%s", err);
+            return -1;
+        }
+    }
     al_model *m = al_model_load_dir(cf->model_dir, err, sizeof err);
     if (!m) {
         al_log_error(COMP, "cannot load the model: %s", err);

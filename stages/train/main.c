@@ -414,6 +414,10 @@ static int train_cli_parse(train_cli *cli, int argc, char **argv)
                  "directory loads in transformers, vLLM and SGLang"},
         {"out", 0, AL_FLAG_STRING, &o->out_dir, .arg = "DIR",
          .help = "versions go to DIR/step-N/ (N = version)"},
+        {"model-wait", 0, AL_FLAG_INT, &o->model_wait, .lo = 0, .hi = 86400, .arg = "S",
+         .help = "wait up to S seconds (default 0) for --model to be written\n"
+                 "(config.json + model.safetensors): a job that writes it may\n"
+                 "still be running when this starts (docker-compose.yml)"},
         {"resume", 0, AL_FLAG_SWITCH, &o->resume,
          .help = "continue from the newest full checkpoint in --out (without\n"
                  "it, --out must hold no checkpoint)"},
@@ -550,6 +554,13 @@ static int train_worker_open(train_worker *w, const al_trainer_config *tc)
     if (!w->met.reg) return AL_EXIT_FAILURE;
     metrics_init(&w->met);
     al_metrics_add_process_metrics(w->met.reg);
+    if (!al_model_dir_ready(o->model_dir) && o->model_wait > 0) {
+        al_log_info(COMP, "waiting up to %d s for the model in %s", o->model_wait, o->model_dir);
+        if (al_model_dir_wait(o->model_dir, o->model_wait, err, sizeof err) != 0) {
+            al_log_error(COMP, "%s", err);
+            return AL_EXIT_FAILURE;
+        }
+    }
     if (!(w->policy = al_model_load_dir(o->model_dir, err, sizeof err))) {
         al_log_error(COMP, "--model %s: %s", o->model_dir, err);
         return AL_EXIT_FAILURE;

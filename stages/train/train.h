@@ -28,6 +28,7 @@ typedef struct train_opts {
     const char *input_topic, *policy_topic, *group;
     const char *device; /* cuda, cpu or auto (NULL: auto) */
     int resume;
+    int model_wait; /* --model-wait S */
     int64_t checkpoint_every, keep, stop_after;
     int64_t kill_version;
     int kill_after_ack; /* fault point: 0 after the checkpoint, 1 after the PolicyVersion's ack */
