@@ -389,7 +389,7 @@ rd_kafka_conf_t *al_kafka__conf_build(const al_kafka_conf *c, const char *const 
     rd_kafka_conf_t *rc = rd_kafka_conf_new();
     char err[512];
     for (size_t i = 0; i < c->n; i++) {
-        int skipped = 0;
+        int skipped = !strncmp(c->keys[i], "arclight.", 9); /* ours (kafka.h) */
         for (const char *const *s = skip; s && *s; s++)
             if (!strcmp(*s, c->keys[i])) skipped = 1;
         if (skipped) continue;

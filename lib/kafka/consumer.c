@@ -7,6 +7,7 @@
 #include "kafka/internal.h"
 
 #include "core/log.h"
+#include "core/parse.h"
 #include "core/util.h"
 
 #include <stdarg.h>
@@ -510,20 +511,27 @@ static int consumer_open(al_consumer *c, char *errstr, size_t errlen)
 }
 
 /* On the embedded broker, which keeps no static members (member.c): the handle made again
- * as a dynamic member with a session of at most AL_MEMBER_EMBEDDED_SESSION_MS. Elsewhere
- * nothing changes. 0, or -1 with errstr (c->rk is then NULL). */
+ * as a dynamic member with a session of at most AL_KAFKA_EMBEDDED_SESSION (kafka.h; default
+ * AL_MEMBER_EMBEDDED_SESSION_MS). Elsewhere nothing changes. 0, or -1 with errstr (c->rk is
+ * then NULL). */
 static int consumer_embedded_dynamic(al_consumer *c, char *errstr, size_t errlen)
 {
     if (al_kafka__keeps_static_members(c->rk)) return 0;
+    int cap = AL_MEMBER_EMBEDDED_SESSION_MS;
+    const char *want = al_kafka_conf_get(c->conf, AL_KAFKA_EMBEDDED_SESSION);
+    int bad = want && al_parse_int(want, 1000, 300000, &cap) != 0;
     const char *given = al_kafka_conf_get(c->conf, "session.timeout.ms");
     long ms = given ? atol(given) : 45000;
-    if (ms <= 0 || ms > AL_MEMBER_EMBEDDED_SESSION_MS) ms = AL_MEMBER_EMBEDDED_SESSION_MS;
+    if (ms <= 0 || ms > cap) ms = cap;
     char v[32];
     snprintf(v, sizeof v, "%ld", ms);
     rd_kafka_queue_destroy(c->queue);
     rd_kafka_destroy_flags(c->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
     c->rk = NULL;
     c->queue = NULL;
+    if (bad)
+        return al_err(errstr, errlen, "Kafka client setting %s=%s: want 1000 to 300000 (ms)",
+                      AL_KAFKA_EMBEDDED_SESSION, want);
     if (al_kafka_conf_set(c->conf, "session.timeout.ms", v) != 0)
         return al_err(errstr, errlen, "out of memory");
     al_log_info("kafka",

@@ -54,6 +54,14 @@
 #define AL_TOPIC_POLICY "arclight.policy"
 #define AL_TOPIC_DEADLETTER "arclight.deadletter"
 
+/* Client settings named arclight.* are arclight's own, never handed to librdkafka. This one
+ * is the session a consumer joins with on the embedded broker (which keeps no static members:
+ * lib/kafka/member.c), in ms, default 4000: how long a worker killed with SIGKILL holds its
+ * partitions, and how long a live one may go unheard before they are taken from it. Stages
+ * that stop when they lose their partitions (batch, train: one worker per model) ask for a
+ * longer one. */
+#define AL_KAFKA_EMBEDDED_SESSION "arclight.embedded.session.timeout.ms"
+
 /* ------------------------------------------------------------------------------------------
  * Configuration
  * ------------------------------------------------------------------------------------------ */

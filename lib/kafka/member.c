@@ -24,8 +24,10 @@
  * new member there, and the group waits out the dead one's whole session before it rebalances
  * (45 s after one kill -9, two minutes after two in a row). So a consumer asks the cluster its
  * id first (al_kafka__keeps_static_members): on the mock ("mockCluster...") it joins as a
- * dynamic member with a session of at most AL_MEMBER_EMBEDDED_SESSION_MS, so that a restart
- * after kill -9 has its partitions back within seconds, and a clean stop leaves the group at
+ * dynamic member with a session of at most AL_MEMBER_EMBEDDED_SESSION_MS (4 s; a stage
+ * that stops when it loses its partitions asks for more with AL_KAFKA_EMBEDDED_SESSION), so
+ * that a restart after kill -9 has its partitions back within seconds, and a clean stop
+ * leaves the group at
  * once (a dynamic member sends LeaveGroup). The id is still chosen as above: --exactly-once's
  * transactional.id needs it stable across restarts on any broker. A broker that does not
  * answer within the probe's time counts as real Kafka (static membership, as before).

@@ -467,11 +467,15 @@ static int batch_run(batch_opts *o, const al_cli_common *common, int64_t drain_s
     batch_metrics_init(&w.met);
     al_metrics_add_process_metrics(w.met.reg);
     const char *outs[] = {o->output_topic, NULL};
+    /* A worker that loses its partitions stops (on_rebalance), so it keeps a longer session
+     * on the embedded broker than the 4 s the stages that hand partitions on have. */
+    static const char *const conf_defaults[] = {AL_KAFKA_EMBEDDED_SESSION, "10000", NULL};
     al_stage_spec spec = {
         .common = common,
         .group = o->group,
         .input = o->input_topic,
         .outputs = outs,
+        .conf_defaults = conf_defaults,
         .metrics = w.met.reg,
         .poll_ms = 50,
         .drain_s = (double)drain_s,

@@ -629,11 +629,15 @@ int cmd_train(int argc, char **argv)
     rc = train_worker_open(&w, &tc);
     if (rc < 0) {
         const char *outs[] = {cli.o.policy_topic, NULL};
+        /* A trainer that loses its partitions stops (on_rebalance): on the embedded broker a
+         * 4 s session lost them at a load average of 100 (docs/RELIABILITY.md). */
+        static const char *const conf_defaults[] = {AL_KAFKA_EMBEDDED_SESSION, "10000", NULL};
         al_stage_spec spec = {
             .common = &cli.common,
             .group = cli.o.group,
             .input = cli.o.input_topic,
             .outputs = outs,
+            .conf_defaults = conf_defaults,
             .metrics = w.met.reg,
             .poll_ms = 100,
             .drain_s = (double)cli.drain_s,
