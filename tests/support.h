@@ -110,6 +110,33 @@ static inline char *al_test_slurp_text(const char *path)
     return s ? s : strdup("");
 }
 
+/* Rows of a controller's metrics.csv whose version is >= min_version and whose loss column
+ * (the 9th) is set, i.e. rows with the trainer's numbers; the highest version into
+ * *max_version. -1 when the file cannot be read. */
+static inline int al_test_metrics_trained_rows(const char *path, long min_version,
+                                               long *max_version)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[1024];
+    int n = 0;
+    *max_version = -1;
+    if (!fgets(line, sizeof line, f)) {
+        fclose(f);
+        return -1;
+    }
+    while (fgets(line, sizeof line, f)) {
+        long v = strtol(line, NULL, 10);
+        const char *c = line;
+        for (int i = 0; i < 8 && c; i++)
+            c = strchr(c, ','), c = c ? c + 1 : NULL;
+        if (v > *max_version) *max_version = v;
+        if (v >= min_version && c && *c && *c != ',') n++;
+    }
+    fclose(f);
+    return n;
+}
+
 /* ---- child processes ------------------------------------------------------------------------ */
 
 /* Starts argv (argv[0] a path, NULL-terminated) as a child that dies with the test. env

@@ -20,31 +20,6 @@ static const char *src_dir(void)
     return s ? s : ".";
 }
 
-/* Rows of a metrics.csv whose version is >= min_version and whose loss column (the 9th) is
- * set; the highest version into *max_version. -1 when the file cannot be read. */
-static int trained_rows(const char *path, long min_version, long *max_version)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[1024];
-    int n = 0;
-    *max_version = -1;
-    if (!fgets(line, sizeof line, f)) {
-        fclose(f);
-        return -1;
-    }
-    while (fgets(line, sizeof line, f)) {
-        long v = strtol(line, NULL, 10);
-        const char *c = line;
-        for (int i = 0; i < 8 && c; i++)
-            c = strchr(c, ','), c = c ? c + 1 : NULL;
-        if (v > *max_version) *max_version = v;
-        if (v >= min_version && c && *c && *c != ',') n++;
-    }
-    fclose(f);
-    return n;
-}
-
 TEST(the_compose_stack_runs_in_podman)
 {
     char dir[512], cmd[2048], path[1200], line[2048];
@@ -77,7 +52,7 @@ TEST(the_compose_stack_runs_in_podman)
 
     long maxv = -1;
     snprintf(path, sizeof path, "%s/metrics.csv", dir);
-    int rows = trained_rows(path, 1, &maxv);
+    int rows = al_test_metrics_trained_rows(path, 1, &maxv);
     CHECKF(rows >= 2 && maxv >= 2, "%s: %d rows with the trainer's numbers, up to v%ld", path,
            rows, maxv);
     snprintf(path, sizeof path, "%s/reward.svg", dir);

@@ -574,20 +574,29 @@ int al_json_iter_init_valid(al_json_iter *it, const char *in, size_t n)
     return 0;
 }
 
-int al_json_iter_next(al_json_iter *it, al_slice *val)
+/* Moves j past the separator before the iterator's next element: 1 at that element, 0 at
+ * the array's end (it->s there), -1 on malformed text. */
+static int iter_step(al_json_iter *it, jscan *j)
 {
-    jscan j = {it->s, it->e, 0, it->trusted};
-    ws(&j);
-    if (j.s >= j.e) return -1;
-    if (*j.s == ']') {
-        it->s = j.s;
+    ws(j);
+    if (j->s >= j->e) return -1;
+    if (*j->s == ']') {
+        it->s = j->s;
         return 0;
     }
     if (!it->first) {
-        if (*j.s != ',') return -1;
-        j.s++;
-        ws(&j);
+        if (*j->s != ',') return -1;
+        j->s++;
+        ws(j);
     }
+    return 1;
+}
+
+int al_json_iter_next(al_json_iter *it, al_slice *val)
+{
+    jscan j = {it->s, it->e, 0, it->trusted};
+    int at = iter_step(it, &j);
+    if (at <= 0) return at;
     const char *vs = j.s;
     if (scan_value(&j)) return -1;
     val->p = vs;
@@ -601,17 +610,8 @@ int al_json_iter_next_members(al_json_iter *it, const char *const *keys, al_slic
                               size_t nkeys, al_slice *val)
 {
     jscan j = {it->s, it->e, 0, it->trusted};
-    ws(&j);
-    if (j.s >= j.e) return -1;
-    if (*j.s == ']') {
-        it->s = j.s;
-        return 0;
-    }
-    if (!it->first) {
-        if (*j.s != ',') return -1;
-        j.s++;
-        ws(&j);
-    }
+    int at = iter_step(it, &j);
+    if (at <= 0) return at;
     const char *vs = j.s;
     int rc = 1;
     if (j.s < j.e && *j.s == '{') {
